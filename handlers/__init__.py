@@ -1,0 +1,1 @@
+"""The job kinds, shared by the broker consumer and the SQLite-only baseline."""

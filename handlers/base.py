@@ -1,0 +1,77 @@
+"""What a job kind is, and what it may ask of the worker running it.
+
+A kind is a payload schema plus a `run(ctx, payload)` function. It returns its output (a JSON object), or
+raises `PermanentError` (bad input: no retry), `TransientError` (try again later) or `Cancelled`.
+Everything it needs from the store goes through `JobContext`, so kinds never see SQL or AMQP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+
+class JobError(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class PermanentError(JobError):
+    """The input can never succeed: the job ends `failed`."""
+
+
+class TransientError(JobError):
+    """This attempt failed but another may not: retried after a backoff, `dead` once the budget is spent."""
+
+
+class Cancelled(Exception):
+    """The job saw its cancel request at a safe point and stopped."""
+
+
+class LeaseLost(Exception):
+    """The worker no longer holds the job: stop without writing anything."""
+
+
+class JobContext(Protocol):
+    job_id: str
+    attempt_id: str
+    epoch: int
+    attempts: int
+    tenant: str
+    owner: str
+    operation_key: str
+    results_dir: Path
+    checkpoint: dict[str, Any] | None
+
+    def remaining_seconds(self) -> float | None:
+        """Seconds left before the job's deadline, or None when it has none."""
+
+    def check_cancel(self) -> None:
+        """Raise `Cancelled` if a cancel was requested, `LeaseLost` if the lease is gone. Cheap: reads the
+        flags the lease keeper refreshes."""
+
+    def save_checkpoint(self, data: dict[str, Any]) -> None:
+        """Durably record progress; a later attempt gets it back as `checkpoint`. `LeaseLost` if fenced."""
+
+    def mark_external_started(self) -> None:
+        """Durably record that an external effect is about to happen. `LeaseLost` if fenced, in which case
+        the effect must not be started."""
+
+    def record_execution(self, event: str, **fields: Any) -> None:
+        """Append to the execution log (when configured): tests count executions with it."""
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    schema: type[BaseModel]
+    run: Callable[[JobContext, Any], dict[str, Any]]
+
+    def parse(self, payload: Any) -> BaseModel:
+        """Validate a payload; raises pydantic's ValidationError."""
+        return self.schema.model_validate(payload)

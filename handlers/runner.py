@@ -1,0 +1,261 @@
+"""Running a claimed job: the same code for the broker consumer and the SQLite-only baseline.
+
+`run_attempt` executes the kind's code and returns what happened without writing the outcome;
+`commit_outcome` writes it under the fence, in the caller's transaction, so a caller may commit the
+outcomes of several jobs together. A `LeaseKeeper` thread renews every lease the process holds in one
+transaction and carries cancel requests back to the running code."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import Connection, Engine
+
+from handlers.base import Cancelled, JobError, LeaseLost, PermanentError
+from handlers.registry import KINDS
+from jobstore import clock, db
+from jobstore import jobs as store
+from jobstore.errors import Fenced
+from jobstore.records import Claim
+from jobstore.settings import Settings
+from jobstore.states import State
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Held:
+    """A job this process is running, as the lease keeper sees it."""
+
+    claim: Claim
+    cancel_requested: bool = False
+    lost: bool = False
+
+
+class LeaseKeeper:
+    """Renews all held leases together every `interval` seconds; marks the ones it lost."""
+
+    def __init__(self, engine: Engine, settings: Settings, interval: float | None = None) -> None:
+        self._engine = engine
+        self._lease = settings.lease_seconds
+        self._interval = interval if interval is not None else min(1.0, settings.lease_seconds / 3)
+        self._held: dict[str, Held] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
+
+    def start(self) -> LeaseKeeper:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def hold(self, claim: Claim) -> Held:
+        held = Held(claim)
+        with self._lock:
+            self._held[claim.job_id] = held
+        return held
+
+    def drop(self, job_id: str) -> None:
+        with self._lock:
+            self._held.pop(job_id, None)
+
+    def held(self) -> list[Held]:
+        with self._lock:
+            return list(self._held.values())
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            current = [h for h in self.held() if not h.lost]
+            if current:
+                try:
+                    db.transact(self._engine, self._renew_all, current)
+                except db.StoreUnavailable as exc:
+                    log.warning("lease renewal postponed: %s", exc)
+
+    def _renew_all(self, conn: Connection, current: list[Held]) -> None:
+        now = clock.now()
+        for held in current:
+            try:
+                held.cancel_requested = store.renew_lease(
+                    conn, held.claim.job_id, held.claim.epoch, now, self._lease
+                )
+            except Fenced:
+                held.lost = True
+
+
+@dataclass
+class StoreContext:
+    """The `JobContext` a kind runs with, backed by the store and the lease keeper."""
+
+    engine: Engine
+    settings: Settings
+    claim: Claim
+    held: Held
+    checkpoint: dict[str, Any] | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.checkpoint = self.claim.checkpoint
+
+    job_id = property(lambda self: self.claim.job_id)
+    attempt_id = property(lambda self: self.claim.attempt_id)
+    epoch = property(lambda self: self.claim.epoch)
+    attempts = property(lambda self: self.claim.attempts)
+    tenant = property(lambda self: self.claim.tenant)
+    owner = property(lambda self: self.claim.owner)
+    operation_key = property(lambda self: self.claim.operation_key)
+
+    @property
+    def results_dir(self) -> Path:
+        return self.settings.results_dir
+
+    def remaining_seconds(self) -> float | None:
+        if self.claim.deadline_at is None:
+            return None
+        return self.claim.deadline_at - clock.now()
+
+    def check_cancel(self) -> None:
+        if self.held.lost:
+            raise LeaseLost(self.job_id)
+        if self.held.cancel_requested:
+            raise Cancelled(self.job_id)
+
+    def save_checkpoint(self, data: dict[str, Any]) -> None:
+        self._fenced(store.save_checkpoint, self.job_id, self.epoch, data, clock.now())
+        self.checkpoint = data
+
+    def mark_external_started(self) -> None:
+        self._fenced(store.mark_external_started, self.job_id, self.epoch, self.attempt_id, clock.now())
+
+    def record_execution(self, event: str, **fields: Any) -> None:
+        record_execution(self.settings, self.claim, event, **fields)
+
+    def _fenced(self, fn: Any, *args: Any) -> None:
+        try:
+            db.transact(self.engine, fn, *args)
+        except Fenced as exc:
+            self.held.lost = True
+            raise LeaseLost(self.job_id) from exc
+
+
+def record_execution(settings: Settings, claim: Claim, event: str, **fields: Any) -> None:
+    """Append one JSON line to the execution log, when one is configured (O_APPEND keeps lines whole)."""
+    if settings.execution_log is None:
+        return
+    line = {
+        "event": event,
+        "job_id": claim.job_id,
+        "epoch": claim.epoch,
+        "attempt_id": claim.attempt_id,
+        "worker": claim.worker,
+        "pid": os.getpid(),
+        "kind": claim.kind,
+        "at": time.time(),
+        **fields,
+    }
+    fd = os.open(settings.execution_log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (json.dumps(line) + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class AttemptOutcome:
+    """What running an attempt produced, before it is committed."""
+
+    output: dict[str, Any] | None = None
+    error: JobError | None = None
+    permanent: bool = False
+    cancelled: bool = False
+    lease_lost: bool = False
+
+
+def run_attempt(ctx: StoreContext) -> AttemptOutcome:
+    """Run the claimed job's kind and report the outcome; never raises for the job's own failures."""
+    claim = ctx.claim
+    kind = KINDS.get(claim.kind)
+    if kind is None or claim.kind not in ctx.settings.allowed_kinds:
+        return AttemptOutcome(
+            error=PermanentError("unknown_kind", f"unknown kind {claim.kind!r}"), permanent=True
+        )
+    try:
+        payload = kind.parse(claim.payload)
+    except ValidationError as exc:
+        return AttemptOutcome(error=PermanentError("invalid_payload", _first_error(exc)), permanent=True)
+    ctx.record_execution("start")
+    try:
+        output = kind.run(ctx, payload)
+        ctx.check_cancel()
+    except Cancelled:
+        return AttemptOutcome(cancelled=True)
+    except LeaseLost:
+        return AttemptOutcome(lease_lost=True)
+    except PermanentError as exc:
+        return AttemptOutcome(error=exc, permanent=True)
+    except JobError as exc:
+        return AttemptOutcome(error=exc)
+    except Exception as exc:  # a bug in a kind is retried, then dead; the message is kept
+        log.exception("job %s raised", claim.job_id)
+        return AttemptOutcome(error=JobError("handler_error", f"{type(exc).__name__}: {exc}"))
+    return AttemptOutcome(output=output)
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "payload"
+    return f"{where}: {err['msg']}"
+
+
+def commit_outcome(
+    conn: Connection, claim: Claim, outcome: AttemptOutcome, now: float, backoff: store.Backoff
+) -> State | None:
+    """Write the attempt's outcome under the fence. None when the worker was fenced out (nothing written)."""
+    if outcome.lease_lost:
+        return None
+    try:
+        if outcome.output is not None and not outcome.cancelled:
+            return store.complete(conn, claim.job_id, claim.epoch, claim.attempt_id, outcome.output, now)
+        if outcome.cancelled:
+            error = JobError("cancelled", "cancelled while running")
+        else:
+            error = outcome.error or JobError("handler_error", "no output")
+        decision = store.fail(
+            conn,
+            claim.job_id,
+            claim.epoch,
+            claim.attempt_id,
+            code=error.code,
+            message=error.message,
+            permanent=outcome.permanent,
+            now=now,
+            backoff=backoff,
+        )
+        return decision.state
+    except Fenced:
+        return None
+
+
+def backoff_of(settings: Settings) -> store.Backoff:
+    return store.Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
+
+
+def execute(engine: Engine, settings: Settings, keeper: LeaseKeeper, claim: Claim) -> State | None:
+    """Run a claimed job to its committed outcome. Returns the committed state, or None if fenced out."""
+    held = keeper.hold(claim)
+    try:
+        outcome = run_attempt(StoreContext(engine, settings, claim, held))
+        return db.transact(engine, commit_outcome, claim, outcome, clock.now(), backoff_of(settings))
+    finally:
+        keeper.drop(claim.job_id)

@@ -1,0 +1,177 @@
+"""Engines and transactions.
+
+SQLite: WAL, `synchronous=FULL` by default, foreign keys on, and a real `BEGIN IMMEDIATE` for every write
+transaction (the pysqlite driver's own BEGIN handling is switched off, per SQLAlchemy's documented recipe).
+SQLite's busy handler sleeps 1, 2, 5, 10 ms and more between tries, so it is disabled (`busy_timeout=0`) and
+`transact` retries lock errors itself with short, jittered, bounded waits. PostgreSQL: READ COMMITTED, with
+serialization failures and deadlocks retried the same bounded way.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from jobstore.schema import metadata
+from jobstore.settings import Settings
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+SLOW_LOCK_WAIT = 0.005
+
+
+class StoreUnavailable(Exception):
+    """The store could not be reached or written within its timeout; nothing was written."""
+
+
+class Retry(Exception):
+    """Raised inside a transaction to roll it back and run it again (e.g. a lost insert race)."""
+
+
+@dataclass
+class StoreStats:
+    """Process-wide counters, read by the benchmark and /metrics."""
+
+    write_transactions: int = 0
+    read_transactions: int = 0
+    retries: int = 0
+    slow_lock_waits: int = 0
+    lock_wait_seconds: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, **deltas: float) -> None:
+        with self._lock:
+            for name, delta in deltas.items():
+                setattr(self, name, getattr(self, name) + delta)
+
+    def snapshot(self) -> dict[str, float]:
+        with self._lock:
+            return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
+
+
+stats = StoreStats()
+
+
+def make_engine(settings: Settings, **kwargs: Any) -> Engine:
+    """An engine for `settings.database_url`; nothing is created on disk."""
+    url = make_url(settings.database_url)
+    options = {"store_lock_timeout": settings.store_lock_timeout_seconds}
+    if url.get_backend_name() == "sqlite":
+        engine = create_engine(url, execution_options=options, **kwargs)
+        _install_sqlite_hooks(engine, settings.sqlite_synchronous)
+        return engine
+    return create_engine(
+        url, pool_pre_ping=True, isolation_level="READ COMMITTED", execution_options=options, **kwargs
+    )
+
+
+def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Stop pysqlite from issuing its own (deferred) BEGIN; `_on_begin` issues ours.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=0")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+def sqlite_path(settings: Settings) -> Path | None:
+    url = make_url(settings.database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    return Path(url.database)
+
+
+def init_schema(settings: Settings, engine: Engine) -> None:
+    """Create the database directory (SQLite), the results directory and the tables, idempotently."""
+    path = sqlite_path(settings)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    settings.results_dir.mkdir(parents=True, exist_ok=True)
+    metadata.create_all(engine)
+
+
+def _is_retryable(exc: DBAPIError) -> bool:
+    text = str(exc.orig).lower()
+    if "database is locked" in text or "database is busy" in text:
+        return True
+    sqlstate = getattr(exc.orig, "sqlstate", None)
+    return sqlstate in {"40001", "40P01"}
+
+
+def transact(
+    engine: Engine,
+    fn: Callable[Concatenate[Connection, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """Run `fn(conn, ...)` in one write transaction and commit it.
+
+    Lock contention, serialization failures and `Retry` roll the transaction back and run it again after a
+    short jittered pause, for at most `store_lock_timeout_seconds`; past that, `StoreUnavailable`.
+    """
+    return _run(engine, fn, args, kwargs, write=True)
+
+
+def read(
+    engine: Engine,
+    fn: Callable[Concatenate[Connection, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """Run `fn(conn, ...)` in a read transaction (deferred on SQLite, so it takes no write lock)."""
+    return _run(engine, fn, args, kwargs, write=False)
+
+
+def _run(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool) -> T:
+    timeout = float(engine.get_execution_options().get("store_lock_timeout", 5.0))
+    started = time.monotonic()
+    pause = 0.0002
+    while True:
+        attempt_started = time.monotonic()
+        try:
+            result = _attempt(engine, fn, args, kwargs, write=write)
+        except (Retry, OperationalError, DBAPIError) as exc:
+            if isinstance(exc, DBAPIError) and not _is_retryable(exc):
+                if isinstance(exc, OperationalError):
+                    raise StoreUnavailable(str(exc.orig)) from exc
+                raise
+            waited = time.monotonic() - started
+            if waited >= timeout:
+                raise StoreUnavailable(f"store busy for {waited:.1f}s") from exc
+            stats.add(retries=1)
+            time.sleep(pause * (0.5 + random.random()))
+            pause = min(pause * 2, 0.004)
+            continue
+        waited = attempt_started - started
+        if write:
+            stats.add(write_transactions=1, lock_wait_seconds=waited, slow_lock_waits=waited > SLOW_LOCK_WAIT)
+        else:
+            stats.add(read_transactions=1)
+        return result
+
+
+def _attempt(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool) -> T:
+    with engine.connect() as conn:
+        if not write and engine.dialect.name == "sqlite":
+            conn = conn.execution_options(sqlite_begin="DEFERRED")
+        with conn.begin():
+            return fn(conn, *args, **kwargs)

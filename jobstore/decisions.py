@@ -1,0 +1,89 @@
+"""Pure decisions: backoff, retry-or-dead, cancel-vs-complete, what a sweep does to an expired lease.
+
+The store applies them inside its guarded transactions; they take plain values and do no I/O.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from jobstore.states import State
+
+
+def compute_backoff(attempts: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
+    """Seconds to wait before the next attempt: exponential in `attempts` (>= 1), capped, with full jitter
+    over the upper half so delays still grow from one attempt to the next."""
+    if attempts < 1 or base <= 0:
+        return 0.0
+    ceiling = min(cap, base * (2 ** (attempts - 1)))
+    jitter = (rng or random).random()
+    return ceiling * (0.5 + 0.5 * jitter)
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: State
+    error_code: str | None = None
+    error_message: str | None = None
+    retry_in: float | None = None
+
+
+def decide_failure(
+    *,
+    permanent: bool,
+    attempts: int,
+    max_attempts: int,
+    cancel_requested: bool,
+    deadline_passed: bool,
+    backoff: float,
+    code: str,
+    message: str,
+) -> Decision:
+    """What a failed attempt leads to: `failed` for a permanent error, `cancelled` when a cancel is waiting,
+    `dead` when the budget or the deadline is spent, else `queued` again after `backoff`."""
+    if permanent:
+        return Decision(State.FAILED, code, message)
+    if cancel_requested:
+        return Decision(State.CANCELLED, "cancelled", "cancelled before the job could finish")
+    if deadline_passed:
+        return Decision(State.DEAD, "deadline_exceeded", f"deadline passed after: {message}")
+    if attempts >= max_attempts:
+        return Decision(State.DEAD, "attempts_exhausted", f"{attempts} attempts failed; last: {message}")
+    return Decision(State.QUEUED, code, message, retry_in=backoff)
+
+
+def decide_completion(*, cancel_requested: bool) -> State:
+    """A finished attempt commits `succeeded` unless a cancel request was committed first."""
+    return State.CANCELLED if cancel_requested else State.SUCCEEDED
+
+
+def decide_expired_lease(
+    *,
+    external_started: bool,
+    attempts: int,
+    max_attempts: int,
+    cancel_requested: bool,
+    deadline_passed: bool,
+    backoff: float,
+) -> Decision:
+    """What the sweeper does with a running job whose lease ran out.
+
+    An external effect that may have happened is never repeated: `unknown`, for an operator to settle.
+    """
+    if external_started:
+        return Decision(
+            State.UNKNOWN,
+            "outcome_unknown",
+            "the worker lost its lease after starting an external effect; it may or may not have happened",
+        )
+    return decide_failure(
+        permanent=False,
+        attempts=attempts,
+        max_attempts=max_attempts,
+        cancel_requested=cancel_requested,
+        deadline_passed=deadline_passed,
+        backoff=backoff,
+        code="lease_expired",
+        message="the worker stopped renewing its lease",
+    )

@@ -1,0 +1,530 @@
+"""Guarded job transitions. Each takes the caller's connection (inside the caller's transaction), runs one
+guarded UPDATE, and lets the row count decide: a loser gets a named error or a refusal, never silence."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    case,
+    false,
+    func,
+    insert,
+    null,
+    or_,
+    select,
+    true,
+    update,
+)
+from sqlalchemy.exc import IntegrityError
+
+from jobstore import outbox
+from jobstore.db import Retry
+from jobstore.decisions import Decision, compute_backoff, decide_completion, decide_failure
+from jobstore.errors import Fenced, IdempotencyConflict, InvalidTransition, JobNotFound
+from jobstore.records import Claim, Job, dumps
+from jobstore.schema import attempts, jobs
+from jobstore.states import OPERATOR_REQUEUEABLE, RESOLVABLE_TO, TERMINAL, State
+
+
+def fingerprint(kind: str, payload: Any) -> str:
+    """The identity of a request under an idempotency key: its kind and payload, canonically encoded."""
+    return hashlib.sha256(dumps({"kind": kind, "payload": payload}).encode()).hexdigest()
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class Accepted:
+    job: Job
+    created: bool
+
+
+def accept(
+    conn: Connection,
+    *,
+    tenant: str,
+    owner: str,
+    kind: str,
+    payload: dict[str, Any],
+    operation_key: str,
+    now: float,
+    max_attempts: int,
+    deadline_seconds: float | None = None,
+) -> Accepted:
+    """Write the job row and its outbox row together. The same tenant + key with the same kind and payload
+    returns the existing job (`created=False`); with a different one, `IdempotencyConflict`."""
+    print_ = fingerprint(kind, payload)
+    existing = _find_by_key(conn, tenant, operation_key)
+    if existing is not None:
+        if existing.fingerprint != print_:
+            raise IdempotencyConflict(existing.id)
+        return Accepted(existing, created=False)
+    job_id = new_id()
+    try:
+        conn.execute(
+            insert(jobs).values(
+                id=job_id,
+                tenant=tenant,
+                owner=owner,
+                operation_key=operation_key,
+                fingerprint=print_,
+                kind=kind,
+                payload=dumps(payload),
+                state=State.QUEUED.value,
+                epoch=0,
+                attempts=0,
+                max_attempts=max_attempts,
+                available_at=now,
+                cancel_requested=False,
+                deadline_at=None if deadline_seconds is None else now + deadline_seconds,
+                created_at=now,
+                updated_at=now,
+            )
+        )
+    except IntegrityError as exc:  # a concurrent accept of the same key won: read its row on the rerun
+        raise Retry("idempotency key raced") from exc
+    outbox.add(conn, job_id, available_at=now, now=now)
+    job = get_job(conn, job_id)
+    assert job is not None
+    return Accepted(job, created=True)
+
+
+def _find_by_key(conn: Connection, tenant: str, operation_key: str) -> Job | None:
+    row = (
+        conn.execute(select(jobs).where(jobs.c.tenant == tenant, jobs.c.operation_key == operation_key))
+        .mappings()
+        .first()
+    )
+    return Job.from_row(row) if row else None
+
+
+class Refusal(StrEnum):
+    """Why a claim took nothing."""
+
+    NOT_FOUND = "not_found"
+    TERMINAL = "terminal"  # finished already: a duplicate delivery
+    LEASED = "leased"  # another live worker holds it
+    NOT_AVAILABLE = "not_available"  # waiting out a retry backoff; its own outbox row will deliver it
+    NEEDS_SWEEP = "needs_sweep"  # expired with an external effect, out of budget or past its deadline
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    claim: Claim | None = None
+    refusal: Refusal | None = None
+    state: State | None = None
+
+
+def _claimable(now: float) -> ColumnElement[bool]:
+    queued = and_(jobs.c.state == State.QUEUED.value, jobs.c.available_at <= now)
+    expired = and_(
+        jobs.c.state == State.RUNNING.value,
+        jobs.c.lease_expires_at <= now,
+        or_(jobs.c.external_epoch.is_(None), jobs.c.external_epoch != jobs.c.epoch),
+    )
+    return and_(
+        or_(queued, expired),
+        jobs.c.attempts < jobs.c.max_attempts,
+        jobs.c.cancel_requested == false(),
+        or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > now),
+    )
+
+
+def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds: float) -> ClaimResult:
+    """Take `job_id` for `worker`: epoch + 1, attempts + 1, a new lease and a new attempt row.
+
+    Only a queued, available job (or a running one whose lease expired with no external effect started)
+    within its budget and deadline is taken; otherwise the result says why not."""
+    row = (
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.id == job_id, _claimable(now))
+            .values(
+                state=State.RUNNING.value,
+                epoch=jobs.c.epoch + 1,
+                attempts=jobs.c.attempts + 1,
+                lease_owner=worker,
+                lease_expires_at=now + lease_seconds,
+                updated_at=now,
+                started_at=func.coalesce(jobs.c.started_at, now),
+            )
+            .returning(*jobs.c)
+        )
+        .mappings()
+        .first()
+    )
+    if row is None:
+        return _refusal(conn, job_id, now)
+    job = Job.from_row(row)
+    # The previous attempt, if its worker vanished, ends here as lost.
+    conn.execute(
+        update(attempts)
+        .where(attempts.c.job_id == job_id, attempts.c.outcome == "running")
+        .values(outcome="lost", ended_at=now)
+    )
+    attempt_id = new_id()
+    conn.execute(
+        insert(attempts).values(
+            id=attempt_id, job_id=job_id, epoch=job.epoch, worker=worker, started_at=now, outcome="running"
+        )
+    )
+    return ClaimResult(claim=_as_claim(job, attempt_id, worker), state=State.RUNNING)
+
+
+def _as_claim(job: Job, attempt_id: str, worker: str) -> Claim:
+    assert job.lease_expires_at is not None
+    return Claim(
+        job_id=job.id,
+        attempt_id=attempt_id,
+        epoch=job.epoch,
+        attempts=job.attempts,
+        worker=worker,
+        kind=job.kind,
+        payload=job.payload,
+        tenant=job.tenant,
+        owner=job.owner,
+        operation_key=job.operation_key,
+        deadline_at=job.deadline_at,
+        lease_expires_at=job.lease_expires_at,
+        checkpoint=job.checkpoint,
+        created_at=job.created_at,
+    )
+
+
+def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
+    job = get_job(conn, job_id)
+    if job is None:
+        return ClaimResult(refusal=Refusal.NOT_FOUND)
+    if job.state in TERMINAL:
+        return ClaimResult(refusal=Refusal.TERMINAL, state=job.state)
+    if job.state is State.RUNNING and (job.lease_expires_at or 0) > now:
+        return ClaimResult(refusal=Refusal.LEASED, state=job.state)
+    if job.state is State.QUEUED and job.available_at > now:
+        return ClaimResult(refusal=Refusal.NOT_AVAILABLE, state=job.state)
+    return ClaimResult(refusal=Refusal.NEEDS_SWEEP, state=job.state)
+
+
+def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) -> Claim | None:
+    """The baseline's path: claim the oldest claimable job, or None when there is none.
+
+    Pending outbox rows of the claimed job are dropped: the job is already in a worker's hands."""
+    candidate = select(jobs.c.id).where(_claimable(now)).order_by(jobs.c.available_at).limit(1)
+    if conn.dialect.name == "postgresql":
+        candidate = candidate.with_for_update(skip_locked=True)
+    job_id = conn.execute(candidate).scalar()
+    if job_id is None:
+        return None
+    result = claim(conn, job_id, worker, now, lease_seconds)
+    if result.claim is not None:
+        outbox.drop_pending(conn, job_id)
+    return result.claim
+
+
+def _fence(job_id: str, epoch: int, now: float) -> ColumnElement[bool]:
+    """The guard on every worker write: this epoch, still running, lease alive, deadline not passed."""
+    return and_(
+        jobs.c.id == job_id,
+        jobs.c.epoch == epoch,
+        jobs.c.state == State.RUNNING.value,
+        jobs.c.lease_expires_at > now,
+        or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > now),
+    )
+
+
+def renew_lease(conn: Connection, job_id: str, epoch: int, now: float, lease_seconds: float) -> bool:
+    """Extend the lease; returns whether a cancel has been requested. `Fenced` if the lease is lost."""
+    row = conn.execute(
+        update(jobs)
+        .where(_fence(job_id, epoch, now))
+        .values(lease_expires_at=now + lease_seconds, updated_at=now)
+        .returning(jobs.c.cancel_requested)
+    ).first()
+    if row is None:
+        raise Fenced(job_id, epoch)
+    return bool(row[0])
+
+
+def mark_external_started(conn: Connection, job_id: str, epoch: int, attempt_id: str, now: float) -> None:
+    """Record, before an external call, that its effect may happen: a lost lease from here on ends the
+    job in `unknown` instead of a retry. `Fenced` if the lease is lost (then the call must not be made)."""
+    result = conn.execute(
+        update(jobs).where(_fence(job_id, epoch, now)).values(external_epoch=epoch, updated_at=now)
+    )
+    if result.rowcount != 1:
+        raise Fenced(job_id, epoch)
+    conn.execute(update(attempts).where(attempts.c.id == attempt_id).values(external_started_at=now))
+
+
+def save_checkpoint(conn: Connection, job_id: str, epoch: int, data: dict[str, Any], now: float) -> None:
+    """Store the latest safe progress; a later attempt resumes from it. `Fenced` if the lease is lost."""
+    result = conn.execute(
+        update(jobs)
+        .where(_fence(job_id, epoch, now))
+        .values(checkpoint=dumps(data), checkpoint_epoch=epoch, updated_at=now)
+    )
+    if result.rowcount != 1:
+        raise Fenced(job_id, epoch)
+
+
+def complete(
+    conn: Connection, job_id: str, epoch: int, attempt_id: str, output: dict[str, Any], now: float
+) -> State:
+    """Bind the result pointer and `succeeded` in one guarded UPDATE, unless a cancel request was committed
+    first, in which case the job ends `cancelled` and no result is published. `Fenced` if the lease is
+    lost: nothing is written and the attempt's output never becomes visible."""
+    cancelled = jobs.c.cancel_requested == true()
+    row = conn.execute(
+        update(jobs)
+        .where(_fence(job_id, epoch, now))
+        .values(
+            state=case((cancelled, State.CANCELLED.value), else_=State.SUCCEEDED.value),
+            result_attempt_id=case((cancelled, null()), else_=attempt_id),
+            error_code=case((cancelled, "cancelled"), else_=null()),
+            error_message=case((cancelled, "cancelled before the result was committed"), else_=null()),
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+            finished_at=now,
+        )
+        .returning(jobs.c.state)
+    ).first()
+    if row is None:
+        raise Fenced(job_id, epoch)
+    state = State(row[0])
+    assert state is decide_completion(cancel_requested=state is State.CANCELLED)
+    _end_attempt(conn, attempt_id, state.value, now, output=output)
+    return state
+
+
+@dataclass(frozen=True)
+class Backoff:
+    base: float
+    cap: float
+    rng: random.Random | None = None
+
+    def seconds(self, attempts: int) -> float:
+        return compute_backoff(attempts, base=self.base, cap=self.cap, rng=self.rng)
+
+
+def fail(
+    conn: Connection,
+    job_id: str,
+    epoch: int,
+    attempt_id: str,
+    *,
+    code: str,
+    message: str,
+    permanent: bool,
+    now: float,
+    backoff: Backoff,
+) -> Decision:
+    """End an attempt that raised: `failed` (permanent), `queued` after a backoff with a new outbox row
+    (transient), `dead` (budget or deadline spent) or `cancelled` (a cancel was waiting). `Fenced` if the
+    lease is lost."""
+    query = select(jobs).where(_fence(job_id, epoch, now))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = conn.execute(query).mappings().first()
+    if row is None:
+        raise Fenced(job_id, epoch)
+    job = Job.from_row(row)
+    decision = decide_failure(
+        permanent=permanent,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        cancel_requested=job.cancel_requested,
+        deadline_passed=False,
+        backoff=backoff.seconds(job.attempts),
+        code=code,
+        message=message,
+    )
+    if not apply_decision(conn, job, decision, now, guard=_fence(job_id, epoch, now)):
+        raise Fenced(job_id, epoch)
+    outcome = "retry" if decision.state is State.QUEUED else decision.state.value
+    _end_attempt(conn, attempt_id, outcome, now, code=code, message=message)
+    return decision
+
+
+def apply_decision(
+    conn: Connection, job: Job, decision: Decision, now: float, *, guard: ColumnElement[bool]
+) -> bool:
+    """Move `job` as `decision` says, under `guard`; a retry gets an outbox row that comes due after the
+    backoff. Returns False (and writes nothing) when the guard no longer holds."""
+    values: dict[str, Any] = {
+        "state": decision.state.value,
+        "error_code": decision.error_code,
+        "error_message": decision.error_message,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "updated_at": now,
+    }
+    if decision.state is State.QUEUED:
+        values["available_at"] = now + (decision.retry_in or 0.0)
+    else:
+        values["finished_at"] = now
+    if conn.execute(update(jobs).where(guard).values(**values)).rowcount != 1:
+        return False
+    if decision.state is State.QUEUED:
+        outbox.add(conn, job.id, available_at=values["available_at"], now=now)
+    return True
+
+
+def release(conn: Connection, job_id: str, epoch: int, attempt_id: str, now: float) -> None:
+    """Give a job back unfinished on a clean shutdown: `queued`, available now, its attempt not counted.
+    Refused (`Fenced`) once an external effect has started: such a job must be finished, not repeated."""
+    guard = and_(
+        _fence(job_id, epoch, now),
+        or_(jobs.c.external_epoch.is_(None), jobs.c.external_epoch != epoch),
+    )
+    result = conn.execute(
+        update(jobs)
+        .where(guard)
+        .values(
+            state=State.QUEUED.value,
+            attempts=jobs.c.attempts - 1,
+            available_at=now,
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=now,
+        )
+    )
+    if result.rowcount != 1:
+        raise Fenced(job_id, epoch)
+    outbox.add(conn, job_id, available_at=now, now=now)
+    _end_attempt(conn, attempt_id, "released", now)
+
+
+def _end_attempt(
+    conn: Connection,
+    attempt_id: str,
+    outcome: str,
+    now: float,
+    *,
+    output: dict[str, Any] | None = None,
+    code: str | None = None,
+    message: str | None = None,
+) -> None:
+    conn.execute(
+        update(attempts)
+        .where(attempts.c.id == attempt_id)
+        .values(
+            outcome=outcome,
+            ended_at=now,
+            output=None if output is None else dumps(output),
+            error_code=code,
+            error_message=message,
+        )
+    )
+
+
+class CancelOutcome(StrEnum):
+    CANCELLED = "cancelled"  # it was queued: cancelled at once
+    REQUESTED = "requested"  # it is running: the worker will see the request
+    UNCHANGED = "unchanged"  # it had already finished: the outcome stands
+
+
+def request_cancel(conn: Connection, job_id: str, now: float, *, tenant: str | None = None) -> CancelOutcome:
+    """Cancel a queued job at once, flag a running one, leave a finished one as it is.
+    `JobNotFound` for an unknown id or another tenant's job."""
+    owned = jobs.c.id == job_id if tenant is None else and_(jobs.c.id == job_id, jobs.c.tenant == tenant)
+    queued = conn.execute(
+        update(jobs)
+        .where(owned, jobs.c.state == State.QUEUED.value)
+        .values(
+            state=State.CANCELLED.value,
+            cancel_requested=True,
+            error_code="cancelled",
+            error_message="cancelled before it started",
+            updated_at=now,
+            finished_at=now,
+        )
+    )
+    if queued.rowcount == 1:
+        outbox.drop_pending(conn, job_id)
+        return CancelOutcome.CANCELLED
+    running = conn.execute(
+        update(jobs)
+        .where(owned, jobs.c.state == State.RUNNING.value)
+        .values(cancel_requested=True, updated_at=now)
+    )
+    if running.rowcount == 1:
+        return CancelOutcome.REQUESTED
+    if conn.execute(select(jobs.c.id).where(owned)).first() is None:
+        raise JobNotFound(job_id)
+    return CancelOutcome.UNCHANGED
+
+
+def requeue(conn: Connection, job_id: str, now: float) -> Job:
+    """Operator: put a `dead` or `unknown` job back in the queue with a fresh attempt budget."""
+    result = conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state.in_([s.value for s in OPERATOR_REQUEUEABLE]))
+        .values(
+            state=State.QUEUED.value,
+            attempts=0,
+            available_at=now,
+            cancel_requested=False,
+            external_epoch=None,
+            error_code=None,
+            error_message=None,
+            lease_owner=None,
+            lease_expires_at=None,
+            finished_at=None,
+            updated_at=now,
+        )
+    )
+    if result.rowcount != 1:
+        raise _not_in(conn, job_id, "requeue")
+    outbox.add(conn, job_id, available_at=now, now=now)
+    job = get_job(conn, job_id)
+    assert job is not None
+    return job
+
+
+def resolve(conn: Connection, job_id: str, outcome: State, note: str, now: float) -> Job:
+    """Operator: settle an `unknown` job as `succeeded` or `failed`, with a note saying how it was decided."""
+    if outcome not in RESOLVABLE_TO:
+        raise ValueError(f"resolve to succeeded or failed, not {outcome}")
+    result = conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == State.UNKNOWN.value)
+        .values(
+            state=outcome.value,
+            error_code=None if outcome is State.SUCCEEDED else "resolved_failed",
+            error_message=f"resolved by operator: {note}",
+            updated_at=now,
+            finished_at=now,
+        )
+    )
+    if result.rowcount != 1:
+        raise _not_in(conn, job_id, "resolve")
+    job = get_job(conn, job_id)
+    assert job is not None
+    return job
+
+
+def _not_in(conn: Connection, job_id: str, action: str) -> Exception:
+    job = get_job(conn, job_id)
+    if job is None:
+        return JobNotFound(job_id)
+    return InvalidTransition(job_id, job.state.value, action)
+
+
+def get_job(conn: Connection, job_id: str, *, tenant: str | None = None) -> Job | None:
+    """The job, or None when it does not exist or belongs to another tenant."""
+    query = select(jobs).where(jobs.c.id == job_id)
+    if tenant is not None:
+        query = query.where(jobs.c.tenant == tenant)
+    row = conn.execute(query).mappings().first()
+    return Job.from_row(row) if row else None

@@ -1,0 +1,107 @@
+"""The outbox: rows that say "job X needs attention", published by a relay under a fenced row lease.
+
+A relay leases a batch with a fresh token; only the holder of that token may mark its rows published, so a
+relay that stalled past its lease cannot mark rows another relay has taken over."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
+
+from jobstore.schema import outbox
+
+
+def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> None:
+    """Queue a delivery of `job_id` that comes due at `available_at`."""
+    conn.execute(
+        insert(outbox).values(job_id=job_id, created_at=now, available_at=available_at, publish_attempts=0)
+    )
+
+
+def drop_pending(conn: Connection, job_id: str) -> None:
+    """Forget unpublished deliveries of a job that no longer needs one (claimed directly, or cancelled)."""
+    conn.execute(delete(outbox).where(outbox.c.job_id == job_id, outbox.c.published_at.is_(None)))
+
+
+@dataclass(frozen=True)
+class Lease:
+    token: str
+    rows: tuple[tuple[int, str], ...]  # (outbox id, job id)
+
+
+def lease_batch(conn: Connection, *, now: float, limit: int, lease_seconds: float) -> Lease:
+    """Lease up to `limit` due, unpublished rows that no live lease holds, oldest first."""
+    due = and_(
+        outbox.c.published_at.is_(None),
+        outbox.c.available_at <= now,
+        or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= now),
+    )
+    candidates = select(outbox.c.id).where(due).order_by(outbox.c.id).limit(limit)
+    if conn.dialect.name == "postgresql":
+        candidates = candidates.with_for_update(skip_locked=True)
+    ids = list(conn.execute(candidates).scalars())
+    token = str(uuid.uuid4())
+    if not ids:
+        return Lease(token, ())
+    rows = conn.execute(
+        update(outbox)
+        .where(outbox.c.id.in_(ids), due)
+        .values(
+            lease_token=token,
+            lease_expires_at=now + lease_seconds,
+            publish_attempts=outbox.c.publish_attempts + 1,
+        )
+        .returning(outbox.c.id, outbox.c.job_id)
+    ).all()
+    return Lease(token, tuple(sorted((int(r[0]), str(r[1])) for r in rows)))
+
+
+def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float) -> int:
+    """Mark confirmed rows published; only rows still leased under `token` change. Returns how many did."""
+    if not ids:
+        return 0
+    result = conn.execute(
+        update(outbox)
+        .where(outbox.c.id.in_(list(ids)), outbox.c.lease_token == token, outbox.c.published_at.is_(None))
+        .values(published_at=now, lease_token=None, lease_expires_at=None)
+    )
+    return int(result.rowcount)
+
+
+def release(conn: Connection, token: str, ids: Sequence[int], *, retry_at: float) -> int:
+    """Give back rows that were nacked, returned or never confirmed, so they are published again later."""
+    if not ids:
+        return 0
+    result = conn.execute(
+        update(outbox)
+        .where(outbox.c.id.in_(list(ids)), outbox.c.lease_token == token, outbox.c.published_at.is_(None))
+        .values(lease_token=None, lease_expires_at=None, available_at=retry_at)
+    )
+    return int(result.rowcount)
+
+
+def prune_published(conn: Connection, *, older_than: float, limit: int = 5000) -> int:
+    """Delete rows published before `older_than`, at most `limit` at a time."""
+    ids = select(outbox.c.id).where(outbox.c.published_at < older_than).limit(limit)
+    result = conn.execute(delete(outbox).where(outbox.c.id.in_(ids)))
+    return int(result.rowcount)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    pending: int
+    oldest_age_seconds: float
+
+
+def backlog(conn: Connection, now: float) -> Backlog:
+    """Unpublished rows that are due, and how long the oldest of them has waited."""
+    row = conn.execute(
+        select(func.count(), func.min(outbox.c.available_at)).where(
+            outbox.c.published_at.is_(None), outbox.c.available_at <= now
+        )
+    ).one()
+    oldest = float(row[1]) if row[1] is not None else now
+    return Backlog(pending=int(row[0]), oldest_age_seconds=max(0.0, now - oldest))

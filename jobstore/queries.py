@@ -1,0 +1,99 @@
+"""Reads: listings, results, counts. No writes here."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, and_, func, or_, select
+
+from jobstore.records import Attempt, Job
+from jobstore.schema import attempts, jobs
+from jobstore.states import State
+
+
+class BadCursor(ValueError):
+    pass
+
+
+def encode_cursor(job: Job) -> str:
+    return base64.urlsafe_b64encode(f"{job.created_at!r}|{job.id}".encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, _, job_id = raw.partition("|")
+        if not job_id:
+            raise ValueError("no id")
+        return float(created), job_id
+    except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
+        raise BadCursor(f"invalid cursor: {cursor!r}") from exc
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Job]
+    next_cursor: str | None
+
+
+def list_jobs(
+    conn: Connection,
+    *,
+    tenant: str | None,
+    state: State | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+) -> Page:
+    """A tenant's jobs (all tenants when `tenant` is None), newest first, `limit` at a time."""
+    query = select(jobs).order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit + 1)
+    if tenant is not None:
+        query = query.where(jobs.c.tenant == tenant)
+    if state is not None:
+        query = query.where(jobs.c.state == state.value)
+    if cursor:
+        created, job_id = decode_cursor(cursor)
+        query = query.where(
+            or_(jobs.c.created_at < created, and_(jobs.c.created_at == created, jobs.c.id < job_id))
+        )
+    found = [Job.from_row(r) for r in conn.execute(query).mappings()]
+    items = found[:limit]
+    return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
+
+
+def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
+    rows = conn.execute(select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.epoch))
+    return [Attempt.from_row(r) for r in rows.mappings()]
+
+
+def committed_result(conn: Connection, job_id: str, *, tenant: str | None = None) -> Attempt | None:
+    """The attempt the job's result pointer names, only once the job has succeeded."""
+    query = (
+        select(attempts)
+        .join(jobs, jobs.c.result_attempt_id == attempts.c.id)
+        .where(jobs.c.id == job_id, jobs.c.state == State.SUCCEEDED.value)
+    )
+    if tenant is not None:
+        query = query.where(jobs.c.tenant == tenant)
+    row = conn.execute(query).mappings().first()
+    return Attempt.from_row(row) if row else None
+
+
+def counts_by_state(conn: Connection, *, tenant: str | None = None) -> dict[str, int]:
+    query = select(jobs.c.state, func.count()).group_by(jobs.c.state)
+    if tenant is not None:
+        query = query.where(jobs.c.tenant == tenant)
+    counts = {s.value: 0 for s in State}
+    counts.update({str(state): int(n) for state, n in conn.execute(query).all()})
+    return counts
+
+
+def finished_since(conn: Connection, since: float, bucket_seconds: float) -> Sequence[tuple[float, int]]:
+    """Jobs finished per time bucket since `since` (for throughput charts)."""
+    bucket = func.floor((jobs.c.finished_at - since) / bucket_seconds)
+    rows = conn.execute(
+        select(bucket, func.count()).where(jobs.c.finished_at >= since).group_by(bucket).order_by(bucket)
+    ).all()
+    return [(since + float(b) * bucket_seconds, int(n)) for b, n in rows]

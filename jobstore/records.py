@@ -1,0 +1,96 @@
+"""Typed, immutable views of rows, as the store hands them out."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import RowMapping
+
+from jobstore.states import State
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    tenant: str
+    owner: str
+    operation_key: str
+    fingerprint: str
+    kind: str
+    payload: dict[str, Any]
+    state: State
+    epoch: int
+    attempts: int
+    max_attempts: int
+    lease_owner: str | None
+    lease_expires_at: float | None
+    available_at: float
+    deadline_at: float | None
+    cancel_requested: bool
+    external_epoch: int | None
+    checkpoint: dict[str, Any] | None
+    checkpoint_epoch: int | None
+    result_attempt_id: str | None
+    error_code: str | None
+    error_message: str | None
+    created_at: float
+    updated_at: float
+    started_at: float | None
+    finished_at: float | None
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> Job:
+        values = dict(row)
+        values["payload"] = json.loads(values["payload"])
+        values["checkpoint"] = json.loads(values["checkpoint"]) if values["checkpoint"] else None
+        values["state"] = State(values["state"])
+        values["cancel_requested"] = bool(values["cancel_requested"])
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    id: str
+    job_id: str
+    epoch: int
+    worker: str
+    started_at: float
+    ended_at: float | None
+    outcome: str
+    external_started_at: float | None
+    output: dict[str, Any] | None
+    error_code: str | None
+    error_message: str | None
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> Attempt:
+        values = dict(row)
+        values["output"] = json.loads(values["output"]) if values["output"] else None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a worker holds after a successful claim: the fence it must present on every write."""
+
+    job_id: str
+    attempt_id: str
+    epoch: int
+    attempts: int
+    worker: str
+    kind: str
+    payload: dict[str, Any]
+    tenant: str
+    owner: str
+    operation_key: str
+    deadline_at: float | None
+    lease_expires_at: float
+    checkpoint: dict[str, Any] | None
+    created_at: float
+
+
+def dumps(value: Any) -> str:
+    """Canonical JSON: the same value always gives the same text."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -1,0 +1,99 @@
+"""The tables: jobs, attempts and outbox. Portable SQLAlchemy Core; times are float epoch seconds."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("tenant", String(255), nullable=False),
+    Column("owner", String(255), nullable=False),
+    Column("operation_key", String(255), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("state", String(16), nullable=False),
+    # Grows on every claim; every worker write is fenced by it.
+    Column("epoch", Integer, nullable=False, default=0),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("max_attempts", Integer, nullable=False),
+    Column("lease_owner", String(255)),
+    Column("lease_expires_at", Float),
+    Column("available_at", Float, nullable=False),
+    Column("deadline_at", Float),
+    Column("cancel_requested", Boolean, nullable=False, default=False),
+    # The epoch whose attempt announced an external effect; a lost lease after it means `unknown`.
+    Column("external_epoch", Integer),
+    Column("checkpoint", Text),
+    Column("checkpoint_epoch", Integer),
+    # The result pointer: the attempt whose output is the committed result.
+    Column("result_attempt_id", String(36)),
+    Column("error_code", String(64)),
+    Column("error_message", Text),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    UniqueConstraint("tenant", "operation_key", name="uq_jobs_tenant_operation_key"),
+    Index("ix_jobs_state_available_at", "state", "available_at"),
+    Index("ix_jobs_tenant_created_at", "tenant", "created_at", "id"),
+    Index("ix_jobs_state_lease_expires_at", "state", "lease_expires_at"),
+)
+
+attempts = Table(
+    "attempts",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("worker", String(255), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float),
+    # running | succeeded | failed | retry | dead | cancelled | unknown | lost | released
+    Column("outcome", String(16), nullable=False),
+    Column("external_started_at", Float),
+    Column("output", Text),
+    Column("error_code", String(64)),
+    Column("error_message", Text),
+    UniqueConstraint("job_id", "epoch", name="uq_attempts_job_id_epoch"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("available_at", Float, nullable=False),
+    Column("published_at", Float),
+    # A relay leases a batch of rows; only the holder of the current token may mark them published.
+    Column("lease_token", String(36)),
+    Column("lease_expires_at", Float),
+    Column("publish_attempts", Integer, nullable=False, default=0),
+    Index("ix_outbox_published_at_available_at", "published_at", "available_at"),
+    Index("ix_outbox_job_id", "job_id"),
+    sqlite_autoincrement=True,
+)

@@ -1,0 +1,63 @@
+"""The sweeper: settles running jobs whose lease ran out or whose deadline passed, and queued jobs whose
+deadline passed. Each job is moved by its own guarded UPDATE, so a worker that renewed in between wins."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from sqlalchemy import Connection, and_, or_, select, update
+
+from jobstore.decisions import Decision, decide_expired_lease
+from jobstore.jobs import Backoff, apply_decision
+from jobstore.records import Job
+from jobstore.schema import attempts, jobs
+from jobstore.states import State
+
+
+def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int = 500) -> Counter[str]:
+    """Settle up to `limit` overdue jobs; returns how many went to each state."""
+    settled: Counter[str] = Counter()
+    overdue_running = and_(
+        jobs.c.state == State.RUNNING.value,
+        or_(jobs.c.lease_expires_at <= now, jobs.c.deadline_at <= now),
+    )
+    overdue_queued = and_(jobs.c.state == State.QUEUED.value, jobs.c.deadline_at <= now)
+    rows = conn.execute(select(jobs).where(or_(overdue_running, overdue_queued)).limit(limit)).mappings()
+    for job in [Job.from_row(r) for r in rows]:
+        decision = _decide(job, now, backoff)
+        guard = and_(
+            jobs.c.id == job.id,
+            jobs.c.epoch == job.epoch,
+            jobs.c.state == job.state.value,
+            overdue_running if job.state is State.RUNNING else overdue_queued,
+        )
+        if apply_decision(conn, job, decision, now, guard=guard):
+            _close_attempt(conn, job, decision, now)
+            settled[decision.state.value] += 1
+    return settled
+
+
+def _decide(job: Job, now: float, backoff: Backoff) -> Decision:
+    deadline_passed = job.deadline_at is not None and job.deadline_at <= now
+    if job.state is State.QUEUED:
+        return Decision(State.DEAD, "deadline_exceeded", "the deadline passed before the job could start")
+    return decide_expired_lease(
+        external_started=job.external_epoch == job.epoch,
+        attempts=job.attempts,
+        max_attempts=job.max_attempts,
+        cancel_requested=job.cancel_requested,
+        deadline_passed=deadline_passed,
+        backoff=backoff.seconds(job.attempts),
+    )
+
+
+def _close_attempt(conn: Connection, job: Job, decision: Decision, now: float) -> None:
+    if job.state is not State.RUNNING:
+        return
+    conn.execute(
+        update(attempts)
+        .where(attempts.c.job_id == job.id, attempts.c.epoch == job.epoch, attempts.c.outcome == "running")
+        .values(
+            outcome="lost", ended_at=now, error_code=decision.error_code, error_message=decision.error_message
+        )
+    )

@@ -1,0 +1,1 @@
+"""The `outbox-bridge` command line."""

@@ -1,0 +1,237 @@
+"""`outbox-bridge`: run the processes, operate the store, print tokens."""
+
+from __future__ import annotations
+
+import logging
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from jobstore import clock, db, queries
+from jobstore import jobs as store
+from jobstore.errors import InvalidTransition, JobNotFound
+from jobstore.overview import overview
+from jobstore.settings import Settings, load
+from jobstore.states import State
+
+app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
+db_app = typer.Typer(help="Create and migrate the store.")
+jobs_app = typer.Typer(help="Inspect and operate on jobs.")
+app.add_typer(db_app, name="db")
+app.add_typer(jobs_app, name="jobs")
+out = Console()
+err = Console(stderr=True)
+
+
+def _settings() -> Settings:
+    return load()
+
+
+def _setup_logging(name: str) -> None:
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s"
+    )
+
+
+@app.command()
+def api(
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    workers: Annotated[int, typer.Option(min=1)] = 1,
+) -> None:
+    """Serve the HTTP API."""
+    from api.server import serve
+
+    _setup_logging("api")
+    serve(_settings(), host=host, port=port, workers=workers)
+
+
+@app.command()
+def relay() -> None:
+    """Publish outbox rows to RabbitMQ under publisher confirms; sweep expired leases; prune the outbox."""
+    from relay.main import run
+
+    _setup_logging("relay")
+    raise typer.Exit(run(_settings()))
+
+
+@app.command()
+def consumer(concurrency: Annotated[int, typer.Option(min=1)] = 4) -> None:
+    """Consume deliveries from RabbitMQ: claim, run, commit, then ack."""
+    from consumer.main import run
+
+    _setup_logging("consumer")
+    raise typer.Exit(run(_settings(), concurrency=concurrency))
+
+
+@app.command()
+def worker(concurrency: Annotated[int, typer.Option(min=1)] = 1) -> None:
+    """The SQLite-only baseline: poll the jobs table with BEGIN IMMEDIATE and run what it claims."""
+    from baseline.worker import run
+
+    _setup_logging("worker")
+    raise typer.Exit(run(_settings(), concurrency=concurrency))
+
+
+class Broker(StrEnum):
+    rabbitmq = "rabbitmq"
+    none = "none"
+
+
+@app.command()
+def demo(
+    broker: Broker = Broker.rabbitmq,
+    keep_running: bool = typer.Option(False, "--keep-running", help="Leave the stack up afterwards."),
+) -> None:
+    """Start a local stack and drive a realistic scenario through it."""
+    from outbox_bridge.demo import run
+
+    raise typer.Exit(run(_settings(), broker=broker.value, keep_running=keep_running))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench(ctx: typer.Context) -> None:
+    """Benchmark the broker path against the SQLite-only baseline (see `outbox-bridge bench --help`)."""
+    from bench.runner import main
+
+    raise typer.Exit(main(ctx.args))
+
+
+@app.command()
+def token(
+    tenant: Annotated[str, typer.Option()],
+    user: Annotated[str, typer.Option()],
+    operator: bool = typer.Option(False, "--operator", help="Grant the operator role (dashboard)."),
+) -> None:
+    """Print a bearer token for TENANT/USER."""
+    from api.auth import issue_token
+
+    print(issue_token(_settings().auth_secret, tenant=tenant, user=user, operator=operator))
+
+
+@db_app.command("init")
+def db_init() -> None:
+    """Create the database file, its tables and the results directory."""
+    settings = _settings()
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    out.print(f"store ready: {settings.database_url}")
+
+
+def _engine() -> tuple[Settings, object]:
+    settings = _settings()
+    return settings, db.make_engine(settings)
+
+
+@app.command()
+def status() -> None:
+    """The dashboard's figures in the terminal."""
+    _, engine = _engine()
+    view = db.read(engine, overview, clock.now())  # type: ignore[arg-type]
+    table = Table(title="jobs by state")
+    table.add_column("state")
+    table.add_column("jobs", justify="right")
+    for state, count in view.counts.items():
+        table.add_row(state, str(count))
+    out.print(table)
+    out.print(
+        f"outbox: {view.backlog.pending} pending, oldest waiting {view.backlog.oldest_age_seconds:.1f}s"
+    )
+    out.print("finished per minute (last 10): " + " ".join(str(n) for _, n in view.throughput))
+    out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
+
+
+@jobs_app.command("list")
+def jobs_list(
+    state: State | None = None,
+    tenant: str | None = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+) -> None:
+    """List jobs, newest first."""
+    _, engine = _engine()
+    page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit)  # type: ignore[arg-type]
+    table = Table()
+    for column in ("id", "tenant", "kind", "state", "attempts", "epoch", "created", "error"):
+        table.add_column(column)
+    for job in page.items:
+        table.add_row(
+            job.id,
+            job.tenant,
+            job.kind,
+            job.state.value,
+            str(job.attempts),
+            str(job.epoch),
+            clock.isoformat(job.created_at),
+            job.error_code or "",
+        )
+    out.print(table)
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: str) -> None:
+    """Show one job and its attempts."""
+    _, engine = _engine()
+    job = db.read(engine, store.get_job, job_id)  # type: ignore[arg-type]
+    if job is None:
+        err.print(f"no job {job_id}")
+        raise typer.Exit(1)
+    for name in ("id", "tenant", "owner", "kind", "state", "epoch", "attempts", "cancel_requested"):
+        out.print(f"{name:>17}: {getattr(job, name)}")
+    out.print(f"{'error':>17}: {job.error_code or '-'} {job.error_message or ''}")
+    out.print(f"{'result attempt':>17}: {job.result_attempt_id or '-'}")
+    table = Table(title="attempts")
+    for column in ("epoch", "attempt", "worker", "outcome", "started", "ended", "external", "error"):
+        table.add_column(column)
+    for a in db.read(engine, queries.attempts_of, job_id):  # type: ignore[arg-type]
+        table.add_row(
+            str(a.epoch),
+            a.id,
+            a.worker,
+            a.outcome,
+            clock.isoformat(a.started_at),
+            clock.isoformat(a.ended_at) or "",
+            "yes" if a.external_started_at else "",
+            a.error_code or "",
+        )
+    out.print(table)
+
+
+def _operate(action: str, fn: object, *args: object) -> None:
+    _, engine = _engine()
+    try:
+        job = db.transact(engine, fn, *args)  # type: ignore[arg-type]
+    except JobNotFound as exc:
+        err.print(str(exc))
+        raise typer.Exit(1) from exc
+    except InvalidTransition as exc:
+        err.print(str(exc))
+        raise typer.Exit(1) from exc
+    out.print(f"{action}: job {job.id} is now {job.state.value}")
+
+
+@jobs_app.command("requeue")
+def jobs_requeue(job_id: str) -> None:
+    """Put a dead or unknown job back in the queue with a fresh attempt budget."""
+    _operate("requeued", store.requeue, job_id, clock.now())
+
+
+class Resolution(StrEnum):
+    succeeded = "succeeded"
+    failed = "failed"
+
+
+@jobs_app.command("resolve")
+def jobs_resolve(
+    job_id: str,
+    outcome: Annotated[Resolution, typer.Option(help="What really happened.")],
+    note: Annotated[str, typer.Option(help="How you know.")] = "checked by operator",
+) -> None:
+    """Settle an unknown job as succeeded or failed."""
+    _operate("resolved", store.resolve, job_id, State(outcome.value), note, clock.now())
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,104 @@
+"""Shared fixtures: a fresh store per test, a movable clock, and a real RabbitMQ."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from sqlalchemy import Engine
+
+from jobstore import clock as clock_module
+from jobstore import db
+from jobstore.clock import FakeClock
+from jobstore.settings import Settings
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+RABBITMQ_IMAGE = "rabbitmq:3.13-management"
+
+
+def make_settings(tmp: Path, **overrides: object) -> Settings:
+    """Settings for one test: its own SQLite file, results directory and broker names."""
+    suffix = uuid.uuid4().hex[:8]
+    values: dict[str, object] = {
+        "database_url": f"sqlite:///{tmp / 'jobs.db'}",
+        "results_dir": tmp / "results",
+        "notify_log": tmp / "notify-provider.jsonl",
+        "execution_log": tmp / "executions.jsonl",
+        "auth_secret": "test-secret-that-is-long-enough-for-hs256",
+        "allowed_kinds": ("export", "document", "notify", "noop", "sleep", "flaky"),
+        "exchange": f"jobs-{suffix}",
+        "queue": f"jobs-{suffix}",
+        "dead_letter_exchange": f"jobs.dead-{suffix}",
+        "dead_letter_queue": f"jobs.dead-{suffix}",
+        "backoff_base_seconds": 0.05,
+        "backoff_max_seconds": 0.5,
+    }
+    values.update(overrides)
+    return Settings(**values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+def engine(settings: Settings) -> Iterator[Engine]:
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def clock() -> Iterator[FakeClock]:
+    with clock_module.use(FakeClock()) as fake:
+        assert isinstance(fake, FakeClock)
+        yield fake
+
+
+def _answers(url: str) -> bool:
+    parsed = urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "localhost", parsed.port or 5672), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-untyped]
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> Iterator[str]:
+    """A real broker: RABBITMQ_URL if set; else a testcontainers RabbitMQ when Docker answers; else fail
+    in CI and skip locally, saying why."""
+    url = os.environ.get("RABBITMQ_URL")
+    if url:
+        if not _answers(url):
+            pytest.fail(f"RABBITMQ_URL={url} does not answer")
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.rabbitmq import RabbitMqContainer  # type: ignore[import-untyped]
+
+        with RabbitMqContainer(RABBITMQ_IMAGE) as container:
+            params = container.get_connection_params()
+            yield f"amqp://guest:guest@{params.host}:{params.port}/%2F"
+        return
+    reason = "no broker: set RABBITMQ_URL or start a Docker engine for testcontainers"
+    if IN_CI:
+        pytest.fail(reason)
+    pytest.skip(reason)
