@@ -1,0 +1,3 @@
+from outbox_bridge.cli import main
+
+main()
