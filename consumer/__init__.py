@@ -1,0 +1,1 @@
+"""The consumer: RabbitMQ delivery -> claim -> run -> commit -> ack."""

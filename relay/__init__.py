@@ -1,0 +1,1 @@
+"""The outbox relay: outbox rows -> RabbitMQ under publisher confirms; the lease sweeper."""
