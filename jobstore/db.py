@@ -21,7 +21,6 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from jobstore.schema import metadata
 from jobstore.settings import Settings
 
 P = ParamSpec("P")
@@ -101,12 +100,15 @@ def sqlite_path(settings: Settings) -> Path | None:
 
 
 def init_schema(settings: Settings, engine: Engine) -> None:
-    """Create the database directory (SQLite), the results directory and the tables, idempotently."""
+    """Create the database directory (SQLite) and the results directory, and migrate the schema to the
+    current revision; idempotent."""
     path = sqlite_path(settings)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
     settings.results_dir.mkdir(parents=True, exist_ok=True)
-    metadata.create_all(engine)
+    from jobstore.migrate import upgrade
+
+    upgrade(engine)
 
 
 def _is_retryable(exc: DBAPIError) -> bool:

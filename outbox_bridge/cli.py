@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from jobstore import clock, db, queries
+from jobstore import clock, db, migrate, queries
 from jobstore import jobs as store
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import overview
@@ -114,11 +114,27 @@ def token(
 
 @db_app.command("init")
 def db_init() -> None:
-    """Create the database file, its tables and the results directory."""
+    """Create the database (file and directory for SQLite), the results directory, and migrate the schema."""
     settings = _settings()
     engine = db.make_engine(settings)
     db.init_schema(settings, engine)
-    out.print(f"store ready: {settings.database_url}")
+    out.print(f"store ready at schema {migrate.current_revision(engine)}: {_redacted(settings.database_url)}")
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = "head") -> None:
+    """Apply schema migrations up to REVISION (default: the latest)."""
+    settings = _settings()
+    engine = db.make_engine(settings)
+    before = migrate.current_revision(engine)
+    migrate.upgrade(engine, revision)
+    out.print(f"schema {before or 'empty'} -> {migrate.current_revision(engine)}")
+
+
+def _redacted(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _engine() -> tuple[Settings, object]:

@@ -1,0 +1,48 @@
+"""Schema migrations (Alembic) for SQLite and PostgreSQL, run on the store's own engine."""
+
+from __future__ import annotations
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine
+
+
+class SchemaNotCurrent(RuntimeError):
+    """The database is not migrated to the code's schema: run `outbox-bridge db upgrade`."""
+
+
+def _config() -> Config:
+    config = Config()
+    config.set_main_option("script_location", "jobstore:migrations")
+    return config
+
+
+def head_revision() -> str:
+    head = ScriptDirectory.from_config(_config()).get_current_head()
+    assert head is not None
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply migrations up to `revision` in one transaction."""
+    config = _config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+
+
+def check_current(engine: Engine) -> None:
+    """Raise `SchemaNotCurrent` unless the database is at the code's head revision."""
+    current, head = current_revision(engine), head_revision()
+    if current != head:
+        raise SchemaNotCurrent(
+            f"database schema is at {current or 'nothing (not initialised)'}, the code needs {head}: "
+            "run `outbox-bridge db upgrade`"
+        )
