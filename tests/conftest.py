@@ -42,9 +42,66 @@ def make_settings(tmp: Path, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+DATABASES = [d.strip() for d in os.environ.get("TEST_DATABASES", "sqlite").split(",") if d.strip()]
+POSTGRES_ADMIN_URL = os.environ.get(
+    "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session (dropped afterwards); fails in CI when the server
+    does not answer, skips locally."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = f"outbox_bridge_test_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as exc:
+        admin.dispose()
+        reason = f"PostgreSQL at {POSTGRES_ADMIN_URL} does not answer: {exc}"
+        if IN_CI:
+            pytest.fail(reason)
+        pytest.skip(reason)
+    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store for one test: a SQLite file of its own, or a PostgreSQL schema of its own."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    from sqlalchemy import create_engine, text
+
+    base = request.getfixturevalue("postgres_database")
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    setup = create_engine(base, isolation_level="AUTOCOMMIT")
+    with setup.connect() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    setup.dispose()
+    return f"{base}?options=-csearch_path%3D{schema}"
+
+
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
-    return make_settings(tmp_path)
+def settings_factory(tmp_path: Path, database_url: str) -> object:
+    """`settings_factory(**overrides)`: settings for this test on its parametrized database."""
+
+    def factory(**overrides: object) -> Settings:
+        overrides.setdefault("database_url", database_url)
+        return make_settings(tmp_path, **overrides)
+
+    return factory
+
+
+@pytest.fixture
+def settings(settings_factory: object) -> Settings:
+    return settings_factory()  # type: ignore[operator]
 
 
 @pytest.fixture
