@@ -43,6 +43,7 @@ class StoreStats:
 
     write_transactions: int = 0
     read_transactions: int = 0
+    statements: int = 0
     retries: int = 0
     slow_lock_waits: int = 0
     lock_wait_seconds: float = 0.0
@@ -61,6 +62,40 @@ class StoreStats:
 stats = StoreStats()
 
 
+def start_stats_writer(directory: Path, name: str, interval: float = 1.0) -> None:
+    """Every `interval` seconds and at exit, write this process's store counters and CPU time to
+    `<directory>/<name>-<pid>.json` (the benchmark reads them)."""
+    import atexit
+    import json
+    import os
+    import resource
+
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}-{os.getpid()}.json"
+
+    def write() -> None:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        data = {
+            **stats.snapshot(),
+            "cpu_user": usage.ru_utime,
+            "cpu_system": usage.ru_stime,
+            "pid": os.getpid(),
+            "name": name,
+            "at": time.time(),
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
+
+    def loop() -> None:
+        while True:
+            time.sleep(interval)
+            write()
+
+    atexit.register(write)
+    threading.Thread(target=loop, name="stats-writer", daemon=True).start()
+
+
 def make_engine(settings: Settings, **kwargs: Any) -> Engine:
     """An engine for `settings.database_url`; nothing is created on disk."""
     url = make_url(settings.database_url)
@@ -68,10 +103,16 @@ def make_engine(settings: Settings, **kwargs: Any) -> Engine:
     if url.get_backend_name() == "sqlite":
         engine = create_engine(url, execution_options=options, **kwargs)
         _install_sqlite_hooks(engine, settings.sqlite_synchronous)
-        return engine
-    return create_engine(
-        url, pool_pre_ping=True, isolation_level="READ COMMITTED", execution_options=options, **kwargs
-    )
+    else:
+        engine = create_engine(
+            url, pool_pre_ping=True, isolation_level="READ COMMITTED", execution_options=options, **kwargs
+        )
+    event.listen(engine, "before_cursor_execute", _count_statement)
+    return engine
+
+
+def _count_statement(*_args: Any) -> None:
+    stats.add(statements=1)
 
 
 def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:

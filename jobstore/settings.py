@@ -52,6 +52,8 @@ class Settings(BaseSettings):
     # Where the notify kind's local stub provider records deliveries, and where executions are logged.
     notify_log: Path = Path("./data/notify-provider.jsonl")
     execution_log: Path | None = None
+    # When set, long-running processes write their store counters and CPU time here (for the benchmark).
+    stats_dir: Path | None = None
 
     @field_validator("allowed_kinds", mode="before")
     @classmethod

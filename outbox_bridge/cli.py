@@ -34,6 +34,9 @@ def _setup_logging(name: str) -> None:
     logging.basicConfig(
         level=logging.INFO, format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s"
     )
+    stats_dir = load().stats_dir
+    if stats_dir is not None:
+        db.start_stats_writer(stats_dir, name)
 
 
 @app.command()
