@@ -1,0 +1,182 @@
+"""The compose file and the image describe a stack the code can actually run: every command is a real
+`outbox-bridge` subcommand with real options, every environment variable is a real setting with a valid
+default, and the one-host SQLite layout (one shared volume) holds."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import typer.main
+import yaml
+from typer.core import TyperGroup
+
+from jobstore.settings import Settings
+from outbox_bridge.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_SERVICES = ("api", "relay", "consumer")
+REQUIRED_SETTINGS = (
+    "DATABASE_URL",
+    "RABBITMQ_URL",
+    "AUTH_SECRET",
+    "RESULTS_DIR",
+    "LEASE_SECONDS",
+    "MAX_ATTEMPTS",
+    "MAX_BODY_BYTES",
+)
+DEFAULTED = re.compile(r"^\$\{(?P<name>[A-Z_][A-Z0-9_]*):-(?P<default>[^}]*)\}$")
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+@pytest.fixture(scope="module")
+def dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text()
+
+
+def image_entrypoint(dockerfile: str) -> list[str]:
+    found = re.findall(r"^ENTRYPOINT\s+(\[.*\])\s*$", dockerfile, flags=re.MULTILINE)
+    assert len(found) == 1, "the Dockerfile needs exactly one exec-form ENTRYPOINT"
+    return list(yaml.safe_load(found[0]))
+
+
+def cli_invocations(service: dict[str, Any], entrypoint: list[str]) -> list[list[str]]:
+    """The `outbox-bridge` argument lists a service runs: its command after the image entrypoint, or each
+    `outbox-bridge ...` step of a `sh -c` command."""
+    command = service["command"]
+    if "entrypoint" not in service:
+        assert entrypoint == ["outbox-bridge"]
+        return [list(command)]
+    assert service["entrypoint"] == ["/bin/sh", "-c"], "only a plain `sh -c` entrypoint override is expected"
+    script = command[0] if isinstance(command, list) else command
+    steps = [shlex.split(step) for step in script.split("&&")]
+    invocations = []
+    for step in steps:
+        if step[0] == "exec":
+            step = step[1:]
+        assert step[0] == "outbox-bridge", f"a step that is not outbox-bridge: {step}"
+        invocations.append(step[1:])
+    return invocations
+
+
+def parse_cli(args: list[str]) -> Any:
+    """Resolve `args` against the real CLI and parse the leaf's options: an unknown subcommand fails the
+    assertion, an unknown option or an invalid value raises the CLI's usage error. Nothing is run."""
+    command: Any = typer.main.get_command(app)
+    path = ["outbox-bridge"]
+    rest = list(args)
+    while isinstance(command, TyperGroup):
+        assert rest, f"{' '.join(path)} needs a subcommand"
+        name = rest.pop(0)
+        sub = command.get_command(typer.Context(command), name)
+        assert sub is not None, f"`{' '.join(path)} {name}` is not a command"
+        command, path = sub, [*path, name]
+    command.make_context(" ".join(path), rest)
+    return command
+
+
+def test_parse_cli_rejects_unknown_subcommands_and_options() -> None:
+    with pytest.raises(AssertionError):
+        parse_cli(["no-such-command"])
+    with pytest.raises(Exception, match="No such option"):
+        parse_cli(["consumer", "--no-such-option", "1"])
+    with pytest.raises(typer.BadParameter):
+        parse_cli(["consumer", "--concurrency", "0"])
+
+
+def test_image_runs_outbox_bridge_as_a_non_root_user(dockerfile: str) -> None:
+    assert re.search(r"^FROM python:3\.11-slim", dockerfile, flags=re.MULTILINE)
+    assert image_entrypoint(dockerfile) == ["outbox-bridge"]
+    users = re.findall(r"^USER\s+(\S+)", dockerfile, flags=re.MULTILINE)
+    assert users and users[-1] not in {"root", "0"}
+    assert re.search(r"chown\b.*\s/var/lib/outbox-bridge\b", dockerfile), "the data directory must be owned"
+    assert re.search(r"^RUN pip install \.", dockerfile, flags=re.MULTILINE)
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_every_service_command_is_a_real_cli_invocation(
+    compose: dict[str, Any], dockerfile: str, name: str
+) -> None:
+    invocations = cli_invocations(compose["services"][name], image_entrypoint(dockerfile))
+    assert invocations
+    for args in invocations:
+        parse_cli(args)
+
+
+def test_services_run_the_documented_commands(compose: dict[str, Any], dockerfile: str) -> None:
+    entrypoint = image_entrypoint(dockerfile)
+    services = compose["services"]
+    assert cli_invocations(services["api"], entrypoint) == [
+        ["db", "init"],
+        ["api", "--host", "0.0.0.0", "--port", "8000"],
+    ]
+    assert cli_invocations(services["relay"], entrypoint) == [["relay"]]
+    assert cli_invocations(services["consumer"], entrypoint) == [["consumer", "--concurrency", "4"]]
+    assert services["consumer"]["deploy"]["replicas"] == 2
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_every_environment_variable_is_a_setting_with_a_valid_default(
+    compose: dict[str, Any], name: str
+) -> None:
+    environment = compose["services"][name]["environment"]
+    assert set(REQUIRED_SETTINGS) <= set(environment)
+    defaults = {}
+    for variable, value in environment.items():
+        assert variable.lower() in Settings.model_fields, f"{variable} is not a setting"
+        match = DEFAULTED.match(str(value))
+        assert match, f"{variable} must read ${{{variable}:-default}}, not {value!r}"
+        assert match["name"] == variable
+        defaults[variable.lower()] = match["default"]
+    Settings(**defaults)
+
+
+def test_rabbitmq_is_pinned_and_health_checked(compose: dict[str, Any]) -> None:
+    rabbitmq = compose["services"]["rabbitmq"]
+    assert rabbitmq["image"] == "rabbitmq:3.13-management"
+    assert rabbitmq["healthcheck"]["test"] == ["CMD", "rabbitmq-diagnostics", "-q", "ping"]
+
+
+def test_api_health_check_asks_readyz_on_the_served_port(compose: dict[str, Any]) -> None:
+    api = compose["services"]["api"]
+    probe = " ".join(api["healthcheck"]["test"])
+    assert "http://127.0.0.1:8000/readyz" in probe
+    assert "--port 8000" in api["command"][0]
+
+
+@pytest.mark.parametrize("name", APP_SERVICES)
+def test_services_start_only_after_their_dependencies_are_healthy(compose: dict[str, Any], name: str) -> None:
+    depends = compose["services"][name]["depends_on"]
+    assert depends["rabbitmq"] == {"condition": "service_healthy"}
+    if name != "api":
+        assert depends["api"] == {"condition": "service_healthy"}
+    for dependency in depends.values():
+        assert dependency["condition"] == "service_healthy"
+
+
+def test_one_named_volume_holds_the_store_and_results_for_every_process(compose: dict[str, Any]) -> None:
+    mounts = {tuple(compose["services"][name]["volumes"]) for name in APP_SERVICES}
+    assert len(mounts) == 1, "api, relay and consumers must share exactly the same volume"
+    (volumes,) = mounts
+    assert len(volumes) == 1
+    volume, _, target = volumes[0].partition(":")
+    assert volume in compose["volumes"]
+    environment = compose["services"]["api"]["environment"]
+    database = DEFAULTED.match(environment["DATABASE_URL"])
+    results = DEFAULTED.match(environment["RESULTS_DIR"])
+    assert database and database["default"] == f"sqlite:///{target}/jobs.db"
+    assert results and results["default"].startswith(f"{target}/")
+
+
+def test_compose_file_says_sqlite_means_one_host() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "one host" in text.lower()
+    assert "same machine" in text.lower()
