@@ -16,7 +16,8 @@ def compute_backoff(attempts: int, *, base: float, cap: float, rng: random.Rando
     over the upper half so delays still grow from one attempt to the next."""
     if attempts < 1 or base <= 0:
         return 0.0
-    ceiling = min(cap, base * (2 ** (attempts - 1)))
+    # The exponent is bounded so a large attempt count gives the cap, not an OverflowError.
+    ceiling = min(cap, base * 2.0 ** min(attempts - 1, 64))
     jitter = (rng or random).random()
     return ceiling * (0.5 + 0.5 * jitter)
 
