@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from handlers.base import Kind
+from handlers.document import DOCUMENT
+from handlers.export import EXPORT
+from handlers.notify import NOTIFY
 from handlers.simple import FLAKY, NOOP, SLEEP
 
-KINDS: dict[str, Kind] = {kind.name: kind for kind in (NOOP, SLEEP, FLAKY)}
+KINDS: dict[str, Kind] = {kind.name: kind for kind in (EXPORT, DOCUMENT, NOTIFY, NOOP, SLEEP, FLAKY)}

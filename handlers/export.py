@@ -1,0 +1,129 @@
+"""The `export` kind: a deterministic CSV written in chunks to an immutable per-attempt file.
+
+The file is `<RESULTS_DIR>/<job_id>/<attempt_id>.csv`. It is written under a temporary name in the same
+directory, fsynced, made read-only, renamed into place and the directory fsynced, so the final name only
+ever holds a complete file. Users reach it only through the committed result pointer (the attempt output
+the job's result pointer names), so the file of a killed or fenced attempt is never served. Cancellation
+and a lost lease are checked between chunks; either leaves no finished file and removes the partial one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from handlers.base import JobContext, Kind
+
+HEADER = "id,ordered_on,sku,region,quantity,unit_price\n"
+REGIONS = ("north", "east", "south", "west")
+ORDER_DATES = tuple((date(2024, 1, 1) + timedelta(days=d)).isoformat() for d in range(366))
+PARTIAL_SUFFIX = ".csv.partial"
+MEDIA_TYPE = "text/csv"
+
+
+class ExportPayload(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rows: int = Field(ge=0, le=1_000_000, strict=True)
+    chunk: int = Field(ge=1, le=100_000, strict=True)
+
+
+def csv_row(i: int) -> str:
+    """Row `i` of every export: a pure function of `i`, so the same payload always gives the same bytes."""
+    code = (i * 7919) % 100_000
+    day = ORDER_DATES[(i * 13) % 366]
+    return f"{i},{day},SKU-{code:05d},{REGIONS[i % 4]},{1 + (i * 37) % 50},{code / 100:.2f}\n"
+
+
+def csv_chunks(rows: int, chunk: int) -> Iterator[bytes]:
+    """The header, then the rows `chunk` at a time. The concatenation does not depend on `chunk`."""
+    yield HEADER.encode()
+    for start in range(1, rows + 1, chunk):
+        stop = min(start + chunk, rows + 1)
+        yield "".join(csv_row(i) for i in range(start, stop)).encode()
+
+
+@dataclass(frozen=True)
+class Written:
+    path: Path
+    bytes: int
+    sha256: str
+
+
+def write_immutable(final: Path, chunks: Iterable[bytes], between_chunks: Callable[[], None]) -> Written:
+    """Write `chunks` to `final` all or nothing, read-only once there. `between_chunks()` runs before each
+    chunk after the header; whatever it raises leaves no file at `final` and no partial file behind."""
+    partial = final.with_name(final.name.removesuffix(".csv") + PARTIAL_SUFFIX)
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with open(partial, "xb") as out:
+            for n, data in enumerate(chunks):
+                if n:
+                    between_chunks()
+                out.write(data)
+                digest.update(data)
+                size += len(data)
+            out.flush()
+            os.fchmod(out.fileno(), 0o444)
+            os.fsync(out.fileno())
+        os.replace(partial, final)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            partial.unlink()
+        raise
+    fsync_directory(final.parent)
+    return Written(final, size, digest.hexdigest())
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def job_directory(results_dir: Path, job_id: str) -> Path:
+    """The job's directory under `results_dir`, created durably on first use."""
+    job_dir = results_dir / job_id
+    if not job_dir.is_dir():
+        job_dir.mkdir(parents=True, exist_ok=True)
+        fsync_directory(results_dir)
+    return job_dir
+
+
+def remove_stale_partials(job_dir: Path) -> None:
+    """Remove the partial files that killed attempts of this job left behind. A new attempt exists only
+    once the older one's lease expired, so an older attempt still writing is fenced: it fails its rename,
+    and its output could never have been committed anyway."""
+    for stale in job_dir.glob(f"*{PARTIAL_SUFFIX}"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
+
+
+def run_export(ctx: JobContext, payload: ExportPayload) -> dict[str, Any]:
+    """Write this attempt's file and return its description; the runner commits it as the output."""
+    job_dir = job_directory(ctx.results_dir, ctx.job_id)
+    remove_stale_partials(job_dir)
+    final = job_dir / f"{ctx.attempt_id}.csv"
+    ctx.check_cancel()
+    written = write_immutable(final, csv_chunks(payload.rows, payload.chunk), ctx.check_cancel)
+    return {
+        "path": written.path.relative_to(ctx.results_dir).as_posix(),
+        "media_type": MEDIA_TYPE,
+        "rows": payload.rows,
+        "bytes": written.bytes,
+        "sha256": written.sha256,
+    }
+
+
+EXPORT = Kind("export", ExportPayload, run_export)
