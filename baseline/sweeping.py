@@ -1,0 +1,53 @@
+"""The baseline's own lease sweeper: there is no relay beside it, so each worker process settles expired
+leases and passed deadlines itself. Several processes may sweep at once; every move is a guarded UPDATE,
+so a job is settled once however many sweepers see it."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+
+from sqlalchemy import Engine
+
+from baseline.pacing import jittered
+from handlers.runner import backoff_of
+from jobstore import clock, db, sweeper
+from jobstore.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class SweepLoop:
+    """A thread that runs `sweeper.sweep_expired` about every `settings.sweep_interval_seconds`, jittered."""
+
+    def __init__(self, engine: Engine, settings: Settings, stopping: threading.Event) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._stopping = stopping
+        self._rng = random.Random()
+        self._thread = threading.Thread(target=self._loop, name="lease-sweeper", daemon=True)
+
+    def start(self) -> SweepLoop:
+        self._thread.start()
+        return self
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        while not self._stopping.wait(jittered(self._settings.sweep_interval_seconds, self._rng)):
+            self.sweep_once()
+
+    def sweep_once(self) -> None:
+        """One sweep; a busy or unreachable store postpones it to the next round instead of failing."""
+        backoff = backoff_of(self._settings)
+        try:
+            settled = db.transact(self._engine, sweeper.sweep_expired, clock.now(), backoff=backoff)
+        except db.StoreUnavailable as exc:
+            log.warning("lease sweep postponed: %s", exc)
+            return
+        if settled:
+            log.info(
+                "swept expired jobs: %s", ", ".join(f"{n} {state}" for state, n in sorted(settled.items()))
+            )
