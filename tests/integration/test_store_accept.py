@@ -1,0 +1,138 @@
+"""accept: the job row and its outbox row are written together, once per tenant and idempotency key."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, func, select, text
+from sqlalchemy.exc import IntegrityError
+
+from jobstore import db
+from jobstore import jobs as store
+from jobstore.clock import FakeClock
+from jobstore.errors import IdempotencyConflict
+from jobstore.schema import jobs, outbox
+from jobstore.states import State
+
+
+def accept(
+    engine: Engine,
+    clock: FakeClock,
+    *,
+    key: str = "key-1",
+    tenant: str = "acme",
+    kind: str = "noop",
+    payload: dict[str, Any] | None = None,
+    deadline_seconds: float | None = None,
+) -> store.Accepted:
+    return db.transact(
+        engine,
+        store.accept,
+        tenant=tenant,
+        owner="alice",
+        kind=kind,
+        payload={"n": 1} if payload is None else payload,
+        operation_key=key,
+        now=clock.now(),
+        max_attempts=3,
+        deadline_seconds=deadline_seconds,
+    )
+
+
+def count(engine: Engine, table: Any) -> int:
+    return db.read(
+        engine, lambda conn: int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+    )
+
+
+def test_a_new_job_is_queued_and_available_at_once(engine: Engine, clock: FakeClock) -> None:
+    accepted = accept(engine, clock)
+    job = accepted.job
+    assert accepted.created
+    assert (job.state, job.epoch, job.attempts, job.max_attempts) == (State.QUEUED, 0, 0, 3)
+    assert job.available_at == job.created_at == clock.now()
+    assert (job.tenant, job.owner, job.kind, job.payload) == ("acme", "alice", "noop", {"n": 1})
+    assert job.deadline_at is None and not job.cancel_requested and job.result_attempt_id is None
+
+
+def test_a_deadline_is_counted_from_acceptance(engine: Engine, clock: FakeClock) -> None:
+    assert accept(engine, clock, deadline_seconds=90).job.deadline_at == clock.now() + 90
+
+
+def test_the_job_row_and_its_outbox_row_are_written_together(engine: Engine, clock: FakeClock) -> None:
+    job = accept(engine, clock).job
+    rows = db.read(engine, lambda conn: conn.execute(select(outbox)).mappings().all())
+    assert [(r["job_id"], r["available_at"], r["published_at"]) for r in rows] == [
+        (job.id, clock.now(), None)
+    ]
+
+
+def test_no_job_row_survives_when_its_outbox_row_cannot_be_written(engine: Engine, clock: FakeClock) -> None:
+    refuse_outbox = text(
+        "CREATE TRIGGER refuse_outbox BEFORE INSERT ON outbox "
+        "BEGIN SELECT RAISE(ABORT, 'outbox refused'); END"
+    )
+    db.transact(engine, lambda conn: conn.execute(refuse_outbox))
+    with pytest.raises(IntegrityError, match="outbox refused"):
+        accept(engine, clock)
+    assert count(engine, jobs) == 0
+
+
+def test_no_rows_survive_when_the_callers_transaction_fails_after_accept(
+    engine: Engine, clock: FakeClock
+) -> None:
+    def accept_then_fail(conn: Connection) -> None:
+        store.accept(
+            conn,
+            tenant="acme",
+            owner="alice",
+            kind="noop",
+            payload={},
+            operation_key="k",
+            now=clock.now(),
+            max_attempts=3,
+        )
+        raise RuntimeError("the caller failed after accepting")
+
+    with pytest.raises(RuntimeError):
+        db.transact(engine, accept_then_fail)
+    assert (count(engine, jobs), count(engine, outbox)) == (0, 0)
+
+
+def test_the_same_key_and_payload_return_the_same_job_without_a_second_row(
+    engine: Engine, clock: FakeClock
+) -> None:
+    first = accept(engine, clock, payload={"a": 1, "b": [1, 2]})
+    clock.advance(5)
+    again = accept(engine, clock, payload={"b": [1, 2], "a": 1})
+    assert not again.created
+    assert again.job == first.job
+    assert (count(engine, jobs), count(engine, outbox)) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload"), [("noop", {"n": 2}), ("sleep", {"n": 1})], ids=["payload", "kind"]
+)
+def test_the_same_key_with_a_different_request_is_an_idempotency_conflict(
+    engine: Engine, clock: FakeClock, kind: str, payload: dict[str, Any]
+) -> None:
+    first = accept(engine, clock, payload={"n": 1})
+    with pytest.raises(IdempotencyConflict) as conflict:
+        accept(engine, clock, kind=kind, payload=payload)
+    assert conflict.value.job_id == first.job.id
+    assert (count(engine, jobs), count(engine, outbox)) == (1, 1)
+
+
+def test_the_idempotency_key_is_scoped_to_the_tenant(engine: Engine, clock: FakeClock) -> None:
+    ours = accept(engine, clock, tenant="acme", key="shared", payload={"n": 1})
+    theirs = accept(engine, clock, tenant="globex", key="shared", payload={"n": 2})
+    assert ours.created and theirs.created
+    assert ours.job.id != theirs.job.id
+    assert (count(engine, jobs), count(engine, outbox)) == (2, 2)
+
+
+def test_the_fingerprint_ignores_key_order_but_not_values() -> None:
+    assert store.fingerprint("noop", {"a": 1, "b": 2}) == store.fingerprint("noop", {"b": 2, "a": 1})
+    assert store.fingerprint("noop", {"a": 1}) != store.fingerprint("noop", {"a": "1"})
+    assert store.fingerprint("noop", {"a": 1}) != store.fingerprint("sleep", {"a": 1})

@@ -1,0 +1,265 @@
+"""claim and claim_next: a claim grows the epoch and the attempt count; a refusal says why, writes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from jobstore import db
+from jobstore import jobs as store
+from jobstore.clock import FakeClock
+from jobstore.records import Claim, Job
+from jobstore.schema import attempts, jobs, outbox
+from jobstore.states import State
+
+LEASE = 30.0
+BACKOFF = store.Backoff(base=5.0, cap=60.0)
+
+
+def accept(
+    engine: Engine, clock: FakeClock, key: str = "k", *, max_attempts: int = 3, deadline: float | None = None
+) -> Job:
+    return db.transact(
+        engine,
+        store.accept,
+        tenant="acme",
+        owner="alice",
+        kind="noop",
+        payload={"key": key},
+        operation_key=key,
+        now=clock.now(),
+        max_attempts=max_attempts,
+        deadline_seconds=deadline,
+    ).job
+
+
+def claim(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> store.ClaimResult:
+    return db.transact(engine, store.claim, job_id, worker, clock.now(), LEASE)
+
+
+def claimed(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> Claim:
+    result = claim(engine, clock, job_id, worker)
+    assert result.claim is not None, result
+    return result.claim
+
+
+def job_row(engine: Engine, job_id: str) -> Job:
+    job = db.read(engine, store.get_job, job_id)
+    assert job is not None
+    return job
+
+
+def snapshot(engine: Engine) -> dict[str, list[dict[str, Any]]]:
+    """Every row of every table, to show that a refusal changed nothing."""
+
+    def dump(conn: Any) -> dict[str, list[dict[str, Any]]]:
+        return {
+            t.name: [dict(r) for r in conn.execute(select(t).order_by(*t.primary_key)).mappings()]
+            for t in (jobs, attempts, outbox)
+        }
+
+    return db.read(engine, dump)
+
+
+def pending_outbox(engine: Engine) -> list[str]:
+    query = select(outbox.c.job_id).where(outbox.c.published_at.is_(None)).order_by(outbox.c.id)
+    return db.read(engine, lambda conn: list(conn.execute(query).scalars()))
+
+
+def assert_refused(
+    engine: Engine, clock: FakeClock, job_id: str, refusal: store.Refusal
+) -> store.ClaimResult:
+    before = snapshot(engine)
+    result = claim(engine, clock, job_id, worker="intruder")
+    assert (result.claim, result.refusal) == (None, refusal)
+    assert snapshot(engine) == before
+    return result
+
+
+def test_claim_takes_a_queued_job_with_the_next_epoch_a_lease_and_an_attempt_row(
+    engine: Engine, clock: FakeClock
+) -> None:
+    job = accept(engine, clock)
+    clock.advance(1)
+    got = claimed(engine, clock, job.id, worker="w1")
+    row = job_row(engine, job.id)
+    assert (got.epoch, got.attempts, got.worker, got.lease_expires_at) == (1, 1, "w1", clock.now() + LEASE)
+    assert (row.state, row.epoch, row.attempts, row.lease_owner) == (State.RUNNING, 1, 1, "w1")
+    assert row.lease_expires_at == clock.now() + LEASE and row.started_at == clock.now()
+    [attempt] = db.read(engine, lambda conn: conn.execute(select(attempts)).mappings().all())
+    assert (attempt["id"], attempt["job_id"], attempt["epoch"]) == (got.attempt_id, job.id, 1)
+    assert (attempt["worker"], attempt["outcome"], attempt["started_at"]) == ("w1", "running", clock.now())
+
+
+def test_claim_of_an_unknown_job_is_refused_as_not_found(engine: Engine, clock: FakeClock) -> None:
+    assert_refused(engine, clock, "no-such-job", store.Refusal.NOT_FOUND)
+
+
+def test_claim_of_a_finished_job_is_refused_as_terminal(engine: Engine, clock: FakeClock) -> None:
+    job = accept(engine, clock)
+    got = claimed(engine, clock, job.id)
+    db.transact(engine, store.complete, job.id, got.epoch, got.attempt_id, {"ok": True}, clock.now())
+    result = assert_refused(engine, clock, job.id, store.Refusal.TERMINAL)
+    assert result.state is State.SUCCEEDED
+
+
+def test_claim_of_a_live_lease_is_refused_as_leased(engine: Engine, clock: FakeClock) -> None:
+    job = accept(engine, clock)
+    claimed(engine, clock, job.id, worker="w1")
+    clock.advance(LEASE - 0.001)
+    result = assert_refused(engine, clock, job.id, store.Refusal.LEASED)
+    assert result.state is State.RUNNING
+
+
+def test_claim_during_a_retry_backoff_is_refused_as_not_available(engine: Engine, clock: FakeClock) -> None:
+    job = accept(engine, clock)
+    got = claimed(engine, clock, job.id)
+    db.transact(
+        engine,
+        store.fail,
+        job.id,
+        got.epoch,
+        got.attempt_id,
+        code="flaky",
+        message="try again",
+        permanent=False,
+        now=clock.now(),
+        backoff=BACKOFF,
+    )
+    assert_refused(engine, clock, job.id, store.Refusal.NOT_AVAILABLE)
+    clock.set(job_row(engine, job.id).available_at)
+    assert claimed(engine, clock, job.id).epoch == 2
+
+
+def test_claim_of_an_expired_lease_after_an_external_effect_needs_a_sweep(
+    engine: Engine, clock: FakeClock
+) -> None:
+    job = accept(engine, clock)
+    got = claimed(engine, clock, job.id)
+    db.transact(engine, store.mark_external_started, job.id, got.epoch, got.attempt_id, clock.now())
+    clock.advance(LEASE)
+    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+
+
+def test_claim_of_an_expired_lease_with_the_budget_spent_needs_a_sweep(
+    engine: Engine, clock: FakeClock
+) -> None:
+    job = accept(engine, clock, max_attempts=1)
+    claimed(engine, clock, job.id)
+    clock.advance(LEASE)
+    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+
+
+def test_claim_of_an_expired_lease_with_a_cancel_request_needs_a_sweep(
+    engine: Engine, clock: FakeClock
+) -> None:
+    job = accept(engine, clock)
+    claimed(engine, clock, job.id)
+    db.transact(engine, store.request_cancel, job.id, clock.now())
+    clock.advance(LEASE)
+    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+
+
+def test_claim_of_a_queued_job_past_its_deadline_needs_a_sweep(engine: Engine, clock: FakeClock) -> None:
+    job = accept(engine, clock, deadline=10)
+    clock.advance(10)
+    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+
+
+def test_claim_of_an_expired_lease_takes_over_with_the_next_epoch_and_the_old_attempt_is_lost(
+    engine: Engine, clock: FakeClock
+) -> None:
+    job = accept(engine, clock)
+    first = claimed(engine, clock, job.id, worker="w1")
+    clock.advance(LEASE)
+    second = claimed(engine, clock, job.id, worker="w2")
+    assert (second.epoch, second.attempts) == (first.epoch + 1, 2)
+    outcomes = db.read(
+        engine,
+        lambda conn: conn.execute(
+            select(attempts.c.epoch, attempts.c.outcome).order_by(attempts.c.epoch)
+        ).all(),
+    )
+    assert [tuple(r) for r in outcomes] == [(1, "lost"), (2, "running")]
+    assert job_row(engine, job.id).lease_owner == "w2"
+
+
+def test_claim_checkpoint_carries_the_last_saved_progress(engine: Engine, clock: FakeClock) -> None:
+    job = accept(engine, clock)
+    first = claimed(engine, clock, job.id)
+    db.transact(engine, store.save_checkpoint, job.id, first.epoch, {"step": 2}, clock.now())
+    clock.advance(LEASE)
+    assert claimed(engine, clock, job.id).checkpoint == {"step": 2}
+
+
+def test_claim_next_takes_the_oldest_available_job_first(engine: Engine, clock: FakeClock) -> None:
+    ids = []
+    for key in ("a", "b", "c"):
+        ids.append(accept(engine, clock, key).id)
+        clock.advance(1)
+    taken = [db.transact(engine, store.claim_next, "w", clock.now(), LEASE) for _ in range(4)]
+    assert [c.job_id if c else None for c in taken] == [*ids, None]
+
+
+def test_claim_next_skips_a_job_still_waiting_out_its_backoff(engine: Engine, clock: FakeClock) -> None:
+    waiting = accept(engine, clock, "waiting")
+    got = claimed(engine, clock, waiting.id)
+    db.transact(
+        engine,
+        store.fail,
+        waiting.id,
+        got.epoch,
+        got.attempt_id,
+        code="flaky",
+        message="again",
+        permanent=False,
+        now=clock.now(),
+        backoff=BACKOFF,
+    )
+    assert db.transact(engine, store.claim_next, "w", clock.now(), LEASE) is None
+    fresh = accept(engine, clock, "fresh")
+    taken = db.transact(engine, store.claim_next, "w", clock.now(), LEASE)
+    assert taken is not None and taken.job_id == fresh.id
+
+
+def test_claim_next_drops_only_the_claimed_jobs_pending_outbox_rows(engine: Engine, clock: FakeClock) -> None:
+    first = accept(engine, clock, "first")
+    lease = db.transact(engine, store.outbox.lease_batch, now=clock.now(), limit=1, lease_seconds=LEASE)
+    published = [row_id for row_id, _ in lease.rows]
+    db.transact(engine, store.outbox.mark_published, lease.token, published, clock.now())
+    db.transact(
+        engine, lambda conn: store.outbox.add(conn, first.id, available_at=clock.now(), now=clock.now())
+    )
+    clock.advance(1)
+    second = accept(engine, clock, "second")
+    assert pending_outbox(engine) == [first.id, second.id]
+
+    taken = db.transact(engine, store.claim_next, "w", clock.now(), LEASE)
+
+    assert taken is not None and taken.job_id == first.id
+    assert pending_outbox(engine) == [second.id]
+    still_published = select(outbox.c.id).where(outbox.c.published_at.isnot(None))
+    assert db.read(engine, lambda conn: list(conn.execute(still_published).scalars())) == published
+
+
+def test_claim_next_takes_over_an_expired_lease(engine: Engine, clock: FakeClock) -> None:
+    job = accept(engine, clock)
+    first = claimed(engine, clock, job.id, worker="w1")
+    assert db.transact(engine, store.claim_next, "w2", clock.now(), LEASE) is None
+    clock.advance(LEASE)
+    taken = db.transact(engine, store.claim_next, "w2", clock.now(), LEASE)
+    assert taken is not None
+    assert (taken.job_id, taken.epoch, taken.worker) == (job.id, first.epoch + 1, "w2")
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2])
+def test_claim_counts_every_attempt_against_the_budget(
+    engine: Engine, clock: FakeClock, max_attempts: int
+) -> None:
+    job = accept(engine, clock, max_attempts=max_attempts)
+    for n in range(1, max_attempts + 1):
+        assert claimed(engine, clock, job.id).attempts == n
+        clock.advance(LEASE)
+    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
