@@ -257,7 +257,8 @@ class Progress:
             return cls()
 
     def as_checkpoint(self) -> dict[str, Any]:
-        return {"step_index": self.step_index, "outputs": self.outputs, "rejected": self.rejected}
+        """A snapshot: later steps do not change a checkpoint already handed out."""
+        return {"step_index": self.step_index, "outputs": list(self.outputs), "rejected": list(self.rejected)}
 
 
 def settle(ctx: JobContext, index: int, proposal: Proposal, document: str, progress: Progress) -> None:
