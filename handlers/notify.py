@@ -41,6 +41,14 @@ class Delivery:
     duplicate: bool
 
 
+class Provider(Protocol):
+    """An external message provider that takes an idempotency key (tenant + operation key)."""
+
+    def send(
+        self, *, tenant: str, operation_key: str, job_id: str, epoch: int, to: str, message: str
+    ) -> Delivery: ...
+
+
 @dataclass(frozen=True)
 class StubProvider:
     """A stand-in for a hosted e-mail provider: a JSON-lines file, one line per call.
@@ -102,7 +110,7 @@ def provider_of(ctx: JobContext) -> StubProvider:
     return StubProvider(ctx.settings.notify_log)
 
 
-def send_notification(ctx: JobContext, payload: NotifyPayload, provider: StubProvider) -> dict[str, Any]:
+def send_notification(ctx: JobContext, payload: NotifyPayload, provider: Provider) -> dict[str, Any]:
     """Mark the external effect started, then call `provider`. `LeaseLost` from the mark means no call."""
     ctx.check_cancel()
     ctx.mark_external_started()
