@@ -6,6 +6,7 @@ delivery limit and dead-lettering to the direct exchange `jobs.dead`, which rout
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from jobstore.settings import Settings
@@ -22,12 +23,45 @@ def queue_arguments(settings: Settings) -> dict[str, Any]:
     }
 
 
+def _declarations(settings: Settings) -> list[tuple[str, tuple[Any, ...], dict[str, Any]]]:
+    """The declarations in order, as (channel method, positional args, keyword args)."""
+    return [
+        ("exchange_declare", (settings.dead_letter_exchange,), {"exchange_type": "direct", "durable": True}),
+        (
+            "queue_declare",
+            (settings.dead_letter_queue,),
+            {"durable": True, "arguments": {"x-queue-type": "quorum"}},
+        ),
+        (
+            "queue_bind",
+            (settings.dead_letter_queue, settings.dead_letter_exchange),
+            {"routing_key": ROUTING_KEY},
+        ),
+        ("exchange_declare", (settings.exchange,), {"exchange_type": "direct", "durable": True}),
+        ("queue_declare", (settings.queue,), {"durable": True, "arguments": queue_arguments(settings)}),
+        ("queue_bind", (settings.queue, settings.exchange), {"routing_key": ROUTING_KEY}),
+    ]
+
+
 def declare(channel: Any, settings: Settings) -> None:
     """Declare exchanges, queues and bindings on a pika `BlockingChannel` (or any channel with the same
     blocking method signatures)."""
-    channel.exchange_declare(settings.dead_letter_exchange, exchange_type="direct", durable=True)
-    channel.queue_declare(settings.dead_letter_queue, durable=True, arguments={"x-queue-type": "quorum"})
-    channel.queue_bind(settings.dead_letter_queue, settings.dead_letter_exchange, routing_key=ROUTING_KEY)
-    channel.exchange_declare(settings.exchange, exchange_type="direct", durable=True)
-    channel.queue_declare(settings.queue, durable=True, arguments=queue_arguments(settings))
-    channel.queue_bind(settings.queue, settings.exchange, routing_key=ROUTING_KEY)
+    for method, args, kwargs in _declarations(settings):
+        getattr(channel, method)(*args, **kwargs)
+
+
+def declare_async(channel: Any, settings: Settings, on_done: Callable[[], None]) -> None:
+    """The same declarations on a pika asynchronous `Channel`, one after another; `on_done()` runs once the
+    broker has accepted them all. A refused declaration closes the channel instead (its close callbacks say
+    why) and `on_done` never runs."""
+    pending = iter(_declarations(settings))
+
+    def next_declaration(_frame: object = None) -> None:
+        step = next(pending, None)
+        if step is None:
+            on_done()
+            return
+        method, args, kwargs = step
+        getattr(channel, method)(*args, callback=next_declaration, **kwargs)
+
+    next_declaration()

@@ -1,0 +1,94 @@
+"""The relay's side of the store: lease due outbox rows, and write what the broker said about them.
+
+Confirms are grouped: every verdict that arrived while the previous write was running goes into the next
+`Settlement`, written in one transaction, so the relay takes SQLite's single write lock once per group rather
+than once per message."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection
+
+from jobstore import outbox
+from relay.window import Sent
+
+# A nacked or returned row waits this long before it is leased again.
+REFUSED_RETRY_SECONDS = 1.0
+
+
+def _add(bucket: dict[str, list[int]], sent: Iterable[Sent]) -> None:
+    for item in sent:
+        bucket.setdefault(item.token, []).append(item.outbox_id)
+
+
+def _count(bucket: dict[str, list[int]]) -> int:
+    return sum(len(ids) for ids in bucket.values())
+
+
+@dataclass
+class Settlement:
+    """Rows to write back, by lease token: confirmed ones to mark published, refused ones (nacked, returned)
+    to release after a delay, unsent ones (never confirmed, or leased after the channel was gone) to release
+    at once."""
+
+    confirmed: dict[str, list[int]] = field(default_factory=dict)
+    refused: dict[str, list[int]] = field(default_factory=dict)
+    unsent: dict[str, list[int]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.confirmed or self.refused or self.unsent)
+
+    def add_confirmed(self, sent: Iterable[Sent]) -> None:
+        _add(self.confirmed, sent)
+
+    def add_refused(self, sent: Iterable[Sent]) -> None:
+        _add(self.refused, sent)
+
+    def add_unsent(self, sent: Iterable[Sent]) -> None:
+        _add(self.unsent, sent)
+
+    def merge(self, other: Settlement) -> None:
+        for mine, theirs in (
+            (self.confirmed, other.confirmed),
+            (self.refused, other.refused),
+            (self.unsent, other.unsent),
+        ):
+            for token, ids in theirs.items():
+                mine.setdefault(token, []).extend(ids)
+
+    @property
+    def confirmed_count(self) -> int:
+        return _count(self.confirmed)
+
+    @property
+    def released_count(self) -> int:
+        return _count(self.refused) + _count(self.unsent)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What one settlement changed. `stale` confirmed rows were no longer ours to mark (our lease on them
+    had been taken over), so another relay publishes or has published them."""
+
+    marked: int
+    stale: int
+    released: int
+
+
+def settle(conn: Connection, batch: Settlement, *, now: float) -> Settled:
+    """Mark confirmed rows published and release the others, in the caller's transaction. Only rows still
+    leased under their token change: a relay whose lease was taken over writes nothing for those rows."""
+    marked = sum(outbox.mark_published(conn, token, ids, now) for token, ids in batch.confirmed.items())
+    released = sum(
+        outbox.release(conn, token, ids, retry_at=now + REFUSED_RETRY_SECONDS)
+        for token, ids in batch.refused.items()
+    )
+    released += sum(outbox.release(conn, token, ids, retry_at=now) for token, ids in batch.unsent.items())
+    return Settled(marked=marked, stale=batch.confirmed_count - marked, released=released)
+
+
+def has_due_rows(conn: Connection, now: float) -> bool:
+    """A cheap read before leasing when the outbox looked empty, so an idle relay takes no write lock."""
+    return outbox.backlog(conn, now).pending > 0

@@ -1,0 +1,153 @@
+"""One connection to the broker with one confirm-mode channel, driven by the relay's pika IOLoop.
+
+The link declares the topology, publishes leased rows as persistent, mandatory messages, and reports back
+to its owner: `ready` once it can publish, a `Verdict` per confirm, and `down` exactly once when the
+connection fails to open or closes, with the messages that were still unconfirmed."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+import pika
+import pika.exceptions
+from pika.adapters.select_connection import IOLoop
+from pika.channel import Channel
+from pika.spec import Basic
+
+from jobstore.outbox import Lease
+from jobstore.settings import Settings
+from relay import topology
+from relay.message import CONTENT_TYPE, JobMessage
+from relay.window import ConfirmWindow, Sent, Verdict
+
+log = logging.getLogger("relay.link")
+
+
+class LinkEvents(Protocol):
+    def on_ready(self, link: BrokerLink) -> None: ...
+
+    def on_verdict(self, link: BrokerLink, verdict: Verdict) -> None: ...
+
+    def on_down(self, link: BrokerLink, reason: str, unconfirmed: tuple[Sent, ...]) -> None: ...
+
+
+def connection_parameters(url: str) -> pika.URLParameters:
+    """The broker URL's parameters, with retries left to the relay's own backoff."""
+    params = pika.URLParameters(url)
+    params.connection_attempts = 1
+    params.client_properties = {"connection_name": "outbox-bridge relay"}
+    return params
+
+
+def describe(params: pika.ConnectionParameters) -> str:
+    """Where a connection goes, without credentials."""
+    return f"{params.host}:{params.port}/{params.virtual_host}"
+
+
+def message_properties(outbox_id: int) -> pika.BasicProperties:
+    return pika.BasicProperties(
+        delivery_mode=pika.DeliveryMode.Persistent,
+        content_type=CONTENT_TYPE,
+        message_id=str(outbox_id),
+    )
+
+
+class BrokerLink:
+    """A connection being opened, or open, to the broker. Only the IOLoop's thread may touch it."""
+
+    def __init__(self, settings: Settings, ioloop: IOLoop, events: LinkEvents) -> None:
+        self.window = ConfirmWindow()
+        self.params = connection_parameters(settings.rabbitmq_url)
+        self._settings = settings
+        self._events = events
+        self._channel: Channel | None = None
+        self._down = False
+        self._returns_logged = False
+        self._connection = pika.SelectConnection(
+            self.params,
+            on_open_callback=self._on_open,
+            on_open_error_callback=self._on_open_error,
+            on_close_callback=self._on_closed,
+            custom_ioloop=ioloop,
+        )
+
+    def publish(self, lease: Lease) -> list[Sent]:
+        """Publish each leased row; returns the rows that could not be handed to the channel (it closed)."""
+        channel = self._channel
+        for index, (outbox_id, job_id) in enumerate(lease.rows):
+            try:
+                if channel is None:
+                    raise pika.exceptions.ChannelWrongStateError("channel is not open")
+                channel.basic_publish(
+                    self._settings.exchange,
+                    topology.ROUTING_KEY,
+                    JobMessage(job_id).encode(),
+                    message_properties(outbox_id),
+                    mandatory=True,
+                )
+            except pika.exceptions.AMQPError:
+                return [Sent(row_id, lease.token) for row_id, _ in lease.rows[index:]]
+            self.window.add(Sent(outbox_id, lease.token))
+        return []
+
+    def close(self) -> None:
+        """Close the connection (or abandon opening it); `on_down` follows. Idempotent."""
+        if self._down or self._connection.is_closing or self._connection.is_closed:
+            return
+        try:
+            self._connection.close()
+        except pika.exceptions.ConnectionWrongStateError:
+            pass
+
+    def _on_open(self, connection: pika.SelectConnection) -> None:
+        connection.channel(on_open_callback=self._on_channel_open)
+
+    def _on_channel_open(self, channel: Channel) -> None:
+        self._channel = channel
+        channel.add_on_close_callback(self._on_channel_closed)
+        channel.add_on_return_callback(self._on_return)
+        channel.confirm_delivery(self._on_confirm, callback=lambda _frame: self._declare(channel))
+
+    def _declare(self, channel: Channel) -> None:
+        topology.declare_async(channel, self._settings, on_done=lambda: self._events.on_ready(self))
+
+    def _on_confirm(self, frame: pika.frame.Method) -> None:
+        method = frame.method
+        acked = isinstance(method, Basic.Ack)
+        verdict = self.window.confirm(method.delivery_tag, multiple=method.multiple, acked=acked)
+        self._events.on_verdict(self, verdict)
+
+    def _on_return(
+        self, _channel: Channel, method: Basic.Return, properties: pika.BasicProperties, _body: bytes
+    ) -> None:
+        if not self._returns_logged:
+            log.warning(
+                "broker returned outbox row %s: %s %s (no queue bound to %r?); it stays pending",
+                properties.message_id,
+                method.reply_code,
+                method.reply_text,
+                self._settings.exchange,
+            )
+            self._returns_logged = True
+        if properties.message_id is not None:
+            self.window.returned(int(properties.message_id))
+
+    def _on_channel_closed(self, _channel: Channel, reason: BaseException) -> None:
+        self._channel = None
+        if not self._connection.is_closing and not self._connection.is_closed:
+            log.warning("broker closed the channel: %s", reason)
+            self.close()
+
+    def _on_open_error(self, _connection: pika.SelectConnection, error: BaseException | str) -> None:
+        self._went_down(f"cannot connect: {error!r}")
+
+    def _on_closed(self, _connection: pika.SelectConnection, reason: BaseException) -> None:
+        self._channel = None
+        self._went_down(f"connection closed: {reason!r}")
+
+    def _went_down(self, reason: str) -> None:
+        if self._down:
+            return
+        self._down = True
+        self._events.on_down(self, reason, self.window.abandon())

@@ -1,0 +1,33 @@
+"""`outbox-bridge relay`: run the relay until SIGTERM or SIGINT."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from types import FrameType
+
+from jobstore import db
+from jobstore.settings import Settings
+from relay.publisher import Relay
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def run(settings: Settings) -> int:
+    """Publish the outbox until asked to stop. Exit code 0 when everything held was written back."""
+    # pika narrates every connection attempt; the relay logs what matters itself.
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
+    engine = db.make_engine(settings)
+    relay = Relay(settings, engine)
+
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+        relay.request_stop()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+    try:
+        relay.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        engine.dispose()
+    return 0 if relay.clean_exit else 1

@@ -1,0 +1,408 @@
+"""The relay: due outbox rows -> RabbitMQ under publisher confirms, plus the store's housekeeping.
+
+Everything that touches pika runs on one thread, the IOLoop's. Store calls (leasing rows, writing what the
+broker said, sweeping) run on a small pool of store threads and hand their results back to the loop with
+`add_callback_threadsafe`, so heartbeats keep flowing while SQLite waits for its write lock.
+
+The promises:
+- a row is marked published only after the broker confirmed its message, and only under the lease token it
+  was leased with (a relay whose lease was taken over marks nothing);
+- at most `relay_window` messages are unconfirmed at a time; confirms are written in groups;
+- a nacked or returned message leaves its row pending (released after a short delay); a connection lost
+  with unconfirmed messages releases their rows at once;
+- while the broker is unreachable the relay keeps reconnecting with bounded, jittered backoff and keeps
+  sweeping expired jobs and pruning the outbox;
+- `request_stop` stops leasing, waits (bounded) for outstanding confirms, writes what was confirmed,
+  releases the rest and closes the connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, fields, replace
+from functools import partial
+from typing import Any
+
+from pika.adapters.select_connection import IOLoop
+from sqlalchemy import Engine
+
+from handlers.runner import backoff_of
+from jobstore import clock, db, faults, outbox, sweeper
+from jobstore.decisions import compute_backoff
+from jobstore.outbox import Lease
+from jobstore.settings import Settings
+from relay import ledger
+from relay.ledger import Settled, Settlement
+from relay.link import BrokerLink, connection_parameters, describe
+from relay.window import Sent, Verdict
+
+log = logging.getLogger("relay")
+
+RECONNECT_BASE_SECONDS = 0.25
+RECONNECT_CAP_SECONDS = 4.0
+STOP_CHECK_SECONDS = 0.1
+REPORT_EVERY_SECONDS = 5.0
+SETTLE_RETRY_SECONDS = 0.5
+# After the confirm grace, how much longer shutdown may take to write back before the loop is stopped.
+WRITE_BACK_GRACE_SECONDS = 10.0
+
+
+@dataclass
+class Tally:
+    """What this relay did since it started."""
+
+    sent: int = 0
+    confirmed: int = 0
+    refused: int = 0
+    marked: int = 0
+    stale: int = 0
+    released: int = 0
+
+    def minus(self, other: Tally) -> Tally:
+        return Tally(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
+
+    def line(self) -> str:
+        return ", ".join(f"{f.name} {getattr(self, f.name)}" for f in fields(self))
+
+
+class Relay:
+    """One relay process's publishing loop. Construct, then `run()` on the thread that owns it."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.tally = Tally()
+        self.clean_exit = True
+        self.ioloop = IOLoop()
+        self._store = ThreadPoolExecutor(max_workers=3, thread_name_prefix="relay-store")
+        self._link: BrokerLink | None = None
+        self._ready = False
+        self._pending = Settlement()
+        self._busy: set[str] = set()
+        # The last lease found fewer rows than asked: only the poll timer leases again.
+        self._drained = True
+        self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
+        self._timers: dict[str, Any] = {}
+        self._failures = 0
+        self._stop_requested = False
+        self._stopping = False
+        self._stopped = False
+        self._reported = (time.monotonic(), replace(self.tally))
+
+    # -- lifecycle -----------------------------------------------------------------------------------------
+
+    def run(self) -> Tally:
+        """Publish until `request_stop`; returns what was done."""
+        log.info(
+            "relay starting: broker %s, exchange %r, window %d, batch %d",
+            describe(connection_parameters(self.settings.rabbitmq_url)),
+            self.settings.exchange,
+            self.settings.relay_window,
+            self.settings.relay_batch_size,
+        )
+        self.ioloop.add_callback_threadsafe(self._connect)
+        self._every(STOP_CHECK_SECONDS, self._check_stop)
+        self._every(self.settings.sweep_interval_seconds, self._housekeep)
+        self._every(REPORT_EVERY_SECONDS, self._report)
+        try:
+            self.ioloop.start()
+        finally:
+            self._store.shutdown(wait=True)
+            self.ioloop.close()
+        self._report()
+        log.info("relay stopped (%s): %s", "clean" if self.clean_exit else "forced", self.tally.line())
+        return self.tally
+
+    def request_stop(self) -> None:
+        """Ask the relay to shut down. Safe from signal handlers and other threads: it only sets a flag,
+        which the loop looks at every `STOP_CHECK_SECONDS`."""
+        self._stop_requested = True
+
+    def _every(self, interval: float, action: Callable[[], None]) -> None:
+        def tick() -> None:
+            action()
+            if not self._stopped:
+                self.ioloop.call_later(interval, tick)
+
+        self.ioloop.call_later(interval, tick)
+
+    def _later(self, name: str, delay: float, action: Callable[[], None]) -> None:
+        """One pending timer per name; a second request while one is pending is dropped."""
+        if name in self._timers:
+            return
+
+        def fire() -> None:
+            self._timers.pop(name, None)
+            action()
+
+        self._timers[name] = self.ioloop.call_later(delay, fire)
+
+    def _cancel(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            self.ioloop.remove_timeout(timer)
+
+    # -- the broker connection -----------------------------------------------------------------------------
+
+    def _connect(self) -> None:
+        if not self._stopping:
+            self._link = BrokerLink(self.settings, self.ioloop, self)
+
+    def on_ready(self, link: BrokerLink) -> None:
+        if link is not self._link:
+            return
+        self._ready = True
+        self._failures = 0
+        log.info("broker connection up: %s; topology declared", describe(link.params))
+        if self._stopping:
+            link.close()
+            return
+        self._drained = False
+        self._lease_more()
+
+    def on_down(self, link: BrokerLink, reason: str, unconfirmed: tuple[Sent, ...]) -> None:
+        if link is not self._link:
+            return
+        was_ready, self._link, self._ready = self._ready, None, False
+        self._pending.add_unsent(unconfirmed)
+        self._settle()
+        if self._stopping:
+            log.info("broker connection closed; %d unconfirmed rows go back to the outbox", len(unconfirmed))
+            self._maybe_finish()
+            return
+        self._failures += 1
+        delay = compute_backoff(self._failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS)
+        log.warning(
+            "broker connection %s (%s); %d unconfirmed rows go back to the outbox; reconnecting in %.2fs",
+            "lost" if was_ready else "failed",
+            reason,
+            len(unconfirmed),
+            delay,
+        )
+        self._later("reconnect", delay, self._connect)
+
+    # -- leasing and publishing ----------------------------------------------------------------------------
+
+    def _lease_more(self) -> None:
+        """Lease the next batch if the window has room for a worthwhile one."""
+        link = self._link
+        if self._stopping or not self._ready or link is None or "lease" in self._busy:
+            return
+        room = self.settings.relay_window - len(link.window)
+        if room < self._refill_at:
+            self._drained = False  # the window is full: the next confirms lease again
+            return
+        limit = min(self.settings.relay_batch_size, room)
+        self._in_store(
+            "lease",
+            partial(self._lease_rows, limit, idle=self._drained),
+            then=partial(self._on_leased, limit),
+            on_error=lambda: self._later("poll", self.settings.relay_poll_seconds, self._lease_more),
+        )
+
+    def _lease_rows(self, limit: int, *, idle: bool) -> Lease | None:
+        """On a store thread: lease up to `limit` due rows (first a read when the outbox looked empty)."""
+        now = clock.now()
+        if idle and not db.read(self.engine, ledger.has_due_rows, now):
+            return None
+        return db.transact(
+            self.engine,
+            outbox.lease_batch,
+            now=now,
+            limit=limit,
+            lease_seconds=self.settings.relay_lease_seconds,
+        )
+
+    def _on_leased(self, limit: int, lease: Lease | None) -> None:
+        rows = lease.rows if lease is not None else ()
+        if lease is not None and rows:
+            self._publish(lease)
+        self._drained = len(rows) < limit
+        if self._drained:
+            self._later("poll", self.settings.relay_poll_seconds, self._lease_more)
+        else:
+            self._lease_more()
+
+    def _publish(self, lease: Lease) -> None:
+        link = self._link
+        if self._stopping or not self._ready or link is None:
+            unsent = [Sent(outbox_id, lease.token) for outbox_id, _ in lease.rows]
+        else:
+            unsent = link.publish(lease)
+        self.tally.sent += len(lease.rows) - len(unsent)
+        if unsent:
+            self._pending.add_unsent(unsent)
+            self._settle()
+
+    def on_verdict(self, link: BrokerLink, verdict: Verdict) -> None:
+        if link is not self._link:
+            return
+        self._pending.add_confirmed(verdict.confirmed)
+        self._pending.add_refused(verdict.refused)
+        self.tally.confirmed += len(verdict.confirmed)
+        self.tally.refused += len(verdict.refused)
+        self._settle()
+        if self._stopping:
+            self._maybe_finish()
+        elif not self._drained:
+            self._lease_more()
+
+    # -- writing verdicts back -----------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        """Write every verdict gathered so far in one transaction, unless a write is already running (its
+        completion starts the next one, so verdicts group while SQLite is busy)."""
+        if "settle" in self._busy or not self._pending:
+            return
+        batch, self._pending = self._pending, Settlement()
+        self._in_store(
+            "settle",
+            partial(self._write_settlement, batch),
+            then=self._on_settled,
+            on_error=partial(self._on_settle_failed, batch),
+        )
+
+    def _write_settlement(self, batch: Settlement) -> Settled:
+        """On a store thread. The fault point sits between the broker's confirm and the mark."""
+        if batch.confirmed:
+            faults.hit("relay.after_publish")
+        return db.transact(self.engine, ledger.settle, batch, now=clock.now())
+
+    def _on_settled(self, settled: Settled) -> None:
+        self.tally.marked += settled.marked
+        self.tally.stale += settled.stale
+        self.tally.released += settled.released
+        if settled.stale:
+            log.warning(
+                "%d confirmed rows were no longer leased by this relay (its lease was taken over): "
+                "left to their new holder",
+                settled.stale,
+            )
+        self._settle()
+
+    def _on_settle_failed(self, batch: Settlement) -> None:
+        batch.merge(self._pending)
+        self._pending = batch
+        self._later("settle", SETTLE_RETRY_SECONDS, self._settle)
+
+    # -- housekeeping --------------------------------------------------------------------------------------
+
+    def _housekeep(self) -> None:
+        if "housekeeping" in self._busy or self._stopping:
+            return
+        self._in_store("housekeeping", self._sweep_and_prune, then=self._on_housekept)
+
+    def _sweep_and_prune(self) -> tuple[Counter[str], int]:
+        """On a store thread: settle jobs whose lease or deadline ran out; drop old published rows."""
+        now = clock.now()
+        swept = db.transact(self.engine, sweeper.sweep_expired, now, backoff=backoff_of(self.settings))
+        pruned = db.transact(
+            self.engine, outbox.prune_published, older_than=now - self.settings.outbox_retention_seconds
+        )
+        return swept, pruned
+
+    def _on_housekept(self, result: tuple[Counter[str], int]) -> None:
+        swept, pruned = result
+        if swept:
+            log.info("swept overdue jobs: %s", ", ".join(f"{n} -> {state}" for state, n in swept.items()))
+        if pruned:
+            log.info("pruned %d published outbox rows", pruned)
+
+    # -- store threads -------------------------------------------------------------------------------------
+
+    def _in_store(
+        self,
+        name: str,
+        work: Callable[[], Any],
+        *,
+        then: Callable[[Any], None],
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
+        """Run `work` on a store thread; `then(result)` (or `on_error()`) runs back on the loop."""
+        self._busy.add(name)
+        future = self._store.submit(work)
+
+        def handback(done: Future[Any]) -> None:
+            self.ioloop.add_callback_threadsafe(partial(self._store_done, name, done, then, on_error))
+
+        future.add_done_callback(handback)
+
+    def _store_done(
+        self,
+        name: str,
+        done: Future[Any],
+        then: Callable[[Any], None],
+        on_error: Callable[[], None] | None,
+    ) -> None:
+        self._busy.discard(name)
+        error = done.exception()
+        if error is None:
+            then(done.result())
+        else:
+            log.warning("store %s failed: %s", name, error)
+            if on_error is not None:
+                on_error()
+        if self._stopping:
+            self._maybe_finish()
+
+    # -- shutdown and reporting ----------------------------------------------------------------------------
+
+    def _check_stop(self) -> None:
+        if self._stop_requested and not self._stopping:
+            self._begin_shutdown()
+
+    def _begin_shutdown(self) -> None:
+        self._stopping = True
+        self._cancel("poll")
+        self._cancel("reconnect")
+        grace = self.settings.shutdown_grace_seconds
+        unconfirmed = len(self._link.window) if self._link is not None else 0
+        log.info("stopping: no more leasing; waiting up to %.1fs for %d confirms", grace, unconfirmed)
+        self.ioloop.call_later(grace, self._stop_waiting_for_confirms)
+        self.ioloop.call_later(grace + WRITE_BACK_GRACE_SECONDS, self._force_stop)
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        """Move shutdown on: close the link once its confirms are in, then write back, then stop."""
+        if self._stopped:
+            return
+        link = self._link
+        if link is not None:
+            if not self._ready or len(link.window) == 0:
+                link.close()
+            return
+        if self._pending or "settle" in self._busy:
+            self._settle()
+            return
+        if self._busy:
+            return
+        self._stopped = True
+        self.ioloop.stop()
+
+    def _stop_waiting_for_confirms(self) -> None:
+        if self._link is not None and not self._stopped:
+            unconfirmed = len(self._link.window)
+            log.warning("%d messages still unconfirmed at the deadline: releasing them", unconfirmed)
+            self._link.close()
+
+    def _force_stop(self) -> None:
+        if self._stopped:
+            return
+        log.error("shutdown could not write everything back in time; leases left will expire")
+        self.clean_exit = False
+        self._stopped = True
+        self.ioloop.stop()
+
+    def _report(self) -> None:
+        started, before = self._reported
+        now = time.monotonic()
+        delta = self.tally.minus(before)
+        if delta.sent or delta.marked or delta.refused or delta.released:
+            elapsed = max(now - started, 1e-9)
+            rate = delta.marked / elapsed
+            log.info("published %d rows in %.1fs (%.0f/s); %s", delta.marked, elapsed, rate, delta.line())
+        self._reported = (now, replace(self.tally))
