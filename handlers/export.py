@@ -1,10 +1,12 @@
 """The `export` kind: a deterministic CSV written in chunks to an immutable per-attempt file.
 
 The file is `<RESULTS_DIR>/<job_id>/<attempt_id>.csv`. It is written under a temporary name in the same
-directory, fsynced, made read-only, renamed into place and the directory fsynced, so the final name only
-ever holds a complete file. Users reach it only through the committed result pointer (the attempt output
-the job's result pointer names), so the file of a killed or fenced attempt is never served. Cancellation
-and a lost lease are checked between chunks; either leaves no finished file and removes the partial one.
+directory, fsynced, made read-only, moved into place (a hard link, which never replaces an existing file,
+then the temporary name is removed) and the directory fsynced, so the final name only ever holds a
+complete file and is never rewritten. Users reach it only through the committed result pointer (the
+attempt output the job's result pointer names), so the file of a killed or fenced attempt is never
+served. Cancellation and a lost lease are checked between chunks; either leaves no finished file and
+removes the partial one.
 """
 
 from __future__ import annotations
@@ -58,8 +60,9 @@ class Written:
 
 
 def write_immutable(final: Path, chunks: Iterable[bytes], between_chunks: Callable[[], None]) -> Written:
-    """Write `chunks` to `final` all or nothing, read-only once there. `between_chunks()` runs before each
-    chunk after the header; whatever it raises leaves no file at `final` and no partial file behind."""
+    """Write `chunks` to `final` all or nothing, read-only once there; `FileExistsError` if `final` exists.
+    `between_chunks()` runs before each chunk after the header; whatever it raises leaves no file at
+    `final` and no partial file behind."""
     partial = final.with_name(final.name.removesuffix(".csv") + PARTIAL_SUFFIX)
     digest = hashlib.sha256()
     size = 0
@@ -74,7 +77,8 @@ def write_immutable(final: Path, chunks: Iterable[bytes], between_chunks: Callab
             out.flush()
             os.fchmod(out.fileno(), 0o444)
             os.fsync(out.fileno())
-        os.replace(partial, final)
+        os.link(partial, final)  # unlike a rename, never replaces an existing file
+        partial.unlink()
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             partial.unlink()

@@ -381,26 +381,36 @@ def apply_decision(
 
 
 def release(conn: Connection, job_id: str, epoch: int, attempt_id: str, now: float) -> None:
-    """Give a job back unfinished on a clean shutdown: `queued`, available now, its attempt not counted.
-    Refused (`Fenced`) once an external effect has started: such a job must be finished, not repeated."""
+    """Give a job back unfinished on a clean shutdown: `queued`, available now, its attempt not counted;
+    `cancelled` instead when a cancel request was committed (a queued job is never claimed with one, so it
+    would wait forever). Refused (`Fenced`) once an external effect has started: such a job must be
+    finished, not repeated."""
     guard = and_(
         _fence(job_id, epoch, now),
         or_(jobs.c.external_epoch.is_(None), jobs.c.external_epoch != epoch),
     )
-    result = conn.execute(
+    cancelled = jobs.c.cancel_requested == true()
+    row = conn.execute(
         update(jobs)
         .where(guard)
         .values(
-            state=State.QUEUED.value,
+            state=case((cancelled, State.CANCELLED.value), else_=State.QUEUED.value),
             attempts=jobs.c.attempts - 1,
             available_at=now,
+            error_code=case((cancelled, "cancelled"), else_=jobs.c.error_code),
+            error_message=case((cancelled, "cancelled before it could finish"), else_=jobs.c.error_message),
+            finished_at=case((cancelled, now), else_=null()),
             lease_owner=None,
             lease_expires_at=None,
             updated_at=now,
         )
-    )
-    if result.rowcount != 1:
+        .returning(jobs.c.state)
+    ).first()
+    if row is None:
         raise Fenced(job_id, epoch)
+    if row[0] == State.CANCELLED.value:
+        _end_attempt(conn, attempt_id, State.CANCELLED.value, now)
+        return
     outbox.add(conn, job_id, available_at=now, now=now)
     _end_attempt(conn, attempt_id, "released", now)
 

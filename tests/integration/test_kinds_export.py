@@ -1,0 +1,156 @@
+"""The export kind through the real runner and a real SQLite store: an immutable per-attempt file that only
+the committed result pointer makes visible, and a cancel between chunks that leaves no file."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from handlers.base import Cancelled
+from handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
+from handlers.runner import LeaseKeeper, StoreContext, execute
+from jobstore import db, queries
+from jobstore import jobs as store
+from jobstore.clock import FakeClock, now
+from jobstore.records import Claim, Job
+from jobstore.settings import Settings
+from jobstore.states import State
+from tests.support.procs import wait_for
+
+
+def submit(engine: Engine, payload: dict[str, Any]) -> str:
+    accepted = db.transact(
+        engine,
+        store.accept,
+        tenant="acme",
+        owner="alice",
+        kind="export",
+        payload=payload,
+        operation_key=str(uuid.uuid4()),
+        now=now(),
+        max_attempts=3,
+    )
+    return accepted.job.id
+
+
+def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:
+    result = db.transact(engine, store.claim, job_id, "worker-1", now(), settings.lease_seconds)
+    assert result.claim is not None, result.refusal
+    return result.claim
+
+
+def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:
+    keeper = LeaseKeeper(engine, settings, interval=0.05).start()
+    try:
+        return execute(engine, settings, keeper, claimed)
+    finally:
+        keeper.stop()
+
+
+def job_of(engine: Engine, job_id: str) -> Job:
+    job = db.read(engine, store.get_job, job_id)
+    assert job is not None
+    return job
+
+
+def committed_output(engine: Engine, job_id: str) -> dict[str, Any]:
+    attempt = db.read(engine, queries.committed_result, job_id)
+    assert attempt is not None and attempt.output is not None
+    return attempt.output
+
+
+def test_an_export_writes_a_read_only_file_that_the_committed_output_names(
+    engine: Engine, settings: Settings
+) -> None:
+    job_id = submit(engine, {"rows": 2_500, "chunk": 1_000})
+    claimed = claim(engine, settings, job_id)
+    assert run(engine, settings, claimed) is State.SUCCEEDED
+
+    output = committed_output(engine, job_id)
+    path = settings.results_dir / output["path"]
+    content = path.read_bytes()
+    assert output == {
+        "path": f"{job_id}/{claimed.attempt_id}.csv",
+        "media_type": "text/csv",
+        "rows": 2_500,
+        "bytes": len(content),
+        "sha256": hashlib.sha256(content).hexdigest(),
+    }
+    assert content == b"".join(csv_chunks(2_500, 7))
+    assert path.stat().st_mode & 0o222 == 0
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]
+
+
+def test_an_export_cancelled_between_chunks_ends_cancelled_with_no_finished_file(
+    engine: Engine, settings: Settings
+) -> None:
+    job_id = submit(engine, {"rows": 1_000_000, "chunk": 1_000})
+    claimed = claim(engine, settings, job_id)
+    job_dir = settings.results_dir / job_id
+    outcome: list[State | None] = []
+    worker = threading.Thread(target=lambda: outcome.append(run(engine, settings, claimed)))
+    worker.start()
+    try:
+        wait_for(lambda: any(job_dir.glob("*.partial")), timeout=20, interval=0.002, what="a partial file")
+        assert db.transact(engine, store.request_cancel, job_id, now()) is store.CancelOutcome.REQUESTED
+    finally:
+        worker.join(timeout=60)
+    assert outcome == [State.CANCELLED]
+    job = job_of(engine, job_id)
+    assert (job.state, job.error_code, job.result_attempt_id) == (State.CANCELLED, "cancelled", None)
+    assert list(job_dir.iterdir()) == []
+
+
+def test_only_the_attempt_the_result_pointer_names_is_served(
+    engine: Engine, settings: Settings, clock: FakeClock
+) -> None:
+    job_id = submit(engine, {"rows": 100, "chunk": 30})
+    # A first attempt finishes its file, then loses its lease before committing (a stalled worker).
+    first = claim(engine, settings, job_id)
+    first_output = run_export(
+        StoreContext(engine, settings, first, LeaseKeeper(engine, settings).hold(first)),
+        ExportPayload(rows=100, chunk=30),
+    )
+    clock.advance(settings.lease_seconds + 1)
+    # A killed attempt left a partial file behind.
+    job_dir = settings.results_dir / job_id
+    (job_dir / "killed-attempt.csv.partial").write_bytes(b"id,ordered_on\n1,")
+
+    second = claim(engine, settings, job_id)
+    assert run(engine, settings, second) is State.SUCCEEDED
+
+    output = committed_output(engine, job_id)
+    assert output["path"] == f"{job_id}/{second.attempt_id}.csv" != first_output["path"]
+    assert output["sha256"] == first_output["sha256"]
+    assert sorted(p.name for p in job_dir.iterdir()) == sorted(
+        [f"{first.attempt_id}.csv", f"{second.attempt_id}.csv"]
+    )
+
+
+def test_an_interrupted_write_leaves_neither_a_finished_nor_a_partial_file(tmp_path: Path) -> None:
+    checks = 0
+
+    def cancel_on_third_chunk() -> None:
+        nonlocal checks
+        checks += 1
+        if checks == 3:
+            raise Cancelled("job-1")
+
+    with pytest.raises(Cancelled):
+        write_immutable(tmp_path / "a.csv", csv_chunks(100, 10), cancel_on_third_chunk)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_finished_file_is_never_overwritten(tmp_path: Path) -> None:
+    final = tmp_path / "a.csv"
+    write_immutable(final, csv_chunks(3, 1), lambda: None)
+    assert final.stat().st_mode & 0o222 == 0
+    with pytest.raises(FileExistsError):
+        write_immutable(final, [b"other"], lambda: None)
+    assert final.read_bytes() == b"".join(csv_chunks(3, 1))
