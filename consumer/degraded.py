@@ -1,0 +1,108 @@
+"""Degraded mode: keep accepted work running while the broker is unreachable.
+
+The choice: a consumer that has not been able to reach the broker for longer than
+`DEGRADED_AFTER_SECONDS` (default 30; 0 turns degraded mode off) starts claiming jobs straight from the
+jobs table with `claim_next`, the SQLite-only baseline's path, up to its concurrency, backing off between
+empty polls (20 ms doubling to 1 s). The moment its connection is back it stops polling and takes work
+from the broker again. Nothing else changes: the claim, the fence, the lease and the commit are the same,
+so a job is still run by one worker at a time, and deliveries published for a job claimed this way are
+absorbed as duplicates later. While the broker is reachable the consumer never reads the jobs table.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from sqlalchemy import Connection, Engine
+
+from consumer.link import BrokerLink
+from consumer.pipeline import Pipeline
+from jobstore import clock, db, faults
+from jobstore import jobs as store
+from jobstore.records import Claim
+from jobstore.settings import Settings
+
+log = logging.getLogger(__name__)
+
+CHECK_INTERVAL = 0.2
+IDLE_FIRST_PAUSE = 0.02
+IDLE_MAX_PAUSE = 1.0
+FULL_PAUSE = 0.02
+
+
+class DegradedMode:
+    """Claims from the table with `claim_next` while the broker has been unreachable for longer than
+    `settings.degraded_after_seconds` (never when that is 0)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        link: BrokerLink,
+        pipeline: Pipeline,
+        *,
+        concurrency: int,
+        worker: str,
+    ) -> None:
+        self._engine = engine
+        self._settings = settings
+        self._link = link
+        self._pipeline = pipeline
+        self._concurrency = concurrency
+        self._worker = worker
+        self._after = settings.degraded_after_seconds
+        self._idle = IDLE_FIRST_PAUSE
+        self.active = False
+        self.claimed = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="degraded-mode", daemon=True)
+
+    def start(self) -> DegradedMode:
+        if self._after > 0:
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Claim nothing more; waits for a claim in progress."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        pause = CHECK_INTERVAL
+        while not self._stop.wait(pause):
+            self._switch(self._link.down_for() >= self._after)
+            pause = self._step() if self.active else CHECK_INTERVAL
+
+    def _switch(self, degraded: bool) -> None:
+        if degraded and not self.active:
+            log.warning(
+                "broker unreachable for %.1fs: degraded mode, claiming from the jobs table",
+                self._link.down_for(),
+            )
+        elif self.active and not degraded:
+            log.info("broker reachable again: leaving degraded mode after %d jobs", self.claimed)
+        self.active = degraded
+
+    def _step(self) -> float:
+        """Claim one job if there is room; returns how long to wait before the next step."""
+        if self._pipeline.in_flight() >= self._concurrency:
+            return FULL_PAUSE
+        try:
+            claim = db.transact(self._engine, _claim_next, self._worker, self._settings.lease_seconds)
+        except db.StoreUnavailable as exc:
+            log.warning("degraded mode: store unavailable: %s", exc)
+            claim = None
+        if claim is None:
+            pause, self._idle = self._idle, min(self._idle * 2, IDLE_MAX_PAUSE)
+            return pause
+        self._idle = IDLE_FIRST_PAUSE
+        faults.hit("consumer.after_claim")
+        self._pipeline.begin(claim, None)
+        self.claimed += 1
+        return 0.0
+
+
+def _claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
+    return store.claim_next(conn, worker, clock.now(), lease_seconds)

@@ -1,0 +1,238 @@
+"""The consumer's one broker connection, owned by one thread.
+
+pika is single-threaded, so a `BrokerLink` keeps its `BlockingConnection` on a thread of its own that does
+nothing but AMQP I/O: it dispatches deliveries, answers heartbeats (the loop never waits on a job or on
+the store), and runs the acks and nacks other threads hand it through `add_callback_threadsafe`.
+`BlockingConnection` is enough here: one consumer and a few thread-safe callbacks do not need the
+callback-driven `SelectConnection`, and its loop (`process_data_events`) returns as soon as there is work.
+
+Every delivery carries the generation of the connection it came on. A lost connection ends its generation;
+acks for its deliveries are dropped, never sent on a newer channel (where the tag would name another
+message or none). The broker redelivers those messages and the claim absorbs the duplicates.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import pika
+import pika.exceptions
+
+from jobstore.settings import Settings
+from relay import topology
+from relay.message import JobMessage, UndecodableMessage
+
+log = logging.getLogger(__name__)
+
+RECONNECT_FIRST_PAUSE = 0.1
+RECONNECT_MAX_PAUSE = 2.0
+LOOP_SLICE = 0.1
+BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One message as received: which job it names, and where its ack must go."""
+
+    job_id: str
+    tag: int
+    generation: int
+    message_id: str | None = None
+    redelivered: bool = False
+
+
+class ConsumerCancelledByBroker(Exception):
+    """The broker cancelled our consumer (its queue was deleted or moved): consume again on a new channel."""
+
+
+def reconnect_pause(previous: float) -> float:
+    """The next pause between connection attempts: doubling from 0.1 s, capped at 2 s, jittered."""
+    return min(RECONNECT_MAX_PAUSE, max(RECONNECT_FIRST_PAUSE, previous * 2))
+
+
+class BrokerLink:
+    """Consumes `settings.queue` with `prefetch` unacked deliveries at most, reconnecting with bounded
+    backoff until closed. `on_delivery` is called on the link's thread for each decodable message; an
+    undecodable one is rejected without requeue (dead-lettered) and logged."""
+
+    def __init__(self, settings: Settings, prefetch: int, on_delivery: Callable[[Delivery], None]) -> None:
+        self._settings = settings
+        self._params = pika.URLParameters(settings.rabbitmq_url)
+        self._prefetch = prefetch
+        self._on_delivery = on_delivery
+        self._lock = threading.Lock()
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: Any = None
+        self._generation = 0
+        self._down_since: float | None = time.monotonic()
+        self._consuming = True
+        self._closing = threading.Event()
+        self._cancelled_by_broker = False
+        self._consumer_tag: str | None = None
+        self._thread = threading.Thread(target=self._loop, name="amqp-link", daemon=True)
+
+    def start(self) -> BrokerLink:
+        self._thread.start()
+        return self
+
+    @property
+    def generation(self) -> int:
+        """How many connections have been opened so far; deliveries carry the one they came on."""
+        return self._generation
+
+    def connected(self) -> bool:
+        with self._lock:
+            return self._connection is not None
+
+    def down_for(self) -> float:
+        """Seconds since the broker was last reachable (0 while connected)."""
+        since = self._down_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def ack(self, deliveries: Sequence[Delivery]) -> int:
+        """Ack on the channel each delivery came on; deliveries of an older connection are dropped.
+        Thread-safe. Returns how many acks were handed to the connection."""
+        return self._settle(deliveries, requeue=None)
+
+    def requeue(self, deliveries: Sequence[Delivery]) -> int:
+        """Give deliveries back to the queue unprocessed (nack with requeue). Thread-safe."""
+        return self._settle(deliveries, requeue=True)
+
+    def stop_consuming(self) -> None:
+        """Cancel the consumer (no new deliveries), keeping the connection for the acks still to come."""
+        self._consuming = False
+        self._call_soon(self._cancel_consumer)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the connection after the acks already handed over, and stop the thread."""
+        if not self._call_soon(self._closing.set):
+            self._closing.set()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._closing.set()
+            self._thread.join(timeout)
+
+    # The link's thread.
+
+    def _loop(self) -> None:
+        pause = 0.0
+        while not self._closing.is_set() and self._consuming:
+            try:
+                self._connect()
+                pause = 0.0
+                self._serve()
+            except (*BROKER_ERRORS, ConsumerCancelledByBroker) as exc:
+                log.warning("broker connection %d lost: %r", self._generation, exc)
+            finally:
+                self._disconnect()
+            if not self._consuming:
+                break  # shutting down: acks for the old channel can never be sent on a new one
+            pause = reconnect_pause(pause)
+            self._closing.wait(pause * (0.5 + random.random() / 2))
+
+    def _connect(self) -> None:
+        connection = pika.BlockingConnection(self._params)
+        channel = connection.channel()
+        topology.declare(channel, self._settings)
+        channel.basic_qos(prefetch_count=self._prefetch)
+        channel.add_on_cancel_callback(self._on_cancelled_by_broker)
+        with self._lock:
+            self._generation += 1
+            self._connection, self._channel = connection, channel
+            self._cancelled_by_broker = False
+        if self._consuming:
+            on_message = partial(self._on_message, self._generation)
+            self._consumer_tag = channel.basic_consume(self._settings.queue, on_message_callback=on_message)
+        self._down_since = None
+        log.info("broker connection %d open, consuming %s", self._generation, self._settings.queue)
+
+    def _serve(self) -> None:
+        assert self._connection is not None
+        while not self._closing.is_set():
+            self._connection.process_data_events(time_limit=LOOP_SLICE)
+            if self._cancelled_by_broker and self._consuming:
+                raise ConsumerCancelledByBroker(self._settings.queue)
+
+    def _disconnect(self) -> None:
+        with self._lock:
+            connection, self._connection, self._channel = self._connection, None, None
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+        if connection is not None and connection.is_open:
+            try:
+                connection.close()
+            except BROKER_ERRORS as exc:
+                log.debug("closing the broker connection: %r", exc)
+
+    def _on_message(self, generation: int, channel: Any, method: Any, properties: Any, body: bytes) -> None:
+        try:
+            message = JobMessage.decode(body)
+        except UndecodableMessage as exc:
+            log.warning("dead-lettering message %s: %s", properties.message_id, exc)
+            channel.basic_reject(method.delivery_tag, requeue=False)
+            return
+        delivery = Delivery(
+            job_id=message.job_id,
+            tag=method.delivery_tag,
+            generation=generation,
+            message_id=properties.message_id,
+            redelivered=bool(method.redelivered),
+        )
+        self._on_delivery(delivery)
+
+    def _on_cancelled_by_broker(self, _frame: Any) -> None:
+        self._cancelled_by_broker = True
+
+    def _cancel_consumer(self) -> None:
+        channel = self._channel
+        if channel is not None and channel.is_open and self._consumer_tag is not None:
+            channel.basic_cancel(self._consumer_tag)
+            self._consumer_tag = None
+            log.info("stopped consuming %s", self._settings.queue)
+
+    def _send(self, generation: int, deliveries: Sequence[Delivery], requeue: bool | None) -> None:
+        channel = self._channel
+        if generation != self._generation or channel is None or not channel.is_open:
+            log.info("dropped %d acks: their channel is gone, the broker redelivers them", len(deliveries))
+            return
+        for delivery in deliveries:
+            if requeue is None:
+                channel.basic_ack(delivery.tag)
+            else:
+                channel.basic_nack(delivery.tag, requeue=requeue)
+
+    # Other threads.
+
+    def _settle(self, deliveries: Sequence[Delivery], requeue: bool | None) -> int:
+        if not deliveries:
+            return 0
+        with self._lock:
+            generation = self._generation if self._connection is not None else -1
+        current = [d for d in deliveries if d.generation == generation]
+        if len(current) < len(deliveries):
+            log.info(
+                "dropped %d acks from an earlier connection: the broker redelivers those messages",
+                len(deliveries) - len(current),
+            )
+        if current and self._call_soon(partial(self._send, generation, current, requeue)):
+            return len(current)
+        return 0
+
+    def _call_soon(self, callback: Callable[[], None]) -> bool:
+        """Run `callback` on the link's thread; False when there is no connection to run it on."""
+        with self._lock:
+            connection = self._connection
+            if connection is None:
+                return False
+            try:
+                connection.add_callback_threadsafe(callback)
+            except BROKER_ERRORS:
+                return False
+            return True

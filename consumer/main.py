@@ -1,0 +1,112 @@
+"""`outbox-bridge consumer --concurrency N`: RabbitMQ delivery -> claim -> run -> commit -> ack.
+
+One broker connection on its own thread (`consumer.link`), N worker threads with a claimer and a group
+committer (`consumer.pipeline`), one lease keeper renewing every lease the process holds, and degraded
+mode for long broker outages (`consumer.degraded`).
+
+On SIGTERM or SIGINT: stop consuming, let running jobs finish within `shutdown_grace_seconds`, release the
+rest (queued again for another worker), wait up to the same grace again for the jobs that cannot be
+released because they started an external effect, close the connection and exit 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from consumer.degraded import DegradedMode
+from consumer.link import BrokerLink, Delivery
+from consumer.pipeline import Pipeline
+from handlers.runner import LeaseKeeper
+from jobstore import db, migrate
+from jobstore.settings import Settings
+
+log = logging.getLogger(__name__)
+
+EXIT_CLEAN, EXIT_STORE_NOT_READY = 0, 2
+
+
+def worker_name() -> str:
+    return f"consumer-{socket.gethostname()}-{os.getpid()}"
+
+
+class Consumer:
+    """The parts of one consumer process, started and stopped in order."""
+
+    def __init__(self, engine: Engine, settings: Settings, *, concurrency: int) -> None:
+        self.settings = settings
+        name = worker_name()
+        self.keeper = LeaseKeeper(engine, settings)
+        self.link = BrokerLink(settings, concurrency, self._offer)
+        self.pipeline = Pipeline(
+            engine, settings, self.keeper, self.link, concurrency=concurrency, worker=name
+        )
+        self.degraded = DegradedMode(
+            engine, settings, self.link, self.pipeline, concurrency=concurrency, worker=name
+        )
+
+    def _offer(self, delivery: Delivery) -> None:
+        self.pipeline.offer(delivery)
+
+    def start(self) -> Consumer:
+        self.keeper.start()
+        self.pipeline.start()
+        self.link.start()
+        self.degraded.start()
+        return self
+
+    def shutdown(self) -> None:
+        """Stop taking work, finish or release what is held, close. Returns when everything has stopped
+        or the grace periods are over (a job left running then keeps its lease until it expires)."""
+        grace = self.settings.shutdown_grace_seconds
+        self.degraded.stop()
+        self.link.stop_consuming()
+        self.pipeline.stop_claiming(timeout=self.settings.lease_seconds)
+        if not self.pipeline.wait_idle(grace):
+            kept = self.pipeline.release_running()
+            if kept and not self.pipeline.wait_idle(grace):
+                log.warning(
+                    "%d jobs still running at exit; the sweeper settles them", self.pipeline.in_flight()
+                )
+        self.pipeline.close()
+        self.link.close()
+        self.keeper.stop()
+        log.info("stopped: %s", dict(self.pipeline.counts))
+
+
+def run(settings: Settings, *, concurrency: int) -> int:
+    """Run a consumer until SIGTERM or SIGINT; returns the exit code: 0 after a clean shutdown, 2 when the
+    store is not initialised (`outbox-bridge db init`) or not reachable."""
+    logging.getLogger("pika").setLevel(logging.WARNING)  # pika narrates every connection at INFO
+    engine = db.make_engine(settings, pool_size=concurrency + 4, max_overflow=concurrency)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        if not store_ready(engine):
+            return EXIT_STORE_NOT_READY
+        consumer = Consumer(engine, settings, concurrency=concurrency).start()
+        log.info("consumer started: concurrency %d, queue %s", concurrency, settings.queue)
+        while not stop.wait(1.0):
+            pass
+        log.info("stopping: finishing running jobs (grace %.1fs)", settings.shutdown_grace_seconds)
+        consumer.shutdown()
+        return EXIT_CLEAN
+    finally:
+        engine.dispose()
+
+
+def store_ready(engine: Engine) -> bool:
+    """True when the store answers at the code's schema revision; says what to do otherwise."""
+    try:
+        migrate.check_current(engine)
+    except (migrate.SchemaNotCurrent, SQLAlchemyError) as exc:
+        log.error("store not ready: %s", exc)
+        return False
+    return True
