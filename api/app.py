@@ -1,0 +1,84 @@
+"""The FastAPI application. Nothing is built at import time: `create_app(settings)` makes the engine and the
+app; `create_app_from_env` is the factory uvicorn calls in each worker process."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from sqlalchemy import Engine
+
+from api import openapi, problems
+from api.limits import BodyLimit
+from api.metrics import Metrics, RequestCounter
+from api.routes import jobs, probes
+from handlers.registry import KINDS
+from jobstore import db
+from jobstore.settings import Settings, load
+
+log = logging.getLogger(__name__)
+
+DESCRIPTION = """A durable job system. `POST /jobs` answers 202 only after the job and its outbox row are
+committed in one transaction. Identity comes from the bearer token only. Every error is
+`application/problem+json`; the statuses used are 200, 202, 400, 401, 404, 409, 413 and 503."""
+
+# SQLite serializes writers; connections beyond a few serve concurrent reads, and many more only contend.
+POOL_SIZE = 8
+POOL_OVERFLOW = 24
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """The API over the store `settings` names. The engine is made here and disposed at shutdown."""
+    engine = _make_engine(settings)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        engine.dispose()
+
+    app = FastAPI(
+        title="outbox-bridge",
+        version="0.1.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        redirect_slashes=False,
+    )
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.metrics = Metrics()
+    problems.install(app)
+    app.include_router(jobs.router)
+    app.include_router(probes.router)
+    _include_dashboard(app)
+    openapi.install(app, accepted_kinds=[k for k in settings.allowed_kinds if k in KINDS])
+    # Added last = outermost: the counter sees every answer, the 413s included.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestCounter, metrics=app.state.metrics)
+    return app
+
+
+def create_app_from_env() -> FastAPI:
+    """The app for settings read from the environment (uvicorn's factory with `--workers N`)."""
+    return create_app(load())
+
+
+def _make_engine(settings: Settings) -> Engine:
+    return db.make_engine(
+        settings,
+        pool_size=POOL_SIZE,
+        max_overflow=POOL_OVERFLOW,
+        pool_timeout=settings.store_lock_timeout_seconds,
+    )
+
+
+def _include_dashboard(app: FastAPI) -> None:
+    """Mount the operator dashboard when its module is there; the API serves without it."""
+    try:
+        from api import dashboard
+    except ModuleNotFoundError as exc:
+        if exc.name != "api.dashboard":
+            log.error("the dashboard is not served: %s", exc)
+        return
+    app.include_router(dashboard.router)

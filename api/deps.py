@@ -1,0 +1,66 @@
+"""The routes' dependencies: who is asking (from the verified bearer token only), and the app's settings,
+engine and metrics. All of them are cheap and do no I/O, so they run on the event loop, not the threadpool."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import Engine
+
+from api.auth import Identity, InvalidToken, verify_token
+from api.metrics import Metrics
+from api.problems import BEARER_CHALLENGE, INVALID_TOKEN_CHALLENGE, UNAUTHORIZED
+from jobstore.settings import Settings
+
+bearer = HTTPBearer(
+    auto_error=False,
+    bearerFormat="JWT",
+    description="An HS256 token carrying `tenant` and `sub`: `outbox-bridge token --tenant T --user U`.",
+)
+
+
+async def _settings(request: Request) -> Settings:
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+async def _engine(request: Request) -> Engine:
+    return request.app.state.engine  # type: ignore[no-any-return]
+
+
+async def _metrics(request: Request) -> Metrics:
+    return request.app.state.metrics  # type: ignore[no-any-return]
+
+
+SettingsDep = Annotated[Settings, Depends(_settings)]
+EngineDep = Annotated[Engine, Depends(_engine)]
+MetricsDep = Annotated[Metrics, Depends(_metrics)]
+
+
+async def _identity(
+    settings: SettingsDep,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
+) -> Identity:
+    """The caller's tenant and user, from a token signed with `AUTH_SECRET`; 401 without a valid one."""
+    if credentials is None:
+        raise UNAUTHORIZED.error("Send Authorization: Bearer <token>.", headers=BEARER_CHALLENGE)
+    try:
+        return verify_token(settings.auth_secret, credentials.credentials)
+    except InvalidToken:
+        raise UNAUTHORIZED.error(
+            "The bearer token is invalid or expired.", headers=INVALID_TOKEN_CHALLENGE
+        ) from None
+
+
+IdentityDep = Annotated[Identity, Depends(_identity)]
+
+IdempotencyKey = Annotated[
+    str,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        description="Names this request within your tenant: a retry with the same key returns the same job.",
+    ),
+]

@@ -1,0 +1,45 @@
+"""What every payload must be, whatever its kind: storable as canonical JSON text.
+
+Python's JSON parser accepts things the store cannot keep (lone surrogates, which UTF-8 cannot encode; NaN
+and Infinity, which JSON does not have) and nesting deep enough to exhaust the recursion limit later, when
+the store fingerprints the payload. Each is a client error, refused here before any transaction starts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from api.problems import INVALID_PAYLOAD
+
+MAX_DEPTH = 32
+
+
+def check_encodable(payload: dict[str, Any]) -> None:
+    """Raise a 400 `invalid-payload` problem unless `payload` is plain, finite, UTF-8-encodable JSON
+    nested at most `MAX_DEPTH` levels."""
+    if _depth(payload) > MAX_DEPTH:
+        raise INVALID_PAYLOAD.error(f"The payload is nested more than {MAX_DEPTH} levels deep.")
+    try:
+        json.dumps(payload, ensure_ascii=False, allow_nan=False).encode()
+    except (ValueError, UnicodeEncodeError):
+        raise INVALID_PAYLOAD.error(
+            "The payload holds text that is not valid Unicode, or a number JSON cannot express."
+        ) from None
+
+
+def _depth(value: Any) -> int:
+    deepest = 0
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, level = pending.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, level)
+        if level <= MAX_DEPTH:
+            pending.extend((child, level + 1) for child in children)
+    return deepest

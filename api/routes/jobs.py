@@ -1,0 +1,177 @@
+"""`/jobs`: submit, read, list, cancel, and fetch the committed result. Every route sees only the caller's
+tenant; another tenant's job answers exactly as an unknown id does."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Response
+from pydantic import ValidationError
+from sqlalchemy import Connection
+
+from api import results
+from api.deps import EngineDep, IdempotencyKey, IdentityDep, MetricsDep, SettingsDep
+from api.openapi import problems
+from api.payloads import check_encodable
+from api.problems import INVALID_PAYLOAD, RESULT_NOT_READY, UNKNOWN_KIND, issues
+from api.schemas import JobCreate, JobPage, JobView, job_url
+from handlers.base import Kind
+from handlers.registry import KINDS
+from jobstore import clock, db, faults, queries
+from jobstore import jobs as store
+from jobstore.errors import JobNotFound
+from jobstore.records import Attempt, Job
+from jobstore.settings import Settings
+from jobstore.states import State
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+
+JSON = "application/json"
+
+
+def _json(view: JobView | JobPage, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    # Already validated by construction: serialize once, skipping FastAPI's response-model round trip.
+    return Response(view.model_dump_json(), status_code=status, media_type=JSON, headers=headers)
+
+
+@router.post(
+    "",
+    status_code=202,
+    response_model=JobView,
+    summary="Submit a job",
+    responses={
+        202: {
+            "description": "Accepted: the job and its outbox row are committed (or this key's job, again).",
+            "headers": {"Location": {"description": "The job's status URL.", "schema": {"type": "string"}}},
+        },
+        **problems(400, 401, 409, 503),
+    },
+)
+def submit_job(
+    job: JobCreate,
+    key: IdempotencyKey,
+    identity: IdentityDep,
+    settings: SettingsDep,
+    engine: EngineDep,
+    metrics: MetricsDep,
+) -> Response:
+    """Accept a job. The answer comes only after the job and its outbox row are committed together; the
+    same Idempotency-Key with the same kind and payload returns the original job again (202, same id)."""
+    kind = _accepted_kind(job.kind, settings)
+    _check_payload(kind, job.payload)
+    accepted = db.transact(
+        engine,
+        store.accept,
+        tenant=identity.tenant,
+        owner=identity.user,
+        kind=kind.name,
+        payload=job.payload,
+        operation_key=key,
+        now=clock.now(),
+        max_attempts=settings.max_attempts,
+        deadline_seconds=job.deadline_seconds,
+    )
+    faults.hit("api.after_commit")
+    if accepted.created:
+        metrics.job_accepted(kind.name)
+    return _json(JobView.of(accepted.job), 202, {"Location": job_url(accepted.job.id)})
+
+
+def _accepted_kind(name: str, settings: Settings) -> Kind:
+    kind = KINDS.get(name)
+    if kind is None or name not in settings.allowed_kinds:
+        accepted = ", ".join(sorted(k for k in settings.allowed_kinds if k in KINDS))
+        raise UNKNOWN_KIND.error(f"This deployment accepts these kinds: {accepted}.")
+    return kind
+
+
+def _check_payload(kind: Kind, payload: dict[str, Any]) -> None:
+    check_encodable(payload)
+    try:
+        kind.parse(payload)
+    except ValidationError as exc:
+        raise INVALID_PAYLOAD.error(
+            f"The payload is not a valid {kind.name} payload.", errors=issues(exc, prefix=("payload",))
+        ) from None
+
+
+@router.get("", response_model=JobPage, summary="List your jobs", responses=problems(400, 401, 503))
+def list_jobs(
+    identity: IdentityDep,
+    engine: EngineDep,
+    state: Annotated[State | None, Query(description="Only jobs in this state.")] = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    cursor: Annotated[str | None, Query(max_length=512, description="A previous page's next_cursor.")] = None,
+) -> Response:
+    """Your tenant's jobs, newest first, `limit` at a time."""
+    page = db.read(engine, queries.list_jobs, tenant=identity.tenant, state=state, limit=limit, cursor=cursor)
+    return _json(JobPage(items=[JobView.of(j) for j in page.items], next_cursor=page.next_cursor))
+
+
+@router.get("/{job_id}", response_model=JobView, summary="Read a job", responses=problems(401, 404, 503))
+def read_job(job_id: str, identity: IdentityDep, engine: EngineDep) -> Response:
+    """The job view; 404 for an unknown id and for another tenant's job alike."""
+    job = db.read(engine, store.get_job, job_id, tenant=identity.tenant)
+    if job is None:
+        raise JobNotFound(job_id)
+    return _json(JobView.of(job))
+
+
+@router.post(
+    "/{job_id}/cancel",
+    response_model=JobView,
+    summary="Cancel a job",
+    responses={
+        200: {"description": "Cancelled at once (it was queued), or already finished and left as it was."},
+        202: {
+            "model": JobView,
+            "description": "It is running: cancel requested; the worker stops at a safe point.",
+        },
+        **problems(401, 404, 503),
+    },
+)
+def cancel_job(job_id: str, identity: IdentityDep, engine: EngineDep) -> Response:
+    """Queued: `cancelled` at once (200). Running: cancel requested (202). Finished: unchanged (200), so a
+    committed result stands."""
+    outcome, job = db.transact(engine, _cancel, job_id, clock.now(), identity.tenant)
+    status = 202 if outcome is store.CancelOutcome.REQUESTED else 200
+    return _json(JobView.of(job), status)
+
+
+def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[store.CancelOutcome, Job]:
+    outcome = store.request_cancel(conn, job_id, now, tenant=tenant)
+    job = store.get_job(conn, job_id, tenant=tenant)
+    assert job is not None  # request_cancel raised JobNotFound otherwise
+    return outcome, job
+
+
+@router.get(
+    "/{job_id}/result",
+    summary="Fetch the committed result",
+    responses={
+        200: {
+            "description": "The committed result: the JSON output, or the result file (an export's CSV).",
+            "content": {
+                JSON: {"schema": {"type": "object"}},
+                **{t: {"schema": {"type": "string", "format": "binary"}} for t in results.FILE_MEDIA_TYPES},
+            },
+        },
+        **problems(401, 404, 503),
+    },
+)
+def job_result(job_id: str, identity: IdentityDep, settings: SettingsDep, engine: EngineDep) -> Response:
+    """The output of the attempt the job's result pointer names; 404 until the job has succeeded. An
+    attempt that never became the result (killed, fenced, cancelled) is never served."""
+    job, attempt = db.read(engine, _result_of, job_id, identity.tenant)
+    if job is None:
+        raise JobNotFound(job_id)
+    if attempt is None:
+        raise RESULT_NOT_READY.error(f"The job is {job.state.value}; a result exists once it has succeeded.")
+    return results.respond(attempt.output, settings.results_dir)
+
+
+def _result_of(conn: Connection, job_id: str, tenant: str) -> tuple[Job | None, Attempt | None]:
+    job = store.get_job(conn, job_id, tenant=tenant)
+    if job is None:
+        return None, None
+    return job, queries.committed_result(conn, job_id, tenant=tenant)

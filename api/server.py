@@ -1,0 +1,41 @@
+"""`outbox-bridge api`: serve the app with uvicorn. SIGTERM stops taking connections and lets requests in
+flight finish (up to SHUTDOWN_GRACE_SECONDS)."""
+
+from __future__ import annotations
+
+import os
+
+import uvicorn
+
+from jobstore.settings import Settings
+
+
+def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
+    """Serve until signalled. With `workers` > 1, each worker process builds its own app (and engine)
+    from the environment, which is made to carry exactly `settings`."""
+    options = {
+        "host": host,
+        "port": port,
+        "log_config": None,  # keep the process's logging setup
+        "access_log": False,  # requests are counted in /metrics; a log line each would cost throughput
+        "timeout_graceful_shutdown": int(settings.shutdown_grace_seconds) or None,
+    }
+    if workers == 1:
+        from api.app import create_app
+
+        uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
+        return
+    os.environ.update(settings_environment(settings))
+    uvicorn.run("api.app:create_app_from_env", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+
+
+def settings_environment(settings: Settings) -> dict[str, str]:
+    """Environment variables that make `Settings()` in a child process equal `settings`."""
+    env: dict[str, str] = {}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        if isinstance(value, tuple | list):
+            value = ",".join(str(v) for v in value)
+        env[name.upper()] = str(value)
+    return env
