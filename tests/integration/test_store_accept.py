@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Connection, Engine, func, select, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError
 
 from jobstore import db
 from jobstore import jobs as store
@@ -68,13 +68,26 @@ def test_the_job_row_and_its_outbox_row_are_written_together(engine: Engine, clo
     ]
 
 
-def test_no_job_row_survives_when_its_outbox_row_cannot_be_written(engine: Engine, clock: FakeClock) -> None:
-    refuse_outbox = text(
+REFUSE_OUTBOX = {
+    "sqlite": [
         "CREATE TRIGGER refuse_outbox BEFORE INSERT ON outbox "
         "BEGIN SELECT RAISE(ABORT, 'outbox refused'); END"
-    )
-    db.transact(engine, lambda conn: conn.execute(refuse_outbox))
-    with pytest.raises(IntegrityError, match="outbox refused"):
+    ],
+    "postgresql": [
+        "CREATE FUNCTION refuse_outbox() RETURNS trigger LANGUAGE plpgsql "
+        "AS $$ BEGIN RAISE EXCEPTION 'outbox refused'; END $$",
+        "CREATE TRIGGER refuse_outbox BEFORE INSERT ON outbox FOR EACH ROW EXECUTE FUNCTION refuse_outbox()",
+    ],
+}
+
+
+def test_no_job_row_survives_when_its_outbox_row_cannot_be_written(engine: Engine, clock: FakeClock) -> None:
+    def refuse_outbox_rows(conn: Connection) -> None:
+        for statement in REFUSE_OUTBOX[engine.dialect.name]:
+            conn.execute(text(statement))
+
+    db.transact(engine, refuse_outbox_rows)
+    with pytest.raises(DBAPIError, match="outbox refused"):
         accept(engine, clock)
     assert count(engine, jobs) == 0
 
