@@ -194,26 +194,33 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def extract(params: ExtractParams, document: str) -> dict[str, Any]:
+    """The title, the requested fields in the order asked for, and the word count. Fields are a list, not
+    an object: checkpoints are stored as canonical JSON with sorted keys, and a resumed draft must list
+    them in the same order as an uninterrupted one."""
     lines = [line.strip() for line in document.splitlines() if line.strip()]
     found = document_fields(document)
     return {
         "title": lines[0][:200] if lines else "",
-        "fields": {name: found[name] for name in params.fields if name in found},
+        "fields": [{"name": name, "value": found[name]} for name in params.fields if name in found],
         "words": len(document.split()),
     }
 
 
+def _fields_of(extracted: dict[str, Any] | None) -> list[tuple[str, str]]:
+    return [(f["name"], f["value"]) for f in (extracted or {}).get("fields", [])]
+
+
 def validate(params: ValidateParams, extracted: dict[str, Any] | None) -> dict[str, Any]:
-    fields = (extracted or {}).get("fields", {})
+    present = {name for name, value in _fields_of(extracted) if value}
     words = (extracted or {}).get("words", 0)
-    missing = [name for name in params.required if not fields.get(name)]
+    missing = [name for name in params.required if name not in present]
     return {"ok": not missing and words >= params.min_words, "missing": missing, "words": words}
 
 
 def draft(params: DraftParams, extracted: dict[str, Any] | None, document: str) -> dict[str, Any]:
-    fields = (extracted or {}).get("fields", {})
+    fields = _fields_of(extracted)
     if params.style == "bullets" and fields:
-        text = "\n".join(f"- {name.replace('_', ' ')}: {value}" for name, value in fields.items())
+        text = "\n".join(f"- {name.replace('_', ' ')}: {value}" for name, value in fields)
     else:
         text = " ".join(document.split())
     words = text.split(" ")
