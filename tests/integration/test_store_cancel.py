@@ -1,0 +1,161 @@
+"""request_cancel: a queued job is cancelled at once, a running one is flagged, a finished one stands."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from jobstore import db, queries
+from jobstore import jobs as store
+from jobstore.clock import FakeClock
+from jobstore.errors import JobNotFound
+from jobstore.records import Claim, Job
+from jobstore.schema import jobs, outbox
+from jobstore.states import State
+
+LEASE = 30.0
+
+
+def accept(engine: Engine, clock: FakeClock, tenant: str = "acme") -> str:
+    return db.transact(
+        engine,
+        store.accept,
+        tenant=tenant,
+        owner="alice",
+        kind="noop",
+        payload={},
+        operation_key="k",
+        now=clock.now(),
+        max_attempts=3,
+    ).job.id
+
+
+def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
+    result = db.transact(engine, store.claim, job_id, "w1", clock.now(), LEASE)
+    assert result.claim is not None, result
+    return result.claim
+
+
+def cancel(engine: Engine, clock: FakeClock, job_id: str, tenant: str | None = None) -> store.CancelOutcome:
+    return db.transact(engine, store.request_cancel, job_id, clock.now(), tenant=tenant)
+
+
+def job_row(engine: Engine, job_id: str) -> Job:
+    job = db.read(engine, store.get_job, job_id)
+    assert job is not None
+    return job
+
+
+def rows(engine: Engine) -> list[dict[str, Any]]:
+    return db.read(
+        engine, lambda conn: [dict(r) for r in conn.execute(select(jobs).order_by(jobs.c.id)).mappings()]
+    )
+
+
+def pending_outbox(engine: Engine, job_id: str) -> int:
+    query = select(outbox.c.id).where(outbox.c.job_id == job_id, outbox.c.published_at.is_(None))
+    return len(db.read(engine, lambda conn: conn.execute(query).all()))
+
+
+def test_cancel_of_a_queued_job_cancels_it_at_once_and_drops_its_pending_delivery(
+    engine: Engine, clock: FakeClock
+) -> None:
+    job_id = accept(engine, clock)
+    clock.advance(1)
+    assert cancel(engine, clock, job_id) is store.CancelOutcome.CANCELLED
+    job = job_row(engine, job_id)
+    assert (job.state, job.cancel_requested, job.error_code) == (State.CANCELLED, True, "cancelled")
+    assert (job.finished_at, job.epoch, job.attempts) == (clock.now(), 0, 0)
+    assert pending_outbox(engine, job_id) == 0
+    refused = db.transact(engine, store.claim, job_id, "w1", clock.now(), LEASE)
+    assert (refused.claim, refused.refusal) == (None, store.Refusal.TERMINAL)
+
+
+def test_cancel_of_a_running_job_is_requested_and_the_job_keeps_running(
+    engine: Engine, clock: FakeClock
+) -> None:
+    job_id = accept(engine, clock)
+    held = claim(engine, clock, job_id)
+    assert cancel(engine, clock, job_id) is store.CancelOutcome.REQUESTED
+    job = job_row(engine, job_id)
+    assert (job.state, job.cancel_requested, job.epoch, job.lease_owner) == (
+        State.RUNNING,
+        True,
+        held.epoch,
+        "w1",
+    )
+    assert job.finished_at is None
+
+
+def test_a_repeated_cancel_of_a_running_job_stays_a_request(engine: Engine, clock: FakeClock) -> None:
+    job_id = accept(engine, clock)
+    claim(engine, clock, job_id)
+    assert [cancel(engine, clock, job_id) for _ in range(2)] == [store.CancelOutcome.REQUESTED] * 2
+    assert job_row(engine, job_id).state is State.RUNNING
+
+
+def test_cancel_of_a_succeeded_job_leaves_the_committed_result_standing(
+    engine: Engine, clock: FakeClock
+) -> None:
+    job_id = accept(engine, clock)
+    held = claim(engine, clock, job_id)
+    db.transact(engine, store.complete, job_id, held.epoch, held.attempt_id, {"rows": 3}, clock.now())
+    before = rows(engine)
+    clock.advance(1)
+    assert cancel(engine, clock, job_id) is store.CancelOutcome.UNCHANGED
+    assert rows(engine) == before
+    result = db.read(engine, queries.committed_result, job_id)
+    assert result is not None and result.output == {"rows": 3}
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "failed"])
+def test_cancel_of_an_otherwise_finished_job_changes_nothing(
+    engine: Engine, clock: FakeClock, ending: str
+) -> None:
+    job_id = accept(engine, clock)
+    if ending == "cancelled":
+        cancel(engine, clock, job_id)
+    else:
+        held = claim(engine, clock, job_id)
+        db.transact(
+            engine,
+            store.fail,
+            job_id,
+            held.epoch,
+            held.attempt_id,
+            code="bad_input",
+            message="no",
+            permanent=True,
+            now=clock.now(),
+            backoff=store.Backoff(1.0, 1.0),
+        )
+    before = rows(engine)
+    clock.advance(1)
+    assert cancel(engine, clock, job_id) is store.CancelOutcome.UNCHANGED
+    assert rows(engine) == before
+
+
+def test_cancel_of_an_unknown_job_is_not_found(engine: Engine, clock: FakeClock) -> None:
+    with pytest.raises(JobNotFound):
+        cancel(engine, clock, "no-such-job")
+
+
+@pytest.mark.parametrize("running", [False, True], ids=["queued", "running"])
+def test_cancel_of_another_tenants_job_is_not_found_and_changes_nothing(
+    engine: Engine, clock: FakeClock, running: bool
+) -> None:
+    job_id = accept(engine, clock, tenant="acme")
+    if running:
+        claim(engine, clock, job_id)
+    before = rows(engine)
+    with pytest.raises(JobNotFound):
+        cancel(engine, clock, job_id, tenant="globex")
+    assert rows(engine) == before
+    assert pending_outbox(engine, job_id) == 1
+
+
+def test_cancel_by_the_owning_tenant_is_applied(engine: Engine, clock: FakeClock) -> None:
+    job_id = accept(engine, clock, tenant="acme")
+    assert cancel(engine, clock, job_id, tenant="acme") is store.CancelOutcome.CANCELLED
