@@ -1,0 +1,1 @@
+"""`outbox-bridge bench`: the broker path and the SQLite-only baseline measured side by side, in one run."""

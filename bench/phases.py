@@ -1,0 +1,190 @@
+"""The phases of one benchmarked deployment, each returning its figures as a plain dict.
+
+Every phase tags its jobs with a tenant of its own, so its figures come from its own rows; every wait has
+a bound (`PhaseTimeout`) and ends early when the run is stopped."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine
+
+from bench import costs
+from bench.deploy import Deployment
+from bench.observe import StoreWatch, Timings, cdf_ms, percentiles_ms, throughput
+from bench.options import Options
+from bench.submit import HttpSubmitter, StoreSubmitter, Tally, open_loop
+from bench.tracing import fsync_counts, fsyncs_counted, profile_summary, profiled
+
+WARMUP_JOBS = 50
+SETTLE_SECONDS = 1.0
+
+
+@dataclass
+class Run:
+    """What the phases of one deployment share."""
+
+    label: str
+    options: Options
+    deployment: Deployment
+    engine: Engine
+    watch: StoreWatch
+    http: HttpSubmitter
+    stop: threading.Event
+
+    @property
+    def store(self) -> StoreSubmitter:
+        return StoreSubmitter(self.engine, self.deployment.settings.max_attempts)
+
+    def tenant(self, phase: str) -> str:
+        return f"{self.label}-{phase}"
+
+    def snapshot(self) -> costs.Snapshot:
+        return costs.snapshot(self.deployment.stats_dir, self.deployment.names(), after=time.time())
+
+    def finish_timeout(self, jobs: int) -> float:
+        """How long `jobs` may take to finish: generous, but bounded (20 jobs/s at the very least)."""
+        return 60.0 + jobs / 20.0
+
+    def wait(self, tenant: str, expected: int, timeout: float | None = None) -> dict[str, int]:
+        self.deployment.check_alive()
+        progress = self.watch.wait_finished(
+            tenant, expected, timeout or self.finish_timeout(expected), self.stop
+        )
+        return {"succeeded": progress.succeeded, "failed_or_dead": progress.other_terminal}
+
+
+def warmup(run: Run) -> dict[str, Any]:
+    """A few jobs through the whole path before anything is measured (imports, connections, caches)."""
+    tenant, tally = run.tenant("warmup"), Tally()
+    run.store.burst(tenant, WARMUP_JOBS, 10, tally, run.stop)
+    return run.wait(tenant, tally.accepted, timeout=60.0) | {"submitted": tally.as_dict()}
+
+
+def idle(run: Run) -> dict[str, Any]:
+    """Store statements per second and CPU per process with no work at all, over `idle_seconds`."""
+    run.stop.wait(SETTLE_SECONDS)
+    before = run.snapshot()
+    if run.stop.wait(run.options.idle_seconds):
+        raise KeyboardInterrupt
+    spent = costs.delta(before, run.snapshot())
+    spent.pop(costs.BENCH, None)  # the benchmark itself only sleeps here
+    return {"seconds": run.options.idle_seconds, "per_process": costs.rates(spent)}
+
+
+def _burst(run: Run, phase: str, submit: Any, how: dict[str, Any]) -> dict[str, Any]:
+    tenant, tally = run.tenant(phase), Tally()
+    before = run.snapshot()
+    submit(tenant, tally)
+    finished = run.wait(tenant, tally.accepted)
+    spent = costs.delta(before, run.snapshot())
+    timings = run.watch.timings(tenant)
+    return (
+        how
+        | throughput(timings)
+        | {"finished": finished, "submitted": tally.as_dict()}
+        | {"cost": costs.per_job(spent, tally.accepted)}
+        | _latencies(timings, with_cdf=False)
+    )
+
+
+def burst_store(run: Run) -> dict[str, Any]:
+    """Accepted-to-succeeded jobs/s for a burst of `jobs`, accepted in this process in batches."""
+    o = run.options
+
+    def submit(tenant: str, tally: Tally) -> None:
+        run.store.burst(tenant, o.jobs, o.batch, tally, run.stop)
+
+    return _burst(run, "burst-store", submit, {"path": "store", "accepts_per_transaction": o.batch})
+
+
+def burst_http(run: Run) -> dict[str, Any]:
+    """The same burst through POST /jobs from concurrent clients, one job per request."""
+    o = run.options
+
+    def submit(tenant: str, tally: Tally) -> None:
+        run.http.burst(tenant, o.jobs, o.http_threads, tally, run.stop)
+
+    return _burst(run, "burst-http", submit, {"path": "http", "client_threads": o.http_threads})
+
+
+def latency(run: Run) -> dict[str, Any]:
+    """Open loop at `rate` jobs/s for `duration` seconds, one job per store transaction: accept-to-start
+    and accept-to-succeeded percentiles, and the CDFs for the plots."""
+    o = run.options
+    tenant, tally = run.tenant("latency"), Tally()
+    before = run.snapshot()
+    schedule = open_loop(lambda: run.store.submit(tenant, 1, tally), o.rate, o.duration, run.stop)
+    finished = run.wait(tenant, tally.accepted)
+    spent = costs.delta(before, run.snapshot())
+    timings = run.watch.timings(tenant)
+    return {
+        "path": "store",
+        "offered_rate": o.rate,
+        "seconds": o.duration,
+        "due": schedule.due,
+        "max_schedule_lag_ms": round(schedule.max_lag_seconds * 1000, 2),
+        "finished": finished,
+        "submitted": tally.as_dict(),
+        "cost": costs.per_job(spent, tally.accepted),
+    } | _latencies(timings, with_cdf=True)
+
+
+def _latencies(t: Timings, *, with_cdf: bool) -> dict[str, Any]:
+    to_start, to_success = t.started - t.created, t.finished - t.created
+    found: dict[str, Any] = {
+        "accept_to_start_ms": percentiles_ms(to_start),
+        "accept_to_succeeded_ms": percentiles_ms(to_success),
+    }
+    if with_cdf:
+        found["cdf_ms"] = {"accept_to_start": cdf_ms(to_start), "accept_to_succeeded": cdf_ms(to_success)}
+    return found
+
+
+def fsyncs(run: Run) -> dict[str, Any]:
+    """fsync-family calls per job, counted by `strace -c` attached to every process (and this one, the
+    submitter) over a store-path burst of `fsync_jobs`. The tracing slows everything: no rates here."""
+    o = run.options
+    tenant, tally = run.tenant("fsync"), Tally()
+    pids = run.deployment.pids() | {costs.BENCH: _own_pid()}
+    with fsyncs_counted(pids, run.deployment.workdir) as tracers:
+        run.store.burst(tenant, o.fsync_jobs, o.batch, tally, run.stop)
+        finished = run.wait(tenant, tally.accepted)
+        time.sleep(SETTLE_SECONDS)  # let checkpoints that follow the last commit happen under the trace
+    counts = fsync_counts(tracers)
+    total = sum(counts.values())
+    return {
+        "how": "strace -f -c -e trace=fsync,fdatasync,sync_file_range -p <pid>, one per process",
+        "path": "store",
+        "accepts_per_transaction": o.batch,
+        "jobs": tally.accepted,
+        "finished": finished,
+        "fsyncs_per_job": round(total / tally.accepted, 3) if tally.accepted else None,
+        "per_process": counts,
+    }
+
+
+def profile(run: Run) -> dict[str, Any]:
+    """Where CPU time goes during a store-path burst: py-spy on every process, top functions by share of
+    on-CPU samples. Sampling slows the processes a little: no rates here."""
+    o = run.options
+    tenant, tally = run.tenant("profile"), Tally()
+    pids = run.deployment.pids() | {costs.BENCH: _own_pid()}
+    with profiled(pids, run.deployment.workdir) as tracers:
+        run.store.burst(tenant, o.jobs, o.batch, tally, run.stop)
+        finished = run.wait(tenant, tally.accepted)
+    return {
+        "how": "py-spy record --nonblocking --rate 100 --format raw, one per process",
+        "jobs": tally.accepted,
+        "finished": finished,
+        "per_process": {name: profile_summary(path) for name, path in tracers.outputs.items()},
+    }
+
+
+def _own_pid() -> int:
+    import os
+
+    return os.getpid()

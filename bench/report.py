@@ -1,0 +1,186 @@
+"""The figures of one invocation: a table in the terminal (and the same table as Markdown), the JSON,
+and the machine they were measured on."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.targets import figure
+
+Result = dict[str, Any]
+
+
+def machine(rabbitmq_version: str | None) -> dict[str, Any]:
+    """The CPU, cores, memory and versions; the load average says how busy the shared machine was."""
+    return {
+        "cpu": _cpuinfo("model name"),
+        "cores": os.cpu_count(),
+        "memory_gib": _meminfo_gib(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "rabbitmq": rabbitmq_version,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _cpuinfo(field: str) -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(field):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _meminfo_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _num(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def _percentiles(run: Result, phase: str, which: str) -> str:
+    p = figure(run, phase, which) or {}
+    return " / ".join(_num(p.get(k), 2) for k in ("p50", "p95", "p99")) if p else "-"
+
+
+def _per_process(run: Result, *path: str, key: str | None = None, digits: int = 2) -> str:
+    values = figure(run, *path) or {}
+    shown = {name: (v.get(key) if key else v) for name, v in values.items()}
+    return ", ".join(f"{name} {_num(v, digits)}" for name, v in shown.items()) or "-"
+
+
+def _slow_waits(run: Result) -> str:
+    found = [figure(run, p, "cost", "slow_lock_waits") for p in ("burst_store", "burst_http", "latency")]
+    return " / ".join(_num(w) for w in found)
+
+
+def _outage(run: Result) -> str:
+    if run["mode"] != "broker" or figure(run, "outage") is None:
+        return "-"
+    o = run["phases"]["outage"]
+    if "error" in o:
+        return "failed"
+    accepted, seconds = o["accepted_during_outage"], o["outage_seconds"]
+    return f"{accepted} accepted in {seconds:.0f} s, drained {o['drain_seconds']:.2f} s"
+
+
+ROWS: list[tuple[str, Callable[[Result], str]]] = [
+    (
+        "store burst: jobs/s accepted-to-succeeded",
+        lambda r: _num(figure(r, "burst_store", "jobs_per_second")),
+    ),
+    ("store burst: accepts/s", lambda r: _num(figure(r, "burst_store", "accepts_per_second"))),
+    ("HTTP burst: jobs/s accepted-to-succeeded", lambda r: _num(figure(r, "burst_http", "jobs_per_second"))),
+    ("HTTP burst: accepts/s (202s)", lambda r: _num(figure(r, "burst_http", "accepts_per_second"))),
+    ("accept-to-start p50/p95/p99 ms", lambda r: _percentiles(r, "latency", "accept_to_start_ms")),
+    ("accept-to-succeeded p50/p95/p99 ms", lambda r: _percentiles(r, "latency", "accept_to_succeeded_ms")),
+    (
+        "write transactions/job (store burst)",
+        lambda r: _num(figure(r, "burst_store", "cost", "write_transactions_per_job"), 2),
+    ),
+    (
+        "write transactions/job (HTTP burst)",
+        lambda r: _num(figure(r, "burst_http", "cost", "write_transactions_per_job"), 2),
+    ),
+    (
+        "write transactions/job (at fixed load)",
+        lambda r: _num(figure(r, "latency", "cost", "write_transactions_per_job"), 2),
+    ),
+    (
+        "statements/job (store burst)",
+        lambda r: _num(figure(r, "burst_store", "cost", "statements_per_job"), 2),
+    ),
+    ("fsyncs/job (strace, store path)", lambda r: _num(figure(r, "fsync", "fsyncs_per_job"), 2)),
+    ("slow lock waits > 5 ms (store/HTTP/fixed load)", _slow_waits),
+    (
+        "CPU s per 1,000 jobs (store burst)",
+        lambda r: _per_process(r, "burst_store", "cost", "cpu_seconds_per_1000_jobs"),
+    ),
+    (
+        "CPU s per 1,000 jobs (HTTP burst)",
+        lambda r: _per_process(r, "burst_http", "cost", "cpu_seconds_per_1000_jobs"),
+    ),
+    ("idle: statements/s", lambda r: _per_process(r, "idle", "per_process", key="statements_per_second")),
+    ("broker outage", _outage),
+]
+
+
+def label(run: Result) -> str:
+    return f"{run['mode']} {run['synchronous']}"
+
+
+def table(runs: list[Result]) -> Table:
+    t = Table(title="outbox-bridge bench", show_lines=True)
+    t.add_column("figure")
+    for run in runs:
+        t.add_column(label(run), justify="right", overflow="fold")
+    for name, cell in ROWS:
+        t.add_row(name, *(cell(run) for run in runs))
+    return t
+
+
+def markdown(runs: list[Result]) -> str:
+    head = "| figure | " + " | ".join(label(r) for r in runs) + " |"
+    rule = "|---|" + "---:|" * len(runs)
+    body = ["| " + name + " | " + " | ".join(cell(r) for r in runs) + " |" for name, cell in ROWS]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def targets_table(checks: list[dict[str, Any]]) -> Table:
+    t = Table(title="targets (broker mode, FULL)")
+    for column in ("target", "measured", "met"):
+        t.add_column(column)
+    for c in checks:
+        met = {True: "yes", False: "no", None: "not measured"}[c["met"]]
+        t.add_row(c["target"], _num(c["measured"], 2), met)
+    return t
+
+
+def errors(runs: list[Result]) -> list[str]:
+    return [
+        f"{label(r)} {name}: {phase['error']}"
+        for r in runs
+        for name, phase in r.get("phases", {}).items()
+        if isinstance(phase, dict) and "error" in phase
+    ] + [f"{label(r)}: {r['error']}" for r in runs if "error" in r]
+
+
+def write(results: Result, out: Path, suffix: str) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"results{suffix}.json"
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    (out / f"table{suffix}.md").write_text(markdown(results["runs"]))
+    return path
+
+
+def show(results: Result, console: Console) -> None:
+    console.print(table(results["runs"]))
+    if results["targets"]:
+        console.print(targets_table(results["targets"]))
+    for name, value in results["ratios"].items():
+        console.print(f"  {name}: {_num(value, 2)}")
+    for line in errors(results["runs"]):
+        console.print(f"[red]{line}[/red]")
