@@ -66,7 +66,8 @@ class StubProvider:
         with open(self.log_path, "a+", encoding="utf-8") as log:
             fcntl.flock(log.fileno(), fcntl.LOCK_EX)
             log.seek(0)
-            earlier = _first_message_id(log.read().splitlines(), tenant, operation_key)
+            seen = log.read()
+            earlier = _first_message_id(seen.splitlines(), tenant, operation_key)
             delivery = Delivery(earlier or f"msg-{uuid.uuid4().hex}", duplicate=earlier is not None)
             line = {
                 "tenant": tenant,
@@ -79,7 +80,8 @@ class StubProvider:
                 "provider_message_id": delivery.provider_message_id,
                 "duplicate": delivery.duplicate,
             }
-            log.write(json.dumps(line) + "\n")
+            torn = bool(seen) and not seen.endswith("\n")  # a writer was killed mid-line
+            log.write(("\n" if torn else "") + json.dumps(line) + "\n")
             log.flush()
             os.fsync(log.fileno())
         return delivery
