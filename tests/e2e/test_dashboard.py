@@ -232,6 +232,7 @@ def test_operator_signs_in_sees_the_figures_and_settles_dead_and_unknown_jobs_in
             page.goto(f"{api_url}/ui?refresh=0")
             check_figures(page, engine, seeded)
             page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+            check_job_page(page, seeded.by_state[State.DEAD][1])
             requeue_dead_job(page, engine, seeded.by_state[State.DEAD][0])
             resolve_unknown_job(page, engine, seeded.by_state[State.UNKNOWN][0])
             page.screenshot(path=str(ARTIFACTS / "dashboard-after-actions.png"), full_page=True)
@@ -276,6 +277,22 @@ def check_figures(page: Page, engine: Engine, seeded: Seeded) -> None:
         assert page.locator(f'#dead tr[data-job="{job_id}"]').count() == 1
     for job_id in seeded.by_state[State.UNKNOWN]:
         assert page.locator(f'#unknown tr[data-job="{job_id}"]').count() == 1
+
+
+def check_job_page(page: Page, job_id: str) -> None:
+    """The job's own page lists every attempt with its epoch and outcome; its actions return to it."""
+    with page.expect_navigation():
+        page.click(f'#dead tr[data-job="{job_id}"] a')
+    rows = page.locator("#attempts tbody tr")
+    epochs_and_outcomes = [
+        tuple(rows.nth(i).locator("td").all_inner_texts()[j] for j in (0, 3)) for i in range(rows.count())
+    ]
+    assert epochs_and_outcomes == [("1", "retry"), ("2", "retry"), ("3", "dead")]
+    back = page.get_attribute(
+        f'#job form[data-action="requeue"][data-job="{job_id}"] input[name=back]', "value"
+    )
+    assert back == f"/ui/jobs/{job_id}"
+    page.go_back()
 
 
 def requeue_dead_job(page: Page, engine: Engine, job_id: str) -> None:
