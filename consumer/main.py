@@ -67,7 +67,7 @@ class Consumer:
         grace = self.settings.shutdown_grace_seconds
         self.degraded.stop()
         self.link.stop_consuming()
-        self.pipeline.stop_claiming(timeout=self.settings.lease_seconds)
+        self.pipeline.stop_claiming()
         if not self.pipeline.wait_idle(grace):
             kept = self.pipeline.release_running()
             if kept and not self.pipeline.wait_idle(grace):

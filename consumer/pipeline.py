@@ -1,10 +1,11 @@
 """Claim, run, commit, then ack: the consumer's work, on threads that never touch the broker connection.
 
-Deliveries are claimed in batches (one transaction for every delivery waiting), run on a pool of worker
-threads, and their outcomes are group-committed: one thread drains every outcome that finished meanwhile
-and writes them all in one transaction under their fences. Only after that commit are their deliveries
-acked. A refused claim (finished, leased by a live worker, waiting out a backoff, waiting for the sweeper,
-or unknown) is acked without running: it is a duplicate, or a retry whose own outbox row delivers it later.
+Deliveries are claimed in batches, run on a pool of worker threads, and their outcomes are group-committed:
+one store writer drains every outcome that finished and every delivery that arrived meanwhile and writes
+them all in one transaction (outcomes under their fences, then claims). Only after that commit are the
+deliveries acked. A refused claim (finished, leased by a live worker, waiting out a backoff, waiting for
+the sweeper, or unknown) is acked without running: it is a duplicate, or a retry whose own outbox row
+delivers it later.
 """
 
 from __future__ import annotations
@@ -73,6 +74,18 @@ def commit_all(conn: Connection, finished: Sequence[Finished], backoff: store.Ba
     return [commit_outcome(conn, f.running.claim, f.outcome, now, backoff) for f in finished]
 
 
+def write_round(
+    conn: Connection,
+    finished: Sequence[Finished],
+    job_ids: Sequence[str],
+    worker: str,
+    lease_seconds: float,
+    backoff: store.Backoff,
+) -> tuple[list[State | None], list[store.ClaimResult]]:
+    """One round of the store writer: commit the finished outcomes, then claim the delivered jobs."""
+    return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
+
+
 def release_one(conn: Connection, claim: Claim) -> None:
     store.release(conn, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
 
@@ -96,11 +109,17 @@ def take_batch(source: queue.SimpleQueue[Any], limit: int = MAX_BATCH) -> list[A
 
 
 class Pipeline:
-    """The claimer, the worker pool and the committer of one consumer process.
+    """The store writer and the worker pool of one consumer process.
+
+    One writer thread owns every write of the broker path, so the process never contends with itself for
+    SQLite's write lock: each round it takes every outcome that finished and every delivery that arrived
+    meanwhile, commits the outcomes under their fences and claims the deliveries' jobs, all in ONE
+    transaction, and only after that commit acks the committed and the refused deliveries and hands the
+    claimed jobs to the workers.
 
     Promises: a delivery is acked only after its job's outcome is committed or its claim was refused;
     every delivery is settled at most once; a job whose commit never reaches the store is not acked
-    (its lease runs out and the sweeper settles it)."""
+    (its delivery goes back to the queue and its lease runs out)."""
 
     def __init__(
         self,
@@ -118,27 +137,26 @@ class Pipeline:
         self._acker = acker
         self._worker = worker
         self._backoff = store.Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
-        self._incoming: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._finished: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Delivery | Finished | STOP
+        self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Running | STOP
         self._running: dict[str, Running] = {}
         self._lock = threading.Lock()
+        self._round = threading.Lock()
         self._accepting = True
         self.counts: Counter[str] = Counter()
-        self._claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
-        self._committer = threading.Thread(target=self._commit_loop, name="committer", daemon=True)
+        self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
         self._workers = [
             threading.Thread(target=self._work_loop, name=f"job-{i}", daemon=True) for i in range(concurrency)
         ]
 
     def start(self) -> Pipeline:
-        for thread in (self._claimer, self._committer, *self._workers):
+        for thread in (self._writer, *self._workers):
             thread.start()
         return self
 
     def offer(self, delivery: Delivery) -> None:
         """Queue a delivery for claiming (called on the broker link's thread; never blocks)."""
-        self._incoming.put(delivery)
+        self._inbox.put(delivery)
 
     def begin(self, claim: Claim, delivery: Delivery | None) -> Running:
         """Hold the claimed job's lease and queue it for a worker thread."""
@@ -157,52 +175,22 @@ class Pipeline:
         with self._lock:
             return list(self._running.values())
 
+    def stop_claiming(self) -> None:
+        """Claim nothing more: deliveries not yet claimed go back to the queue. Waits for a round in
+        progress, so no job starts running after this returns."""
+        self._accepting = False
+        with self._round:
+            pass
+
     def _count(self, **deltas: int) -> None:
         with self._lock:
             self.counts.update(deltas)
-
-    # Claiming.
-
-    def _claim_loop(self) -> None:
-        while (batch := take_batch(self._incoming)) is not None:
-            if not self._accepting:
-                self._acker.requeue(batch)
-                continue
-            try:
-                self._claim_batch(batch)
-            except Exception:
-                log.exception("claiming %d deliveries failed; giving them back", len(batch))
-                self._acker.requeue(batch)
-
-    def _claim_batch(self, batch: list[Delivery]) -> None:
-        job_ids = [d.job_id for d in batch]
-        results = self._patiently(claim_all, job_ids, self._worker, self._settings.lease_seconds)
-        if results is None:
-            self._acker.requeue(batch)
-            return
-        refused = []
-        for delivery, result in zip(batch, results, strict=True):
-            if result.claim is None:
-                log.info("job %s not run (%s): delivery acked", delivery.job_id, result.refusal.value)
-                refused.append(delivery)
-                continue
-            faults.hit("consumer.after_claim")
-            self.begin(result.claim, delivery)
-        self._count(claim_transactions=1, claimed=len(batch) - len(refused), refused=len(refused))
-        self._acker.ack(refused)
-
-    def stop_claiming(self, timeout: float) -> None:
-        """Claim nothing more: deliveries not yet claimed go back to the queue. Waits for a claim in
-        progress, so nothing starts running after this returns."""
-        self._accepting = False
-        self._incoming.put(STOP)
-        self._claimer.join(timeout)
 
     # Running.
 
     def _work_loop(self) -> None:
         while (running := self._ready.get()) is not STOP:
-            self._finished.put(Finished(running, self._run(running)))
+            self._inbox.put(Finished(running, self._run(running)))
 
     def _run(self, running: Running) -> AttemptOutcome:
         try:
@@ -211,31 +199,64 @@ class Pipeline:
             log.exception("job %s could not run", running.claim.job_id)
             return AttemptOutcome(error=JobError("worker_error", f"{type(exc).__name__}: {exc}"))
 
-    # Committing.
+    # Writing.
 
-    def _commit_loop(self) -> None:
-        while (batch := take_batch(self._finished)) is not None:
-            try:
-                self._commit_batch(batch)
-            except Exception:
-                log.exception("committing %d outcomes failed; their leases will run out", len(batch))
-                self._end(batch, acked=False)
+    def _write_loop(self) -> None:
+        while (batch := take_batch(self._inbox)) is not None:
+            finished = [item for item in batch if isinstance(item, Finished)]
+            deliveries = [item for item in batch if isinstance(item, Delivery)]
+            with self._round:
+                if not self._accepting:
+                    self._acker.requeue(deliveries)
+                    deliveries = []
+                try:
+                    self._write_round(finished, deliveries)
+                except Exception:
+                    log.exception("a store round failed; its deliveries go back to the queue")
+                    self._end(finished, acked=False)
+                    self._acker.requeue(deliveries)
 
-    def _commit_batch(self, batch: list[Finished]) -> None:
-        states = self._patiently(commit_all, batch, self._backoff)
-        if states is None:
-            log.error("%d outcomes never reached the store; their leases will run out", len(batch))
-            self._end(batch, acked=False)
+    def _write_round(self, finished: list[Finished], deliveries: list[Delivery]) -> None:
+        if not finished and not deliveries:
             return
-        faults.hit("consumer.after_commit")
-        fenced = sum(state is None for state in states)
-        self._count(commit_transactions=1, committed=len(batch) - fenced, fenced=fenced)
-        if fenced:
-            log.info("%d of %d outcomes fenced out (a newer epoch or an expired lease)", fenced, len(batch))
-        self._end(batch, acked=True)
+        job_ids = [d.job_id for d in deliveries]
+        written = self._patiently(
+            write_round, finished, job_ids, self._worker, self._settings.lease_seconds, self._backoff
+        )
+        if written is None:
+            log.error("the store took nothing for a lease's length; deliveries go back to the queue")
+            self._end(finished, acked=False)
+            self._acker.requeue(deliveries)
+            return
+        states, claims = written
+        if finished:
+            faults.hit("consumer.after_commit")
+            self._committed(finished, states)
+        self._claimed(deliveries, claims)
 
-    def _end(self, batch: Sequence[Finished], *, acked: bool) -> None:
-        deliveries = [f.running.delivery for f in batch if self._forget(f.running)]
+    def _committed(self, finished: list[Finished], states: list[State | None]) -> None:
+        fenced = sum(state is None for state in states)
+        self._count(commit_rounds=1, committed=len(finished) - fenced, fenced=fenced)
+        if fenced:
+            log.info("%d of %d outcomes fenced out (a newer epoch or an expired lease)", fenced, len(states))
+        self._end(finished, acked=True)
+
+    def _claimed(self, deliveries: list[Delivery], claims: list[store.ClaimResult]) -> None:
+        refused = []
+        for delivery, result in zip(deliveries, claims, strict=True):
+            if result.claim is None:
+                assert result.refusal is not None
+                log.info("job %s not run (%s): delivery acked", delivery.job_id, result.refusal.value)
+                refused.append(delivery)
+                continue
+            faults.hit("consumer.after_claim")
+            self.begin(result.claim, delivery)
+        if deliveries:
+            self._count(claim_rounds=1, claimed=len(deliveries) - len(refused), refused=len(refused))
+        self._acker.ack(refused)
+
+    def _end(self, finished: Sequence[Finished], *, acked: bool) -> None:
+        deliveries = [f.running.delivery for f in finished if self._forget(f.running)]
         settled = [d for d in deliveries if d is not None]
         if acked:
             self._acker.ack(settled)
@@ -304,5 +325,5 @@ class Pipeline:
         """Stop the threads once the outcomes already finished are committed and acked."""
         for _ in self._workers:
             self._ready.put(STOP)
-        self._finished.put(STOP)
-        self._committer.join(timeout)
+        self._inbox.put(STOP)
+        self._writer.join(timeout)
