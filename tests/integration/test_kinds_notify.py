@@ -192,7 +192,7 @@ def test_the_same_operation_key_in_two_tenants_is_not_a_duplicate(engine: Engine
 
 def test_the_stub_provider_returns_the_original_message_id_for_a_repeated_key(tmp_path: Path) -> None:
     provider = StubProvider(tmp_path / "provider" / "log.jsonl")
-    call = {"tenant": "acme", "job_id": "j", "epoch": 1, "to": "a@b.example", "message": "hi"}
+    call: dict[str, Any] = {"tenant": "acme", "job_id": "j", "epoch": 1, "to": "a@b.example", "message": "hi"}
     first = provider.send(operation_key="k1", **call)
     again = provider.send(operation_key="k1", **call)
     other = provider.send(operation_key="k2", **call)
@@ -207,7 +207,13 @@ def test_a_torn_provider_line_is_not_taken_for_a_call_and_later_calls_stay_reada
     log = tmp_path / "log.jsonl"
     log.write_text('{"tenant": "acme", "operation_key": "k1", "provid' + ending)
     provider = StubProvider(log)
-    call = {"tenant": "acme", "operation_key": "k1", "job_id": "j", "epoch": 1, "to": "a@b.example"}
+    call: dict[str, Any] = {
+        "tenant": "acme",
+        "operation_key": "k1",
+        "job_id": "j",
+        "epoch": 1,
+        "to": "a@b.example",
+    }
     assert not provider.send(message="first", **call).duplicate
     assert provider.send(message="again", **call).duplicate
     assert json.loads(log.read_text().splitlines()[1])["message"] == "first"
