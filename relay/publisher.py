@@ -77,6 +77,8 @@ class Relay:
         self.engine = engine
         self.tally = Tally()
         self.clean_exit = True
+        # The most messages that were unconfirmed at once.
+        self.peak_unconfirmed = 0
         self.ioloop = IOLoop()
         self._store = ThreadPoolExecutor(max_workers=3, thread_name_prefix="relay-store")
         self._link: BrokerLink | None = None
@@ -116,6 +118,11 @@ class Relay:
         self._report()
         log.info("relay stopped (%s): %s", "clean" if self.clean_exit else "forced", self.tally.line())
         return self.tally
+
+    @property
+    def connected(self) -> bool:
+        """The broker connection is up, its channel in confirm mode and the topology declared."""
+        return self._ready
 
     def request_stop(self) -> None:
         """Ask the relay to shut down. Safe from signal handlers and other threads: it only sets a flag,
@@ -233,6 +240,7 @@ class Relay:
             unsent = [Sent(outbox_id, lease.token) for outbox_id, _ in lease.rows]
         else:
             unsent = link.publish(lease)
+            self.peak_unconfirmed = max(self.peak_unconfirmed, len(link.window))
         self.tally.sent += len(lease.rows) - len(unsent)
         if unsent:
             self._pending.add_unsent(unsent)
