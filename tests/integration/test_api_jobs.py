@@ -1,0 +1,305 @@
+"""The job routes through the real app on a real store: submission and idempotency, reading, listing,
+cancelling, and fetching the committed result."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, func, select
+
+from api.app import create_app
+from api.auth import issue_token
+from jobstore import db
+from jobstore import jobs as store
+from jobstore.clock import FakeClock
+from jobstore.records import Claim
+from jobstore.schema import jobs, outbox
+from jobstore.settings import Settings
+
+VIEW_KEYS = {
+    "id",
+    "kind",
+    "state",
+    "attempts",
+    "created_at",
+    "updated_at",
+    "deadline_at",
+    "cancel_requested",
+    "result_url",
+    "error",
+}
+
+
+@pytest.fixture
+def client(settings: Settings, engine: Engine, clock: FakeClock) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def auth(settings: Settings) -> Callable[..., dict[str, str]]:
+    def headers(tenant: str = "acme", user: str = "alice", key: str | None = None) -> dict[str, str]:
+        token = issue_token(settings.auth_secret, tenant=tenant, user=user)
+        found = {"Authorization": f"Bearer {token}"}
+        if key is not None:
+            found["Idempotency-Key"] = key
+        return found
+
+    return headers
+
+
+def counts(engine: Engine) -> tuple[int, int]:
+    """(job rows, outbox rows)."""
+    with engine.connect() as conn:
+        return (
+            conn.execute(select(func.count()).select_from(jobs)).scalar_one(),
+            conn.execute(select(func.count()).select_from(outbox)).scalar_one(),
+        )
+
+
+def submit(client: TestClient, headers: dict[str, str], kind: str = "noop", **payload: Any) -> Any:
+    return client.post("/jobs", json={"kind": kind, "payload": payload}, headers=headers)
+
+
+def claim(engine: Engine, job_id: str, clock: FakeClock, lease: float = 30.0) -> Claim:
+    taken = db.transact(engine, store.claim, job_id, "test-worker", clock.now(), lease).claim
+    assert taken is not None
+    return taken
+
+
+def complete(engine: Engine, taken: Claim, clock: FakeClock, output: dict[str, Any]) -> None:
+    db.transact(engine, store.complete, taken.job_id, taken.epoch, taken.attempt_id, output, clock.now())
+
+
+def test_a_new_job_is_committed_with_its_outbox_row_and_answered_202_with_its_location(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
+) -> None:
+    response = client.post(
+        "/jobs",
+        json={"kind": "sleep", "payload": {"seconds": 0.5}, "deadline_seconds": 60},
+        headers=auth(key="k-1"),
+    )
+    assert response.status_code == 202
+    view = response.json()
+    assert set(view) == VIEW_KEYS
+    assert response.headers["location"] == f"/jobs/{view['id']}"
+    assert view["kind"] == "sleep"
+    assert view["state"] == "queued"
+    assert view["attempts"] == 0
+    assert view["cancel_requested"] is False
+    assert view["result_url"] is None and view["error"] is None
+    assert view["created_at"] == "2023-11-14T22:13:20.000Z"
+    assert view["deadline_at"] == "2023-11-14T22:14:20.000Z"
+    assert counts(engine) == (1, 1)
+
+
+def test_the_same_key_and_payload_returns_the_original_job_and_writes_nothing_more(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]]
+) -> None:
+    first = submit(client, auth(key="k-1"), n=1)
+    again = submit(client, auth(key="k-1"), n=1)
+    assert again.status_code == 202
+    assert again.json() == first.json()
+    assert again.headers["location"] == first.headers["location"]
+    assert counts(engine) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "second",
+    [{"kind": "noop", "payload": {"n": 2}}, {"kind": "sleep", "payload": {"seconds": 1}}],
+    ids=["other-payload", "other-kind"],
+)
+def test_the_same_key_for_a_different_request_is_409_naming_the_original_job(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], second: dict[str, Any]
+) -> None:
+    original = submit(client, auth(key="k-1"), n=1).json()
+    response = client.post("/jobs", json=second, headers=auth(key="k-1"))
+    assert response.status_code == 409
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"] == "urn:outbox-bridge:problem:idempotency-conflict"
+    assert problem["job_url"] == f"/jobs/{original['id']}"
+    assert counts(engine) == (1, 1)
+
+
+def test_idempotency_keys_are_scoped_to_the_tenant(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]]
+) -> None:
+    mine = submit(client, auth("acme", key="shared"), n=1).json()
+    theirs = submit(client, auth("globex", key="shared"), n=1).json()
+    assert mine["id"] != theirs["id"]
+    assert counts(engine) == (2, 2)
+
+
+def test_owner_fields_in_the_body_are_ignored_in_favour_of_the_token(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]]
+) -> None:
+    body = {"kind": "noop", "payload": {}, "tenant": "globex", "owner": "mallory", "user": "mallory"}
+    view = client.post("/jobs", json=body, headers=auth("acme", "alice", key="k-1")).json()
+    job = db.read(engine, store.get_job, view["id"])
+    assert job is not None
+    assert (job.tenant, job.owner) == ("acme", "alice")
+
+
+def test_a_job_reads_back_as_the_same_view(client: TestClient, auth: Callable[..., dict[str, str]]) -> None:
+    view = submit(client, auth(key="k-1")).json()
+    response = client.get(f"/jobs/{view['id']}", headers=auth())
+    assert response.status_code == 200
+    assert response.json() == view
+
+
+def test_listing_is_newest_first_in_pages_that_chain_by_cursor(
+    client: TestClient, auth: Callable[..., dict[str, str]], clock: FakeClock
+) -> None:
+    ids = []
+    for n in range(5):
+        clock.advance(1)
+        ids.append(submit(client, auth(key=f"k-{n}"), n=n).json()["id"])
+    seen: list[str] = []
+    cursor: str | None = None
+    pages = 0
+    while True:
+        params: dict[str, Any] = {"limit": 2, **({"cursor": cursor} if cursor else {})}
+        page = client.get("/jobs", params=params, headers=auth()).json()
+        seen += [item["id"] for item in page["items"]]
+        pages += 1
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert seen == list(reversed(ids))
+    assert pages == 3
+
+
+def test_listing_filters_by_state_and_defaults_to_twenty(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
+) -> None:
+    for n in range(22):
+        submit(client, auth(key=f"k-{n}"), n=n)
+    claim(engine, submit(client, auth(key="running"), n=99).json()["id"], clock)
+    assert len(client.get("/jobs", headers=auth()).json()["items"]) == 20
+    running = client.get("/jobs", params={"state": "running"}, headers=auth()).json()
+    assert [item["state"] for item in running["items"]] == ["running"]
+    assert running["next_cursor"] is None
+
+
+def test_cancelling_a_queued_job_cancels_it_at_once_and_drops_its_delivery(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]]
+) -> None:
+    view = submit(client, auth(key="k-1")).json()
+    response = client.post(f"/jobs/{view['id']}/cancel", headers=auth())
+    assert response.status_code == 200
+    assert response.json()["state"] == "cancelled"
+    assert response.json()["cancel_requested"] is True
+    assert counts(engine) == (1, 0)
+
+
+def test_cancelling_a_running_job_is_202_with_the_request_recorded(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
+) -> None:
+    view = submit(client, auth(key="k-1")).json()
+    claim(engine, view["id"], clock)
+    response = client.post(f"/jobs/{view['id']}/cancel", headers=auth())
+    assert response.status_code == 202
+    assert response.json()["state"] == "running"
+    assert response.json()["cancel_requested"] is True
+
+
+def test_cancelling_a_finished_job_leaves_its_committed_result_standing(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
+) -> None:
+    view = submit(client, auth(key="k-1")).json()
+    complete(engine, claim(engine, view["id"], clock), clock, {"ok": True})
+    response = client.post(f"/jobs/{view['id']}/cancel", headers=auth())
+    assert response.status_code == 200
+    assert response.json()["state"] == "succeeded"
+    assert response.json()["cancel_requested"] is False
+    assert client.get(f"/jobs/{view['id']}/result", headers=auth()).json() == {"ok": True}
+
+
+def test_a_result_is_404_until_the_job_has_succeeded_then_the_json_output(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
+) -> None:
+    view = submit(client, auth(key="k-1")).json()
+    url = f"/jobs/{view['id']}/result"
+    waiting = client.get(url, headers=auth())
+    assert waiting.status_code == 404
+    assert waiting.json()["type"] == "urn:outbox-bridge:problem:result-not-ready"
+    complete(engine, claim(engine, view["id"], clock), clock, {"answer": 42})
+    done = client.get(url, headers=auth())
+    assert done.status_code == 200
+    assert done.json() == {"answer": 42}
+    assert client.get(f"/jobs/{view['id']}", headers=auth()).json()["result_url"] == url
+
+
+def test_a_failed_job_shows_its_error_and_has_no_result(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
+) -> None:
+    view = submit(client, auth(key="k-1")).json()
+    taken = claim(engine, view["id"], clock)
+    db.transact(
+        engine,
+        store.fail,
+        taken.job_id,
+        taken.epoch,
+        taken.attempt_id,
+        code="bad_input",
+        message="rows must be positive",
+        permanent=True,
+        now=clock.now(),
+        backoff=store.Backoff(0.0, 0.0),
+    )
+    failed = client.get(f"/jobs/{view['id']}", headers=auth()).json()
+    assert failed["state"] == "failed"
+    assert failed["error"] == {"code": "bad_input", "message": "rows must be positive"}
+    assert failed["result_url"] is None
+    assert client.get(f"/jobs/{view['id']}/result", headers=auth()).status_code == 404
+
+
+def _write_result(settings: Settings, taken: Claim, content: bytes) -> dict[str, Any]:
+    relative = f"{taken.job_id}/{taken.attempt_id}.csv"
+    path = settings.results_dir / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    return {"path": relative, "media_type": "text/csv", "bytes": len(content)}
+
+
+def test_a_file_result_streams_only_the_committed_attempts_file(
+    client: TestClient,
+    engine: Engine,
+    settings: Settings,
+    auth: Callable[..., dict[str, str]],
+    clock: FakeClock,
+) -> None:
+    view = submit(client, auth(key="k-1")).json()
+    stale = claim(engine, view["id"], clock, lease=5)
+    _write_result(settings, stale, b"id\nstale\n")  # written, never committed: its lease runs out
+    clock.advance(10)
+    fresh = claim(engine, view["id"], clock)
+    content = b"id,value\n" + b"".join(b"%d,%d\n" % (n, n * n) for n in range(20_000))
+    complete(engine, fresh, clock, _write_result(settings, fresh, content))
+    response = client.get(f"/jobs/{view['id']}/result", headers=auth())
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/csv")
+    assert response.content == content
+
+
+def test_a_result_path_that_leads_outside_the_results_directory_is_never_served(
+    client: TestClient,
+    engine: Engine,
+    settings: Settings,
+    auth: Callable[..., dict[str, str]],
+    clock: FakeClock,
+) -> None:
+    secret = settings.results_dir.parent / "secret.txt"
+    secret.write_text("not yours")
+    view = submit(client, auth(key="k-1")).json()
+    complete(
+        engine, claim(engine, view["id"], clock), clock, {"path": "../secret.txt", "media_type": "text/csv"}
+    )
+    response = client.get(f"/jobs/{view['id']}/result", headers=auth())
+    assert response.status_code == 404
+    assert response.json()["type"] == "urn:outbox-bridge:problem:result-gone"
+    assert "not yours" not in response.text
