@@ -45,8 +45,11 @@ class JobContext(Protocol):
     tenant: str
     owner: str
     operation_key: str
-    results_dir: Path
     checkpoint: dict[str, Any] | None
+
+    @property
+    def results_dir(self) -> Path:
+        """Where kinds write their per-attempt files."""
 
     def remaining_seconds(self) -> float | None:
         """Seconds left before the job's deadline, or None when it has none."""

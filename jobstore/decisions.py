@@ -54,9 +54,13 @@ def decide_failure(
     return Decision(State.QUEUED, code, message, retry_in=backoff)
 
 
-def decide_completion(*, cancel_requested: bool) -> State:
-    """A finished attempt commits `succeeded` unless a cancel request was committed first."""
-    return State.CANCELLED if cancel_requested else State.SUCCEEDED
+def decide_completion(*, cancel_requested: bool, external_started: bool = False) -> State:
+    """A finished attempt commits `succeeded` unless a cancel request was committed first. An attempt that
+    started an external effect (an e-mail went out) ends `succeeded` even then: calling it `cancelled` would
+    claim the effect did not happen. `jobs.complete` applies this rule in its guarded UPDATE."""
+    if cancel_requested and not external_started:
+        return State.CANCELLED
+    return State.SUCCEEDED
 
 
 def decide_expired_lease(

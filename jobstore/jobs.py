@@ -28,7 +28,7 @@ from sqlalchemy.exc import IntegrityError
 
 from jobstore import outbox
 from jobstore.db import Retry
-from jobstore.decisions import Decision, compute_backoff, decide_completion, decide_failure
+from jobstore.decisions import Decision, compute_backoff, decide_failure
 from jobstore.errors import Fenced, IdempotencyConflict, InvalidTransition, JobNotFound
 from jobstore.records import Claim, Job, dumps
 from jobstore.schema import attempts, jobs
@@ -70,34 +70,22 @@ def accept(
         if existing.fingerprint != print_:
             raise IdempotencyConflict(existing.id)
         return Accepted(existing, created=False)
-    job_id = new_id()
+    row: dict[str, Any] = {
+        "id": new_id(), "tenant": tenant, "owner": owner, "operation_key": operation_key,
+        "fingerprint": print_, "kind": kind, "payload": dumps(payload), "state": State.QUEUED.value,
+        "epoch": 0, "attempts": 0, "max_attempts": max_attempts, "lease_owner": None,
+        "lease_expires_at": None, "available_at": now,
+        "deadline_at": None if deadline_seconds is None else now + deadline_seconds,
+        "cancel_requested": False, "external_epoch": None, "checkpoint": None, "checkpoint_epoch": None,
+        "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
+        "updated_at": now, "started_at": None, "finished_at": None,
+    }  # fmt: skip
     try:
-        conn.execute(
-            insert(jobs).values(
-                id=job_id,
-                tenant=tenant,
-                owner=owner,
-                operation_key=operation_key,
-                fingerprint=print_,
-                kind=kind,
-                payload=dumps(payload),
-                state=State.QUEUED.value,
-                epoch=0,
-                attempts=0,
-                max_attempts=max_attempts,
-                available_at=now,
-                cancel_requested=False,
-                deadline_at=None if deadline_seconds is None else now + deadline_seconds,
-                created_at=now,
-                updated_at=now,
-            )
-        )
+        conn.execute(insert(jobs).values(row))
     except IntegrityError as exc:  # a concurrent accept of the same key won: read its row on the rerun
         raise Retry("idempotency key raced") from exc
-    outbox.add(conn, job_id, available_at=now, now=now)
-    job = get_job(conn, job_id)
-    assert job is not None
-    return Accepted(job, created=True)
+    outbox.add(conn, row["id"], available_at=now, now=now)
+    return Accepted(Job.from_row(row), created=True)  # type: ignore[arg-type]
 
 
 def _find_by_key(conn: Connection, tenant: str, operation_key: str) -> Job | None:
@@ -281,9 +269,12 @@ def complete(
     conn: Connection, job_id: str, epoch: int, attempt_id: str, output: dict[str, Any], now: float
 ) -> State:
     """Bind the result pointer and `succeeded` in one guarded UPDATE, unless a cancel request was committed
-    first, in which case the job ends `cancelled` and no result is published. `Fenced` if the lease is
-    lost: nothing is written and the attempt's output never becomes visible."""
-    cancelled = jobs.c.cancel_requested == true()
+    first, in which case the job ends `cancelled` and no result is published - except when this attempt had
+    started an external effect, which cannot be taken back: then it ends `succeeded` (see
+    `decide_completion`). `Fenced` if the lease is lost: nothing is written and the attempt's output never
+    becomes visible."""
+    external_started = and_(jobs.c.external_epoch.is_not(None), jobs.c.external_epoch == epoch)
+    cancelled = and_(jobs.c.cancel_requested == true(), ~external_started)
     row = conn.execute(
         update(jobs)
         .where(_fence(job_id, epoch, now))
@@ -302,7 +293,6 @@ def complete(
     if row is None:
         raise Fenced(job_id, epoch)
     state = State(row[0])
-    assert state is decide_completion(cancel_requested=state is State.CANCELLED)
     _end_attempt(conn, attempt_id, state.value, now, output=output)
     return state
 
