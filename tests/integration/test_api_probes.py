@@ -1,0 +1,100 @@
+"""Health, readiness, metrics and the OpenAPI document, through the real app on a real store."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine
+
+from api.app import create_app
+from api.auth import issue_token
+from jobstore.clock import FakeClock
+from jobstore.settings import Settings
+
+ALLOWED_STATUSES = {"200", "202", "400", "401", "404", "409", "413", "503"}
+
+
+@pytest.fixture
+def client(settings: Settings, engine: Engine, clock: FakeClock) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text, or fail."""
+    rendered = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = "^" + re.escape(f"{name}{{{rendered}}}" if labels else name) + r" (\S+)$"
+    found = re.search(pattern, text, re.MULTILINE)
+    assert found is not None, f"no sample {name} {labels} in:\n{text}"
+    return float(found.group(1))
+
+
+def test_health_and_readiness_answer_when_the_store_is_there(client: TestClient) -> None:
+    assert client.get("/healthz").json() == {"status": "ok"}
+    assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_metrics_count_requests_by_route_template_and_read_the_store_at_scrape_time(
+    client: TestClient, settings: Settings, clock: FakeClock
+) -> None:
+    auth = {"Authorization": f"Bearer {issue_token(settings.auth_secret, tenant='acme', user='alice')}"}
+    for n in range(3):
+        client.post(
+            "/jobs", json={"kind": "noop", "payload": {"n": n}}, headers={**auth, "Idempotency-Key": f"{n}"}
+        )
+    client.post("/jobs", json={"kind": "noop", "payload": {"n": 0}}, headers={**auth, "Idempotency-Key": "0"})
+    client.get("/jobs/first-unknown", headers=auth)
+    client.get("/jobs/second-unknown", headers=auth)
+    clock.advance(7.5)
+    response = client.get("/metrics")
+    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+    text = response.text
+    assert sample(text, "outbox_bridge_http_requests_total", method="POST", route="/jobs", status="202") == 4
+    assert (
+        sample(text, "outbox_bridge_http_requests_total", method="GET", route="/jobs/{job_id}", status="404")
+        == 2
+    )
+    assert "first-unknown" not in text
+    assert sample(text, "outbox_bridge_jobs_accepted_total", kind="noop") == 3
+    assert sample(text, "outbox_bridge_jobs", state="queued") == 3
+    assert sample(text, "outbox_bridge_jobs", state="succeeded") == 0
+    assert sample(text, "outbox_bridge_outbox_pending") == 3
+    assert sample(text, "outbox_bridge_outbox_oldest_age_seconds") == 7.5
+
+
+def test_the_openapi_document_describes_every_route_with_problem_errors_and_bounded_statuses(
+    client: TestClient,
+) -> None:
+    document = client.get("/openapi.json").json()
+    operations = {
+        (method.upper(), path): operation
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+    }
+    assert {
+        ("POST", "/jobs"),
+        ("GET", "/jobs"),
+        ("GET", "/jobs/{job_id}"),
+        ("POST", "/jobs/{job_id}/cancel"),
+        ("GET", "/jobs/{job_id}/result"),
+        ("GET", "/healthz"),
+        ("GET", "/readyz"),
+        ("GET", "/metrics"),
+    } <= set(operations)
+    for key, operation in operations.items():
+        assert set(operation["responses"]) <= ALLOWED_STATUSES, key
+        for status, answer in operation["responses"].items():
+            if status.startswith(("4", "5")):
+                schema = answer["content"]["application/problem+json"]["schema"]
+                assert schema == {"$ref": "#/components/schemas/Problem"}, key
+    submit = operations[("POST", "/jobs")]["responses"]
+    assert {"202", "400", "401", "409", "413", "503"} <= set(submit)
+    assert "Location" in submit["202"]["headers"]
+    problem = document["components"]["schemas"]["Problem"]
+    assert {"type", "title", "status", "detail"} <= set(problem["required"])
+    assert "HTTPValidationError" not in document["components"]["schemas"]
+    job_create = document["components"]["schemas"]["JobCreate"]
+    assert "noop" in job_create["properties"]["kind"]["enum"]
