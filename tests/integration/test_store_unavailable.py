@@ -1,0 +1,170 @@
+"""`StoreUnavailable`, and never a half-written job, when the SQLite store cannot be written: its directory
+is missing, its file is read-only, or another process holds the write lock past the lock timeout."""
+
+from __future__ import annotations
+
+import os
+import select as io_select
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, Engine, func, select
+
+from jobstore import db
+from jobstore import jobs as store
+from jobstore.db import StoreUnavailable
+from jobstore.schema import jobs, outbox
+from jobstore.settings import Settings
+from tests.conftest import make_settings
+
+NOBODY = 65534
+WAIT = 30.0  # bound on every wait for the other process
+
+# Another program (an operator's sqlite3 shell, say) that takes the write lock and keeps it until told.
+LOCK_HOLDER = """
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+sys.stdin.readline()
+conn.execute("ROLLBACK")
+"""
+
+
+def accept(engine: Engine, key: str = "k") -> store.Accepted:
+    return db.transact(
+        engine,
+        store.accept,
+        tenant="acme",
+        owner="alice",
+        kind="noop",
+        payload={},
+        operation_key=key,
+        now=time.time(),
+        max_attempts=3,
+    )
+
+
+def counts(conn: Connection) -> tuple[int, int]:
+    return tuple(  # type: ignore[return-value]
+        int(conn.execute(select(func.count()).select_from(t)).scalar_one()) for t in (jobs, outbox)
+    )
+
+
+@contextmanager
+def file_modes_enforced() -> Iterator[None]:
+    """Root ignores file modes; act as an ordinary user for the block so a read-only file is read-only."""
+    if os.geteuid() != 0:
+        yield
+        return
+    os.setegid(NOBODY)
+    os.seteuid(NOBODY)
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory any user may enter and write (the test's own tmp_path is private to its owner)."""
+    path = Path(tempfile.mkdtemp(prefix="store-unavailable-"))
+    path.chmod(0o777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_a_missing_database_directory_is_store_unavailable_and_creates_nothing(tmp_path: Path) -> None:
+    missing = tmp_path / "gone"
+    settings = make_settings(tmp_path, database_url=f"sqlite:///{missing / 'jobs.db'}")
+    engine = db.make_engine(settings)
+    try:
+        with pytest.raises(StoreUnavailable):
+            accept(engine)
+        with pytest.raises(StoreUnavailable):
+            db.read(engine, counts)
+    finally:
+        engine.dispose()
+    assert not missing.exists()
+
+
+def test_a_read_only_database_file_is_store_unavailable_and_the_job_is_not_written(shared_dir: Path) -> None:
+    settings = make_settings(shared_dir, store_lock_timeout_seconds=1.0)
+    setup = db.make_engine(settings)
+    db.init_schema(settings, setup)
+    accept(setup, "before")
+    setup.dispose()
+    database = shared_dir / "jobs.db"
+    database.chmod(0o444)
+    with file_modes_enforced():
+        engine = db.make_engine(settings)
+        try:
+            with pytest.raises(StoreUnavailable):
+                accept(engine, "refused")
+        finally:
+            engine.dispose()
+    database.chmod(0o644)
+    check = db.make_engine(settings)
+    try:
+        assert db.read(check, counts) == (1, 1)
+    finally:
+        check.dispose()
+
+
+@contextmanager
+def write_lock_held_elsewhere(database: Path) -> Iterator[None]:
+    with subprocess.Popen(
+        [sys.executable, "-c", LOCK_HOLDER, str(database)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        assert holder.stdin is not None and holder.stdout is not None
+        try:
+            ready, _, _ = io_select.select([holder.stdout], [], [], WAIT)
+            assert ready and holder.stdout.readline().strip() == "locked", "the other process took no lock"
+            yield
+        finally:
+            holder.stdin.close()
+            try:
+                holder.wait(WAIT)
+            except subprocess.TimeoutExpired:
+                holder.kill()
+                holder.wait(WAIT)
+
+
+@pytest.fixture
+def locked_store(tmp_path: Path) -> Iterator[tuple[Settings, Engine]]:
+    settings = make_settings(tmp_path, store_lock_timeout_seconds=0.4)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    yield settings, engine
+    engine.dispose()
+
+
+def test_a_write_lock_held_by_another_process_past_the_timeout_is_store_unavailable(
+    locked_store: tuple[Settings, Engine],
+) -> None:
+    settings, engine = locked_store
+    database = db.sqlite_path(settings)
+    assert database is not None
+    with write_lock_held_elsewhere(database):
+        retries_before = db.stats.snapshot()["retries"]
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match="busy"):
+            accept(engine)
+        waited = time.monotonic() - started
+        assert db.stats.snapshot()["retries"] > retries_before
+        assert db.read(engine, counts) == (0, 0), "reads still work while the lock is held"
+    assert settings.store_lock_timeout_seconds <= waited < settings.store_lock_timeout_seconds + 5
+    assert db.read(engine, counts) == (0, 0)
+    assert accept(engine).created, "the store takes writes again once the lock is released"
+    assert db.read(engine, counts) == (1, 1)
