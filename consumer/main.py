@@ -5,8 +5,9 @@ committer (`consumer.pipeline`), one lease keeper renewing every lease the proce
 mode for long broker outages (`consumer.degraded`).
 
 On SIGTERM or SIGINT: stop consuming, let running jobs finish within `shutdown_grace_seconds`, release the
-rest (queued again for another worker), wait up to the same grace again for the jobs that cannot be
-released because they started an external effect, close the connection and exit 0.
+rest (queued again for another worker), wait up to `max(grace, lease)` for the jobs that cannot be
+released because they started an external effect, close the connection and exit 0 (1 if a job was still
+running at exit).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from jobstore.settings import Settings
 
 log = logging.getLogger(__name__)
 
-EXIT_CLEAN, EXIT_STORE_NOT_READY = 0, 2
+EXIT_CLEAN, EXIT_LEFT_JOBS, EXIT_STORE_NOT_READY = 0, 1, 2
 
 
 def worker_name() -> str:
@@ -61,28 +62,33 @@ class Consumer:
         self.degraded.start()
         return self
 
-    def shutdown(self) -> None:
-        """Stop taking work, finish or release what is held, close. Returns when everything has stopped
-        or the grace periods are over (a job left running then keeps its lease until it expires)."""
+    def shutdown(self) -> int:
+        """Stop taking work, finish or release what is held, close. Jobs that cannot be released (an
+        external effect started) get up to `max(grace, lease)` more to finish. Returns how many jobs were
+        still running when it gave up (their leases run out and the sweeper settles them)."""
         grace = self.settings.shutdown_grace_seconds
         self.degraded.stop()
         self.link.stop_consuming()
         self.pipeline.stop_claiming()
         if not self.pipeline.wait_idle(grace):
             kept = self.pipeline.release_running()
-            if kept and not self.pipeline.wait_idle(grace):
-                log.warning(
-                    "%d jobs still running at exit; the sweeper settles them", self.pipeline.in_flight()
-                )
+            if kept:
+                log.info("waiting for %d jobs that must finish (external effect started)", len(kept))
+                self.pipeline.wait_idle(max(grace, self.settings.lease_seconds))
+        left = self.pipeline.in_flight()
+        if left:
+            log.warning("%d jobs still running at exit; their leases run out, the sweeper settles them", left)
         self.pipeline.close()
         self.link.close()
         self.keeper.stop()
         log.info("stopped: %s", dict(self.pipeline.counts))
+        return left
 
 
 def run(settings: Settings, *, concurrency: int) -> int:
-    """Run a consumer until SIGTERM or SIGINT; returns the exit code: 0 after a clean shutdown, 2 when the
-    store is not initialised (`outbox-bridge db init`) or not reachable."""
+    """Run a consumer until SIGTERM or SIGINT; returns the exit code: 0 after a clean shutdown, 1 when a job
+    was still running at exit, 2 when the store is not initialised (`outbox-bridge db init`) or not
+    reachable."""
     logging.getLogger("pika").setLevel(logging.WARNING)  # pika narrates every connection at INFO
     engine = db.make_engine(settings, pool_size=concurrency + 4, max_overflow=concurrency)
     stop = threading.Event()
@@ -96,8 +102,7 @@ def run(settings: Settings, *, concurrency: int) -> int:
         while not stop.wait(1.0):
             pass
         log.info("stopping: finishing running jobs (grace %.1fs)", settings.shutdown_grace_seconds)
-        consumer.shutdown()
-        return EXIT_CLEAN
+        return EXIT_CLEAN if consumer.shutdown() == 0 else EXIT_LEFT_JOBS
     finally:
         engine.dispose()
 

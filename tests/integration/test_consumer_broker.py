@@ -1,0 +1,302 @@
+"""The consumer in this process against a real RabbitMQ and a real SQLite file: messages are published here
+with pika (as the relay would), the consumer claims, runs, group-commits and acks them."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pika
+import pytest
+from pydantic import BaseModel
+from sqlalchemy import Engine, select
+
+from consumer.main import Consumer
+from handlers.base import JobContext, Kind
+from handlers.registry import KINDS
+from jobstore import clock, db, queries
+from jobstore import jobs as store
+from jobstore.schema import outbox
+from jobstore.settings import Settings
+from jobstore.states import State
+from relay import topology
+from relay.message import JobMessage
+from tests.conftest import make_settings
+from tests.support.faultproxy import FaultProxy
+from tests.support.invariants import check_invariants, read_starts
+from tests.support.procs import wait_for
+
+pytestmark = pytest.mark.broker
+
+
+class Broker:
+    """A publishing channel on this test's own exchange and queues, removed afterwards."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.connection = pika.BlockingConnection(pika.URLParameters(settings.rabbitmq_url))
+        self.channel = self.connection.channel()
+        topology.declare(self.channel, settings)
+
+    def publish(self, job_id: str, *, body: bytes | None = None) -> None:
+        properties = pika.BasicProperties(delivery_mode=2, message_id=job_id)
+        body = JobMessage(job_id).encode() if body is None else body
+        self.channel.basic_publish(self.settings.exchange, topology.ROUTING_KEY, body, properties)
+
+    def depth(self, queue: str | None = None) -> int:
+        """Messages in the queue, ready or unacked (a consumer's unacked ones count once it is gone)."""
+        declared = self.channel.queue_declare(queue or self.settings.queue, passive=True)
+        return int(declared.method.message_count)
+
+    def close(self) -> None:
+        s = self.settings
+        for queue in (s.queue, s.dead_letter_queue):
+            self.channel.queue_delete(queue)
+        for exchange in (s.exchange, s.dead_letter_exchange):
+            self.channel.exchange_delete(exchange)
+        self.connection.close()
+
+
+@pytest.fixture
+def broker(tmp_path: Path, rabbitmq_url: str) -> Iterator[Broker]:
+    """This test's store (a SQLite file) and its own exchange and queues on the real broker."""
+    settings = make_settings(
+        tmp_path, rabbitmq_url=rabbitmq_url, lease_seconds=3.0, shutdown_grace_seconds=5.0
+    )
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    b = Broker(settings, engine)
+    yield b
+    b.close()
+    engine.dispose()
+
+
+def via(broker: Broker, **changes: Any) -> Settings:
+    """The test's settings with some changed (same store, same broker names)."""
+    return broker.settings.model_copy(update=changes)
+
+
+def accept(engine: Engine, kind: str, payload: dict[str, Any], count: int = 1) -> list[str]:
+    def write(conn: Any) -> list[str]:
+        now = clock.now()
+        return [
+            store.accept(
+                conn,
+                tenant="t1",
+                owner="u1",
+                kind=kind,
+                payload=payload,
+                operation_key=store.new_id(),
+                now=now,
+                max_attempts=3,
+            ).job.id
+            for _ in range(count)
+        ]
+
+    return db.transact(engine, write)
+
+
+@contextmanager
+def consuming(engine: Engine, settings: Settings, concurrency: int = 4) -> Iterator[Consumer]:
+    consumer = Consumer(engine, settings, concurrency=concurrency).start()
+    try:
+        yield consumer
+    finally:
+        consumer.shutdown()
+
+
+def states(engine: Engine) -> dict[str, int]:
+    return db.read(engine, queries.counts_by_state)
+
+
+def job(engine: Engine, job_id: str) -> Any:
+    return db.read(engine, store.get_job, job_id)
+
+
+def wait_succeeded(engine: Engine, count: int, timeout: float = 20.0) -> None:
+    wait_for(lambda: states(engine)["succeeded"] >= count, timeout, what=f"{count} jobs succeeded")
+
+
+def test_published_jobs_run_once_and_every_delivery_is_acked(broker: Broker) -> None:
+    engine = broker.engine
+    ids = accept(engine, "noop", {}, 60)
+    with consuming(engine, broker.settings) as consumer:
+        for job_id in ids:
+            broker.publish(job_id)
+        wait_succeeded(engine, 60)
+    assert broker.depth() == 0, "every delivery was acked, none went back to the queue at close"
+    assert consumer.pipeline.counts["committed"] == 60
+    check_invariants(broker.settings, accepted=ids, engine=engine)
+
+
+def test_outcomes_finishing_together_are_committed_in_shared_transactions(
+    broker: Broker,
+) -> None:
+    engine = broker.engine
+    ids = accept(engine, "sleep", {"seconds": 0.3}, 40)
+    with consuming(engine, broker.settings, concurrency=20) as consumer:
+        for job_id in ids:
+            broker.publish(job_id)
+        wait_succeeded(engine, 40)
+    counts = consumer.pipeline.counts
+    assert counts["committed"] == 40
+    assert counts["commit_rounds"] <= 20, f"40 outcomes took {counts['commit_rounds']} commits"
+    check_invariants(broker.settings, accepted=ids, engine=engine)
+
+
+def test_duplicate_delivery_after_commit_is_acked_without_rerun(broker: Broker) -> None:
+    engine = broker.engine
+    [job_id] = accept(engine, "noop", {})
+    with consuming(engine, broker.settings) as consumer:
+        broker.publish(job_id)
+        wait_succeeded(engine, 1)
+        broker.publish(job_id)
+        wait_for(lambda: consumer.pipeline.counts["refused"] == 1, 10, what="the duplicate refused")
+    assert broker.depth() == 0
+    assert read_starts(broker.settings)[job_id] == [1]
+    check_invariants(broker.settings, accepted=[job_id], engine=engine)
+
+
+def test_undecodable_message_is_dead_lettered_and_nothing_else_is_disturbed(
+    broker: Broker,
+) -> None:
+    engine = broker.engine
+    ids = accept(engine, "noop", {}, 3)
+    with consuming(engine, broker.settings):
+        broker.publish(ids[0])
+        broker.publish("poison", body=b"\x00not json")
+        for job_id in ids[1:]:
+            broker.publish(job_id)
+        wait_succeeded(engine, 3)
+        wait_for(lambda: broker.depth(broker.settings.dead_letter_queue) == 1, 10, what="dead-lettering")
+    _, _, body = broker.channel.basic_get(broker.settings.dead_letter_queue, auto_ack=True)
+    assert body == b"\x00not json"
+    assert broker.depth() == 0
+    check_invariants(broker.settings, accepted=ids, engine=engine)
+
+
+def test_heartbeats_keep_flowing_while_a_job_outlasts_several_heartbeat_timeouts(
+    broker: Broker,
+) -> None:
+    settings = via(broker, rabbitmq_url=broker.settings.rabbitmq_url + "?heartbeat=1")
+    engine = broker.engine
+    [job_id] = accept(engine, "sleep", {"seconds": 4.0})
+    with consuming(engine, settings) as consumer:
+        broker.publish(job_id)
+        wait_succeeded(engine, 1, timeout=15)
+        assert consumer.link.generation == 1, "the connection survived the job"
+    assert broker.depth() == 0
+    check_invariants(settings, accepted=[job_id], engine=engine)
+
+
+def test_ack_for_a_delivery_from_a_lost_connection_is_never_sent_on_the_new_one(
+    broker: Broker,
+) -> None:
+    upstream = urlsplit(broker.settings.rabbitmq_url)
+    with FaultProxy((upstream.hostname or "127.0.0.1", upstream.port or 5672)) as proxy:
+        settings = via(broker, rabbitmq_url=proxy.url_for(broker.settings.rabbitmq_url))
+        engine = broker.engine
+        [job_id] = accept(engine, "sleep", {"seconds": 1.5})
+        with consuming(engine, settings) as consumer:
+            wait_for(consumer.link.connected, 10, what="the consumer connected")
+            broker.publish(job_id)
+            wait_for(lambda: job_id in read_starts(settings), 10, what="the job started")
+            assert proxy.cut() >= 1
+            wait_succeeded(engine, 1)
+            # The broker redelivers the message on connection 2; the claim refuses it as finished.
+            wait_for(lambda: consumer.pipeline.counts["refused"] == 1, 15, what="the redelivery refused")
+            time.sleep(0.5)  # an ack of a dead channel's tag on the new one would close it: give it time
+            assert consumer.link.generation == 2, "no channel error forced a third connection"
+    assert broker.depth() == 0
+    assert read_starts(settings)[job_id] == [1]
+    check_invariants(settings, accepted=[job_id], engine=engine)
+
+
+def test_degraded_mode_runs_accepted_jobs_while_the_broker_is_unreachable_then_returns_to_it(
+    broker: Broker,
+) -> None:
+    upstream = urlsplit(broker.settings.rabbitmq_url)
+    with FaultProxy((upstream.hostname or "127.0.0.1", upstream.port or 5672)) as proxy:
+        proxy.refuse()
+        settings = via(
+            broker, rabbitmq_url=proxy.url_for(broker.settings.rabbitmq_url), degraded_after_seconds=0.5
+        )
+        engine = broker.engine
+        offline = accept(engine, "noop", {}, 5)
+        with consuming(engine, settings) as consumer:
+            wait_succeeded(engine, 5)
+            assert consumer.degraded.claimed == 5
+            assert consumer.pipeline.counts["claimed"] == 0
+            proxy.listen()
+            wait_for(lambda: not consumer.degraded.active, 15, what="degraded mode left")
+            online = accept(engine, "noop", {}, 1)
+            broker.publish(online[0])
+            wait_succeeded(engine, 6)
+            assert consumer.pipeline.counts["claimed"] == 1
+            assert consumer.degraded.claimed == 5, "nothing was claimed from the table once reconnected"
+    check_invariants(settings, accepted=offline + online, engine=engine)
+
+
+def test_connected_consumer_never_reads_the_jobs_table(broker: Broker) -> None:
+    engine = broker.engine
+    accept(engine, "noop", {}, 3)  # claimable work in the table, never published
+    with consuming(engine, via(broker, degraded_after_seconds=1.0)) as consumer:
+        wait_for(consumer.link.connected, 10, what="the consumer connected")
+        before = db.stats.snapshot()
+        time.sleep(1.5)  # longer than degraded mode's threshold
+        after = db.stats.snapshot()
+    assert after["statements"] == before["statements"]
+    assert states(engine)["queued"] == 3
+
+
+def test_shutdown_releases_a_job_that_outlasts_the_grace_period(broker: Broker) -> None:
+    settings = via(broker, shutdown_grace_seconds=0.5)
+    engine = broker.engine
+    [job_id] = accept(engine, "sleep", {"seconds": 60})
+    consumer = Consumer(engine, settings, concurrency=2).start()
+    broker.publish(job_id)
+    wait_for(lambda: job_id in read_starts(settings), 10, what="the job started")
+    started = time.monotonic()
+    consumer.shutdown()
+    assert time.monotonic() - started < 5
+    released = job(engine, job_id)
+    assert released.state is State.QUEUED and released.attempts == 0
+    assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["released"]
+    unpublished = select(outbox.c.id).where(outbox.c.published_at.is_(None))
+    pending = db.read(engine, lambda conn: conn.execute(unpublished).all())
+    assert len(pending) == 2, "the accept's row and the release's new row wait for the relay"
+    assert broker.depth() == 0, "the delivery was acked: the new outbox row delivers the job again"
+
+
+class Pause(BaseModel):
+    seconds: float
+
+
+def run_external_then_pause(ctx: JobContext, payload: Pause) -> dict[str, Any]:
+    ctx.mark_external_started()
+    time.sleep(payload.seconds)
+    return {"sent": True}
+
+
+def test_shutdown_waits_for_a_job_whose_external_effect_started(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(KINDS, "external", Kind("external", Pause, run_external_then_pause))
+    settings = via(
+        broker, shutdown_grace_seconds=0.3, allowed_kinds=(*broker.settings.allowed_kinds, "external")
+    )
+    engine = broker.engine
+    [job_id] = accept(engine, "external", {"seconds": 1.5})
+    consumer = Consumer(engine, settings, concurrency=2).start()
+    broker.publish(job_id)
+    wait_for(lambda: job_id in read_starts(settings), 10, what="the job started")
+    time.sleep(0.2)
+    consumer.shutdown()
+    assert job(engine, job_id).state is State.SUCCEEDED, "not released: it was finished"
+    assert broker.depth() == 0
+    check_invariants(settings, accepted=[job_id], engine=engine)
