@@ -1,0 +1,160 @@
+"""The API as a user runs it: a real `outbox-bridge api` process on a real SQLite file, driven over HTTP,
+killed with real signals."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+from sqlalchemy import Engine, func, select
+
+from api.auth import issue_token
+from jobstore import db
+from jobstore.schema import jobs, outbox
+from jobstore.settings import Settings
+from tests.conftest import make_settings
+from tests.support import procs
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[tuple[Settings, Engine]]:
+    settings = make_settings(tmp_path, max_body_bytes=4096)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    yield settings, engine
+    engine.dispose()
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[list[procs.Proc]]:
+    """Every process a test starts; whatever is still alive at the end is killed."""
+    running: list[procs.Proc] = []
+    yield running
+    for proc in running:
+        if proc.alive():
+            proc.kill()
+
+
+def start_api(
+    settings: Settings, tmp_path: Path, started: list[procs.Proc], name: str, *args: str, **env: str
+) -> str:
+    port = procs.free_port()
+    proc = procs.start(["api", "--port", str(port), *args], settings, tmp_path / "logs", name, **env)
+    started.append(proc)
+    base = f"http://127.0.0.1:{port}"
+    procs.wait_http(f"{base}/healthz", proc, timeout=30)
+    return base
+
+
+def counts(engine: Engine) -> tuple[int, int]:
+    with engine.connect() as conn:
+        return (
+            conn.execute(select(func.count()).select_from(jobs)).scalar_one(),
+            conn.execute(select(func.count()).select_from(outbox)).scalar_one(),
+        )
+
+
+def headers(settings: Settings, key: str) -> dict[str, str]:
+    token = issue_token(settings.auth_secret, tenant="acme", user="alice")
+    return {"Authorization": f"Bearer {token}", "Idempotency-Key": key}
+
+
+def test_fifty_concurrent_submissions_with_one_key_create_exactly_one_job(
+    store: tuple[Settings, Engine], tmp_path: Path, started: list[procs.Proc]
+) -> None:
+    settings, engine = store
+    base = start_api(settings, tmp_path, started, "api")
+    gate = threading.Barrier(50)
+    body = {"kind": "noop", "payload": {"order": 1234}}
+
+    def submit(client: httpx.Client) -> httpx.Response:
+        gate.wait(timeout=30)
+        return client.post(f"{base}/jobs", json=body, headers=headers(settings, "one-key"))
+
+    limits = httpx.Limits(max_connections=50, max_keepalive_connections=50)
+    with httpx.Client(timeout=30, limits=limits) as client, ThreadPoolExecutor(50) as pool:
+        answers = list(pool.map(submit, [client] * 50))
+    assert [r.status_code for r in answers] == [202] * 50
+    assert len({r.json()["id"] for r in answers}) == 1
+    assert counts(engine) == (1, 1)
+
+
+def test_a_kill_between_commit_and_response_loses_the_answer_not_the_job(
+    store: tuple[Settings, Engine], tmp_path: Path, started: list[procs.Proc]
+) -> None:
+    settings, engine = store
+    body = {"kind": "noop", "payload": {"invoice": 7}}
+    doomed = start_api(settings, tmp_path, started, "api-doomed", OUTBOX_BRIDGE_FAULTS="api.after_commit")
+    with pytest.raises(httpx.TransportError):
+        httpx.post(f"{doomed}/jobs", json=body, headers=headers(settings, "retry-me"), timeout=30)
+    assert started[0].wait(10) == -signal.SIGKILL
+    assert counts(engine) == (1, 1)  # committed before the kill
+
+    restarted = start_api(settings, tmp_path, started, "api-restarted")
+    retry = httpx.post(f"{restarted}/jobs", json=body, headers=headers(settings, "retry-me"), timeout=30)
+    assert retry.status_code == 202
+    with engine.connect() as conn:
+        committed_id = conn.execute(select(jobs.c.id)).scalar_one()
+    assert retry.json()["id"] == committed_id
+    assert retry.headers["location"] == f"/jobs/{committed_id}"
+    assert counts(engine) == (1, 1)
+
+
+def _read_status_line(sock: socket.socket) -> bytes:
+    received = b""
+    while b"\r\n" not in received:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        received += chunk
+    return received.split(b"\r\n", 1)[0]
+
+
+def test_a_streamed_body_is_refused_with_413_before_the_client_finishes_sending(
+    store: tuple[Settings, Engine], tmp_path: Path, started: list[procs.Proc]
+) -> None:
+    settings, engine = store
+    port = int(start_api(settings, tmp_path, started, "api").rsplit(":", 1)[1])
+    auth = headers(settings, "big")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        head = (
+            "POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\n"
+            f"Authorization: {auth['Authorization']}\r\nIdempotency-Key: big\r\n\r\n"
+        )
+        sock.sendall(head.encode())
+        chunk = b'{"kind": "noop", "payload": {"pad": "' + b"x" * 1024
+        for _ in range(settings.max_body_bytes // 1024 + 1):
+            sock.sendall(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+        # The body is not finished (no closing chunk): the answer must come anyway.
+        status_line = _read_status_line(sock)
+    assert status_line == b"HTTP/1.1 413 Request Entity Too Large"
+    assert counts(engine) == (0, 0)
+
+
+def test_several_workers_serve_one_store_and_sigterm_stops_them_cleanly(
+    store: tuple[Settings, Engine], tmp_path: Path, started: list[procs.Proc]
+) -> None:
+    settings, engine = store
+    base = start_api(settings, tmp_path, started, "api-workers", "--workers", "2")
+    with httpx.Client(timeout=30) as client:
+        views = [
+            client.post(
+                f"{base}/jobs",
+                json={"kind": "noop", "payload": {"n": n}},
+                headers=headers(settings, f"w-{n}"),
+            ).json()
+            for n in range(10)
+        ]
+        listed = client.get(f"{base}/jobs", params={"limit": 100}, headers=headers(settings, "-")).json()
+    assert {v["id"] for v in views} == {item["id"] for item in listed["items"]}
+    assert started[0].terminate(timeout=30) == 0
+    assert counts(engine) == (10, 10)
