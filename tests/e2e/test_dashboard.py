@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, func, select
 from api.auth import issue_token
 from jobstore import db, sweeper
 from jobstore import jobs as store
-from jobstore.records import Claim
+from jobstore.records import Claim, Job
 from jobstore.schema import outbox
 from jobstore.settings import Settings
 from jobstore.states import State
@@ -134,6 +134,24 @@ def pending_outbox_rows(conn: Connection, now: float) -> int:
     return int(conn.execute(query).scalar_one())
 
 
+def stored(engine: Engine, job_id: str) -> Job:
+    job = db.read(engine, store.get_job, job_id)
+    assert job is not None, job_id
+    return job
+
+
+def text(page: Page, selector: str) -> str:
+    found = page.text_content(selector)
+    assert found is not None, selector
+    return found
+
+
+def attribute(page: Page, selector: str, name: str) -> str:
+    found = page.get_attribute(selector, name)
+    assert found is not None, (selector, name)
+    return found
+
+
 @pytest.fixture
 def seeded(engine: Engine) -> Seeded:
     return seed_store(engine)
@@ -184,7 +202,7 @@ def test_dashboard_refuses_anyone_without_an_operator_token(
 
         operator = {"Authorization": f"Bearer {token(settings, operator=True)}"}
         assert client.get("/ui", headers=operator).status_code == 200
-    assert db.read(engine, store.get_job, dead).state is State.DEAD
+    assert stored(engine, dead).state is State.DEAD
 
 
 def test_actions_that_cannot_apply_change_nothing_and_say_why(
@@ -209,8 +227,8 @@ def test_actions_that_cannot_apply_change_nothing_and_say_why(
         missing = act("/ui/jobs/no-such-job/resolve", {"outcome": "failed", "note": "n", "back": "//x/ui"})
         assert missing == "error:Not resolved: job no-such-job not found."
         assert client.get("/ui/jobs/no-such-job").status_code == 404
-    assert db.read(engine, store.get_job, unknown).state is State.UNKNOWN
-    assert db.read(engine, store.get_job, queued).state is State.QUEUED
+    assert stored(engine, unknown).state is State.UNKNOWN
+    assert stored(engine, queued).state is State.QUEUED
 
 
 @pytest.mark.slow
@@ -245,7 +263,7 @@ def test_operator_signs_in_sees_the_figures_and_settles_dead_and_unknown_jobs_in
 
 def sign_in(page: Page, base: str, operator_token: str) -> None:
     response = page.goto(f"{base}/ui")
-    assert response.status == 401
+    assert response is not None and response.status == 401
     page.fill("#token", operator_token)
     with page.expect_navigation():
         page.click("form[action='/ui/login'] button[type=submit]")
@@ -256,16 +274,16 @@ def sign_in(page: Page, base: str, operator_token: str) -> None:
 
 
 def check_figures(page: Page, engine: Engine, seeded: Seeded) -> None:
-    shown = {state.value: int(page.text_content(f'[data-state-count="{state.value}"]')) for state in State}
+    shown = {state.value: int(text(page, f'[data-state-count="{state.value}"]')) for state in State}
     assert shown == seeded.counts()
-    pending = int(page.text_content('[data-figure="outbox-pending"]'))
+    pending = int(text(page, '[data-figure="outbox-pending"]'))
     assert pending == db.read(engine, pending_outbox_rows, time.time())
     assert pending > 0
-    oldest = float(page.get_attribute('[data-figure="outbox-oldest-seconds"]', "data-seconds"))
+    oldest = float(attribute(page, '[data-figure="outbox-oldest-seconds"]', "data-seconds"))
     assert 55 <= oldest <= 120, oldest  # the first jobs were accepted a minute before the page was read
     bars = page.locator("#throughput svg g[data-count]")
     assert bars.count() == 10
-    assert sum(int(bars.nth(i).get_attribute("data-count")) for i in range(10)) == seeded.finished
+    assert sum(int(bars.nth(i).get_attribute("data-count") or "") for i in range(10)) == seeded.finished
     for state, ids in seeded.by_state.items():
         for job_id in ids:
             row = page.locator(f'#recent tr[data-job="{job_id}"]')
@@ -288,9 +306,7 @@ def check_job_page(page: Page, job_id: str) -> None:
         tuple(rows.nth(i).locator("td").all_inner_texts()[j] for j in (0, 3)) for i in range(rows.count())
     ]
     assert epochs_and_outcomes == [("1", "retry"), ("2", "retry"), ("3", "dead")]
-    back = page.get_attribute(
-        f'#job form[data-action="requeue"][data-job="{job_id}"] input[name=back]', "value"
-    )
+    back = attribute(page, f'#job form[data-action="requeue"][data-job="{job_id}"] input[name=back]', "value")
     assert back == f"/ui/jobs/{job_id}"
     page.go_back()
 
@@ -299,9 +315,9 @@ def requeue_dead_job(page: Page, engine: Engine, job_id: str) -> None:
     with page.expect_navigation():
         page.click(f'#dead form[data-action="requeue"][data-job="{job_id}"] button')
     assert page.url.endswith("/ui?refresh=0")
-    assert f"Job {job_id} requeued: now queued" in page.text_content("#flash")
+    assert f"Job {job_id} requeued: now queued" in text(page, "#flash")
     assert page.locator(f'#dead tr[data-job="{job_id}"]').count() == 0
-    job = db.read(engine, store.get_job, job_id)
+    job = stored(engine, job_id)
     assert job.state is State.QUEUED and job.attempts == 0 and job.error_code is None
 
 
@@ -312,8 +328,8 @@ def resolve_unknown_job(page: Page, engine: Engine, job_id: str) -> None:
     form.locator("input[name=note]").fill(note)
     with page.expect_navigation():
         form.locator("button[type=submit]").click()
-    assert f"Job {job_id} resolved: now succeeded" in page.text_content("#flash")
+    assert f"Job {job_id} resolved: now succeeded" in text(page, "#flash")
     assert page.locator(f'#unknown tr[data-job="{job_id}"]').count() == 0
-    job = db.read(engine, store.get_job, job_id)
+    job = stored(engine, job_id)
     assert job.state is State.SUCCEEDED
     assert job.error_message == f"resolved by operator: {note}"

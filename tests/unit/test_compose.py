@@ -129,7 +129,7 @@ def test_every_environment_variable_is_a_setting_with_a_valid_default(
 ) -> None:
     environment = compose["services"][name]["environment"]
     assert set(REQUIRED_SETTINGS) <= set(environment)
-    defaults = {}
+    defaults: dict[str, Any] = {}
     for variable, value in environment.items():
         assert variable.lower() in Settings.model_fields, f"{variable} is not a setting"
         match = DEFAULTED.match(str(value))
