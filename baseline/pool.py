@@ -1,5 +1,6 @@
 """The claiming threads: each polls the jobs table for the oldest claimable job and runs it to its committed
-outcome with the shared runner, so the baseline runs exactly what the broker consumers run."""
+outcome with the shared runner (`run_attempt`, then `commit_outcome` under the fence), so the baseline runs
+exactly what the broker consumers run."""
 
 from __future__ import annotations
 
@@ -11,15 +12,24 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
-from handlers.runner import LeaseKeeper, execute
+from handlers.runner import (
+    AttemptOutcome,
+    Held,
+    LeaseKeeper,
+    StoreContext,
+    backoff_of,
+    commit_outcome,
+    run_attempt,
+)
 from jobstore import clock, db
 from jobstore import jobs as store
 from jobstore.records import Claim
 from jobstore.settings import Settings
+from jobstore.states import State
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +61,9 @@ class Tally:
 class ClaimPool:
     """`concurrency` threads that claim and run jobs until `stopping` is set.
 
-    A thread checks `stopping` before each claim and again after it: a claim that lands after the stop is
-    given back at once instead of being run. A busy or unreachable store pauses a thread; it never ends it."""
+    A thread commits a job's outcome and claims its next job in one transaction. It checks `stopping`
+    before each claim and again after it: a claim that lands after the stop is given back at once instead
+    of being run. A busy or unreachable store pauses a thread; it never ends it."""
 
     def __init__(
         self,
@@ -70,6 +81,9 @@ class ClaimPool:
         self.tally = Tally()
         self._released: set[str] = set()
         self._lock = threading.Lock()
+        # SQLite takes one writer at a time anyway: the threads of one process queue here for their turn
+        # instead of all retrying the store's write lock, which burns the CPU the lock holder needs.
+        self._write_turn = threading.Lock()
         self._threads = [
             threading.Thread(target=self._loop, args=(name,), name=f"claim-{n}", daemon=True)
             for n, name in enumerate(worker_names(concurrency))
@@ -115,37 +129,46 @@ class ClaimPool:
 
     def _loop(self, worker: str) -> None:
         backoff = IdleBackoff()
-        while not self._stopping.is_set():
+        claim: Claim | None = None
+        while claim is not None or not self._stopping.is_set():
             try:
-                pause = self._poll(worker, backoff)
+                claim = self._run(claim, worker) if claim is not None else self._claim(worker)
+            except db.StoreUnavailable as exc:
+                log.warning("%s: store unavailable, pausing claims: %s", worker, exc)
+                claim = None
+                self._stopping.wait(backoff.unavailable())
+                continue
             except Exception:  # a bug must not silently cost the process a thread
                 log.exception("%s: unexpected error; pausing", worker)
-                pause = backoff.unavailable()
-            if pause:
-                self._stopping.wait(pause)
+                claim = None
+                self._stopping.wait(backoff.unavailable())
+                continue
+            if claim is None:
+                self._stopping.wait(backoff.idle())
+            else:
+                backoff.worked()
+                claim = self._unless_stopping(claim)
 
-    def _poll(self, worker: str, backoff: IdleBackoff) -> float:
-        """Claim and run one job; returns how long to pause before the next poll."""
-        lease = self._settings.lease_seconds
-        try:
-            claim = db.transact(self._engine, store.claim_next, worker, clock.now(), lease)
-        except db.StoreUnavailable as exc:
-            log.warning("%s: store unavailable, pausing claims: %s", worker, exc)
-            return backoff.unavailable()
-        if claim is None:
-            return backoff.idle()
-        backoff.worked()
-        if self._stopping.is_set():
-            result = hand_back(self._engine, claim)
-            log.info("job %s epoch %d: claimed while stopping: %s", claim.job_id, claim.epoch, result.value)
-            self.tally.add(result.value)
-            return 0.0
-        self._run(claim)
-        return 0.0
+    def _claim(self, worker: str) -> Claim | None:
+        with self._write_turn:
+            return db.transact(self._engine, claim_next, worker, self._settings.lease_seconds)
 
-    def _run(self, claim: Claim) -> None:
+    def _unless_stopping(self, claim: Claim) -> Claim | None:
+        """The claim, or None after giving it back when the stop came while it was being taken."""
+        if not self._stopping.is_set():
+            return claim
+        result = hand_back(self._engine, claim)
+        log.info("job %s epoch %d: claimed while stopping: %s", claim.job_id, claim.epoch, result.value)
+        self.tally.add(result.value)
+        return None
+
+    def _run(self, claim: Claim, worker: str) -> Claim | None:
+        """Run `claim` with the shared runner and commit its outcome; returns the next claim, taken in the
+        same transaction (see `commit_and_claim_next`), or None."""
+        held = self._keeper.hold(claim)
         try:
-            state = execute(self._engine, self._settings, self._keeper, claim)
+            outcome = run_attempt(StoreContext(self._engine, self._settings, claim, held))
+            state, next_claim = self._commit(claim, outcome, held, worker)
         except db.StoreUnavailable as exc:
             log.warning(
                 "job %s epoch %d: outcome not committed (%s); it runs again after its lease expires",
@@ -154,10 +177,66 @@ class ClaimPool:
                 exc,
             )
             self.tally.add("uncommitted")
-            return
+            return None
+        finally:
+            self._keeper.drop(claim.job_id)
+        self.tally.add(self._outcome_name(claim, state))
+        return next_claim
+
+    def _commit(
+        self, claim: Claim, outcome: AttemptOutcome, held: Held, worker: str
+    ) -> tuple[State | None, Claim | None]:
+        """Commit the outcome under its fence (and claim the next job unless stopping). A busy store does
+        not throw finished work away: the commit is tried again (the fence makes a late one harmless) until
+        it lands, the lease is known lost, or `lease_seconds` have passed; then `StoreUnavailable`."""
+        give_up_at = time.monotonic() + self._settings.lease_seconds
+        backoff = backoff_of(self._settings)
+        while True:
+            next_worker = None if self._stopping.is_set() else worker
+            try:
+                with self._write_turn:
+                    return db.transact(
+                        self._engine,
+                        commit_and_claim_next,
+                        claim,
+                        outcome,
+                        backoff,
+                        next_worker=next_worker,
+                        lease_seconds=self._settings.lease_seconds,
+                    )
+            except db.StoreUnavailable as exc:
+                if held.lost or time.monotonic() >= give_up_at:
+                    raise
+                log.warning(
+                    "job %s epoch %d: commit delayed (%s); trying again", claim.job_id, claim.epoch, exc
+                )
+
+    def _outcome_name(self, claim: Claim, state: State | None) -> str:
         if state is not None:
-            self.tally.add(state.value)
-            return
+            return state.value
         with self._lock:
             released = claim.job_id in self._released
-        self.tally.add(Handback.RELEASED.value if released else "fenced")
+        return Handback.RELEASED.value if released else "fenced"
+
+
+def claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
+    """`jobs.claim_next` at the time the transaction runs (a retried transaction reads the clock again)."""
+    return store.claim_next(conn, worker, clock.now(), lease_seconds)
+
+
+def commit_and_claim_next(
+    conn: Connection,
+    claim: Claim,
+    outcome: AttemptOutcome,
+    backoff: store.Backoff,
+    *,
+    next_worker: str | None,
+    lease_seconds: float,
+) -> tuple[State | None, Claim | None]:
+    """Commit `outcome` under its fence (None when fenced out: nothing written) and, when `next_worker` is
+    given, claim the next job for it in the same transaction: one write transaction per job, not two."""
+    now = clock.now()
+    state = commit_outcome(conn, claim, outcome, now, backoff)
+    if next_worker is None:
+        return state, None
+    return state, store.claim_next(conn, next_worker, now, lease_seconds)
