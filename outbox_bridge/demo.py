@@ -1,0 +1,362 @@
+"""`outbox-bridge demo`: start a local stack and drive a realistic scenario through the HTTP API.
+
+With a reachable RabbitMQ: api + relay + two consumers. With `--broker none`: api + two SQLite-only baseline
+workers. The same scenario runs either way; every process the demo starts is stopped when it ends (or on
+Ctrl-C), unless `--keep-running` was asked for."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from rich.console import Console, Group
+from rich.live import Live
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from api.auth import issue_token
+from jobstore import db, queries
+from jobstore.records import Job
+from jobstore.settings import Settings
+from jobstore.states import TERMINAL, State
+from outbox_bridge.stack import Stack, broker_answers, free_port
+
+console = Console()
+DEMO_DIR = Path("data/demo")
+TENANT = "acme"
+RUN_TIMEOUT = 180.0
+
+
+def run(settings: Settings, *, broker: str, keep_running: bool) -> int:
+    if broker == "rabbitmq" and not broker_answers(settings.rabbitmq_url):
+        console.print(_no_broker_message(settings.rabbitmq_url))
+        return 1
+    settings = _demo_settings(settings)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    port = 8000 if _port_free(8000) else free_port()
+    with Stack(settings, DEMO_DIR / "logs") as stack:
+        _start(stack, broker, port)
+        demo = Demo(settings, stack, f"http://127.0.0.1:{port}", broker)
+        demo.drive()
+        jobs = db.read(engine, queries.list_jobs, tenant=None, limit=1000).items
+        _summary(jobs, demo, port, broker)
+        if keep_running:
+            _keep_running(port)
+    return 0 if all(j.state in TERMINAL for j in jobs) else 1
+
+
+def _no_broker_message(url: str) -> str:
+    return (
+        f"[bold red]No RabbitMQ answers at {url}.[/]\n"
+        "Start one with [bold]docker compose up -d rabbitmq[/], or point [bold]RABBITMQ_URL[/] at a running "
+        "broker,\nor run the same scenario on the SQLite-only baseline: "
+        "[bold]outbox-bridge demo --broker none[/]"
+    )
+
+
+def _demo_settings(settings: Settings) -> Settings:
+    """The demo's own store, results and short timings, so a killed consumer's jobs come back quickly."""
+    shutil.rmtree(DEMO_DIR, ignore_errors=True)
+    return settings.model_copy(
+        update={
+            "database_url": f"sqlite:///{DEMO_DIR / 'jobs.db'}",
+            "results_dir": DEMO_DIR / "results",
+            "notify_log": DEMO_DIR / "notify-provider.jsonl",
+            "lease_seconds": 4.0,
+            "sweep_interval_seconds": 0.5,
+            "backoff_base_seconds": 0.5,
+            "backoff_max_seconds": 2.0,
+            "degraded_after_seconds": 10.0,
+        }
+    )
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+def _start(stack: Stack, broker: str, port: int) -> None:
+    console.print(
+        f"[bold]Starting the stack[/] ({'RabbitMQ' if broker == 'rabbitmq' else 'SQLite-only baseline'})"
+    )
+    stack.start_api(port)
+    if broker == "rabbitmq":
+        stack.start("relay", "relay")
+        stack.start("consumer-1", "consumer", "--concurrency", "4")
+        stack.start("consumer-2", "consumer", "--concurrency", "4")
+    else:
+        stack.start("worker-1", "worker", "--concurrency", "4")
+        stack.start("worker-2", "worker", "--concurrency", "4")
+    for name, service in stack.services.items():
+        console.print(f"  {name:<11} pid {service.pid:<7} log {service.log_path}")
+    _wait_started(stack)
+
+
+READY_MARKERS = {"relay": "topology declared", "consumer": "consuming", "worker": "started"}
+
+
+def _wait_started(stack: Stack, timeout: float = 60.0) -> None:
+    """Wait until every process says in its log that it is ready, so latencies measure the system and not
+    interpreter start-up."""
+    deadline = time.monotonic() + timeout
+    for name, service in stack.services.items():
+        marker = READY_MARKERS.get(service.args[0])
+        while marker and time.monotonic() < deadline:
+            if not service.alive():
+                raise RuntimeError(f"{name} exited early; see {service.log_path}")
+            if marker in service.log_path.read_text(errors="replace"):
+                break
+            time.sleep(0.1)
+
+
+@dataclass
+class Demo:
+    settings: Settings
+    stack: Stack
+    base: str
+    broker: str
+    notes: list[str] = field(default_factory=list)
+    ids: dict[str, str] = field(default_factory=dict)  # label -> job id
+
+    def __post_init__(self) -> None:
+        self.engine = db.make_engine(self.settings)
+        token = issue_token(self.settings.auth_secret, tenant=TENANT, user="demo")
+        self.http = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+
+    def submit(
+        self, label: str, kind: str, payload: dict[str, Any], key: str | None = None
+    ) -> httpx.Response:
+        response = self.http.post(
+            "/jobs", json={"kind": kind, "payload": payload}, headers={"Idempotency-Key": key or label}
+        )
+        if response.status_code == 202:
+            self.ids.setdefault(label, response.json()["id"])
+        return response
+
+    def drive(self) -> None:
+        self._submit_workload()
+        self._show_the_api_saying_no()
+        victim = "consumer-1" if self.broker == "rabbitmq" else "worker-1"
+        big_export = self.ids["export-big"]
+        with _live() as (live, progress, task):
+            started = time.monotonic()
+            killed_at: float | None = None
+            restarted = cancelled = False
+            while time.monotonic() - started < RUN_TIMEOUT:
+                views = self._views()
+                if not cancelled and views.get(big_export, {}).get("state") == "running":
+                    cancelled = self._cancel(big_export)
+                if killed_at is None and self._holds_jobs(victim, time.monotonic() - started):
+                    self.stack.kill(victim)
+                    killed_at = time.monotonic()
+                    self.notes.append(
+                        f"killed {victim} with SIGKILL while it ran jobs; their leases expire after "
+                        f"{self.settings.lease_seconds:.0f} s and the sweeper hands them to another attempt"
+                    )
+                if killed_at is not None and not restarted and time.monotonic() - killed_at > 2.0:
+                    self.stack.restart(victim)
+                    self.notes.append(f"restarted {victim}")
+                    restarted = True
+                done = sum(1 for v in views.values() if v["state"] in {s.value for s in TERMINAL})
+                progress.update(task, completed=done, total=len(self.ids))
+                live.update(Group(progress, _state_table(views)))
+                if done == len(self.ids) and restarted:
+                    break
+                time.sleep(0.3)
+
+    def _holds_jobs(self, name: str, elapsed: float) -> bool:
+        """True once the process `name` holds a running job (or after 10 s, to keep the demo moving)."""
+        if elapsed > 10.0:
+            return True
+        owner = re.compile(rf"[-:]{self.stack.services[name].pid}(/|$)")
+        return any(
+            owner.search(job.lease_owner or "")
+            for job in db.read(
+                self.engine, queries.list_jobs, tenant=None, state=State.RUNNING, limit=100
+            ).items
+        )
+
+    def _submit_workload(self) -> None:
+        for i in range(3):
+            self.submit(f"export-{i}", "export", {"rows": 100_000 * (i + 1), "chunk": 10_000})
+        self.submit("export-big", "export", {"rows": 1_000_000, "chunk": 2_000})
+        self.submit(
+            "document-invoice", "document", {"document": _INVOICE, "instructions": "extract the totals"}
+        )
+        self.submit("document-contract", "document", {"document": _CONTRACT})
+        self.submit(
+            "document-email",
+            "document",
+            {
+                "document": _INVOICE,
+                "instructions": "summarise it and email the summary to finance@example.com",
+            },
+        )
+        for i in range(3):
+            self.submit(
+                f"notify-{i}", "notify", {"to": f"ops{i}@example.com", "message": f"report {i} is ready"}
+            )
+        for i in range(24):
+            self.submit(f"sleep-{i}", "sleep", {"seconds": 0.3 + (i % 4) * 0.4})
+        console.print(
+            f"[bold]Submitted {len(self.ids)} jobs[/] through POST /jobs (each answered 202 after commit)"
+        )
+
+    def _show_the_api_saying_no(self) -> None:
+        bad = self.submit("bad-export", "export", {"rows": -5, "chunk": 0})
+        self._note("invalid payload", bad)
+        again = self.submit("export-0", "export", {"rows": 100_000, "chunk": 10_000})
+        same = again.json().get("id") == self.ids["export-0"]
+        self.notes.append(f"retry with the same Idempotency-Key -> {again.status_code}, same job id: {same}")
+        conflict = self.submit("export-0", "export", {"rows": 7, "chunk": 7})
+        self._note("same key, different payload", conflict)
+
+    def _note(self, what: str, response: httpx.Response) -> None:
+        body = response.json()
+        self.notes.append(
+            f"{what} -> {response.status_code} {body.get('title', '')}: {body.get('detail', '')}"
+        )
+
+    def _cancel(self, job_id: str) -> bool:
+        response = self.http.post(f"/jobs/{job_id}/cancel")
+        self.notes.append(f"cancelled the 1,000,000-row export while it ran -> {response.status_code}")
+        return True
+
+    def _views(self) -> dict[str, dict[str, Any]]:
+        views: dict[str, dict[str, Any]] = {}
+        cursor: str | None = None
+        for _ in range(20):
+            params: dict[str, Any] = {"limit": 100, **({"cursor": cursor} if cursor else {})}
+            page = self.http.get("/jobs", params=params).json()
+            views.update({item["id"]: item for item in page["items"]})
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        return views
+
+
+def _live() -> Any:
+    from contextlib import contextmanager
+
+    @contextmanager
+    def manager() -> Any:
+        progress = Progress(
+            TextColumn("[bold]jobs finished"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+        )
+        task = progress.add_task("jobs", total=1)
+        with Live(progress, console=console, refresh_per_second=8) as live:
+            yield live, progress, task
+
+    return manager()
+
+
+def _state_table(views: dict[str, dict[str, Any]]) -> Table:
+    counts: dict[str, int] = {}
+    for view in views.values():
+        counts[view["state"]] = counts.get(view["state"], 0) + 1
+    table = Table(title="jobs by state", min_width=30)
+    table.add_column("state")
+    table.add_column("jobs", justify="right")
+    for state in ("queued", "running", "succeeded", "failed", "dead", "cancelled", "unknown"):
+        table.add_row(state, str(counts.get(state, 0)))
+    return table
+
+
+def _summary(jobs: list[Job], demo: Demo, port: int, broker: str) -> None:
+    console.print(_state_summary(jobs))
+    console.print(_latency_summary(jobs))
+    console.print(Panel("\n".join(demo.notes + _document_notes(demo)), title="what happened"))
+    operator = issue_token(demo.settings.auth_secret, tenant=TENANT, user="operator", operator=True)
+    console.print(
+        Panel(
+            f"dashboard: http://127.0.0.1:{port}/ui (log in with an operator token:\n"
+            f"  outbox-bridge token --tenant {TENANT} --user you --operator)\n"
+            f"store:     {demo.settings.database_url}\n"
+            f"logs:      {DEMO_DIR / 'logs'}\n"
+            "commands:  outbox-bridge status | outbox-bridge jobs list --state unknown | "
+            "outbox-bridge jobs show <id>\n"
+            f"           (with DATABASE_URL={demo.settings.database_url})\n"
+            f"token used by this demo (operator): {operator[:24]}...",
+            title="where to look next",
+        )
+    )
+    demo.http.close()
+
+
+def _state_summary(jobs: list[Job]) -> Table:
+    table = Table(title="final states")
+    for column in ("kind", "succeeded", "failed", "dead", "cancelled", "unknown", "max attempts"):
+        table.add_column(column, justify="right" if column != "kind" else "left", no_wrap=True)
+    for kind in sorted({j.kind for j in jobs}):
+        mine = [j for j in jobs if j.kind == kind]
+        count = {
+            s: sum(1 for j in mine if j.state.value == s)
+            for s in ("succeeded", "failed", "dead", "cancelled", "unknown")
+        }
+        table.add_row(kind, *(str(count[s]) for s in count), str(max(j.attempts for j in mine)))
+    return table
+
+
+def _latency_summary(jobs: list[Job]) -> Table:
+    starts = [j.started_at - j.created_at for j in jobs if j.started_at]
+    ends = [j.finished_at - j.created_at for j in jobs if j.finished_at and j.state.value == "succeeded"]
+    table = Table(title="latencies (ms)")
+    for column in ("measure", "p50", "p95", "max", "jobs"):
+        table.add_column(column, justify="right" if column != "measure" else "left")
+    for name, values in (("accept -> start", starts), ("accept -> succeeded", ends)):
+        if values:
+            table.add_row(name, *(f"{v * 1000:.0f}" for v in _percentiles(values)), str(len(values)))
+    return table
+
+
+def _percentiles(values: list[float]) -> tuple[float, float, float]:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+    return statistics.median(ordered), p95, ordered[-1]
+
+
+def _document_notes(demo: Demo) -> list[str]:
+    job_id = demo.ids.get("document-email")
+    if job_id is None:
+        return []
+    response = demo.http.get(f"/jobs/{job_id}/result")
+    if response.status_code != 200:
+        return [f"document job with an e-mail request -> result {response.status_code}"]
+    rejected = response.json().get("rejected", [])
+    return [f"planner proposed {r.get('name')}: rejected ({r.get('reason')})" for r in rejected]
+
+
+def _keep_running(port: int) -> None:
+    console.print(
+        f"[bold]Stack left running[/] on http://127.0.0.1:{port}. Press Ctrl-C to stop every process."
+    )
+    try:
+        while True:
+            time.sleep(1)
+    except KeyboardInterrupt:
+        console.print("stopping...")
+
+
+_INVOICE = (
+    "INVOICE 2026-118\nCustomer: Northwind Traders\nItems: 12 x widget at 4.50 EUR; 3 x gadget at 19.00 EUR\n"
+    "Total: 111.00 EUR\nDue: 2026-12-31\n"
+)
+_CONTRACT = (
+    "SERVICE AGREEMENT between Acme Corp and Globex Ltd.\nTerm: 12 months from 2026-01-01.\n"
+    "Fee: 2,000 EUR per month. Either party may terminate with 30 days notice.\n"
+)
