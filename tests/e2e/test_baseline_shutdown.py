@@ -1,0 +1,124 @@
+"""SIGTERM and SIGINT stop a baseline worker cleanly: it takes no new job, lets a running job finish within
+the grace period, gives back what is still running after it, and exits 0 with no job left `running`."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine
+
+from jobstore import clock, db, queries
+from jobstore import jobs as store
+from jobstore.records import Job
+from jobstore.settings import Settings
+from jobstore.states import State
+from tests.conftest import make_settings
+from tests.support.procs import Proc, start, wait_for
+
+pytestmark = pytest.mark.slow
+
+GRACE_SECONDS = 0.5
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """The baseline is the SQLite-only design: it always runs on a SQLite file of its own."""
+    return make_settings(tmp_path)
+
+
+def accept(engine: Engine, kind: str, payload: dict[str, float], key: str) -> str:
+    accepted = db.transact(
+        engine,
+        store.accept,
+        tenant="shutdown",
+        owner="tester",
+        kind=kind,
+        payload=payload,
+        operation_key=key,
+        now=clock.now(),
+        max_attempts=3,
+    )
+    return accepted.job.id
+
+
+def started(settings: Settings) -> list[str]:
+    log = settings.execution_log
+    assert log is not None
+    lines = log.read_text().splitlines() if log.exists() else []
+    return [entry["job_id"] for entry in map(json.loads, lines) if entry["event"] == "start"]
+
+
+def job(engine: Engine, job_id: str) -> Job:
+    found = db.read(engine, store.get_job, job_id)
+    assert found is not None
+    return found
+
+
+def start_worker_running(settings: Settings, tmp_path: Path, job_id: str) -> Proc:
+    worker = start(["worker"], settings, tmp_path / "logs", "worker")
+    try:
+        wait_for(lambda: job_id in started(settings), 30, what="the worker to start the job")
+    except AssertionError:
+        worker.kill()
+        raise
+    return worker
+
+
+def stop(worker: Proc, sig: signal.Signals, timeout: float) -> tuple[int, float]:
+    """Send `sig`; returns the exit code and how long the process took to exit."""
+    sent = time.monotonic()
+    worker.signal(sig)
+    try:
+        code = worker.wait(timeout)
+    finally:
+        if worker.alive():
+            worker.kill()
+    return code, time.monotonic() - sent
+
+
+@pytest.mark.timeout(60)
+def test_sigterm_lets_the_running_job_finish_and_claims_nothing_more(
+    settings: Settings, engine: Engine, tmp_path: Path
+) -> None:
+    assert settings.shutdown_grace_seconds >= 20
+    running = accept(engine, "sleep", {"seconds": 2.5}, "sleep")
+    worker = start_worker_running(settings, tmp_path, running)
+    waiting = accept(engine, "noop", {}, "noop")
+
+    code, _ = stop(worker, signal.SIGTERM, 30)
+
+    assert code == 0
+    assert job(engine, running).state is State.SUCCEEDED
+    assert (job(engine, waiting).state, job(engine, waiting).epoch) == (State.QUEUED, 0)
+    assert started(settings) == [running]
+    output = worker.log_path.read_text()
+    assert "SIGTERM received" in output
+    assert "stopped: 1 job(s) run (succeeded=1)" in output
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_job_still_running_after_the_grace_period_is_released_uncounted(
+    settings: Settings, engine: Engine, tmp_path: Path, sig: signal.Signals
+) -> None:
+    settings = settings.model_copy(update={"shutdown_grace_seconds": GRACE_SECONDS})
+    job_id = accept(engine, "sleep", {"seconds": 60}, "long-sleep")
+    worker = start_worker_running(settings, tmp_path, job_id)
+
+    code, took = stop(worker, sig, 20)
+
+    assert code == 0
+    assert took < 10, f"the worker took {took:.1f}s to stop; it should not wait for the 60s job"
+    released = job(engine, job_id)
+    assert (released.state, released.attempts, released.epoch) == (State.QUEUED, 0, 1)
+    assert released.lease_owner is None
+    assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["released"]
+    assert db.read(engine, queries.counts_by_state)["running"] == 0
+    output = worker.log_path.read_text()
+    assert f"{sig.name} received" in output
+    assert f"job {job_id} epoch 1: released" in output
+    assert "stopped: 1 job(s) run (released=1)" in output
