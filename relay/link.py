@@ -100,6 +100,11 @@ class BrokerLink:
         except pika.exceptions.ConnectionWrongStateError:
             pass
 
+    def abandon(self, reason: str) -> None:
+        """Give the link up without waiting for the broker (it stopped answering): `on_down` follows now,
+        with every unconfirmed message."""
+        self._went_down(reason)
+
     def _on_open(self, connection: pika.SelectConnection) -> None:
         connection.channel(on_open_callback=self._on_channel_open)
 

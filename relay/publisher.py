@@ -47,6 +47,7 @@ RECONNECT_CAP_SECONDS = 4.0
 STOP_CHECK_SECONDS = 0.1
 REPORT_EVERY_SECONDS = 5.0
 SETTLE_RETRY_SECONDS = 0.5
+LINK_CLOSE_TIMEOUT_SECONDS = 3.0
 # After the confirm grace, how much longer shutdown may take to write back before the loop is stopped.
 WRITE_BACK_GRACE_SECONDS = 10.0
 
@@ -166,7 +167,7 @@ class Relay:
         self._failures = 0
         log.info("broker connection up: %s; topology declared", describe(link.params))
         if self._stopping:
-            link.close()
+            self._close_link()
             return
         self._drained = False
         self._lease_more()
@@ -381,7 +382,7 @@ class Relay:
         link = self._link
         if link is not None:
             if not self._ready or len(link.window) == 0:
-                link.close()
+                self._close_link()
             return
         if self._pending or "settle" in self._busy:
             self._settle()
@@ -395,7 +396,18 @@ class Relay:
         if self._link is not None and not self._stopped:
             unconfirmed = len(self._link.window)
             log.warning("%d messages still unconfirmed at the deadline: releasing them", unconfirmed)
-            self._link.close()
+            self._close_link()
+
+    def _close_link(self) -> None:
+        """Close the connection; if the broker does not answer the close in time, give the link up."""
+        if self._link is None:
+            return
+        self._link.close()
+        self._later("abandon", LINK_CLOSE_TIMEOUT_SECONDS, self._abandon_link)
+
+    def _abandon_link(self) -> None:
+        if self._link is not None:
+            self._link.abandon(f"the broker did not answer the close within {LINK_CLOSE_TIMEOUT_SECONDS}s")
 
     def _force_stop(self) -> None:
         if self._stopped:

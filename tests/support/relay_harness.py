@@ -19,7 +19,7 @@ from jobstore.settings import Settings
 from jobstore.states import State
 from relay import topology
 from relay.message import JobMessage
-from relay.publisher import Relay
+from relay.publisher import WRITE_BACK_GRACE_SECONDS, Relay
 
 
 def _insert_jobs(conn: Connection, count: int, spread_seconds: float) -> list[str]:
@@ -175,8 +175,10 @@ class Broker:
 
 
 @contextmanager
-def running_relay(settings: Settings, engine: Engine, timeout: float = 30.0) -> Iterator[Relay]:
-    """A relay running on its own thread of this process; stopped (and waited for) on exit."""
+def running_relay(settings: Settings, engine: Engine) -> Iterator[Relay]:
+    """A relay running on its own thread of this process; stopped (and waited for, as long as its shutdown
+    may take) on exit."""
+    timeout = settings.shutdown_grace_seconds + WRITE_BACK_GRACE_SECONDS + 5
     relay = Relay(settings, engine)
     failure: list[BaseException] = []
 
