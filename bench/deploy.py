@@ -19,7 +19,7 @@ from pika.exceptions import AMQPError
 
 from jobstore import db
 from jobstore.settings import Settings
-from outbox_bridge.stack import Stack, free_port
+from outbox_bridge.stack import Service, Stack, free_port
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ class Deployment:
         self.concurrency = concurrency
         self.stack = Stack(settings, workdir / "logs")
         self.api_url = ""
+        self.started: dict[int, str] = {}  # every process ever started here, restarted ones included
 
     @property
     def stats_dir(self) -> Path:
@@ -98,21 +99,21 @@ class Deployment:
         finally:
             engine.dispose()
         port = free_port()
-        self.stack.start_api(port)
+        self._record(self.stack.start_api(port))
         self.api_url = f"http://127.0.0.1:{port}"
         if self.mode == BROKER:
             self._start_broker_side()
         else:
             for i in range(1, self.processes + 1):
-                self.stack.start(f"worker-{i}", "worker", *self._concurrency_args())
+                self._record(self.stack.start(f"worker-{i}", "worker", *self._concurrency_args()))
 
     def _concurrency_args(self) -> list[str]:
         return [] if self.concurrency is None else ["--concurrency", str(self.concurrency)]
 
     def _start_broker_side(self, **env: str) -> None:
-        self.stack.start("relay", "relay", **env)
+        self._record(self.stack.start("relay", "relay", **env))
         for i in range(1, self.processes + 1):
-            self.stack.start(f"consumer-{i}", "consumer", *self._concurrency_args(), **env)
+            self._record(self.stack.start(f"consumer-{i}", "consumer", *self._concurrency_args(), **env))
         self.wait_consumers()
 
     def wait_consumers(self, timeout: float = READY_TIMEOUT) -> None:
@@ -155,8 +156,11 @@ class Deployment:
                     f"{service.name} exited ({service.popen.returncode}):\n{self.tail(service.name)}"
                 )
 
+    def _record(self, service: Service) -> None:
+        self.started[service.pid] = service.name
+
     def names(self) -> dict[int, str]:
-        return {s.pid: s.name for s in self.stack.services.values()}
+        return dict(self.started)
 
     def pids(self) -> dict[str, int]:
         return {s.name: s.pid for s in self.stack.services.values() if s.alive()}

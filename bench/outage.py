@@ -18,8 +18,7 @@ from bench.phases import Run
 from bench.proxy import BrokerProxy
 from bench.submit import Tally, open_loop
 
-BEFORE_SECONDS = 3.0
-AFTER_SECONDS = 3.0
+MAX_MARGIN_SECONDS = 3.0  # offered load before the outage and after it: as long as the outage, at most this
 SAMPLE_SECONDS = 0.25
 
 
@@ -66,14 +65,15 @@ def outage(run: Run, proxy: BrokerProxy) -> dict[str, Any]:
         marks["restore"] = time.time()
         proxy.restore()
 
-    seconds = BEFORE_SECONDS + o.outage_seconds + AFTER_SECONDS
+    margin = max(1.0, min(MAX_MARGIN_SECONDS, o.outage_seconds))
+    seconds = margin + o.outage_seconds + margin
     with Timeline(run.watch, tenant, tally) as timeline:
         open_loop(
             lambda: run.http.submit(tenant, tally),
             o.rate,
             seconds,
             run.stop,
-            at=[(BEFORE_SECONDS, cut), (BEFORE_SECONDS + o.outage_seconds, restore)],
+            at=[(margin, cut), (margin + o.outage_seconds, restore)],
         )
         finished = run.wait(tenant, tally.accepted, timeout=120.0 + tally.accepted / 20)
     return _figures(run, tenant, tally, marks, timeline) | {"finished": finished, "proxy": vars(proxy.counts)}

@@ -130,6 +130,7 @@ def latency(run: Run) -> dict[str, Any]:
         "finished": finished,
         "submitted": tally.as_dict(),
         "cost": costs.per_job(spent, tally.accepted),
+        "achieved": throughput(timings),
     } | _latencies(timings, with_cdf=True)
 
 

@@ -86,13 +86,21 @@ def phase_list(options: Options, mode: str, full: bool) -> list[tuple[str, Phase
 
 
 def run_deployment(
-    options: Options, base: Settings, mode: str, synchronous: str, full: bool, stop: threading.Event
-) -> dict[str, Any]:
-    """Start one deployment, run its phases, stop it. A failed phase is recorded and ends the deployment
+    options: Options,
+    base: Settings,
+    mode: str,
+    synchronous: str,
+    full: bool,
+    stop: threading.Event,
+    runs: list[dict[str, Any]],
+) -> None:
+    """Start one deployment, run its phases, stop it; its result goes into `runs` at once, so an
+    interrupted run still reports what it measured. A failed phase is recorded and ends the deployment
     (its processes may be in any state); the figures of the phases before it stand."""
     label = f"{mode}-{synchronous.lower()}"
     result: dict[str, Any] = {"mode": mode, "synchronous": synchronous, "processes": options.consumers}
     result |= {"concurrency": options.concurrency or "default", "phases": {}}
+    runs.append(result)
     workdir = Path(tempfile.mkdtemp(prefix=f"outbox-bridge-bench-{label}-"))
     settings = run_settings(
         base, workdir, label=label, synchronous=synchronous, database_url=options.database_url
@@ -106,6 +114,7 @@ def run_deployment(
         deployment = cleanup.enter_context(
             Deployment(mode, settings, workdir, processes=options.consumers, concurrency=options.concurrency)
         )
+        cleanup.callback(lambda: result.update(pids=deployment.names()))
         try:
             _started(deployment, label)
             run = _run_context(label, options, deployment, settings, stop, cleanup)
@@ -114,8 +123,8 @@ def run_deployment(
             raise
         except Exception as exc:
             result["error"] = f"{type(exc).__name__}: {exc}"
-            console.print(f"[red]{label}: {result['error']}[/red]\n{deployment.tails()}")
-    return result
+            console.print(f"[red]{label}: {result['error']}[/red]")
+            console.print(deployment.tails(), markup=False)
 
 
 def _started(deployment: Deployment, label: str) -> None:
@@ -151,26 +160,31 @@ def _run_context(
 def _run_phases(
     run: phases.Run, chosen: list[tuple[str, Phase]], result: dict[str, Any], proxy: BrokerProxy | None
 ) -> None:
-    wanted = chosen + ([("outage", lambda r: outage(r, proxy))] if proxy is not None else [])
-    for name, phase in wanted:
-        console.print(f"{run.label}: {name} ...")
-        started = time.monotonic()
-        try:
-            result["phases"][name] = phase(run)
-        except KeyboardInterrupt:
-            raise
-        except Exception as exc:
-            result["phases"][name] = {"error": f"{type(exc).__name__}: {exc}"}
-            console.print(f"[red]{run.label}: {name} failed: {exc}[/red]")
-            console.print(run.deployment.tails(), markup=False)
+    """The chosen phases in order; then a profile when one is wanted, and the outage last (it leaves the
+    broker side connected through the proxy). The first failed phase ends the deployment."""
+    for name, phase in chosen:
+        if not _run_phase(run, name, phase, result):
             return
-        console.print(f"{run.label}: {name} done in {time.monotonic() - started:.1f}s")
-    if _needs_profile(run, result):
-        console.print(f"{run.label}: profile ...")
-        try:
-            result["phases"]["profile"] = phases.profile(run)
-        except Exception as exc:
-            result["phases"]["profile"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if _needs_profile(run, result) and not _run_phase(run, "profile", phases.profile, result):
+        return
+    if proxy is not None:
+        _run_phase(run, "outage", lambda r: outage(r, proxy), result)
+
+
+def _run_phase(run: phases.Run, name: str, phase: Phase, result: dict[str, Any]) -> bool:
+    console.print(f"{run.label}: {name} ...")
+    started = time.monotonic()
+    try:
+        result["phases"][name] = phase(run)
+    except KeyboardInterrupt:
+        raise
+    except Exception as exc:
+        result["phases"][name] = {"error": f"{type(exc).__name__}: {exc}"}
+        console.print(f"[red]{run.label}: {name} failed: {exc}[/red]")
+        console.print(run.deployment.tails(), markup=False)
+        return False
+    console.print(f"{run.label}: {name} done in {time.monotonic() - started:.1f}s")
+    return True
 
 
 def _needs_profile(run: phases.Run, result: dict[str, Any]) -> bool:
@@ -205,7 +219,7 @@ def main(argv: list[str]) -> int:
     with stopper.installed():
         try:
             for mode, synchronous, full in plan(options):
-                results["runs"].append(run_deployment(options, base, mode, synchronous, full, stopper.stop))
+                run_deployment(options, base, mode, synchronous, full, stopper.stop, results["runs"])
         except KeyboardInterrupt:
             interrupted = True
             console.print("[yellow]interrupted: writing the figures measured so far[/yellow]")

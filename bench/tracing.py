@@ -17,6 +17,8 @@ from pathlib import Path
 
 FSYNC_CALLS = ("fsync", "fdatasync", "sync_file_range")
 RAW = ("--format", "raw", "-o")
+PACKAGES = {"jobstore", "relay", "consumer", "api", "baseline", "handlers", "bench"}
+ENTRY_POINTS = {"outbox_bridge/cli.py)", "bench/runner.py)"}
 ATTACH_SECONDS = 1.0
 DETACH_TIMEOUT = 20.0
 
@@ -118,7 +120,7 @@ def profiled(pids: Mapping[str, int], workdir: Path, rate: int = 100) -> Iterato
 
 def profile_summary(path: Path, top: int = 12) -> dict[str, object]:
     """From collapsed stacks: the share of on-CPU samples whose innermost frame is each function (self),
-    and the share that passed through each function (inclusive), the largest first."""
+    and the share that passed through each of the project's own functions (inclusive), largest first."""
     own: Counter[str] = Counter()
     through: Counter[str] = Counter()
     total = 0
@@ -135,13 +137,20 @@ def profile_summary(path: Path, top: int = 12) -> dict[str, object]:
         total += count
         own[frames[-1]] += count
         for frame in set(frames):
-            if not frame.endswith("threading.py)"):  # every thread passes through its bootstrap
+            if _ours(frame):
                 through[frame] += count
 
     def shares(counter: Counter[str]) -> list[list[object]]:
         return [[name, round(100 * n / total, 1)] for name, n in counter.most_common(top)] if total else []
 
     return {"samples": total, "self": shares(own), "inclusive": shares(through)}
+
+
+def _ours(frame: str) -> bool:
+    """A frame of the project's own code below the command-line entry points (which every sample
+    passes through, so their share says nothing)."""
+    where = frame.rpartition(" (")[2]
+    return where.split("/")[0] in PACKAGES and where not in ENTRY_POINTS
 
 
 def _function(frame: str) -> str:

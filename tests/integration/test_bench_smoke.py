@@ -1,0 +1,153 @@
+"""`outbox-bridge bench` run as a user runs it, small: it starts the real processes of both modes,
+writes every figure to JSON with the plots, stops by itself, and leaves no process behind; interrupted
+with Ctrl-C it still stops everything it started and keeps the figures measured so far."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.tracing import strace_available
+from tests.support.procs import BIN
+
+SMALL = [
+    "--jobs", "200", "--consumers", "2", "--rate", "50", "--duration", "2", "--idle-seconds", "1",
+    "--fsync-jobs", "50", "--outage-seconds", "1", "--synchronous", "FULL", "--profile", "never",
+]  # fmt: skip
+PROCESSES = {
+    "broker": {"api", "relay", "consumer-1", "consumer-2"},
+    "sqlite": {"api", "worker-1", "worker-2"},
+}
+
+
+def _bench(tmp_path: Path, args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [str(BIN), "bench", *args, "--out", str(tmp_path / "out")],
+        cwd=tmp_path,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float) -> tuple[int, str]:
+    """Wait for the benchmark; past `timeout` stop it as Ctrl-C would (then kill) and fail."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate(timeout=10)
+        pytest.fail(f"bench did not stop by itself within {timeout:.0f}s")
+    return proc.returncode, out + err
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie no one has reaped yet is gone for our purposes
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "zombie" not in status.read_text()
+
+
+def _assert_nothing_left(runs: list[dict[str, Any]]) -> None:
+    pids = [int(pid) for run in runs for pid in run["pids"]]
+    assert pids, "the results name no process"
+    deadline = time.monotonic() + 5
+    while (left := [p for p in pids if _alive(p)]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, f"processes still running after the bench: {left}"
+
+
+def _assert_burst(phase: dict[str, Any], processes: set[str]) -> None:
+    assert phase["finished"] == {"succeeded": 200, "failed_or_dead": 0}
+    assert phase["submitted"]["statuses"] == {"accepted": 200}
+    assert phase["jobs_per_second"] > 0 and phase["accepts_per_second"] > 0
+    cost = phase["cost"]
+    assert cost["write_transactions_per_job"] > 0 and cost["statements_per_job"] > 0
+    assert isinstance(cost["slow_lock_waits"], int)
+    assert processes <= set(cost["cpu_seconds_per_1000_jobs"])
+    start = phase["accept_to_start_ms"]
+    assert 0 <= start["p50"] <= start["p95"] <= start["p99"] <= start["max"]
+
+
+def _assert_run(run: dict[str, Any]) -> None:
+    assert "error" not in run
+    phases = run["phases"]
+    expected = {"warmup", "idle", "burst_store", "burst_http", "latency"}
+    expected |= {"fsync"} if strace_available() else set()
+    expected |= {"outage"} if run["mode"] == "broker" else set()
+    assert set(phases) == expected
+    assert not [name for name, p in phases.items() if "error" in p]
+    processes = PROCESSES[run["mode"]]
+    assert set(phases["idle"]["per_process"]) == processes
+    _assert_burst(phases["burst_store"], processes | {"bench"})
+    _assert_burst(phases["burst_http"], processes)
+    latency = phases["latency"]
+    assert latency["due"] == 100 and latency["submitted"]["statuses"] == {"accepted": 100}
+    assert len(latency["cdf_ms"]["accept_to_start"]) > 100
+    assert latency["accept_to_succeeded_ms"]["p50"] >= latency["accept_to_start_ms"]["p50"]
+    if "fsync" in phases:
+        assert phases["fsync"]["fsyncs_per_job"] > 0  # synchronous=FULL syncs every commit
+
+
+@pytest.mark.slow
+@pytest.mark.broker
+@pytest.mark.timeout(420)
+def test_bench_of_both_modes_writes_every_figure_and_stops_by_itself(
+    tmp_path: Path, rabbitmq_url: str
+) -> None:
+    proc = _bench(tmp_path, ["--mode", "both", *SMALL], {"RABBITMQ_URL": rabbitmq_url})
+    code, output = _finish(proc, timeout=360)
+    assert code == 0, output[-6000:]
+
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    runs = results["runs"]
+    assert [(r["mode"], r["synchronous"]) for r in runs] == [("broker", "FULL"), ("sqlite", "FULL")]
+    for run in runs:
+        _assert_run(run)
+    outage = runs[0]["phases"]["outage"]
+    assert outage["accepted_during_outage"] > 0
+    assert outage["submitted"]["statuses"] == {"accepted": outage["finished"]["succeeded"]}
+    assert outage["drain_seconds"] is not None and outage["proxy"]["cut"] > 0
+    assert {t["target"] for t in results["targets"]} and all("met" in t for t in results["targets"])
+    assert results["ratios"]["broker/sqlite store throughput at FULL"] > 0
+    for png in ("latency-cdf.png", "throughput.png", "outage.png"):
+        assert (tmp_path / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "store burst" in (tmp_path / "out" / "table.md").read_text()
+    _assert_nothing_left(runs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_bench_interrupted_stops_what_it_started_and_keeps_the_figures(tmp_path: Path) -> None:
+    args = ["--mode", "sqlite", *SMALL, "--jobs", "100000"]
+    proc = _bench(tmp_path, args, {})
+    assert proc.stderr is not None
+    deadline = time.monotonic() + 120
+    for line in proc.stderr:  # bounded by the deadline and by the process ending
+        if "burst_store ..." in line or time.monotonic() > deadline:
+            break
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    code, output = _finish(proc, timeout=90)
+    assert code == 130, output[-4000:]
+
+    results = json.loads((tmp_path / "out" / "results-sqlite.json").read_text())
+    (run,) = results["runs"]
+    assert {"warmup", "idle"} <= set(run["phases"])
+    assert "burst_store" not in run["phases"]
+    _assert_nothing_left([run])
