@@ -55,6 +55,7 @@ class DegradedMode:
         self._idle = IDLE_FIRST_PAUSE
         self.active = False
         self.claimed = 0
+        self._claimed_before = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="degraded-mode", daemon=True)
 
@@ -77,12 +78,14 @@ class DegradedMode:
 
     def _switch(self, degraded: bool) -> None:
         if degraded and not self.active:
+            self._claimed_before = self.claimed
             log.warning(
                 "broker unreachable for %.1fs: degraded mode, claiming from the jobs table",
                 self._link.down_for(),
             )
         elif self.active and not degraded:
-            log.info("broker reachable again: leaving degraded mode after %d jobs", self.claimed)
+            episode = self.claimed - self._claimed_before
+            log.info("broker reachable again: leaving degraded mode after %d jobs from the table", episode)
         self.active = degraded
 
     def _step(self) -> float:

@@ -13,6 +13,7 @@ message or none). The broker redelivers those messages and the claim absorbs the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -126,23 +127,41 @@ class BrokerLink:
         while not self._closing.is_set() and self._consuming:
             try:
                 self._connect()
-                pause = 0.0
-                self._serve()
-            except (*BROKER_ERRORS, ConsumerCancelledByBroker) as exc:
-                log.warning("broker connection %d lost: %r", self._generation, exc)
+            except BROKER_ERRORS as exc:
+                log.warning("cannot reach the broker: %r", exc)
+                pause = reconnect_pause(pause)
+            except Exception:
+                log.exception("connecting to the broker failed unexpectedly")
+                pause = reconnect_pause(pause)
+            else:
+                self._serve_until_lost()
+                pause = RECONNECT_FIRST_PAUSE
             finally:
                 self._disconnect()
             if not self._consuming:
                 break  # shutting down: acks for the old channel can never be sent on a new one
-            pause = reconnect_pause(pause)
             self._closing.wait(pause * (0.5 + random.random() / 2))
+
+    def _serve_until_lost(self) -> None:
+        try:
+            self._serve()
+        except (*BROKER_ERRORS, ConsumerCancelledByBroker) as exc:
+            log.warning("broker connection %d lost: %r", self._generation, exc)
+        except Exception:
+            log.exception("broker connection %d: unexpected error; reconnecting", self._generation)
 
     def _connect(self) -> None:
         connection = pika.BlockingConnection(self._params)
-        channel = connection.channel()
-        topology.declare(channel, self._settings)
-        channel.basic_qos(prefetch_count=self._prefetch)
-        channel.add_on_cancel_callback(self._on_cancelled_by_broker)
+        try:
+            channel = connection.channel()
+            topology.declare(channel, self._settings)
+            channel.basic_qos(prefetch_count=self._prefetch)
+            channel.add_on_cancel_callback(self._on_cancelled_by_broker)
+        except BaseException:
+            if connection.is_open:
+                with contextlib.suppress(*BROKER_ERRORS):
+                    connection.close()
+            raise
         with self._lock:
             self._generation += 1
             self._connection, self._channel = connection, channel

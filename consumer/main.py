@@ -89,7 +89,9 @@ def run(settings: Settings, *, concurrency: int) -> int:
     """Run a consumer until SIGTERM or SIGINT; returns the exit code: 0 after a clean shutdown, 1 when a job
     was still running at exit, 2 when the store is not initialised (`outbox-bridge db init`) or not
     reachable."""
-    logging.getLogger("pika").setLevel(logging.WARNING)  # pika narrates every connection at INFO
+    logging.getLogger("pika").setLevel(
+        logging.CRITICAL
+    )  # pika narrates every connection; the link logs what matters
     engine = db.make_engine(settings, pool_size=concurrency + 4, max_overflow=concurrency)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
