@@ -97,9 +97,12 @@ class BaselineProcess:
             log.error(
                 "job %s epoch %d left running: its lease will expire", held.claim.job_id, held.claim.epoch
             )
+        code = EXIT_LEFT_JOBS if left else EXIT_CLEAN
         counts = self.pool.tally.snapshot()
-        log.info("stopped: %d job(s) run (%s)", sum(counts.values()), _listed(counts) or "none")
-        return EXIT_LEFT_JOBS if left else EXIT_CLEAN
+        log.info(
+            "stopped: %d job(s) run (%s); exit %d", sum(counts.values()), _listed(counts) or "none", code
+        )
+        return code
 
     def _hand_back(self, urgent: Callable[[], bool]) -> None:
         handed = self.pool.hand_back_held()

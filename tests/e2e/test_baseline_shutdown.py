@@ -97,7 +97,7 @@ def test_sigterm_lets_the_running_job_finish_and_claims_nothing_more(
     assert started(settings) == [running]
     output = worker.log_path.read_text()
     assert "SIGTERM received" in output
-    assert "stopped: 1 job(s) run (succeeded=1)" in output
+    assert "stopped: 1 job(s) run (succeeded=1); exit 0" in output
 
 
 @pytest.mark.timeout(60)
@@ -121,4 +121,4 @@ def test_a_job_still_running_after_the_grace_period_is_released_uncounted(
     output = worker.log_path.read_text()
     assert f"{sig.name} received" in output
     assert f"job {job_id} epoch 1: released" in output
-    assert "stopped: 1 job(s) run (released=1)" in output
+    assert "stopped: 1 job(s) run (released=1); exit 0" in output

@@ -1,0 +1,219 @@
+"""The baseline worker's parts against a real SQLite file, in process: idle pacing, surviving a store locked
+past its timeout, giving jobs back on a stop, waiting for an external effect in flight, and sweeping."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from baseline.handback import Handback, hand_back
+from baseline.pacing import IdleBackoff
+from baseline.worker import RELEASE_SETTLE_SECONDS, BaselineProcess
+from jobstore import clock, db, queries
+from jobstore import jobs as store
+from jobstore.clock import FakeClock
+from jobstore.records import Claim, Job
+from jobstore.settings import Settings
+from jobstore.states import State
+from tests.conftest import make_settings
+from tests.support.procs import wait_for
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    """The baseline is the SQLite-only design: it always runs on a SQLite file of its own."""
+    return make_settings(tmp_path)
+
+
+def accept(engine: Engine, kind: str = "noop", payload: dict[str, Any] | None = None, key: str = "k") -> str:
+    accepted = db.transact(
+        engine,
+        store.accept,
+        tenant="acme",
+        owner="alice",
+        kind=kind,
+        payload=payload or {},
+        operation_key=key,
+        now=clock.now(),
+        max_attempts=3,
+    )
+    return accepted.job.id
+
+
+def claim(engine: Engine, worker: str = "elsewhere") -> Claim:
+    taken = db.transact(engine, store.claim_next, worker, clock.now(), 30.0)
+    assert taken is not None
+    return taken
+
+
+def job(engine: Engine, job_id: str) -> Job:
+    found = db.read(engine, store.get_job, job_id)
+    assert found is not None
+    return found
+
+
+@contextmanager
+def running(engine: Engine, settings: Settings, concurrency: int = 2) -> Iterator[BaselineProcess]:
+    """A started worker process's threads; stopped at the end whatever happens."""
+    process = BaselineProcess(engine, settings, concurrency=concurrency).start()
+    try:
+        yield process
+    finally:
+        if not process.stopping.is_set():
+            process.shutdown()
+
+
+@contextmanager
+def provider_held(settings: Settings) -> Iterator[None]:
+    """Hold the stub provider's file lock: a `notify` call blocks inside the provider until released."""
+    settings.notify_log.parent.mkdir(parents=True, exist_ok=True)
+    with open(settings.notify_log, "a+") as log:
+        fcntl.flock(log.fileno(), fcntl.LOCK_EX)
+        yield
+
+
+def test_idle_pause_doubles_up_to_its_cap_and_starts_over_after_work() -> None:
+    backoff = IdleBackoff(first=0.001, cap=0.008, rng=random.Random(7))
+    expected = [0.001, 0.002, 0.004, 0.008, 0.008]
+    pauses = [backoff.idle() for _ in expected]
+    for pause, base in zip(pauses, expected, strict=True):
+        assert 0.75 * base <= pause <= 1.25 * base
+    backoff.worked()
+    assert backoff.idle() <= 1.25 * 0.001
+
+
+def test_an_unavailable_store_keeps_the_longest_pause_until_work_comes() -> None:
+    backoff = IdleBackoff(first=0.001, cap=0.064, rng=random.Random(3))
+    assert backoff.unavailable() >= 0.75 * 0.064
+    assert backoff.idle() >= 0.75 * 0.064
+    backoff.worked()
+    assert backoff.idle() <= 1.25 * 0.001
+
+
+def test_idle_pauses_of_two_processes_drift_apart() -> None:
+    one, other = IdleBackoff(rng=random.Random(1)), IdleBackoff(rng=random.Random(2))
+    assert [one.idle() for _ in range(8)] != [other.idle() for _ in range(8)]
+
+
+def test_workers_outlast_a_store_locked_past_its_timeout(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(tmp_path, store_lock_timeout_seconds=0.2, sweep_interval_seconds=0.1)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    caplog.set_level(logging.WARNING)
+    with running(engine, settings) as process:
+        locker = sqlite3.connect(settings.database_url.removeprefix("sqlite:///"), isolation_level=None)
+        locker.execute("BEGIN IMMEDIATE")
+        time.sleep(1.0)  # five store timeouts' worth: every claiming thread gives up at least once
+        locker.execute("ROLLBACK")
+        locker.close()
+        job_id = accept(engine)
+        wait_for(lambda: job(engine, job_id).state is State.SUCCEEDED, 10, what="the job to succeed")
+        assert process.pool.running() == 2
+        assert process.shutdown() == 0
+    engine.dispose()
+    assert "store unavailable, pausing claims" in caplog.text
+    assert "database is locked" not in caplog.text
+    assert process.pool.tally.snapshot() == {"succeeded": 1}
+
+
+def test_a_handed_back_job_is_queued_again_with_its_attempt_uncounted(
+    settings: Settings, engine: Engine
+) -> None:
+    job_id = accept(engine)
+    taken = claim(engine)
+
+    assert hand_back(engine, taken) is Handback.RELEASED
+    released = job(engine, job_id)
+    assert (released.state, released.attempts, released.epoch, released.lease_owner) == (
+        State.QUEUED,
+        0,
+        1,
+        None,
+    )
+    assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["released"]
+
+
+def test_a_job_whose_external_effect_started_cannot_be_handed_back(
+    settings: Settings, engine: Engine
+) -> None:
+    job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
+    taken = claim(engine)
+    db.transact(engine, store.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
+
+    assert hand_back(engine, taken) is Handback.MUST_FINISH
+    assert (job(engine, job_id).state, job(engine, job_id).attempts) == (State.RUNNING, 1)
+
+
+def test_a_finished_job_is_no_longer_held_and_stays_finished(settings: Settings, engine: Engine) -> None:
+    job_id = accept(engine)
+    taken = claim(engine)
+    db.transact(engine, store.complete, job_id, taken.epoch, taken.attempt_id, {"ok": True}, clock.now())
+
+    assert hand_back(engine, taken) is Handback.NOT_HELD
+    assert job(engine, job_id).state is State.SUCCEEDED
+
+
+def test_stopping_waits_for_an_external_call_in_flight_to_finish(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, shutdown_grace_seconds=0.2, lease_seconds=5.0)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
+    with provider_held(settings), running(engine, settings, concurrency=1) as process:
+        wait_for(lambda: job(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
+        stopped: list[int] = []
+        stopper = threading.Thread(target=lambda: stopped.append(process.shutdown()))
+        stopper.start()
+        # Past the grace period and the settling time given to released jobs: this one is waited for.
+        time.sleep(RELEASE_SETTLE_SECONDS + 0.5)
+        assert job(engine, job_id).state is State.RUNNING
+        assert stopper.is_alive()
+    stopper.join(10)
+    engine.dispose()
+    assert stopped == [0]
+    assert job(engine, job_id).state is State.SUCCEEDED
+    assert process.pool.tally.snapshot() == {"succeeded": 1}
+
+
+def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings(tmp_path, shutdown_grace_seconds=0.2, lease_seconds=1.0)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
+    caplog.set_level(logging.INFO)
+    with provider_held(settings), running(engine, settings, concurrency=1) as process:
+        wait_for(lambda: job(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
+        assert process.shutdown() == 1
+    assert process.pool.join(10)
+    engine.dispose()
+    assert f"job {job_id} epoch 1: must_finish" in caplog.text
+    assert f"job {job_id} epoch 1 left running" in caplog.text
+
+
+def test_the_worker_sweeps_a_lease_that_no_claim_may_take(
+    settings: Settings, engine: Engine, clock: FakeClock
+) -> None:
+    job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
+    taken = claim(engine, worker="vanished")
+    db.transact(engine, store.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
+    clock.advance(31)
+    fast = settings.model_copy(update={"sweep_interval_seconds": 0.05})
+    with running(engine, fast) as process:
+        wait_for(lambda: job(engine, job_id).state is State.UNKNOWN, 10, what="the sweeper to settle the job")
+        assert process.shutdown() == 0
+    assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["lost"]
+    assert process.pool.tally.snapshot() == {}
