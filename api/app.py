@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from api import openapi, problems
+from api.committer import GroupCommitter
 from api.limits import BodyLimit
 from api.metrics import Metrics, RequestCounter
 from api.routes import jobs, probes
@@ -30,12 +31,16 @@ POOL_OVERFLOW = 24
 
 
 def create_app(settings: Settings) -> FastAPI:
-    """The API over the store `settings` names. The engine is made here and disposed at shutdown."""
+    """The API over the store `settings` names. The engine and the group committer are made here and
+    closed at shutdown."""
     engine = _make_engine(settings)
+
+    committer = GroupCommitter(engine)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         yield
+        committer.close()
         engine.dispose()
 
     app = FastAPI(
@@ -47,6 +52,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.engine = engine
+    app.state.committer = committer
     app.state.metrics = Metrics()
     problems.install(app)
     app.include_router(jobs.router)

@@ -1,5 +1,6 @@
 """The routes' dependencies: who is asking (from the verified bearer token only), and the app's settings,
-engine and metrics. All of them are cheap and do no I/O, so they run on the event loop, not the threadpool."""
+engine, group committer and metrics. All are cheap and do no I/O, so they run on the event loop, not in the
+threadpool."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
 from api.auth import Identity, InvalidToken, verify_token
+from api.committer import GroupCommitter
 from api.metrics import Metrics
 from api.problems import BEARER_CHALLENGE, INVALID_TOKEN_CHALLENGE, UNAUTHORIZED
 from jobstore.settings import Settings
@@ -22,20 +24,25 @@ bearer = HTTPBearer(
 
 
 async def _settings(request: Request) -> Settings:
-    return request.app.state.settings  # type: ignore[no-any-return]
+    return request.app.state.settings
 
 
 async def _engine(request: Request) -> Engine:
-    return request.app.state.engine  # type: ignore[no-any-return]
+    return request.app.state.engine
 
 
 async def _metrics(request: Request) -> Metrics:
-    return request.app.state.metrics  # type: ignore[no-any-return]
+    return request.app.state.metrics
+
+
+async def _committer(request: Request) -> GroupCommitter:
+    return request.app.state.committer
 
 
 SettingsDep = Annotated[Settings, Depends(_settings)]
 EngineDep = Annotated[Engine, Depends(_engine)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
+CommitterDep = Annotated[GroupCommitter, Depends(_committer)]
 
 
 async def _identity(

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from sqlalchemy import Connection
 
 from api import results
-from api.deps import EngineDep, IdempotencyKey, IdentityDep, MetricsDep, SettingsDep
+from api.deps import CommitterDep, EngineDep, IdempotencyKey, IdentityDep, MetricsDep, SettingsDep
 from api.openapi import problems
 from api.payloads import check_encodable
 from api.problems import INVALID_PAYLOAD, RESULT_NOT_READY, UNKNOWN_KIND, issues
@@ -47,21 +47,20 @@ def _json(view: JobView | JobPage, status: int = 200, headers: dict[str, str] | 
         **problems(400, 401, 409, 503),
     },
 )
-def submit_job(
+async def submit_job(
     job: JobCreate,
     key: IdempotencyKey,
     identity: IdentityDep,
     settings: SettingsDep,
-    engine: EngineDep,
+    committer: CommitterDep,
     metrics: MetricsDep,
 ) -> Response:
     """Accept a job. The answer comes only after the job and its outbox row are committed together; the
     same Idempotency-Key with the same kind and payload returns the original job again (202, same id)."""
     kind = _accepted_kind(job.kind, settings)
     _check_payload(kind, job.payload)
-    accepted = db.transact(
-        engine,
-        store.accept,
+    # Validation above is CPU only and runs on the event loop; the write waits for the group commit.
+    accepted = await committer.accept(
         tenant=identity.tenant,
         owner=identity.user,
         kind=kind.name,

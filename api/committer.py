@@ -1,0 +1,134 @@
+"""Group commit for accepted jobs.
+
+SQLite has one writer at a time and, with `synchronous=FULL`, every commit waits for an fsync of the WAL: one
+transaction per request caps a process at a few hundred jobs a second. So the API's writes go through one
+writer thread that commits, in a single transaction, every job that arrived while the previous transaction
+was committing. Each job still gets its job row and its outbox row in the same transaction, and each request
+is answered only after the transaction holding its job has committed; a batch that fails writes nothing and
+every request in it gets the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from jobstore import db
+from jobstore import jobs as store
+from jobstore.errors import IdempotencyConflict
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 256
+STOP_TIMEOUT_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class _Pending:
+    fields: dict[str, Any]
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[store.Accepted]
+
+    def settle(self, outcome: store.Accepted | BaseException) -> None:
+        try:
+            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+        except RuntimeError:  # the loop is closed: nobody is waiting any more
+            pass
+
+
+def _settle(future: asyncio.Future[store.Accepted], outcome: store.Accepted | BaseException) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def accept_all(
+    conn: Connection, requests: list[dict[str, Any]]
+) -> list[store.Accepted | IdempotencyConflict]:
+    """`jobs.accept` for each request, in the caller's transaction. A conflicting key is that request's
+    outcome alone (it is refused before anything is written); any other error aborts the whole batch."""
+    outcomes: list[store.Accepted | IdempotencyConflict] = []
+    for fields in requests:
+        try:
+            outcomes.append(store.accept(conn, **fields))
+        except IdempotencyConflict as conflict:
+            outcomes.append(conflict)
+    return outcomes
+
+
+class GroupCommitter:
+    """One writer thread per process (started on first use) that commits accepted jobs in batches."""
+
+    def __init__(self, engine: Engine, max_batch: int = MAX_BATCH) -> None:
+        self._engine = engine
+        self._max_batch = max_batch
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    async def accept(self, **fields: Any) -> store.Accepted:
+        """Accept one job (the keyword arguments of `jobs.accept` without the connection); returns once the
+        transaction holding it has committed. Raises what `jobs.accept` or the store raised."""
+        loop = asyncio.get_running_loop()
+        pending = _Pending(fields, loop, loop.create_future())
+        self._ensure_started()
+        self._queue.put(pending)
+        return await pending.future
+
+    def close(self) -> None:
+        """Commit what is queued, then stop the writer."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+        if thread is not None:
+            self._queue.put(None)
+            thread.join(STOP_TIMEOUT_SECONDS)
+
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write_loop, name="group-commit", daemon=True)
+                self._thread.start()
+
+    def _write_loop(self) -> None:
+        while True:
+            batch, stop = self._next_batch()
+            if batch:
+                self._commit(batch)
+            if stop:
+                return
+
+    def _next_batch(self) -> tuple[list[_Pending], bool]:
+        """Block for one request, then take whatever else is already waiting, up to the batch size."""
+        first = self._queue.get()
+        if first is None:
+            return [], True
+        batch = [first]
+        while len(batch) < self._max_batch:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:
+                return batch, True
+            batch.append(item)
+        return batch, False
+
+    def _commit(self, batch: list[_Pending]) -> None:
+        outcomes: list[Any]
+        try:
+            outcomes = db.transact(self._engine, accept_all, [p.fields for p in batch])
+        except Exception as exc:  # the whole batch is rolled back: each request gets the failure
+            if not isinstance(exc, db.StoreUnavailable):
+                log.error("a batch of %d submissions failed", len(batch), exc_info=exc)
+            outcomes = [exc] * len(batch)
+        for pending, outcome in zip(batch, outcomes, strict=True):
+            pending.settle(outcome)
