@@ -33,12 +33,9 @@ def _depth(value: Any) -> int:
     pending: list[tuple[Any, int]] = [(value, 1)]
     while pending:
         item, level = pending.pop()
-        if isinstance(item, dict):
-            children = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
+        if not isinstance(item, dict | list):
             continue
+        children = item.values() if isinstance(item, dict) else item
         deepest = max(deepest, level)
         if level <= MAX_DEPTH:
             pending.extend((child, level + 1) for child in children)
