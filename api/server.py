@@ -4,6 +4,10 @@ flight finish (up to SHUTDOWN_GRACE_SECONDS)."""
 from __future__ import annotations
 
 import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
 
 import uvicorn
 
@@ -20,13 +24,30 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
         "access_log": False,  # requests are counted in /metrics; a log line each would cost throughput
         "timeout_graceful_shutdown": int(settings.shutdown_grace_seconds) or None,
     }
-    if workers == 1:
-        from api.app import create_app
+    with _exit_zero_after_sigterm():
+        if workers == 1:
+            from api.app import create_app
 
-        uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
-        return
-    os.environ.update(settings_environment(settings))
-    uvicorn.run("api.app:create_app_from_env", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+            uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
+            return
+        os.environ.update(settings_environment(settings))
+        uvicorn.run("api.app:create_app_from_env", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(0)
+
+
+@contextmanager
+def _exit_zero_after_sigterm() -> Iterator[None]:
+    """After its graceful shutdown, uvicorn re-raises the SIGTERM it caught, which would end the process as
+    killed by the signal (143) although everything was stopped cleanly. The handler in place at that point,
+    this one, turns it into a clean exit; it also covers a SIGTERM that arrives before uvicorn listens."""
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def settings_environment(settings: Settings) -> dict[str, str]:

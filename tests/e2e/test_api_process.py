@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import signal
 import socket
+import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -158,3 +160,32 @@ def test_several_workers_serve_one_store_and_sigterm_stops_them_cleanly(
     assert {v["id"] for v in views} == {item["id"] for item in listed["items"]}
     assert started[0].terminate(timeout=30) == 0
     assert counts(engine) == (10, 10)
+
+
+def test_sigterm_lets_a_submission_in_flight_commit_and_answer_then_exits_zero(
+    tmp_path: Path, started: list[procs.Proc]
+) -> None:
+    settings = make_settings(tmp_path, store_lock_timeout_seconds=20.0)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    base = start_api(settings, tmp_path, started, "api")
+    holder = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # the submission will wait for this lock
+    with ThreadPoolExecutor(1) as pool:
+        in_flight = pool.submit(
+            httpx.post,
+            f"{base}/jobs",
+            json={"kind": "noop", "payload": {}},
+            headers=headers(settings, "in-flight"),
+            timeout=30,
+        )
+        time.sleep(0.5)
+        started[0].signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert not in_flight.done()
+        holder.execute("ROLLBACK")
+        holder.close()
+        assert in_flight.result(timeout=30).status_code == 202
+    assert started[0].wait(30) == 0
+    assert counts(engine) == (1, 1)
+    engine.dispose()
