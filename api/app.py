@@ -3,6 +3,7 @@ app; `create_app_from_env` is the factory uvicorn calls in each worker process."
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -82,7 +83,7 @@ def _make_engine(settings: Settings) -> Engine:
 def _include_dashboard(app: FastAPI) -> None:
     """Mount the operator dashboard when its module is there; the API serves without it."""
     try:
-        from api import dashboard
+        dashboard = importlib.import_module("api.dashboard")
     except ModuleNotFoundError as exc:
         if exc.name != "api.dashboard":
             log.error("the dashboard is not served: %s", exc)

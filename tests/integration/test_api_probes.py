@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -98,3 +99,12 @@ def test_the_openapi_document_describes_every_route_with_problem_errors_and_boun
     assert "HTTPValidationError" not in document["components"]["schemas"]
     job_create = document["components"]["schemas"]["JobCreate"]
     assert "noop" in job_create["properties"]["kind"]["enum"]
+
+
+def test_the_api_serves_without_the_dashboard_module(
+    settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "api.dashboard", None)  # the import machinery now finds no such module
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/healthz").status_code == 200
+        assert client.get("/ui").status_code == 404
