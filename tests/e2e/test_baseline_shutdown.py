@@ -122,3 +122,20 @@ def test_a_job_still_running_after_the_grace_period_is_released_uncounted(
     assert f"{sig.name} received" in output
     assert f"job {job_id} epoch 1: released" in output
     assert "stopped: 1 job(s) run (released=1); exit 0" in output
+
+
+@pytest.mark.timeout(60)
+def test_a_second_signal_cuts_the_grace_period_short(
+    settings: Settings, engine: Engine, tmp_path: Path
+) -> None:
+    assert settings.shutdown_grace_seconds >= 20
+    job_id = accept(engine, "sleep", {"seconds": 60}, "long-sleep")
+    worker = start_worker_running(settings, tmp_path, job_id)
+    worker.signal(signal.SIGTERM)
+    wait_for(lambda: "stopping: no new claims" in worker.output(), 10, what="the worker to start stopping")
+
+    code, took = stop(worker, signal.SIGTERM, 15)
+
+    assert code == 0
+    assert took < 10, f"the worker took {took:.1f}s after the second signal; it should cut the grace short"
+    assert (job(engine, job_id).state, job(engine, job_id).attempts) == (State.QUEUED, 0)
