@@ -12,10 +12,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bench.report import label
-from bench.targets import figure
+from bench.targets import HTTP_JOBS_PER_SECOND, STORE_JOBS_PER_SECOND, figure
 
 Result = dict[str, Any]
-TARGETS = {"store": 3000, "http": 1500}
+TARGETS = {"store": STORE_JOBS_PER_SECOND, "http": HTTP_JOBS_PER_SECOND}
 
 
 def draw(results: Result, out: Path, suffix: str) -> list[Path]:

@@ -89,6 +89,10 @@ def _outage(run: Result) -> str:
 
 ROWS: list[tuple[str, Callable[[Result], str]]] = [
     (
+        "SQLite single-row commits/s (calibration)",
+        lambda r: _num((r.get("calibration") or {}).get("commits_per_second")),
+    ),
+    (
         "store burst: jobs/s accepted-to-succeeded",
         lambda r: _num(figure(r, "burst_store", "jobs_per_second")),
     ),

@@ -86,6 +86,7 @@ def _assert_burst(phase: dict[str, Any], processes: set[str]) -> None:
 
 def _assert_run(run: dict[str, Any]) -> None:
     assert "error" not in run
+    assert run["calibration"]["commits_per_second"] > 0
     phases = run["phases"]
     expected = {"warmup", "idle", "burst_store", "burst_http", "latency"}
     expected |= {"fsync"} if strace_available() else set()
