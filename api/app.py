@@ -35,7 +35,6 @@ def create_app(settings: Settings) -> FastAPI:
     """The API over the store `settings` names. The engine and the group committer are made here and
     closed at shutdown."""
     engine = _make_engine(settings)
-
     committer = GroupCommitter(engine)
 
     @asynccontextmanager
