@@ -45,6 +45,20 @@ def describe(params: pika.ConnectionParameters) -> str:
     return f"{params.host}:{params.port}/{params.virtual_host}"
 
 
+def root_cause(error: BaseException | str) -> str:
+    """The innermost reason pika wraps a failed connection in (e.g. `ConnectionRefusedError(111, ...)`)."""
+    for _ in range(8):
+        if isinstance(error, str):
+            return error
+        inner = getattr(error, "exceptions", None) or [getattr(error, "exception", None)]
+        if inner[-1] is None and error.args and isinstance(error.args[0], BaseException):
+            inner = [error.args[0]]
+        if not isinstance(inner[-1], BaseException):
+            break
+        error = inner[-1]
+    return repr(error)
+
+
 def message_properties(outbox_id: int) -> pika.BasicProperties:
     return pika.BasicProperties(
         delivery_mode=pika.DeliveryMode.Persistent,
@@ -145,11 +159,11 @@ class BrokerLink:
             self.close()
 
     def _on_open_error(self, _connection: pika.SelectConnection, error: BaseException | str) -> None:
-        self._went_down(f"cannot connect: {error!r}")
+        self._went_down(f"cannot connect: {root_cause(error)}")
 
     def _on_closed(self, _connection: pika.SelectConnection, reason: BaseException) -> None:
         self._channel = None
-        self._went_down(f"connection closed: {reason!r}")
+        self._went_down(f"connection closed: {root_cause(reason)}")
 
     def _went_down(self, reason: str) -> None:
         if self._down:

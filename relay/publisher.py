@@ -184,13 +184,18 @@ class Relay:
             return
         self._failures += 1
         delay = compute_backoff(self._failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS)
-        log.warning(
-            "broker connection %s (%s); %d unconfirmed rows go back to the outbox; reconnecting in %.2fs",
-            "lost" if was_ready else "failed",
-            reason,
-            len(unconfirmed),
-            delay,
-        )
+        if was_ready:
+            log.warning(
+                "broker connection lost (%s); %d unconfirmed rows go back to the outbox; "
+                "reconnecting in %.2fs",
+                reason,
+                len(unconfirmed),
+                delay,
+            )
+        elif self._failures <= 3 or self._failures % 10 == 0:
+            # A long outage logs its first attempts, then every tenth.
+            attempt = self._failures
+            log.warning("broker unreachable (%s), attempt %d; reconnecting in %.2fs", reason, attempt, delay)
         self._later("reconnect", delay, self._connect)
 
     # -- leasing and publishing ----------------------------------------------------------------------------
