@@ -3,6 +3,7 @@ flight finish (up to SHUTDOWN_GRACE_SECONDS)."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Iterator
@@ -22,7 +23,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
         "port": port,
         "log_config": None,  # keep the process's logging setup
         "access_log": False,  # requests are counted in /metrics; a log line each would cost throughput
-        "timeout_graceful_shutdown": int(settings.shutdown_grace_seconds) or None,
+        "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace_seconds),
     }
     with _exit_zero_after_sigterm():
         if workers == 1:
