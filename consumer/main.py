@@ -18,7 +18,8 @@ import signal
 import socket
 import threading
 
-from sqlalchemy import Engine
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from consumer.degraded import DegradedMode
@@ -112,8 +113,19 @@ def run(settings: Settings, *, concurrency: int) -> int:
 def store_ready(engine: Engine) -> bool:
     """True when the store answers at the code's schema revision; says what to do otherwise."""
     try:
-        migrate.check_current(engine)
-    except (migrate.SchemaNotCurrent, SQLAlchemyError) as exc:
-        log.error("store not ready: %s", exc)
+        current = db.read(engine, schema_revision)
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        log.error("store not reachable: %s", exc)
+        return False
+    if current != migrate.head_revision():
+        log.error(
+            "store schema is at %s, the code needs %s: run `outbox-bridge db init` or `db upgrade`",
+            current or "nothing",
+            migrate.head_revision(),
+        )
         return False
     return True
+
+
+def schema_revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()

@@ -4,8 +4,10 @@ checker after every run."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
+import re
 import signal
 import subprocess
 import threading
@@ -178,9 +180,10 @@ class Stack:
 
     def close(self) -> None:
         for proc in self.procs:
-            if proc.alive():
-                proc.signal(signal.SIGCONT)
-                proc.kill()
+            proc.signal(signal.SIGCONT)
+            proc.signal(signal.SIGKILL)
+            with contextlib.suppress(ValueError):  # already waited for: its log is closed
+                proc.wait(10)
         try:
             channel = self.channel()
             for queue in (self.settings.queue, self.settings.dead_letter_queue):
@@ -476,7 +479,8 @@ def test_broker_outages_under_load_lose_nothing_and_run_every_job_once(
             assert proxy.cut() >= 3, "relay and consumers were connected through the proxy"
             time.sleep(1.0)
             proxy.refuse()
-            time.sleep(2.5)  # past DEGRADED_AFTER_SECONDS: consumers claim from the table
+            proxy.cut()
+            time.sleep(2.5)  # refused for longer than DEGRADED_AFTER_SECONDS: consumers claim from the table
             proxy.listen()
             time.sleep(1.0)
             restart_broker(stack.settings.rabbitmq_url)
@@ -491,7 +495,8 @@ def test_broker_outages_under_load_lose_nothing_and_run_every_job_once(
         stack.stop_consumers_and_check_every_delivery_was_acked(*consumers)
     for consumer in consumers:
         assert "degraded mode" in log_of(consumer)
-        assert "broker connection 3 open" in log_of(consumer), "reconnected after the cut and the restart"
+        opened = [int(n) for n in re.findall(r"broker connection (\d+) open", log_of(consumer))]
+        assert max(opened) >= 4, "reconnected after each cut and after the restart"
     seen = check_invariants(stack.settings, accepted=load.ids, engine=stack.engine)
     assert seen.states() == {"succeeded": len(load.ids)}
 
