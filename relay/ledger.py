@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
-from jobstore import outbox
+from jobstore import clock, db, outbox
+from jobstore.outbox import Lease
+from jobstore.settings import Settings
 from relay.window import Sent
 
 # A nacked or returned row waits this long before it is leased again.
@@ -90,5 +92,16 @@ def settle(conn: Connection, batch: Settlement, *, now: float) -> Settled:
 
 
 def has_due_rows(conn: Connection, now: float) -> bool:
-    """A cheap read before leasing when the outbox looked empty, so an idle relay takes no write lock."""
     return outbox.backlog(conn, now).pending > 0
+
+
+def lease_due(engine: Engine, settings: Settings, limit: int, *, idle: bool) -> Lease | None:
+    """Lease up to `limit` due rows under a fresh token. When the outbox looked empty last time (`idle`),
+    a read comes first, so an idle relay does not take SQLite's write lock on every poll; None when that
+    read found nothing."""
+    now = clock.now()
+    if idle and not db.read(engine, has_due_rows, now):
+        return None
+    return db.transact(
+        engine, outbox.lease_batch, now=now, limit=limit, lease_seconds=settings.relay_lease_seconds
+    )

@@ -19,25 +19,23 @@ The promises:
 from __future__ import annotations
 
 import logging
-import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, fields, replace
 from functools import partial
 from typing import Any
 
 from pika.adapters.select_connection import IOLoop
 from sqlalchemy import Engine
 
-from handlers.runner import backoff_of
-from jobstore import clock, db, faults, outbox, sweeper
+from jobstore import clock, db, faults
 from jobstore.decisions import compute_backoff
 from jobstore.outbox import Lease
 from jobstore.settings import Settings
 from relay import ledger
+from relay.housekeeping import Housekept, sweep_and_prune
 from relay.ledger import Settled, Settlement
 from relay.link import BrokerLink, connection_parameters, describe
+from relay.tally import Progress, Tally
 from relay.window import Sent, Verdict
 
 log = logging.getLogger("relay")
@@ -47,27 +45,10 @@ RECONNECT_CAP_SECONDS = 4.0
 STOP_CHECK_SECONDS = 0.1
 REPORT_EVERY_SECONDS = 5.0
 SETTLE_RETRY_SECONDS = 0.5
+STORE_RETRY_CAP_SECONDS = 2.0
 LINK_CLOSE_TIMEOUT_SECONDS = 3.0
 # After the confirm grace, how much longer shutdown may take to write back before the loop is stopped.
 WRITE_BACK_GRACE_SECONDS = 10.0
-
-
-@dataclass
-class Tally:
-    """What this relay did since it started."""
-
-    sent: int = 0
-    confirmed: int = 0
-    refused: int = 0
-    marked: int = 0
-    stale: int = 0
-    released: int = 0
-
-    def minus(self, other: Tally) -> Tally:
-        return Tally(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
-
-    def line(self) -> str:
-        return ", ".join(f"{f.name} {getattr(self, f.name)}" for f in fields(self))
 
 
 class Relay:
@@ -91,10 +72,11 @@ class Relay:
         self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
         self._timers: dict[str, Any] = {}
         self._failures = 0
+        self._store_failures = 0
         self._stop_requested = False
         self._stopping = False
         self._stopped = False
-        self._reported = (time.monotonic(), replace(self.tally))
+        self._progress = Progress(self.tally)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -212,22 +194,9 @@ class Relay:
         limit = min(self.settings.relay_batch_size, room)
         self._in_store(
             "lease",
-            partial(self._lease_rows, limit, idle=self._drained),
+            partial(ledger.lease_due, self.engine, self.settings, limit, idle=self._drained),
             then=partial(self._on_leased, limit),
-            on_error=lambda: self._later("poll", self.settings.relay_poll_seconds, self._lease_more),
-        )
-
-    def _lease_rows(self, limit: int, *, idle: bool) -> Lease | None:
-        """On a store thread: lease up to `limit` due rows (first a read when the outbox looked empty)."""
-        now = clock.now()
-        if idle and not db.read(self.engine, ledger.has_due_rows, now):
-            return None
-        return db.transact(
-            self.engine,
-            outbox.lease_batch,
-            now=now,
-            limit=limit,
-            lease_seconds=self.settings.relay_lease_seconds,
+            on_error=lambda: self._later("poll", self._store_retry_delay(), self._lease_more),
         )
 
     def _on_leased(self, limit: int, lease: Lease | None) -> None:
@@ -306,25 +275,13 @@ class Relay:
     # -- housekeeping --------------------------------------------------------------------------------------
 
     def _housekeep(self) -> None:
-        if "housekeeping" in self._busy or self._stopping:
-            return
-        self._in_store("housekeeping", self._sweep_and_prune, then=self._on_housekept)
+        if "housekeeping" not in self._busy and not self._stopping:
+            work = partial(sweep_and_prune, self.engine, self.settings)
+            self._in_store("housekeeping", work, then=self._on_housekept)
 
-    def _sweep_and_prune(self) -> tuple[Counter[str], int]:
-        """On a store thread: settle jobs whose lease or deadline ran out; drop old published rows."""
-        now = clock.now()
-        swept = db.transact(self.engine, sweeper.sweep_expired, now, backoff=backoff_of(self.settings))
-        pruned = db.transact(
-            self.engine, outbox.prune_published, older_than=now - self.settings.outbox_retention_seconds
-        )
-        return swept, pruned
-
-    def _on_housekept(self, result: tuple[Counter[str], int]) -> None:
-        swept, pruned = result
-        if swept:
-            log.info("swept overdue jobs: %s", ", ".join(f"{n} -> {state}" for state, n in swept.items()))
-        if pruned:
-            log.info("pruned %d published outbox rows", pruned)
+    def _on_housekept(self, done: Housekept) -> None:
+        for line in done.lines():
+            log.info("%s", line)
 
     # -- store threads -------------------------------------------------------------------------------------
 
@@ -355,13 +312,21 @@ class Relay:
         self._busy.discard(name)
         error = done.exception()
         if error is None:
+            self._store_failures = 0
             then(done.result())
         else:
-            log.warning("store %s failed: %s", name, error)
+            self._store_failures += 1
+            if self._store_failures <= 3 or self._store_failures % 10 == 0:
+                log.warning("store %s failed (%d in a row): %s", name, self._store_failures, error)
             if on_error is not None:
                 on_error()
         if self._stopping:
             self._maybe_finish()
+
+    def _store_retry_delay(self) -> float:
+        """How long to wait before leasing again after store failures: grows, jittered, to a cap."""
+        poll = self.settings.relay_poll_seconds
+        return compute_backoff(self._store_failures, base=poll, cap=max(poll, STORE_RETRY_CAP_SECONDS))
 
     # -- shutdown and reporting ----------------------------------------------------------------------------
 
@@ -423,11 +388,6 @@ class Relay:
         self.ioloop.stop()
 
     def _report(self) -> None:
-        started, before = self._reported
-        now = time.monotonic()
-        delta = self.tally.minus(before)
-        if delta.sent or delta.marked or delta.refused or delta.released:
-            elapsed = max(now - started, 1e-9)
-            rate = delta.marked / elapsed
-            log.info("published %d rows in %.1fs (%.0f/s); %s", delta.marked, elapsed, rate, delta.line())
-        self._reported = (now, replace(self.tally))
+        line = self._progress.report()
+        if line is not None:
+            log.info("%s", line)

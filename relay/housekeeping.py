@@ -1,0 +1,35 @@
+"""The relay's scheduled store work, which needs no broker: settle jobs whose lease or deadline ran out,
+and drop outbox rows published longer ago than the retention."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from sqlalchemy import Engine
+
+from handlers.runner import backoff_of
+from jobstore import clock, db, outbox, sweeper
+from jobstore.settings import Settings
+
+
+@dataclass(frozen=True)
+class Housekept:
+    swept: Counter[str]
+    pruned: int
+
+    def lines(self) -> list[str]:
+        found = []
+        if self.swept:
+            found.append("swept overdue jobs: " + ", ".join(f"{n} -> {s}" for s, n in self.swept.items()))
+        if self.pruned:
+            found.append(f"pruned {self.pruned} published outbox rows")
+        return found
+
+
+def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
+    """One sweep and one prune, each in its own transaction (each is retried on lock contention)."""
+    now = clock.now()
+    swept = db.transact(engine, sweeper.sweep_expired, now, backoff=backoff_of(settings))
+    pruned = db.transact(engine, outbox.prune_published, older_than=now - settings.outbox_retention_seconds)
+    return Housekept(swept, pruned)
