@@ -307,6 +307,22 @@ def test_consumer_killed_mid_job_runs_again_with_a_higher_epoch_after_the_lease_
     check_invariants(stack.settings, accepted=[job_id], executions={2}, engine=stack.engine)
 
 
+def test_consumer_killed_right_after_its_claim_leaves_the_job_to_run_once_at_the_next_epoch(
+    make_stack: Callable[..., Stack],
+) -> None:
+    stack = make_stack(lease_seconds=1.0)
+    stack.relay()
+    doomed = stack.consumer("consumer-1", faults="consumer.after_claim:KILL")
+    [job_id] = stack.accept("noop", {})
+    assert doomed.wait(20) == -signal.SIGKILL
+    assert stack.job(job_id).state is State.RUNNING and not started(stack.settings, job_id)
+    stack.consumer("consumer-2")
+    job = stack.wait_state(job_id, {State.SUCCEEDED})
+    assert job.epoch == 2
+    assert [a.outcome for a in stack.attempts(job_id)] == ["lost", "succeeded"]
+    check_invariants(stack.settings, accepted=[job_id], engine=stack.engine)
+
+
 # 5.
 def test_consumer_killed_after_notify_started_its_call_ends_unknown_and_an_operator_resolves_it(
     make_stack: Callable[..., Stack],
