@@ -20,6 +20,7 @@ from bench.submit import HttpSubmitter, StoreSubmitter, Tally, open_loop
 from bench.tracing import fsync_counts, fsyncs_counted, profile_summary, profiled
 
 WARMUP_JOBS = 50
+PROFILE_JOBS = 2000  # enough samples for the shares; the profile reports no rates
 SETTLE_SECONDS = 1.0
 
 
@@ -169,13 +170,14 @@ def fsyncs(run: Run) -> dict[str, Any]:
 
 
 def profile(run: Run) -> dict[str, Any]:
-    """Where CPU time goes during a store-path burst: py-spy on every process, top functions by share of
-    on-CPU samples. Sampling slows the processes a little: no rates here."""
+    """Where the time goes during a store-path burst (at most `PROFILE_JOBS`): py-spy on every process,
+    top functions by share of samples. Threads sleeping in a bounded retry pause count as samples of the
+    function that pauses (`_run` in jobstore/db.py). Sampling slows the processes: no rates here."""
     o = run.options
     tenant, tally = run.tenant("profile"), Tally()
     pids = run.deployment.pids() | {costs.BENCH: _own_pid()}
     with profiled(pids, run.deployment.workdir) as tracers:
-        run.store.burst(tenant, o.jobs, o.batch, tally, run.stop)
+        run.store.burst(tenant, min(o.jobs, PROFILE_JOBS), o.batch, tally, run.stop)
         finished = run.wait(tenant, tally.accepted)
     return {
         "how": "py-spy record --nonblocking --rate 100 --format raw, one per process",

@@ -2,13 +2,17 @@
 report throughput, latency, cost and (broker mode) a broker outage, side by side.
 
 Runs, in order: each mode at the first `--synchronous` value with every phase, then each mode at the
-other values with the throughput, latency and fsync phases. Whatever happens (an error, a phase past its
-bound, Ctrl-C, SIGTERM) every process, tracer and proxy started here is stopped, and the broker names of
-the run are deleted."""
+other values with the throughput, latency and fsync phases. Each deployment first measures the SQLite
+commit rate of the machine at that moment (`bench.calibrate`); broker deployments that fall short of
+the store-path speed asked for are profiled with py-spy (`--profile`), and the broker outage runs last.
+
+Whatever happens (an error, a phase past its bound, Ctrl-C, SIGTERM) every process, tracer and proxy
+started here is stopped, and the broker names of the run are deleted."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -101,6 +105,7 @@ def run_deployment(
     label = f"{mode}-{synchronous.lower()}"
     result: dict[str, Any] = {"mode": mode, "synchronous": synchronous, "processes": options.consumers}
     result |= {"concurrency": options.concurrency or "default", "phases": {}}
+    result["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
     runs.append(result)
     workdir = Path(tempfile.mkdtemp(prefix=f"outbox-bridge-bench-{label}-"))
     settings = run_settings(
@@ -233,6 +238,7 @@ def main(argv: list[str]) -> int:
 
 def _finish(results: dict[str, Any], options: Options, interrupted: bool) -> int:
     results["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
     results["targets"] = targets.targets(results["runs"])
     results["ratios"] = targets.ratios(results["runs"])
     path = report.write(results, options.out, options.file_suffix)
