@@ -53,8 +53,9 @@ def test_relay_killed_between_confirm_and_mark_publishes_the_row_again_and_marks
     assert "marked 1," in successor.log_path.read_text()
 
 
-def test_sigterm_mid_stream_exits_0_and_leaves_nothing_leased(
-    tmp_path: Path, settings: Settings, engine: Engine, broker: Broker
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_stop_signal_mid_stream_exits_0_and_leaves_nothing_leased(
+    tmp_path: Path, settings: Settings, engine: Engine, broker: Broker, stop: signal.Signals
 ) -> None:
     rows = 3000
     seed_jobs(engine, rows, spread_seconds=3.0)  # rows keep coming due while the relay runs
@@ -62,7 +63,8 @@ def test_sigterm_mid_stream_exits_0_and_leaves_nothing_leased(
     try:
         procs.wait_for(lambda: unpublished(engine) < rows - 300, 20, what="publishing under way")
     finally:
-        code = relay.terminate(30)
+        relay.signal(stop)
+        code = relay.wait(30)
     assert code == 0
     after = outbox_rows(engine)
     assert [r.id for r in after if r.lease_token is not None] == []
