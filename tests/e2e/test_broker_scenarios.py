@@ -561,11 +561,11 @@ def test_cancel_while_queued_while_running_and_racing_completion_each_ends_in_on
 def test_sigterm_stops_consumer_and_relay_cleanly_leaving_no_job_running_without_a_live_lease(
     make_stack: Callable[..., Stack],
 ) -> None:
-    stack = make_stack(shutdown_grace_seconds=0.5, lease_seconds=2.0)
+    stack = make_stack(shutdown_grace_seconds=1.0, lease_seconds=2.0)
     relay = stack.relay()
     consumer = stack.consumer("consumer-1", concurrency=4)
     short = stack.accept("sleep", {"seconds": 0.3}, 3)
-    [long] = stack.accept("sleep", {"seconds": 2.5})
+    [long] = stack.accept("sleep", {"seconds": 3.0})
     stack.wait(lambda: all(started(stack.settings, j) for j in [*short, long]), 20, "all four started")
     assert consumer.terminate(timeout=20) == 0
     assert relay.terminate(timeout=20) == 0

@@ -183,7 +183,8 @@ def test_undecodable_message_is_dead_lettered_and_nothing_else_is_disturbed(
 def test_heartbeats_keep_flowing_while_a_job_outlasts_several_heartbeat_timeouts(
     broker: Broker,
 ) -> None:
-    settings = via(broker, rabbitmq_url=broker.settings.rabbitmq_url + "?heartbeat=1")
+    url = broker.settings.rabbitmq_url
+    settings = via(broker, rabbitmq_url=url + ("&" if "?" in url else "?") + "heartbeat=1")
     engine = broker.engine
     [job_id] = accept(engine, "sleep", {"seconds": 4.0})
     with consuming(engine, settings) as consumer:
