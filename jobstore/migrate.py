@@ -6,7 +6,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
+
+from jobstore import db
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -26,8 +28,13 @@ def head_revision() -> str:
 
 
 def current_revision(engine: Engine) -> str | None:
-    with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+    """The database's revision (None when not initialised). Read through the store's retrying read: a plain
+    connection would open SQLite's write transaction (`BEGIN IMMEDIATE`) and fail while a writer holds it."""
+    return db.read(engine, _revision)
+
+
+def _revision(conn: Connection) -> str | None:
+    return MigrationContext.configure(conn).get_current_revision()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
