@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import logging
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy.exc import SQLAlchemyError
 
 from jobstore import clock, db, migrate, queries
 from jobstore import jobs as store
@@ -39,6 +40,34 @@ def _setup_logging(name: str) -> None:
         db.start_stats_writer(stats_dir, name)
 
 
+def _require_current_store(settings: Settings) -> None:
+    """Exit 1 with a message saying what to do unless the store answers at the code's schema revision: a
+    missing SQLite file is not created, an unmigrated database is not served, an unreachable one is named."""
+    url = _redacted(settings.database_url)
+    path = db.sqlite_path(settings)
+    if path is not None and not path.exists():
+        _refuse(f"no store at {url}: run `outbox-bridge db init` (or `outbox-bridge db upgrade`) first")
+    engine = db.make_engine(settings)
+    try:
+        migrate.check_current(engine)
+    except migrate.SchemaNotCurrent as exc:
+        _refuse(f"store at {url} is not migrated: {exc}")
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        _refuse(f"cannot reach the store at {url}: {_first_line(exc)}")
+    finally:
+        engine.dispose()
+
+
+def _refuse(message: str) -> NoReturn:
+    err.print(f"outbox-bridge: {message}", markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(1)
+
+
+def _first_line(exc: Exception) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 @app.command()
 def api(
     host: str = "127.0.0.1",
@@ -48,8 +77,10 @@ def api(
     """Serve the HTTP API."""
     from api.server import serve
 
+    settings = _settings()
+    _require_current_store(settings)
     _setup_logging("api")
-    serve(_settings(), host=host, port=port, workers=workers)
+    serve(settings, host=host, port=port, workers=workers)
 
 
 @app.command()
@@ -57,8 +88,10 @@ def relay() -> None:
     """Publish outbox rows to RabbitMQ under publisher confirms; sweep expired leases; prune the outbox."""
     from relay.main import run
 
+    settings = _settings()
+    _require_current_store(settings)
     _setup_logging("relay")
-    raise typer.Exit(run(_settings()))
+    raise typer.Exit(run(settings))
 
 
 @app.command()
@@ -66,8 +99,10 @@ def consumer(concurrency: Annotated[int, typer.Option(min=1)] = 4) -> None:
     """Consume deliveries from RabbitMQ: claim, run, commit, then ack."""
     from consumer.main import run
 
+    settings = _settings()
+    _require_current_store(settings)
     _setup_logging("consumer")
-    raise typer.Exit(run(_settings(), concurrency=concurrency))
+    raise typer.Exit(run(settings, concurrency=concurrency))
 
 
 @app.command()
@@ -75,8 +110,10 @@ def worker(concurrency: Annotated[int, typer.Option(min=1)] = 1) -> None:
     """The SQLite-only baseline: poll the jobs table with BEGIN IMMEDIATE and run what it claims."""
     from baseline.worker import run
 
+    settings = _settings()
+    _require_current_store(settings)
     _setup_logging("worker")
-    raise typer.Exit(run(_settings(), concurrency=concurrency))
+    raise typer.Exit(run(settings, concurrency=concurrency))
 
 
 class Broker(StrEnum):
