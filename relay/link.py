@@ -32,11 +32,15 @@ class LinkEvents(Protocol):
     def on_down(self, link: BrokerLink, reason: str, unconfirmed: tuple[Sent, ...]) -> None: ...
 
 
-def connection_parameters(url: str) -> pika.URLParameters:
-    """The broker URL's parameters, with retries left to the relay's own backoff."""
+def connection_parameters(url: str, blocked_timeout: float | None = None) -> pika.URLParameters:
+    """The broker URL's parameters, with retries left to the relay's own backoff. Unless the URL says
+    otherwise, a connection the broker keeps blocked (resource alarm) for `blocked_timeout` seconds is
+    dropped, so its rows go back to the outbox before their lease could expire under it."""
     params = pika.URLParameters(url)
     params.connection_attempts = 1
     params.client_properties = {"connection_name": "outbox-bridge relay"}
+    if params.blocked_connection_timeout is None and blocked_timeout is not None:
+        params.blocked_connection_timeout = blocked_timeout
     return params
 
 
@@ -72,7 +76,7 @@ class BrokerLink:
 
     def __init__(self, settings: Settings, ioloop: IOLoop, events: LinkEvents) -> None:
         self.window = ConfirmWindow()
-        self.params = connection_parameters(settings.rabbitmq_url)
+        self.params = connection_parameters(settings.rabbitmq_url, settings.relay_lease_seconds / 2)
         self._settings = settings
         self._events = events
         self._channel: Channel | None = None

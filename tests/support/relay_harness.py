@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +127,8 @@ class Broker:
 
     def __init__(self, url: str, settings: Settings) -> None:
         self.settings = settings
-        self.connection = pika.BlockingConnection(pika.URLParameters(url))
+        self._params = pika.URLParameters(url)
+        self.connection = pika.BlockingConnection(self._params)
         self.channel = self.connection.channel()
         self._extra_queues: list[str] = []
 
@@ -166,12 +167,16 @@ class Broker:
         return taken
 
     def cleanup(self) -> None:
+        """Delete the test's queues and exchanges, on a fresh connection (the test's may have died)."""
+        if self.connection.is_open:
+            self.connection.close()
         s = self.settings
-        for queue in (*self._extra_queues, s.queue, s.dead_letter_queue):
-            self.channel.queue_delete(queue)
-        for exchange in (s.exchange, s.dead_letter_exchange):
-            self.channel.exchange_delete(exchange)
-        self.connection.close()
+        with closing(pika.BlockingConnection(self._params)) as connection:
+            channel = connection.channel()
+            for queue in (*self._extra_queues, s.queue, s.dead_letter_queue):
+                channel.queue_delete(queue)
+            for exchange in (s.exchange, s.dead_letter_exchange):
+                channel.exchange_delete(exchange)
 
 
 @contextmanager
