@@ -76,11 +76,15 @@ def test_relay_publishes_everything_through_connections_cut_mid_stream(
     seed_jobs(engine, rows, spread_seconds=3.0)
     relay = procs.start(["relay"], settings, tmp_path / "logs", "relay")
     try:
-        for remaining in (2500, 1500):
+        for cuts, remaining in enumerate((2500, 1500)):
             procs.wait_for(
                 lambda r=remaining: unpublished(engine) < r, 20, what=f"fewer than {remaining} left"
             )
-            procs.wait_for(lambda: proxy.links >= 1, 10, what="the relay connected")
+            procs.wait_for(
+                lambda c=cuts: relay.output().count("broker connection up") > c,
+                10,
+                what="the relay connected",
+            )
             assert proxy.cut() >= 1
         procs.wait_for(lambda: unpublished(engine) == 0, 30, what="the outbox drained")
     finally:
