@@ -132,10 +132,15 @@ def _docker_answers() -> bool:
     try:
         import docker  # type: ignore[import-untyped]
 
-        docker.from_env().ping()
-        return True
-    except Exception:
+        client = docker.from_env()
+    except Exception:  # no Docker SDK or no engine socket
         return False
+    try:
+        return bool(client.ping())
+    except Exception:  # the engine does not answer
+        return False
+    finally:
+        client.close()
 
 
 @pytest.fixture(scope="session")
@@ -159,3 +164,17 @@ def rabbitmq_url() -> Iterator[str]:
     if IN_CI:
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+@pytest.fixture
+def postgres_url(postgres_database: str) -> str:
+    """A PostgreSQL schema of this test's own, whatever TEST_DATABASES says (for tests that exist to show
+    PostgreSQL behaviour)."""
+    from sqlalchemy import create_engine, text
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    setup = create_engine(postgres_database, isolation_level="AUTOCOMMIT")
+    with setup.connect() as conn:
+        conn.execute(text(f"CREATE SCHEMA {schema}"))
+    setup.dispose()
+    return f"{postgres_database}?options=-csearch_path%3D{schema}"

@@ -67,10 +67,7 @@ class Proc:
         return self.wait(timeout)
 
     def wait(self, timeout: float) -> int:
-        try:
-            code = self.popen.wait(timeout)
-        finally:
-            self._log.flush()
+        code = self.popen.wait(timeout)
         self._log.close()
         return code
 
@@ -78,7 +75,9 @@ class Proc:
         return self.popen.poll() is None
 
     def output(self) -> str:
-        self._log.flush()
+        """Everything the process wrote so far (also after it exited)."""
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text(errors="replace")
 
 
