@@ -1,0 +1,262 @@
+"""Schema migrations on SQLite and on PostgreSQL, whatever TEST_DATABASES says: from nothing and from the
+first released schema (0001) to head, with the data written at 0001 kept; the migrated schema is the code's
+(`jobstore.schema.metadata`); `outbox-bridge db upgrade` works as a command; and the long-running commands
+refuse, with a clear message and exit code 1, a store that is missing, unmigrated or unreachable."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import Connection, Engine, func, select, text
+
+from jobstore import db, migrate, queries
+from jobstore import jobs as store
+from jobstore.schema import metadata, outbox
+from jobstore.settings import Settings
+from jobstore.states import State
+from tests.conftest import make_settings
+from tests.support import procs
+
+FIRST_RELEASE = "0001"
+T0 = 1_700_000_000.0
+COMMAND_TIMEOUT = 60
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty store of this test's own: a SQLite file path, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    return str(request.getfixturevalue("postgres_url"))
+
+
+@pytest.fixture
+def store_settings(tmp_path: Path, store_url: str) -> Settings:
+    return make_settings(tmp_path, database_url=store_url)
+
+
+@pytest.fixture
+def bare_engine(store_settings: Settings) -> Iterator[Engine]:
+    """An engine on the empty store; nothing migrated."""
+    engine = db.make_engine(store_settings)
+    yield engine
+    engine.dispose()
+
+
+def schema_differences(engine: Engine) -> list[object]:
+    """What autogenerate would change to make the database match the code's schema."""
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"compare_type": True})
+        return list(compare_metadata(context, metadata))
+
+
+def run_command(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
+    """`outbox-bridge ARGS` as a user runs it, with `settings` in its environment."""
+    return subprocess.run(
+        [str(procs.BIN), *args],
+        env=procs.settings_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT,
+        check=False,
+    )
+
+
+def test_upgrade_from_nothing_reaches_head_and_matches_the_code_schema(bare_engine: Engine) -> None:
+    assert migrate.current_revision(bare_engine) is None
+    with pytest.raises(migrate.SchemaNotCurrent, match="outbox-bridge db upgrade"):
+        migrate.check_current(bare_engine)
+
+    migrate.upgrade(bare_engine)
+
+    assert migrate.current_revision(bare_engine) == migrate.head_revision()
+    migrate.check_current(bare_engine)
+    assert schema_differences(bare_engine) == []
+
+
+def test_upgrading_a_current_store_again_changes_nothing(bare_engine: Engine) -> None:
+    migrate.upgrade(bare_engine)
+    migrate.upgrade(bare_engine)
+    assert migrate.current_revision(bare_engine) == migrate.head_revision()
+    assert schema_differences(bare_engine) == []
+
+
+# Rows as the first released schema (0001) stores them, written with its own columns, not the code's.
+QUEUED_JOB = {
+    "id": "job-queued", "tenant": "acme", "owner": "ann", "operation_key": "k-queued",
+    "fingerprint": "f" * 64, "kind": "noop", "payload": '{"n":1}', "state": "queued",
+    "epoch": 0, "attempts": 0, "max_attempts": 3, "available_at": T0, "cancel_requested": False,
+    "created_at": T0, "updated_at": T0,
+}  # fmt: skip
+DONE_JOB = {
+    **QUEUED_JOB, "id": "job-done", "operation_key": "k-done", "state": "succeeded", "epoch": 1,
+    "attempts": 1, "result_attempt_id": "attempt-done", "started_at": T0 + 1, "finished_at": T0 + 2,
+    "updated_at": T0 + 2,
+}  # fmt: skip
+DONE_ATTEMPT = {
+    "id": "attempt-done", "job_id": "job-done", "epoch": 1, "worker": "w-1", "started_at": T0 + 1,
+    "ended_at": T0 + 2, "outcome": "succeeded", "output": '{"ok":true}',
+}  # fmt: skip
+
+
+def write_at_first_release(conn: Connection) -> None:
+    for job in (QUEUED_JOB, DONE_JOB):
+        insert_row(conn, "jobs", job)
+    insert_row(conn, "attempts", DONE_ATTEMPT)
+    for job_id, published_at in (("job-queued", None), ("job-done", T0 + 1)):
+        row = {"job_id": job_id, "created_at": T0, "available_at": T0, "publish_attempts": 1}
+        insert_row(conn, "outbox", {**row, "published_at": published_at})
+
+
+def insert_row(conn: Connection, table: str, row: dict[str, object]) -> None:
+    names = ", ".join(row)
+    values = ", ".join(f":{name}" for name in row)
+    conn.execute(text(f"INSERT INTO {table} ({names}) VALUES ({values})"), row)
+
+
+def test_data_written_at_the_first_released_schema_survives_the_upgrade_to_head(bare_engine: Engine) -> None:
+    migrate.upgrade(bare_engine, FIRST_RELEASE)
+    assert migrate.current_revision(bare_engine) == FIRST_RELEASE
+    db.transact(bare_engine, write_at_first_release)
+
+    migrate.upgrade(bare_engine)
+
+    assert migrate.current_revision(bare_engine) == migrate.head_revision()
+    assert schema_differences(bare_engine) == []
+    queued = db.read(bare_engine, store.get_job, "job-queued")
+    done = db.read(bare_engine, store.get_job, "job-done")
+    assert queued is not None and done is not None
+    assert (queued.state, queued.payload, queued.available_at) == (State.QUEUED, {"n": 1}, T0)
+    assert (done.state, done.epoch, done.result_attempt_id) == (State.SUCCEEDED, 1, "attempt-done")
+    result = db.read(bare_engine, queries.committed_result, "job-done")
+    assert result is not None and result.output == {"ok": True}
+    assert db.read(bare_engine, pending_outbox_jobs) == ["job-queued"]
+
+
+def test_the_store_keeps_working_on_data_migrated_from_the_first_release(bare_engine: Engine) -> None:
+    migrate.upgrade(bare_engine, FIRST_RELEASE)
+    db.transact(bare_engine, write_at_first_release)
+    migrate.upgrade(bare_engine)
+    now = T0 + 10
+
+    claimed = db.transact(bare_engine, store.claim, "job-queued", "w-2", now, 30.0).claim
+    assert claimed is not None and claimed.epoch == 1
+    state = db.transact(bare_engine, store.complete, "job-queued", 1, claimed.attempt_id, {"n": 1}, now + 1)
+    assert state is State.SUCCEEDED
+    accepted = db.transact(
+        bare_engine, store.accept, tenant="acme", owner="ann", kind="noop", payload={},
+        operation_key="k-new", now=now, max_attempts=3,
+    )  # fmt: skip
+    assert accepted.created
+    assert db.read(bare_engine, outbox_ids_in_order) == [1, 2, 3], "new outbox ids follow the migrated ones"
+
+
+def pending_outbox_jobs(conn: Connection) -> list[str]:
+    query = select(outbox.c.job_id).where(outbox.c.published_at.is_(None)).order_by(outbox.c.id)
+    return list(conn.execute(query).scalars())
+
+
+def outbox_ids_in_order(conn: Connection) -> list[int]:
+    return list(conn.execute(select(outbox.c.id).order_by(outbox.c.id)).scalars())
+
+
+def outbox_rows(conn: Connection) -> int:
+    return int(conn.execute(select(func.count()).select_from(outbox)).scalar_one())
+
+
+def test_db_upgrade_command_migrates_an_empty_store_to_head(
+    store_settings: Settings, bare_engine: Engine
+) -> None:
+    done = run_command(store_settings, "db", "upgrade")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"schema empty -> {migrate.head_revision()}" in done.stdout
+    assert migrate.current_revision(bare_engine) == migrate.head_revision()
+    assert schema_differences(bare_engine) == []
+
+
+def test_db_upgrade_command_takes_a_first_release_store_to_head(
+    store_settings: Settings, bare_engine: Engine
+) -> None:
+    migrate.upgrade(bare_engine, FIRST_RELEASE)
+    db.transact(bare_engine, write_at_first_release)
+
+    done = run_command(store_settings, "db", "upgrade")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"schema {FIRST_RELEASE} -> {migrate.head_revision()}" in done.stdout
+    assert db.read(bare_engine, outbox_rows) == 2
+
+
+def assert_refused(result: subprocess.CompletedProcess[str], *phrases: str) -> None:
+    said = result.stdout + result.stderr
+    assert result.returncode == 1, said
+    assert "Traceback" not in said, said
+    for phrase in phrases:
+        assert phrase in said, said
+
+
+def touch_store(engine: Engine) -> None:
+    """Open the store once, so an SQLite file exists (empty); PostgreSQL's schema exists already."""
+    db.read(engine, lambda conn: conn.execute(text("SELECT 1")).scalar())
+
+
+def test_api_refuses_an_unmigrated_store_naming_db_upgrade(
+    store_settings: Settings, bare_engine: Engine
+) -> None:
+    touch_store(bare_engine)
+
+    refused = run_command(store_settings, "api", "--port", str(procs.free_port()))
+
+    assert_refused(refused, "not migrated", "outbox-bridge db upgrade")
+    assert migrate.current_revision(bare_engine) is None, "the refusal wrote nothing"
+
+
+@pytest.mark.parametrize("command", ["relay", "consumer", "worker"])
+def test_other_processes_refuse_an_unmigrated_store_too(tmp_path: Path, command: str) -> None:
+    settings = make_settings(tmp_path)
+    engine = db.make_engine(settings)
+    touch_store(engine)
+    engine.dispose()
+
+    assert_refused(run_command(settings, command), "not migrated", "outbox-bridge db upgrade")
+
+
+def test_api_refuses_a_missing_sqlite_store_without_creating_it(tmp_path: Path) -> None:
+    path = tmp_path / "absent" / "jobs.db"
+    settings = make_settings(tmp_path, database_url=f"sqlite:///{path}")
+
+    refused = run_command(settings, "api", "--port", str(procs.free_port()))
+
+    assert_refused(refused, "no store at", "outbox-bridge db init")
+    assert not path.parent.exists()
+
+
+def test_api_refuses_an_unreachable_postgresql_with_a_message_not_a_traceback(tmp_path: Path) -> None:
+    closed_port = procs.free_port()
+    url = f"postgresql+psycopg://postgres:s3cret@127.0.0.1:{closed_port}/outbox"
+    settings = make_settings(tmp_path, database_url=url)
+
+    refused = run_command(settings, "api", "--port", str(procs.free_port()))
+
+    assert_refused(refused, "cannot reach the store", f"127.0.0.1:{closed_port}")
+    assert "s3cret" not in refused.stdout + refused.stderr, "the password is not printed"
+
+
+@pytest.mark.slow
+def test_api_on_postgresql_serves_once_db_upgrade_has_run(tmp_path: Path, postgres_url: str) -> None:
+    settings = make_settings(tmp_path, database_url=postgres_url)
+    port = procs.free_port()
+    assert_refused(run_command(settings, "api", "--port", str(port)), "outbox-bridge db upgrade")
+    assert run_command(settings, "db", "upgrade").returncode == 0
+
+    api = procs.start(["api", "--port", str(port)], settings, tmp_path / "logs", "api")
+    try:
+        procs.wait_http(f"http://127.0.0.1:{port}/readyz", api, timeout=30)
+    finally:
+        assert api.terminate(timeout=30) == 0, api.output()[-2000:]
