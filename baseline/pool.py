@@ -16,6 +16,7 @@ from sqlalchemy import Connection, Engine
 
 from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
+from baseline.turns import WriteTurn
 from handlers.runner import (
     AttemptOutcome,
     Held,
@@ -73,6 +74,7 @@ class ClaimPool:
         *,
         concurrency: int,
         stopping: threading.Event,
+        write_turn: WriteTurn,
     ) -> None:
         self._engine = engine
         self._settings = settings
@@ -81,9 +83,7 @@ class ClaimPool:
         self.tally = Tally()
         self._released: set[str] = set()
         self._lock = threading.Lock()
-        # SQLite takes one writer at a time anyway: the threads of one process queue here for their turn
-        # instead of all retrying the store's write lock, which burns the CPU the lock holder needs.
-        self._write_turn = threading.Lock()
+        self._write_turn = write_turn
         self._threads = [
             threading.Thread(target=self._loop, args=(name,), name=f"claim-{n}", daemon=True)
             for n, name in enumerate(worker_names(concurrency))
@@ -150,7 +150,7 @@ class ClaimPool:
                 claim = self._unless_stopping(claim)
 
     def _claim(self, worker: str) -> Claim | None:
-        with self._write_turn:
+        with self._write_turn.taken():
             return db.transact(self._engine, claim_next, worker, self._settings.lease_seconds)
 
     def _unless_stopping(self, claim: Claim) -> Claim | None:
@@ -194,7 +194,7 @@ class ClaimPool:
         while True:
             next_worker = None if self._stopping.is_set() else worker
             try:
-                with self._write_turn:
+                with self._write_turn.taken():
                     return db.transact(
                         self._engine,
                         commit_and_claim_next,

@@ -4,9 +4,12 @@ past its timeout, giving jobs back on a stop, waiting for an external effect in 
 from __future__ import annotations
 
 import fcntl
+import itertools
 import logging
 import random
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +22,7 @@ from sqlalchemy import Engine
 
 from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
+from baseline.turns import WriteTurn
 from baseline.worker import RELEASE_SETTLE_SECONDS, BaselineProcess
 from jobstore import clock, db, queries
 from jobstore import jobs as store
@@ -104,6 +108,72 @@ def test_an_unavailable_store_keeps_the_longest_pause_until_work_comes() -> None
 def test_idle_pauses_of_two_processes_drift_apart() -> None:
     one, other = IdleBackoff(rng=random.Random(1)), IdleBackoff(rng=random.Random(2))
     assert [one.idle() for _ in range(8)] != [other.idle() for _ in range(8)]
+
+
+def hold_turn(turn: WriteTurn, seconds: float, spans: list[tuple[float, float]]) -> None:
+    with turn.taken() as had:
+        assert had
+        began = time.monotonic()
+        time.sleep(seconds)
+        spans.append((began, time.monotonic()))
+
+
+def test_write_turns_on_one_file_never_overlap(tmp_path: Path) -> None:
+    turns = [WriteTurn(tmp_path / "turn", timeout=5.0) for _ in range(3)]
+    spans: list[tuple[float, float]] = []
+    holders = [
+        threading.Thread(target=hold_turn, args=(turn, 0.1, spans)) for turn in turns for _ in range(2)
+    ]
+    for holder in holders:
+        holder.start()
+    for holder in holders:
+        holder.join(10)
+    for turn in turns:
+        turn.close()
+    assert len(spans) == 6
+    ordered = sorted(spans)
+    assert all(earlier[1] <= later[0] for earlier, later in itertools.pairwise(ordered))
+
+
+def test_waiting_for_a_turn_gives_up_after_its_timeout(tmp_path: Path) -> None:
+    holder, waiter = WriteTurn(tmp_path / "turn", timeout=5.0), WriteTurn(tmp_path / "turn", timeout=0.2)
+    with holder.taken():
+        began = time.monotonic()
+        with waiter.taken() as had:
+            waited = time.monotonic() - began
+    assert not had
+    assert 0.2 <= waited < 2.0
+    with waiter.taken() as had:
+        assert had
+    holder.close()
+    waiter.close()
+
+
+def test_a_killed_holder_frees_its_turn(tmp_path: Path) -> None:
+    path = tmp_path / "turn"
+    script = (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline() == "held\n"
+        turn = WriteTurn(path, timeout=0.2)
+        with turn.taken() as had:
+            assert not had
+        other.kill()
+        other.wait(10)
+        with turn.taken() as had:
+            assert had
+        turn.close()
+    finally:
+        other.kill()
+        other.wait(10)
+        assert other.stdout is not None
+        other.stdout.close()
 
 
 def test_workers_outlast_a_store_locked_past_its_timeout(
