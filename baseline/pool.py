@@ -62,9 +62,10 @@ class Tally:
 class ClaimPool:
     """`concurrency` threads that claim and run jobs until `stopping` is set.
 
-    A thread commits a job's outcome and claims its next job in one transaction. It checks `stopping`
-    before each claim and again after it: a claim that lands after the stop is given back at once instead
-    of being run. A busy or unreachable store pauses a thread; it never ends it."""
+    A thread commits a job's outcome and claims its next job in one transaction, and takes a write turn
+    (see `baseline.turns`) before each write transaction. It checks `stopping` before each claim and again
+    after it: a claim that lands after the stop is given back at once instead of being run. A busy or
+    unreachable store pauses a thread; it never ends it."""
 
     def __init__(
         self,

@@ -3,7 +3,9 @@
 It runs `concurrency` claiming threads (see `baseline.pool`), one lease keeper that renews every lease the
 process holds, and one lease sweeper. SIGTERM or SIGINT stops it cleanly: no new claims at once, running jobs
 get `shutdown_grace_seconds` to finish, what is still held after that is released, and the process exits 0.
-A second signal cuts the waiting short."""
+A job whose external effect has started cannot be released and is waited for a while longer; if it still
+has not finished, the process exits 1 and the job's expired lease is settled by a sweeper. A second signal
+cuts the waiting short."""
 
 from __future__ import annotations
 
