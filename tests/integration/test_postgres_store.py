@@ -1,0 +1,311 @@
+"""The store on PostgreSQL under real concurrency, whatever TEST_DATABASES says: threads with connections of
+their own race for the same rows, and the row locks (`FOR UPDATE SKIP LOCKED`), the guarded UPDATEs and
+`db.transact`'s bounded retries decide. Nothing here is serialized by a lock in Python."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from sqlalchemy import Connection, Engine, select
+
+from jobstore import clock, db, outbox, sweeper
+from jobstore import jobs as store
+from jobstore.errors import Fenced, IdempotencyConflict
+from jobstore.records import Claim
+from jobstore.schema import attempts, jobs
+from jobstore.schema import outbox as outbox_table
+from jobstore.settings import Settings
+from jobstore.states import TERMINAL, State
+from tests.conftest import make_settings
+from tests.support.invariants import check_invariants
+
+T = TypeVar("T")
+THREADS = 8
+LEASE = 60.0
+BACKOFF = store.Backoff(base=0.02, cap=0.1)
+
+
+@pytest.fixture
+def pg_settings(tmp_path: Path, postgres_url: str) -> Settings:
+    return make_settings(tmp_path, database_url=postgres_url, store_lock_timeout_seconds=20.0)
+
+
+@pytest.fixture
+def pg_engine(pg_settings: Settings) -> Iterator[Engine]:
+    engine = db.make_engine(pg_settings, pool_size=THREADS + 2, max_overflow=THREADS)
+    db.init_schema(pg_settings, engine)
+    assert engine.dialect.name == "postgresql"
+    yield engine
+    engine.dispose()
+
+
+def accept_many(conn: Connection, count: int, now: float, prefix: str = "k") -> list[str]:
+    ids = []
+    for i in range(count):
+        accepted = store.accept(
+            conn, tenant="acme", owner="ann", kind="noop", payload={"i": i},
+            operation_key=f"{prefix}-{i}", now=now, max_attempts=3,
+        )  # fmt: skip
+        ids.append(accepted.job.id)
+    return ids
+
+
+def seed(engine: Engine, count: int) -> list[str]:
+    """`count` queued jobs with their outbox rows, accepted in a few transactions."""
+    ids: list[str] = []
+    for start in range(0, count, 100):
+        ids += db.transact(engine, accept_many, min(100, count - start), clock.now(), prefix=f"k{start}")
+    return ids
+
+
+def race(threads: int, work: Callable[[int], T]) -> list[T]:
+    """Run `work(i)` on `threads` threads released together; any exception a thread raised is raised here."""
+    gate = threading.Barrier(threads)
+
+    def released(i: int) -> T:
+        gate.wait(timeout=30)
+        return work(i)
+
+    with ThreadPoolExecutor(threads) as pool:
+        futures: list[Future[T]] = [pool.submit(released, i) for i in range(threads)]
+        return [f.result(timeout=120) for f in futures]
+
+
+def all_rows(engine: Engine, table: Any) -> list[dict[str, Any]]:
+    def rows(conn: Connection) -> list[dict[str, Any]]:
+        return [dict(r) for r in conn.execute(select(table)).mappings()]
+
+    return db.read(engine, rows)
+
+
+def test_threads_racing_claim_next_claim_each_job_exactly_once(pg_engine: Engine) -> None:
+    ids = seed(pg_engine, 300)
+
+    def claim_until_empty(i: int) -> list[Claim]:
+        taken = []
+        while (got := db.transact(pg_engine, store.claim_next, f"w{i}", clock.now(), LEASE)) is not None:
+            taken.append(got)
+        return taken
+
+    claims = [c for taken in race(THREADS, claim_until_empty) for c in taken]
+
+    assert sorted(c.job_id for c in claims) == sorted(ids), "every job claimed, none twice"
+    assert len({c.worker for c in claims}) > 1, "several threads took work"
+    assert {c.epoch for c in claims} == {1}
+    rows = all_rows(pg_engine, jobs)
+    assert {(r["state"], r["epoch"], r["attempts"]) for r in rows} == {(State.RUNNING.value, 1, 1)}
+    assert Counter(r["job_id"] for r in all_rows(pg_engine, attempts)) == Counter(ids)
+    assert all_rows(pg_engine, outbox_table) == [], "a claimed job's pending delivery is dropped"
+
+
+def hold_locks(engine: Engine, query: Any, held: threading.Event, done: threading.Event) -> None:
+    """Lock the rows `query` selects FOR UPDATE in an open transaction until `done` is set."""
+    with engine.connect() as conn, conn.begin():
+        conn.execute(query.with_for_update()).all()
+        held.set()
+        done.wait(timeout=30)
+
+
+def while_locked(engine: Engine, query: Any, action: Callable[[], T]) -> T:
+    """`action()` while another transaction holds the rows of `query` locked; it must not wait for them."""
+    held, done = threading.Event(), threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        holder = pool.submit(hold_locks, engine, query, held, done)
+        try:
+            assert held.wait(timeout=10), "the holder took its locks"
+            started = time.monotonic()
+            result = action()
+            assert time.monotonic() - started < 2.0, "did not wait for the locked rows"
+            return result
+        finally:
+            done.set()
+            holder.result(timeout=10)
+
+
+def test_claim_next_skips_a_job_another_transaction_has_locked(pg_engine: Engine) -> None:
+    first, second = seed(pg_engine, 2)
+
+    claimed = while_locked(
+        pg_engine,
+        select(jobs.c.id).where(jobs.c.id == first),
+        lambda: db.transact(pg_engine, store.claim_next, "w1", clock.now(), LEASE),
+    )
+
+    assert claimed is not None and claimed.job_id == second
+    again = db.transact(pg_engine, store.claim_next, "w2", clock.now(), LEASE)
+    assert again is not None and again.job_id == first, "once released, the skipped job is claimed"
+
+
+def test_lease_batch_skips_rows_another_relay_is_leasing(pg_engine: Engine) -> None:
+    seed(pg_engine, 6)
+    first_three = select(outbox_table.c.id).order_by(outbox_table.c.id).limit(3)
+
+    lease = while_locked(
+        pg_engine,
+        first_three,
+        lambda: db.transact(pg_engine, outbox.lease_batch, now=clock.now(), limit=10, lease_seconds=LEASE),
+    )
+
+    assert [row_id for row_id, _ in lease.rows] == [4, 5, 6]
+
+
+def test_relays_racing_lease_batch_never_lease_one_row_twice(pg_engine: Engine) -> None:
+    seed(pg_engine, 400)
+    relays = 4
+
+    def publish_until_empty(i: int) -> list[int]:
+        leased: list[int] = []
+        while True:
+            lease = db.transact(pg_engine, outbox.lease_batch, now=clock.now(), limit=16, lease_seconds=LEASE)
+            if not lease.rows:
+                return leased
+            row_ids = [row_id for row_id, _ in lease.rows]
+            marked = db.transact(pg_engine, outbox.mark_published, lease.token, row_ids, clock.now())
+            assert marked == len(row_ids), "the token still held every row it leased"
+            leased += row_ids
+
+    leased = [row_id for got in race(relays, publish_until_empty) for row_id in got]
+
+    rows = all_rows(pg_engine, outbox_table)
+    assert sorted(leased) == sorted(r["id"] for r in rows), "every row leased once, none twice"
+    assert {r["publish_attempts"] for r in rows} == {1}
+    assert all(r["published_at"] is not None for r in rows)
+
+
+def test_racing_accepts_with_one_key_create_one_job(pg_engine: Engine) -> None:
+    retries_before = db.stats.snapshot()["retries"]
+    for key in range(20):
+
+        def submit(_: int, key: int = key) -> store.Accepted:
+            return db.transact(
+                pg_engine, store.accept, tenant="acme", owner="ann", kind="noop", payload={"n": key},
+                operation_key=f"key-{key}", now=clock.now(), max_attempts=3,
+            )  # fmt: skip
+
+        answers = race(THREADS, submit)
+
+        assert len({a.job.id for a in answers}) == 1, f"key-{key}: one job for every caller"
+        assert sum(a.created for a in answers) == 1, f"key-{key}: created once"
+    assert len(all_rows(pg_engine, jobs)) == 20
+    assert len(all_rows(pg_engine, outbox_table)) == 20, "one delivery per job"
+    assert db.stats.snapshot()["retries"] > retries_before, "losers hit the unique key and ran again"
+
+
+def test_racing_accepts_with_one_key_and_different_payloads_leave_one_job_and_conflicts(
+    pg_engine: Engine,
+) -> None:
+    for key in range(10):
+
+        def submit(i: int, key: int = key) -> str:
+            try:
+                accepted = db.transact(
+                    pg_engine, store.accept, tenant="acme", owner="ann", kind="noop", payload={"side": i % 2},
+                    operation_key=f"key-{key}", now=clock.now(), max_attempts=3,
+                )  # fmt: skip
+            except IdempotencyConflict as exc:
+                return f"conflict:{exc.job_id}:{i % 2}"
+            return f"job:{accepted.job.id}:{i % 2}"
+
+        answers = race(THREADS, submit)
+
+        jobs_named = {a.split(":")[1] for a in answers}
+        assert len(jobs_named) == 1, f"key-{key}: every answer names the one job"
+        sides = {a.split(":")[2] for a in answers if a.startswith("job:")}
+        assert len(sides) == 1, f"key-{key}: only the winner's payload is accepted; the other side conflicts"
+    assert len(all_rows(pg_engine, jobs)) == 10
+
+
+class Workload:
+    """Consumers, relays, a canceller and a sweeper on one set of jobs, as separate threads with their own
+    connections; leases are short, so some run out under a slow consumer and the sweeper or a reclaim
+    settles them."""
+
+    def __init__(self, engine: Engine, ids: list[str], seconds: float) -> None:
+        self.engine = engine
+        self.ids = ids
+        self.until = time.monotonic() + seconds
+        self.stop = threading.Event()
+        self.fenced = Counter[str]()
+        self._lock = threading.Lock()
+
+    def going(self) -> bool:
+        return not self.stop.is_set() and time.monotonic() < self.until
+
+    def consumer(self, i: int) -> None:
+        rng = random.Random(i)
+        while self.going():
+            got = db.transact(self.engine, store.claim_next, f"c{i}", clock.now(), 0.3)
+            if got is None:
+                time.sleep(0.01)
+                continue
+            if rng.random() < 0.05:
+                time.sleep(0.4)  # past the lease: the write below is fenced out
+            try:
+                self.finish(got, rng)
+            except Fenced:
+                with self._lock:
+                    self.fenced[f"c{i}"] += 1
+
+    def finish(self, got: Claim, rng: random.Random) -> None:
+        now = clock.now()
+        if rng.random() < 0.3:
+            db.transact(
+                self.engine, store.fail, got.job_id, got.epoch, got.attempt_id,
+                code="flaky", message="try again", permanent=False, now=now, backoff=BACKOFF,
+            )  # fmt: skip
+        else:
+            db.transact(self.engine, store.complete, got.job_id, got.epoch, got.attempt_id, {}, now)
+
+    def relay(self, i: int) -> None:
+        while self.going():
+            lease = db.transact(self.engine, outbox.lease_batch, now=clock.now(), limit=20, lease_seconds=5.0)
+            ids = [row_id for row_id, _ in lease.rows]
+            db.transact(self.engine, outbox.mark_published, lease.token, ids, clock.now())
+            if not ids:
+                time.sleep(0.01)
+
+    def canceller(self, i: int) -> None:
+        rng = random.Random(100 + i)
+        while self.going():
+            db.transact(self.engine, store.request_cancel, rng.choice(self.ids), clock.now())
+            time.sleep(0.02)
+
+    def sweeper(self, _: int) -> None:
+        while self.going():
+            db.transact(self.engine, sweeper.sweep_expired, clock.now(), backoff=BACKOFF)
+            if self.all_terminal():
+                self.stop.set()
+            time.sleep(0.05)
+
+    def all_terminal(self) -> bool:
+        def unfinished(conn: Connection) -> int:
+            query = select(jobs.c.id).where(jobs.c.state.not_in([s.value for s in TERMINAL])).limit(1)
+            return len(conn.execute(query).all())
+
+        return db.read(self.engine, unfinished) == 0
+
+
+@pytest.mark.slow
+def test_a_mixed_concurrent_workload_lets_no_deadlock_or_serialization_error_escape(
+    pg_engine: Engine, pg_settings: Settings
+) -> None:
+    ids = seed(pg_engine, 200)
+    work = Workload(pg_engine, ids, seconds=60)
+    roles = [work.consumer] * 4 + [work.relay] * 2 + [work.canceller, work.sweeper]
+
+    race(len(roles), lambda i: roles[i](i))  # any error that escaped a transaction is raised here
+
+    assert work.all_terminal(), "every job finished within the time bound"
+    seen = check_invariants(pg_settings, accepted=ids, executions=range(0, 100), engine=pg_engine)
+    states = seen.states()
+    assert states[State.SUCCEEDED.value] > 0 and states[State.CANCELLED.value] > 0, states
+    assert sum(work.fenced.values()) > 0, "some writes lost their lease and were fenced out"
+    assert max(job.epoch for job in seen.jobs.values()) > 1, "some jobs were claimed again"
