@@ -13,7 +13,9 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Float,
     and_,
+    bindparam,
     case,
     false,
     func,
@@ -81,19 +83,21 @@ def accept(
         "updated_at": now, "started_at": None, "finished_at": None,
     }  # fmt: skip
     try:
-        conn.execute(insert(jobs).values(row))
+        conn.execute(_INSERT_JOB, row)
     except IntegrityError as exc:  # a concurrent accept of the same key won: read its row on the rerun
         raise Retry("idempotency key raced") from exc
     outbox.add(conn, row["id"], available_at=now, now=now)
     return Accepted(Job.from_row(row), created=True)  # type: ignore[arg-type]
 
 
+_INSERT_JOB = insert(jobs)
+_BY_KEY = select(jobs).where(
+    jobs.c.tenant == bindparam("b_tenant"), jobs.c.operation_key == bindparam("b_key")
+)
+
+
 def _find_by_key(conn: Connection, tenant: str, operation_key: str) -> Job | None:
-    row = (
-        conn.execute(select(jobs).where(jobs.c.tenant == tenant, jobs.c.operation_key == operation_key))
-        .mappings()
-        .first()
-    )
+    row = conn.execute(_BY_KEY, {"b_tenant": tenant, "b_key": operation_key}).mappings().first()
     return Job.from_row(row) if row else None
 
 
@@ -114,7 +118,7 @@ class ClaimResult:
     state: State | None = None
 
 
-def _claimable(now: float) -> ColumnElement[bool]:
+def _claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
     queued = and_(jobs.c.state == State.QUEUED.value, jobs.c.available_at <= now)
     expired = and_(
         jobs.c.state == State.RUNNING.value,
@@ -129,44 +133,48 @@ def _claimable(now: float) -> ColumnElement[bool]:
     )
 
 
+# Hot statements are built once with bound parameters: building a statement costs far more than running it.
+_NOW = bindparam("b_now", type_=Float)
+_CLAIM = (
+    update(jobs)
+    .where(jobs.c.id == bindparam("b_id"), _claimable(_NOW))
+    .values(
+        state=State.RUNNING.value,
+        epoch=jobs.c.epoch + 1,
+        attempts=jobs.c.attempts + 1,
+        lease_owner=bindparam("b_worker"),
+        lease_expires_at=bindparam("b_lease_until", type_=Float),
+        updated_at=_NOW,
+        started_at=func.coalesce(jobs.c.started_at, _NOW),
+    )
+    .returning(*jobs.c)
+)
+# The previous attempt, if its worker vanished, ends as lost when the job is claimed again.
+_LOSE_PREVIOUS = (
+    update(attempts)
+    .where(attempts.c.job_id == bindparam("b_id"), attempts.c.outcome == "running")
+    .values(outcome="lost", ended_at=_NOW)
+)
+_INSERT_ATTEMPT = insert(attempts)
+
+
 def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds: float) -> ClaimResult:
     """Take `job_id` for `worker`: epoch + 1, attempts + 1, a new lease and a new attempt row.
 
     Only a queued, available job (or a running one whose lease expired with no external effect started)
     within its budget and deadline is taken; otherwise the result says why not."""
-    row = (
-        conn.execute(
-            update(jobs)
-            .where(jobs.c.id == job_id, _claimable(now))
-            .values(
-                state=State.RUNNING.value,
-                epoch=jobs.c.epoch + 1,
-                attempts=jobs.c.attempts + 1,
-                lease_owner=worker,
-                lease_expires_at=now + lease_seconds,
-                updated_at=now,
-                started_at=func.coalesce(jobs.c.started_at, now),
-            )
-            .returning(*jobs.c)
-        )
-        .mappings()
-        .first()
-    )
+    params = {"b_id": job_id, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
+    row = conn.execute(_CLAIM, params).mappings().first()
     if row is None:
         return _refusal(conn, job_id, now)
     job = Job.from_row(row)
-    # The previous attempt, if its worker vanished, ends here as lost.
-    conn.execute(
-        update(attempts)
-        .where(attempts.c.job_id == job_id, attempts.c.outcome == "running")
-        .values(outcome="lost", ended_at=now)
-    )
+    conn.execute(_LOSE_PREVIOUS, {"b_id": job_id, "b_now": now})
     attempt_id = new_id()
     conn.execute(
-        insert(attempts).values(
-            id=attempt_id, job_id=job_id, epoch=job.epoch, worker=worker, started_at=now, outcome="running"
-        )
-    )
+        _INSERT_ATTEMPT,
+        {"id": attempt_id, "job_id": job_id, "epoch": job.epoch, "worker": worker, "started_at": now,
+         "outcome": "running"},
+    )  # fmt: skip
     return ClaimResult(claim=_as_claim(job, attempt_id, worker), state=State.RUNNING)
 
 
@@ -203,14 +211,16 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
     return ClaimResult(refusal=Refusal.NEEDS_SWEEP, state=job.state)
 
 
+_NEXT = select(jobs.c.id).where(_claimable(_NOW)).order_by(jobs.c.available_at).limit(1)
+_NEXT_SKIP_LOCKED = _NEXT.with_for_update(skip_locked=True)
+
+
 def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) -> Claim | None:
     """The baseline's path: claim the oldest claimable job, or None when there is none.
 
     Pending outbox rows of the claimed job are dropped: the job is already in a worker's hands."""
-    candidate = select(jobs.c.id).where(_claimable(now)).order_by(jobs.c.available_at).limit(1)
-    if conn.dialect.name == "postgresql":
-        candidate = candidate.with_for_update(skip_locked=True)
-    job_id = conn.execute(candidate).scalar()
+    candidate = _NEXT_SKIP_LOCKED if conn.dialect.name == "postgresql" else _NEXT
+    job_id = conn.execute(candidate, {"b_now": now}).scalar()
     if job_id is None:
         return None
     result = claim(conn, job_id, worker, now, lease_seconds)
@@ -219,7 +229,7 @@ def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) 
     return result.claim
 
 
-def _fence(job_id: str, epoch: int, now: float) -> ColumnElement[bool]:
+def _fence(job_id: Any, epoch: Any, now: Any) -> ColumnElement[bool]:
     """The guard on every worker write: this epoch, still running, lease alive, deadline not passed."""
     return and_(
         jobs.c.id == job_id,
@@ -230,39 +240,78 @@ def _fence(job_id: str, epoch: int, now: float) -> ColumnElement[bool]:
     )
 
 
+_FENCE = _fence(bindparam("b_id"), bindparam("b_epoch"), _NOW)
+
+
+def _fenced(job_id: str, epoch: int, now: float, **more: Any) -> dict[str, Any]:
+    return {"b_id": job_id, "b_epoch": epoch, "b_now": now, **more}
+
+
+_RENEW = (
+    update(jobs)
+    .where(_FENCE)
+    .values(lease_expires_at=bindparam("b_lease_until", type_=Float), updated_at=_NOW)
+    .returning(jobs.c.cancel_requested)
+)
+
+
 def renew_lease(conn: Connection, job_id: str, epoch: int, now: float, lease_seconds: float) -> bool:
     """Extend the lease; returns whether a cancel has been requested. `Fenced` if the lease is lost."""
-    row = conn.execute(
-        update(jobs)
-        .where(_fence(job_id, epoch, now))
-        .values(lease_expires_at=now + lease_seconds, updated_at=now)
-        .returning(jobs.c.cancel_requested)
-    ).first()
+    row = conn.execute(_RENEW, _fenced(job_id, epoch, now, b_lease_until=now + lease_seconds)).first()
     if row is None:
         raise Fenced(job_id, epoch)
     return bool(row[0])
 
 
+_MARK_EXTERNAL = update(jobs).where(_FENCE).values(external_epoch=jobs.c.epoch, updated_at=_NOW)
+_MARK_ATTEMPT_EXTERNAL = (
+    update(attempts).where(attempts.c.id == bindparam("b_attempt")).values(external_started_at=_NOW)
+)
+
+
 def mark_external_started(conn: Connection, job_id: str, epoch: int, attempt_id: str, now: float) -> None:
     """Record, before an external call, that its effect may happen: a lost lease from here on ends the
     job in `unknown` instead of a retry. `Fenced` if the lease is lost (then the call must not be made)."""
-    result = conn.execute(
-        update(jobs).where(_fence(job_id, epoch, now)).values(external_epoch=epoch, updated_at=now)
-    )
-    if result.rowcount != 1:
+    if conn.execute(_MARK_EXTERNAL, _fenced(job_id, epoch, now)).rowcount != 1:
         raise Fenced(job_id, epoch)
-    conn.execute(update(attempts).where(attempts.c.id == attempt_id).values(external_started_at=now))
+    conn.execute(_MARK_ATTEMPT_EXTERNAL, {"b_attempt": attempt_id, "b_now": now})
+
+
+_SAVE_CHECKPOINT = (
+    update(jobs)
+    .where(_FENCE)
+    .values(checkpoint=bindparam("b_checkpoint"), checkpoint_epoch=jobs.c.epoch, updated_at=_NOW)
+)
 
 
 def save_checkpoint(conn: Connection, job_id: str, epoch: int, data: dict[str, Any], now: float) -> None:
     """Store the latest safe progress; a later attempt resumes from it. `Fenced` if the lease is lost."""
-    result = conn.execute(
-        update(jobs)
-        .where(_fence(job_id, epoch, now))
-        .values(checkpoint=dumps(data), checkpoint_epoch=epoch, updated_at=now)
-    )
-    if result.rowcount != 1:
+    params = _fenced(job_id, epoch, now, b_checkpoint=dumps(data))
+    if conn.execute(_SAVE_CHECKPOINT, params).rowcount != 1:
         raise Fenced(job_id, epoch)
+
+
+def _complete_statement() -> Any:
+    external_started = and_(jobs.c.external_epoch.is_not(None), jobs.c.external_epoch == jobs.c.epoch)
+    cancelled = and_(jobs.c.cancel_requested == true(), ~external_started)
+    return (
+        update(jobs)
+        .where(_FENCE)
+        .values(
+            state=case((cancelled, State.CANCELLED.value), else_=State.SUCCEEDED.value),
+            result_attempt_id=case((cancelled, null()), else_=bindparam("b_attempt")),
+            error_code=case((cancelled, "cancelled"), else_=null()),
+            error_message=case((cancelled, "cancelled before the result was committed"), else_=null()),
+            lease_owner=None,
+            lease_expires_at=None,
+            updated_at=_NOW,
+            finished_at=_NOW,
+        )
+        .returning(jobs.c.state)
+    )
+
+
+_COMPLETE = _complete_statement()
 
 
 def complete(
@@ -273,23 +322,7 @@ def complete(
     started an external effect, which cannot be taken back: then it ends `succeeded` (see
     `decide_completion`). `Fenced` if the lease is lost: nothing is written and the attempt's output never
     becomes visible."""
-    external_started = and_(jobs.c.external_epoch.is_not(None), jobs.c.external_epoch == epoch)
-    cancelled = and_(jobs.c.cancel_requested == true(), ~external_started)
-    row = conn.execute(
-        update(jobs)
-        .where(_fence(job_id, epoch, now))
-        .values(
-            state=case((cancelled, State.CANCELLED.value), else_=State.SUCCEEDED.value),
-            result_attempt_id=case((cancelled, null()), else_=attempt_id),
-            error_code=case((cancelled, "cancelled"), else_=null()),
-            error_message=case((cancelled, "cancelled before the result was committed"), else_=null()),
-            lease_owner=None,
-            lease_expires_at=None,
-            updated_at=now,
-            finished_at=now,
-        )
-        .returning(jobs.c.state)
-    ).first()
+    row = conn.execute(_COMPLETE, _fenced(job_id, epoch, now, b_attempt=attempt_id)).first()
     if row is None:
         raise Fenced(job_id, epoch)
     state = State(row[0])
@@ -307,6 +340,10 @@ class Backoff:
         return compute_backoff(attempts, base=self.base, cap=self.cap, rng=self.rng)
 
 
+_FENCED_ROW = select(jobs).where(_FENCE)
+_FENCED_ROW_FOR_UPDATE = _FENCED_ROW.with_for_update()
+
+
 def fail(
     conn: Connection,
     job_id: str,
@@ -322,10 +359,8 @@ def fail(
     """End an attempt that raised: `failed` (permanent), `queued` after a backoff with a new outbox row
     (transient), `dead` (budget or deadline spent) or `cancelled` (a cancel was waiting). `Fenced` if the
     lease is lost."""
-    query = select(jobs).where(_fence(job_id, epoch, now))
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
-    row = conn.execute(query).mappings().first()
+    query = _FENCED_ROW_FOR_UPDATE if conn.dialect.name == "postgresql" else _FENCED_ROW
+    row = conn.execute(query, _fenced(job_id, epoch, now)).mappings().first()
     if row is None:
         raise Fenced(job_id, epoch)
     job = Job.from_row(row)
@@ -405,6 +440,19 @@ def release(conn: Connection, job_id: str, epoch: int, attempt_id: str, now: flo
     _end_attempt(conn, attempt_id, "released", now)
 
 
+_END_ATTEMPT = (
+    update(attempts)
+    .where(attempts.c.id == bindparam("b_attempt"))
+    .values(
+        outcome=bindparam("b_outcome"),
+        ended_at=_NOW,
+        output=bindparam("b_output"),
+        error_code=bindparam("b_code"),
+        error_message=bindparam("b_message"),
+    )
+)
+
+
 def _end_attempt(
     conn: Connection,
     attempt_id: str,
@@ -416,16 +464,10 @@ def _end_attempt(
     message: str | None = None,
 ) -> None:
     conn.execute(
-        update(attempts)
-        .where(attempts.c.id == attempt_id)
-        .values(
-            outcome=outcome,
-            ended_at=now,
-            output=None if output is None else dumps(output),
-            error_code=code,
-            error_message=message,
-        )
-    )
+        _END_ATTEMPT,
+        {"b_attempt": attempt_id, "b_outcome": outcome, "b_now": now,
+         "b_output": None if output is None else dumps(output), "b_code": code, "b_message": message},
+    )  # fmt: skip
 
 
 class CancelOutcome(StrEnum):
@@ -521,10 +563,14 @@ def _not_in(conn: Connection, job_id: str, action: str) -> Exception:
     return InvalidTransition(job_id, job.state.value, action)
 
 
+_BY_ID = select(jobs).where(jobs.c.id == bindparam("b_id"))
+_BY_ID_AND_TENANT = _BY_ID.where(jobs.c.tenant == bindparam("b_tenant"))
+
+
 def get_job(conn: Connection, job_id: str, *, tenant: str | None = None) -> Job | None:
     """The job, or None when it does not exist or belongs to another tenant."""
-    query = select(jobs).where(jobs.c.id == job_id)
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    row = conn.execute(query).mappings().first()
+    if tenant is None:
+        row = conn.execute(_BY_ID, {"b_id": job_id}).mappings().first()
+    else:
+        row = conn.execute(_BY_ID_AND_TENANT, {"b_id": job_id, "b_tenant": tenant}).mappings().first()
     return Job.from_row(row) if row else None

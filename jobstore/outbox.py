@@ -9,21 +9,27 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, and_, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Float, and_, bindparam, delete, func, insert, or_, select, update
 
 from jobstore.schema import outbox
+
+# Built once with bound parameters: building a statement costs far more than running it.
+_INSERT = insert(outbox)
+_DROP_PENDING = delete(outbox).where(outbox.c.job_id == bindparam("b_job"), outbox.c.published_at.is_(None))
+_NOW = bindparam("b_now", type_=Float)
+_IDS = bindparam("b_ids", expanding=True)
 
 
 def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> None:
     """Queue a delivery of `job_id` that comes due at `available_at`."""
     conn.execute(
-        insert(outbox).values(job_id=job_id, created_at=now, available_at=available_at, publish_attempts=0)
+        _INSERT, {"job_id": job_id, "created_at": now, "available_at": available_at, "publish_attempts": 0}
     )
 
 
 def drop_pending(conn: Connection, job_id: str) -> None:
     """Forget unpublished deliveries of a job that no longer needs one (claimed directly, or cancelled)."""
-    conn.execute(delete(outbox).where(outbox.c.job_id == job_id, outbox.c.published_at.is_(None)))
+    conn.execute(_DROP_PENDING, {"b_job": job_id})
 
 
 @dataclass(frozen=True)
@@ -32,43 +38,51 @@ class Lease:
     rows: tuple[tuple[int, str], ...]  # (outbox id, job id)
 
 
+_DUE = and_(
+    outbox.c.published_at.is_(None),
+    outbox.c.available_at <= _NOW,
+    or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW),
+)
+_CANDIDATES = select(outbox.c.id).where(_DUE).order_by(outbox.c.id).limit(bindparam("b_limit"))
+_CANDIDATES_SKIP_LOCKED = _CANDIDATES.with_for_update(skip_locked=True)
+_LEASE = (
+    update(outbox)
+    .where(outbox.c.id.in_(_IDS), _DUE)
+    .values(
+        lease_token=bindparam("b_token"),
+        lease_expires_at=bindparam("b_lease_until", type_=Float),
+        publish_attempts=outbox.c.publish_attempts + 1,
+    )
+    .returning(outbox.c.id, outbox.c.job_id)
+)
+
+
 def lease_batch(conn: Connection, *, now: float, limit: int, lease_seconds: float) -> Lease:
     """Lease up to `limit` due, unpublished rows that no live lease holds, oldest first."""
-    due = and_(
-        outbox.c.published_at.is_(None),
-        outbox.c.available_at <= now,
-        or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= now),
-    )
-    candidates = select(outbox.c.id).where(due).order_by(outbox.c.id).limit(limit)
-    if conn.dialect.name == "postgresql":
-        candidates = candidates.with_for_update(skip_locked=True)
-    ids = list(conn.execute(candidates).scalars())
+    candidates = _CANDIDATES_SKIP_LOCKED if conn.dialect.name == "postgresql" else _CANDIDATES
+    ids = list(conn.execute(candidates, {"b_now": now, "b_limit": limit}).scalars())
     token = str(uuid.uuid4())
     if not ids:
         return Lease(token, ())
-    rows = conn.execute(
-        update(outbox)
-        .where(outbox.c.id.in_(ids), due)
-        .values(
-            lease_token=token,
-            lease_expires_at=now + lease_seconds,
-            publish_attempts=outbox.c.publish_attempts + 1,
-        )
-        .returning(outbox.c.id, outbox.c.job_id)
-    ).all()
+    params = {"b_ids": ids, "b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}
+    rows = conn.execute(_LEASE, params).all()
     return Lease(token, tuple(sorted((int(r[0]), str(r[1])) for r in rows)))
+
+
+_MARK = (
+    update(outbox)
+    .where(
+        outbox.c.id.in_(_IDS), outbox.c.lease_token == bindparam("b_token"), outbox.c.published_at.is_(None)
+    )
+    .values(published_at=_NOW, lease_token=None, lease_expires_at=None)
+)
 
 
 def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float) -> int:
     """Mark confirmed rows published; only rows still leased under `token` change. Returns how many did."""
     if not ids:
         return 0
-    result = conn.execute(
-        update(outbox)
-        .where(outbox.c.id.in_(list(ids)), outbox.c.lease_token == token, outbox.c.published_at.is_(None))
-        .values(published_at=now, lease_token=None, lease_expires_at=None)
-    )
-    return int(result.rowcount)
+    return int(conn.execute(_MARK, {"b_ids": list(ids), "b_token": token, "b_now": now}).rowcount)
 
 
 def release(conn: Connection, token: str, ids: Sequence[int], *, retry_at: float) -> int:
