@@ -132,7 +132,10 @@ def demo(
     raise typer.Exit(run(_settings(), broker=broker.value, keep_running=keep_running))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
 def bench(ctx: typer.Context) -> None:
     """Benchmark the broker path against the SQLite-only baseline (see `outbox-bridge bench --help`)."""
     from bench.runner import main
