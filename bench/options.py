@@ -19,6 +19,7 @@ class Options:
     consumers: int
     concurrency: int | None
     rate: float
+    light_rate: float
     duration: float
     idle_seconds: float
     batch: int
@@ -65,6 +66,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--consumers", type=_positive(int), default=2, help="consumer or worker processes")
     p.add_argument("--concurrency", type=_positive(int), help="threads per consumer/worker (their default)")
     p.add_argument("--rate", type=_positive(float), default=200.0, help="offered load, jobs/s (default 200)")
+    p.add_argument("--light-rate", type=float, default=20.0, help="a second, light load (0: skip it)")
     p.add_argument("--duration", type=_positive(float), default=10.0, help="latency phase seconds")
     p.add_argument("--idle-seconds", type=_positive(float), default=10.0, help="idle-cost window")
     p.add_argument("--batch", type=_positive(int), default=100, help="accepts per transaction (store path)")
@@ -93,6 +95,7 @@ def parse(argv: list[str]) -> Options:
         consumers=a.consumers,
         concurrency=a.concurrency,
         rate=a.rate,
+        light_rate=max(0.0, a.light_rate),
         duration=a.duration,
         idle_seconds=a.idle_seconds,
         batch=a.batch,

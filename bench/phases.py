@@ -115,16 +115,25 @@ def burst_http(run: Run) -> dict[str, Any]:
 def latency(run: Run) -> dict[str, Any]:
     """Open loop at `rate` jobs/s for `duration` seconds, one job per store transaction: accept-to-start
     and accept-to-succeeded percentiles, and the CDFs for the plots."""
+    return _open_loop_latency(run, "latency", run.options.rate)
+
+
+def latency_light(run: Run) -> dict[str, Any]:
+    """The same at `light_rate`, a load far below capacity: the pick-up delay without queueing."""
+    return _open_loop_latency(run, "latency-light", run.options.light_rate)
+
+
+def _open_loop_latency(run: Run, phase: str, rate: float) -> dict[str, Any]:
     o = run.options
-    tenant, tally = run.tenant("latency"), Tally()
+    tenant, tally = run.tenant(phase), Tally()
     before = run.snapshot()
-    schedule = open_loop(lambda: run.store.submit(tenant, 1, tally), o.rate, o.duration, run.stop)
+    schedule = open_loop(lambda: run.store.submit(tenant, 1, tally), rate, o.duration, run.stop)
     finished = run.wait(tenant, tally.accepted)
     spent = costs.delta(before, run.snapshot())
     timings = run.watch.timings(tenant)
     return {
         "path": "store",
-        "offered_rate": o.rate,
+        "offered_rate": rate,
         "seconds": o.duration,
         "due": schedule.due,
         "max_schedule_lag_ms": round(schedule.max_lag_seconds * 1000, 2),

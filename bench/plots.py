@@ -22,15 +22,16 @@ def draw(results: Result, out: Path, suffix: str) -> list[Path]:
     """Write every plot the figures allow; returns the files written."""
     runs = results["runs"]
     drawn = [
-        _latency_cdf(runs, out / f"latency-cdf{suffix}.png"),
+        _latency_cdf(runs, "latency", out / f"latency-cdf{suffix}.png"),
+        _latency_cdf(runs, "latency_light", out / f"latency-cdf-light{suffix}.png"),
         _throughput(runs, out / f"throughput{suffix}.png"),
     ]
     drawn += [_outage(run, out / f"outage{suffix}.png") for run in runs if figure(run, "outage", "timeline")]
     return [p for p in drawn if p is not None]
 
 
-def _latency_cdf(runs: list[Result], path: Path) -> Path | None:
-    curves = [(label(r), figure(r, "latency", "cdf_ms")) for r in runs]
+def _latency_cdf(runs: list[Result], phase: str, path: Path) -> Path | None:
+    curves = [(label(r), figure(r, phase, "cdf_ms")) for r in runs]
     curves = [(name, cdf) for name, cdf in curves if cdf]
     if not curves:
         return None
@@ -50,7 +51,7 @@ def _latency_cdf(runs: list[Result], path: Path) -> Path | None:
         ax.grid(True, which="both", alpha=0.3)
     axes[0].set_ylabel("fraction of jobs")
     axes[0].legend(loc="lower right")
-    rate = next((figure(r, "latency", "offered_rate") for r in runs if figure(r, "latency")), None)
+    rate = next((figure(r, phase, "offered_rate") for r in runs if figure(r, phase)), None)
     fig.suptitle(f"latency at {rate:g} jobs/s offered (open loop, noop jobs)" if rate else "latency")
     return _save(fig, path)
 

@@ -66,6 +66,11 @@ def _percentiles(run: Result, phase: str, which: str) -> str:
     return " / ".join(_num(p.get(k), 2) for k in ("p50", "p95", "p99")) if p else "-"
 
 
+def _offered(run: Result, phase: str) -> str:
+    offered, achieved = figure(run, phase, "offered_rate"), figure(run, phase, "achieved", "jobs_per_second")
+    return "-" if offered is None else f"{_num(offered)} / {_num(achieved)}"
+
+
 def _per_process(run: Result, *path: str, key: str | None = None, digits: int = 2) -> str:
     values = figure(run, *path) or {}
     shown = {name: (v.get(key) if key else v) for name, v in values.items()}
@@ -99,8 +104,18 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     ("store burst: accepts/s", lambda r: _num(figure(r, "burst_store", "accepts_per_second"))),
     ("HTTP burst: jobs/s accepted-to-succeeded", lambda r: _num(figure(r, "burst_http", "jobs_per_second"))),
     ("HTTP burst: accepts/s (202s)", lambda r: _num(figure(r, "burst_http", "accepts_per_second"))),
+    ("fixed load: offered / achieved jobs/s", lambda r: _offered(r, "latency")),
     ("accept-to-start p50/p95/p99 ms", lambda r: _percentiles(r, "latency", "accept_to_start_ms")),
     ("accept-to-succeeded p50/p95/p99 ms", lambda r: _percentiles(r, "latency", "accept_to_succeeded_ms")),
+    ("light load: offered / achieved jobs/s", lambda r: _offered(r, "latency_light")),
+    (
+        "light load: accept-to-start p50/p95/p99 ms",
+        lambda r: _percentiles(r, "latency_light", "accept_to_start_ms"),
+    ),
+    (
+        "light load: accept-to-succeeded p50/p95/p99 ms",
+        lambda r: _percentiles(r, "latency_light", "accept_to_succeeded_ms"),
+    ),
     (
         "write transactions/job (store burst)",
         lambda r: _num(figure(r, "burst_store", "cost", "write_transactions_per_job"), 2),

@@ -85,6 +85,8 @@ def phase_list(options: Options, mode: str, full: bool) -> list[tuple[str, Phase
         ("burst_http", phases.burst_http),
         ("latency", phases.latency),
     ]
+    if options.light_rate:
+        chosen.append(("latency_light", phases.latency_light))
     if options.fsync_jobs and strace_available() and options.database_url is None:
         chosen.append(("fsync", phases.fsyncs))
     return chosen

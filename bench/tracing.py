@@ -119,7 +119,7 @@ def profiled(pids: Mapping[str, int], workdir: Path, rate: int = 100) -> Iterato
 
 
 def profile_summary(path: Path, top: int = 12) -> dict[str, object]:
-    """From collapsed stacks: the share of on-CPU samples whose innermost frame is each function (self),
+    """From collapsed stacks: the share of samples whose innermost frame is each function line (self),
     and the share that passed through each of the project's own functions (inclusive), largest first."""
     own: Counter[str] = Counter()
     through: Counter[str] = Counter()
@@ -133,9 +133,10 @@ def profile_summary(path: Path, top: int = 12) -> dict[str, object]:
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = [_function(f) for f in stack.split(";")]
+        raw = stack.split(";")
+        frames = [_function(f) for f in raw]
         total += count
-        own[frames[-1]] += count
+        own[_function(raw[-1], line=True)] += count
         for frame in set(frames):
             if _ours(frame):
                 through[frame] += count
@@ -153,10 +154,15 @@ def _ours(frame: str) -> bool:
     return where.split("/")[0] in PACKAGES and where not in ENTRY_POINTS
 
 
-def _function(frame: str) -> str:
-    """`name (path/to/module.py:123)` -> `name (module.py)`: lines merged, paths shortened."""
+def _function(frame: str, *, line: bool = False) -> str:
+    """`name (path/to/module.py:123)` -> `name (to/module.py)`, paths shortened, lines merged unless
+    `line` (the innermost frame keeps its line: it says where a function waits or spends)."""
     name, _, where = frame.partition(" (")
-    file = where.rstrip(")").rsplit(":", 1)[0]
+    file, _, number = where.rstrip(")").rpartition(":")
+    if not file:
+        file, number = number, ""
     parts = Path(file).parts
     short = "/".join(parts[-2:]) if len(parts) >= 2 else file
+    if line and number:
+        short = f"{short}:{number}"
     return f"{name} ({short})" if file else name

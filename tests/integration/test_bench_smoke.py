@@ -18,7 +18,8 @@ from bench.tracing import strace_available
 from tests.support.procs import BIN
 
 SMALL = [
-    "--jobs", "200", "--consumers", "2", "--rate", "50", "--duration", "2", "--idle-seconds", "1",
+    "--jobs", "200", "--consumers", "2", "--rate", "50", "--light-rate", "10", "--duration", "2",
+    "--idle-seconds", "1",
     "--fsync-jobs", "50", "--outage-seconds", "1", "--synchronous", "FULL", "--profile", "never",
 ]  # fmt: skip
 PROCESSES = {
@@ -88,7 +89,7 @@ def _assert_run(run: dict[str, Any]) -> None:
     assert "error" not in run
     assert run["calibration"]["commits_per_second"] > 0
     phases = run["phases"]
-    expected = {"warmup", "idle", "burst_store", "burst_http", "latency"}
+    expected = {"warmup", "idle", "burst_store", "burst_http", "latency", "latency_light"}
     expected |= {"fsync"} if strace_available() else set()
     expected |= {"outage"} if run["mode"] == "broker" else set()
     assert set(phases) == expected
@@ -101,6 +102,7 @@ def _assert_run(run: dict[str, Any]) -> None:
     assert latency["due"] == 100 and latency["submitted"]["statuses"] == {"accepted": 100}
     assert len(latency["cdf_ms"]["accept_to_start"]) > 100
     assert latency["accept_to_succeeded_ms"]["p50"] >= latency["accept_to_start_ms"]["p50"]
+    assert phases["latency_light"]["due"] == 20 and phases["latency_light"]["offered_rate"] == 10
     if "fsync" in phases:
         assert phases["fsync"]["fsyncs_per_job"] > 0  # synchronous=FULL syncs every commit
 
@@ -126,7 +128,7 @@ def test_bench_of_both_modes_writes_every_figure_and_stops_by_itself(
     assert outage["drain_seconds"] is not None and outage["proxy"]["cut"] > 0
     assert {t["target"] for t in results["targets"]} and all("met" in t for t in results["targets"])
     assert results["ratios"]["broker/sqlite store throughput at FULL"] > 0
-    for png in ("latency-cdf.png", "throughput.png", "outage.png"):
+    for png in ("latency-cdf.png", "latency-cdf-light.png", "throughput.png", "outage.png"):
         assert (tmp_path / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "store burst" in (tmp_path / "out" / "table.md").read_text()
     _assert_nothing_left(runs)
