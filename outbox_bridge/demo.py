@@ -10,6 +10,7 @@ import re
 import shutil
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,9 +21,12 @@ from rich.live import Live
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from sqlalchemy import Connection
+from sqlalchemy.engine import make_url
 
 from api.auth import issue_token
 from jobstore import db, queries
+from jobstore import jobs as store
 from jobstore.records import Job
 from jobstore.settings import Settings
 from jobstore.states import TERMINAL, State
@@ -46,11 +50,15 @@ def run(settings: Settings, *, broker: str, keep_running: bool) -> int:
         _start(stack, broker, port)
         demo = Demo(settings, stack, f"http://127.0.0.1:{port}", broker)
         demo.drive()
-        jobs = db.read(engine, queries.list_jobs, tenant=None, limit=1000).items
+        jobs = [job for job in db.read(engine, _jobs_of, demo.ids.values()) if job is not None]
         _summary(jobs, demo, port, broker)
         if keep_running:
             _keep_running(port)
     return 0 if all(j.state in TERMINAL for j in jobs) else 1
+
+
+def _jobs_of(conn: Connection, ids: Iterable[str]) -> list[Job | None]:
+    return [store.get_job(conn, job_id) for job_id in ids]
 
 
 def _no_broker_message(url: str) -> str:
@@ -65,9 +73,11 @@ def _no_broker_message(url: str) -> str:
 def _demo_settings(settings: Settings) -> Settings:
     """The demo's own store, results and short timings, so a killed consumer's jobs come back quickly."""
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
+    # A SQLite store gets a fresh file of its own; a database server (DATABASE_URL) is used as given.
+    store = f"sqlite:///{DEMO_DIR / 'jobs.db'}" if settings.is_sqlite else settings.database_url
     return settings.model_copy(
         update={
-            "database_url": f"sqlite:///{DEMO_DIR / 'jobs.db'}",
+            "database_url": store,
             "results_dir": DEMO_DIR / "results",
             "notify_log": DEMO_DIR / "notify-provider.jsonl",
             "lease_seconds": 4.0,
@@ -286,16 +296,20 @@ def _summary(jobs: list[Job], demo: Demo, port: int, broker: str) -> None:
         Panel(
             f"dashboard: http://127.0.0.1:{port}/ui (log in with an operator token:\n"
             f"  outbox-bridge token --tenant {TENANT} --user you --operator)\n"
-            f"store:     {demo.settings.database_url}\n"
+            f"store:     {_redacted(demo.settings.database_url)}\n"
             f"logs:      {DEMO_DIR / 'logs'}\n"
             "commands:  outbox-bridge status | outbox-bridge jobs list --state unknown | "
             "outbox-bridge jobs show <id>\n"
-            f"           (with DATABASE_URL={demo.settings.database_url})\n"
+            f"           (with DATABASE_URL={_redacted(demo.settings.database_url)})\n"
             f"token used by this demo (operator): {operator[:24]}...",
             title="where to look next",
         )
     )
     demo.http.close()
+
+
+def _redacted(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def _state_summary(jobs: list[Job]) -> Table:

@@ -6,6 +6,7 @@ import os
 import socket
 import uuid
 from collections.abc import Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -21,11 +22,17 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 RABBITMQ_IMAGE = "rabbitmq:3.13-management"
 
 
+# The store of the running integration or end-to-end test, set by the autouse `_store_of_this_test` fixture
+# (tests/integration/conftest.py, tests/e2e/conftest.py) from the parametrized `database_url`.
+_current_store: ContextVar[str | None] = ContextVar("current_store", default=None)
+
+
 def make_settings(tmp: Path, **overrides: object) -> Settings:
-    """Settings for one test: its own SQLite file, results directory and broker names."""
+    """Settings for one test: its own store (the test's parametrized database, else a SQLite file under
+    `tmp`), results directory and broker names."""
     suffix = uuid.uuid4().hex[:8]
     values: dict[str, object] = {
-        "database_url": f"sqlite:///{tmp / 'jobs.db'}",
+        "database_url": _current_store.get() or f"sqlite:///{tmp / 'jobs.db'}",
         "results_dir": tmp / "results",
         "notify_log": tmp / "notify-provider.jsonl",
         "execution_log": tmp / "executions.jsonl",
@@ -72,7 +79,23 @@ def postgres_database() -> Iterator[str]:
     admin.dispose()
 
 
-@pytest.fixture(params=DATABASES)
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "databases(*names): run this test only on these stores (sqlite, postgresql)"
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run every test that uses a store once per database in TEST_DATABASES, or on the databases its
+    `databases` marker names (a test of SQLite-only behaviour says `databases("sqlite")`)."""
+    if "database_url" not in metafunc.fixturenames:
+        return
+    marker = metafunc.definition.get_closest_marker("databases")
+    names = list(marker.args) if marker else DATABASES
+    metafunc.parametrize("database_url", names, indirect=True)
+
+
+@pytest.fixture
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The store for one test: a SQLite file of its own, or a PostgreSQL schema of its own."""
     if request.param == "sqlite":
@@ -86,6 +109,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     setup.dispose()
     return f"{base}?options=-csearch_path%3D{schema}"
+
+
+@pytest.fixture
+def store_of_this_test(database_url: str) -> Iterator[str]:
+    """Make `make_settings` use this test's parametrized database."""
+    token = _current_store.set(database_url)
+    yield database_url
+    _current_store.reset(token)
 
 
 @pytest.fixture

@@ -12,6 +12,9 @@ import pytest
 from tests.conftest import make_settings
 from tests.support.procs import BIN, free_port
 
+# What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
+pytestmark = pytest.mark.databases("sqlite")
+
 
 def _run_demo(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "OUTBOX_BRIDGE_FAULTS"}}

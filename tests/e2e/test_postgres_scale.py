@@ -28,7 +28,7 @@ from tests.conftest import make_settings
 from tests.support.invariants import check_invariants
 from tests.support.procs import Proc, start, wait_for
 
-pytestmark = [pytest.mark.broker, pytest.mark.slow]
+pytestmark = [pytest.mark.databases("postgresql"), pytest.mark.broker, pytest.mark.slow]
 
 JOBS = 5_000
 PER_TRANSACTION = 1_000

@@ -224,6 +224,7 @@ def _store_unavailable(response: Any) -> None:
     assert int(response.headers["retry-after"]) >= 1
 
 
+@pytest.mark.databases("sqlite")
 def test_a_store_locked_past_its_timeout_is_503_with_retry_after_and_nothing_written(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=0.3)
     engine = db.make_engine(settings)
@@ -241,6 +242,7 @@ def test_a_store_locked_past_its_timeout_is_503_with_retry_after_and_nothing_wri
     engine.dispose()
 
 
+@pytest.mark.databases("sqlite")
 def test_a_store_in_a_missing_directory_is_503_and_the_process_stays_up(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, database_url=f"sqlite:///{tmp_path / 'gone' / 'jobs.db'}")
     with TestClient(create_app(settings)) as client:
@@ -251,6 +253,7 @@ def test_a_store_in_a_missing_directory_is_503_and_the_process_stays_up(tmp_path
     assert not (tmp_path / "gone").exists()
 
 
+@pytest.mark.databases("sqlite")
 def test_a_read_only_store_is_503_and_nothing_written(tmp_path: Path) -> None:
     writable = make_settings(tmp_path)
     engine = db.make_engine(writable)
@@ -264,6 +267,7 @@ def test_a_read_only_store_is_503_and_nothing_written(tmp_path: Path) -> None:
     engine.dispose()
 
 
+@pytest.mark.databases("sqlite")
 def test_a_full_disk_is_503_and_nothing_written(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     engine = db.make_engine(settings)

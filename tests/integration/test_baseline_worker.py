@@ -176,6 +176,7 @@ def test_a_killed_holder_frees_its_turn(tmp_path: Path) -> None:
         other.stdout.close()
 
 
+@pytest.mark.databases("sqlite")
 def test_workers_outlast_a_store_locked_past_its_timeout(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -22,6 +22,9 @@ from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support import procs
 
+# What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
+pytestmark = pytest.mark.databases("sqlite")
+
 FIRST_RELEASE = "0001"
 T0 = 1_700_000_000.0
 COMMAND_TIMEOUT = 60

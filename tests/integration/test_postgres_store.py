@@ -27,6 +27,9 @@ from jobstore.states import TERMINAL, State
 from tests.conftest import make_settings
 from tests.support.invariants import check_invariants
 
+# PostgreSQL's own behaviour: once, on PostgreSQL, whatever TEST_DATABASES says.
+pytestmark = pytest.mark.databases("postgresql")
+
 T = TypeVar("T")
 THREADS = 8
 LEASE = 60.0

@@ -30,6 +30,9 @@ WAIT = 30.0  # bound on every wait for the other process
 # Another program (an operator's sqlite3 shell, say) that takes the write lock and keeps it until told.
 LOCK_HOLDER = """
 import sqlite3, sys
+
+# What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
+pytestmark = pytest.mark.databases("sqlite")
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
 conn.execute("BEGIN IMMEDIATE")
 print("locked", flush=True)
