@@ -7,6 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.proxy import STYLES
+
 MODES = {"broker": ("broker",), "sqlite": ("sqlite",), "both": ("broker", "sqlite")}
 SYNCHRONOUS = ("FULL", "NORMAL")
 PROFILE = ("auto", "always", "never")
@@ -26,6 +28,7 @@ class Options:
     http_threads: int
     fsync_jobs: int
     outage_seconds: float
+    outage_style: str
     synchronous: tuple[str, ...]
     out: Path
     database_url: str | None
@@ -74,6 +77,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fsync-jobs", type=int, default=1000, help="jobs in the strace run (0: skip it)")
     p.add_argument("--outage-seconds", type=float, default=4.0, help="broker outage (0: skip it)")
     p.add_argument(
+        "--outage-style",
+        choices=STYLES,
+        default="refuse",
+        help="refuse: the broker port stops listening; reset: connections are accepted and reset at once",
+    )
+    p.add_argument(
         "--synchronous",
         type=_synchronous,
         default=SYNCHRONOUS,
@@ -102,6 +111,7 @@ def parse(argv: list[str]) -> Options:
         http_threads=a.http_threads,
         fsync_jobs=max(0, a.fsync_jobs),
         outage_seconds=max(0.0, a.outage_seconds),
+        outage_style=a.outage_style,
         synchronous=a.synchronous,
         out=a.out,
         database_url=a.database_url,

@@ -1,7 +1,8 @@
 """Broker mode: the broker goes away for a few seconds in the middle of a run at the offered load.
 
 The relay and the consumers are restarted to reach the broker through `BrokerProxy`, which then resets
-every connection and refuses new ones for `outage_seconds`. Jobs keep being submitted through the HTTP
+every connection and refuses new ones for `outage_seconds` (`--outage-style`: the port stops listening,
+or connections are accepted and reset at once). Jobs keep being submitted through the HTTP
 API all along; the figures say how many were accepted during the outage and how long after the broker
 came back every job accepted before that had succeeded (the time to drain)."""
 
@@ -76,7 +77,8 @@ def outage(run: Run, proxy: BrokerProxy) -> dict[str, Any]:
             at=[(margin, cut), (margin + o.outage_seconds, restore)],
         )
         finished = run.wait(tenant, tally.accepted, timeout=120.0 + tally.accepted / 20)
-    return _figures(run, tenant, tally, marks, timeline) | {"finished": finished, "proxy": vars(proxy.counts)}
+    proxy_figures = vars(proxy.counts) | {"style": proxy.style}
+    return _figures(run, tenant, tally, marks, timeline) | {"finished": finished, "proxy": proxy_figures}
 
 
 def _max_ms(seconds: np.ndarray) -> float | None:

@@ -1,8 +1,9 @@
 """A TCP relay between the benchmarked processes and the broker that can cut the line for a while.
 
 The broker is shared, so the benchmark never stops it; it stages an outage here instead. During an outage
-every open connection is reset and every new one is accepted and reset at once, as a dead broker looks
-to a client; afterwards connections go through again."""
+every open connection is reset, and new ones are refused (the port stops listening, as a stopped broker's
+does) or, in the "reset" style, accepted and reset at once (as behind a load balancer whose broker is
+gone); afterwards connections go through again."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import threading
 from dataclasses import dataclass, field
 
 CHUNK = 65536
+STYLES = ("refuse", "reset")
 
 
 def _close(sock: socket.socket, *, reset: bool = False) -> None:
@@ -37,11 +39,13 @@ class BrokerProxy:
     """Forwards 127.0.0.1:<port> to `target`. Use as a context manager: it closes every socket it opened."""
 
     target: tuple[str, int]
+    style: str = "refuse"
     counts: ProxyCounts = field(default_factory=ProxyCounts)
 
     def __post_init__(self) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self._listener.settimeout(0.2)
+        if self.style not in STYLES:
+            raise ValueError(f"style is one of {STYLES}, not {self.style!r}")
+        self._listener: socket.socket | None = self._listen(0)
         self.port = int(self._listener.getsockname()[1])
         self._down = threading.Event()
         self._closed = threading.Event()
@@ -58,13 +62,22 @@ class BrokerProxy:
         netloc = f"{userinfo}@127.0.0.1:{self.port}" if userinfo else f"127.0.0.1:{self.port}"
         return urlunsplit(parts._replace(netloc=netloc))
 
+    @staticmethod
+    def _listen(port: int) -> socket.socket:
+        listener = socket.create_server(("127.0.0.1", port))
+        listener.settimeout(0.2)
+        return listener
+
     def start(self) -> BrokerProxy:
-        self._spawn(self._accept_loop)
+        assert self._listener is not None
+        self._spawn(self._accept_loop, self._listener)
         return self
 
     def cut(self) -> None:
         """Begin an outage: reset every open connection and refuse new ones until `restore`."""
         self._down.set()
+        if self.style == "refuse":
+            self._stop_listening()
         with self._lock:
             doomed, self._open = self._open, set()
         self.counts.cut += len(doomed)
@@ -72,13 +85,21 @@ class BrokerProxy:
             _close(sock, reset=True)
 
     def restore(self) -> None:
-        """End the outage: new connections go through to the broker again."""
+        """End the outage: new connections go through to the broker again (on the same port)."""
+        if self._listener is None and not self._closed.is_set():
+            self._listener = self._listen(self.port)
+            self._spawn(self._accept_loop, self._listener)
         self._down.clear()
+
+    def _stop_listening(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            _close(listener)  # shutdown wakes the accept loop, which then ends
 
     def close(self) -> None:
         self._closed.set()
         self.cut()
-        self._listener.close()
+        self._stop_listening()
         for thread in self._threads:
             thread.join(timeout=2)
 
@@ -93,10 +114,10 @@ class BrokerProxy:
         thread.start()
         self._threads = [t for t in self._threads if t.is_alive()] + [thread]
 
-    def _accept_loop(self) -> None:
+    def _accept_loop(self, listener: socket.socket) -> None:
         while not self._closed.is_set():
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except TimeoutError:
                 continue
             except OSError:

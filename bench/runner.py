@@ -118,7 +118,8 @@ def run_deployment(
             cleanup.callback(shutil.rmtree, workdir, ignore_errors=True)
         else:
             console.print(f"{label}: logs and traces kept in {workdir}")
-        proxy = _proxy(settings, cleanup) if mode == BROKER and full and options.outage_seconds else None
+        wants_outage = mode == BROKER and full and options.outage_seconds
+        proxy = _proxy(settings, options.outage_style, cleanup) if wants_outage else None
         deployment = cleanup.enter_context(
             Deployment(mode, settings, workdir, processes=options.consumers, concurrency=options.concurrency)
         )
@@ -144,9 +145,10 @@ def _started(deployment: Deployment, label: str) -> None:
     )
 
 
-def _proxy(settings: Settings, cleanup: contextlib.ExitStack) -> BrokerProxy:
+def _proxy(settings: Settings, style: str, cleanup: contextlib.ExitStack) -> BrokerProxy:
     parts = urlsplit(settings.rabbitmq_url)
-    return cleanup.enter_context(BrokerProxy((parts.hostname or "localhost", parts.port or 5672)))
+    target = (parts.hostname or "localhost", parts.port or 5672)
+    return cleanup.enter_context(BrokerProxy(target, style=style))
 
 
 def _run_context(

@@ -78,6 +78,26 @@ def test_cut_resets_open_connections_and_refuses_new_ones_until_restored(
         proxy.cut()
         assert _hung_up(held)
         held.close()
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", proxy.port), timeout=2)
+        assert proxy.counts.cut == 2  # both ends of the held connection
+
+        proxy.restore()
+        assert _round_trip(proxy.port, b"back") == b"back"
+        proxy.cut()
+        proxy.restore()
+        assert _round_trip(proxy.port, b"again") == b"again"
+
+
+def test_reset_style_accepts_and_resets_during_the_outage(echo_server: tuple[str, int]) -> None:
+    with BrokerProxy(echo_server, style="reset") as proxy:
+        held = socket.create_connection(("127.0.0.1", proxy.port), timeout=2)
+        held.sendall(b"ping")
+        assert held.recv(4) == b"ping"
+
+        proxy.cut()
+        assert _hung_up(held)
+        held.close()
         assert _round_trip(proxy.port, b"during the outage") == b""
         assert proxy.counts.cut == 2  # both ends of the held connection
         assert proxy.counts.refused >= 1
