@@ -16,7 +16,6 @@ from sqlalchemy import Connection, Engine
 
 from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
-from baseline.turns import WriteTurn
 from handlers.runner import (
     AttemptOutcome,
     Held,
@@ -62,10 +61,10 @@ class Tally:
 class ClaimPool:
     """`concurrency` threads that claim and run jobs until `stopping` is set.
 
-    A thread commits a job's outcome and claims its next job in one transaction, and takes a write turn
-    (see `baseline.turns`) before each write transaction. It checks `stopping` before each claim and again
-    after it: a claim that lands after the stop is given back at once instead of being run. A busy or
-    unreachable store pauses a thread; it never ends it."""
+    A thread commits a job's outcome and claims its next job in one transaction (each write transaction
+    waits for its write turn in `db.transact`, see `jobstore.turns`). It checks `stopping` before each
+    claim and again after it: a claim that lands after the stop is given back at once instead of being run.
+    A busy or unreachable store pauses a thread; it never ends it."""
 
     def __init__(
         self,
@@ -75,7 +74,6 @@ class ClaimPool:
         *,
         concurrency: int,
         stopping: threading.Event,
-        write_turn: WriteTurn,
     ) -> None:
         self._engine = engine
         self._settings = settings
@@ -84,7 +82,6 @@ class ClaimPool:
         self.tally = Tally()
         self._released: set[str] = set()
         self._lock = threading.Lock()
-        self._write_turn = write_turn
         self._threads = [
             threading.Thread(target=self._loop, args=(name,), name=f"claim-{n}", daemon=True)
             for n, name in enumerate(worker_names(concurrency))
@@ -151,8 +148,7 @@ class ClaimPool:
                 claim = self._unless_stopping(claim)
 
     def _claim(self, worker: str) -> Claim | None:
-        with self._write_turn.taken():
-            return db.transact(self._engine, claim_next, worker, self._settings.lease_seconds)
+        return db.transact(self._engine, claim_next, worker, self._settings.lease_seconds)
 
     def _unless_stopping(self, claim: Claim) -> Claim | None:
         """The claim, or None after giving it back when the stop came while it was being taken."""
@@ -195,16 +191,15 @@ class ClaimPool:
         while True:
             next_worker = None if self._stopping.is_set() else worker
             try:
-                with self._write_turn.taken():
-                    return db.transact(
-                        self._engine,
-                        commit_and_claim_next,
-                        claim,
-                        outcome,
-                        backoff,
-                        next_worker=next_worker,
-                        lease_seconds=self._settings.lease_seconds,
-                    )
+                return db.transact(
+                    self._engine,
+                    commit_and_claim_next,
+                    claim,
+                    outcome,
+                    backoff,
+                    next_worker=next_worker,
+                    lease_seconds=self._settings.lease_seconds,
+                )
             except db.StoreUnavailable as exc:
                 if held.lost or time.monotonic() >= give_up_at:
                     raise

@@ -14,7 +14,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from types import FrameType
 
 from sqlalchemy import Connection, Engine, select
@@ -23,7 +22,6 @@ from sqlalchemy.engine import make_url
 from baseline.handback import Handback
 from baseline.pool import ClaimPool
 from baseline.sweeping import SweepLoop
-from baseline.turns import WriteTurn
 from handlers.runner import LeaseKeeper
 from jobstore import db
 from jobstore.schema import jobs
@@ -75,14 +73,12 @@ class BaselineProcess:
         self.settings = settings
         self.stopping = threading.Event()
         self.keeper = LeaseKeeper(engine, settings)
-        self.write_turn = WriteTurn(turn_path(settings), timeout=settings.store_lock_timeout_seconds)
         self.pool = ClaimPool(
             engine,
             settings,
             self.keeper,
             concurrency=concurrency,
             stopping=self.stopping,
-            write_turn=self.write_turn,
         )
         self.sweeper = SweepLoop(engine, settings, self.stopping)
 
@@ -105,7 +101,6 @@ class BaselineProcess:
         left = [held for held in self.keeper.held() if not held.lost]
         self.keeper.stop()
         self.sweeper.join(timeout=1.0)
-        self.write_turn.close()
         for held in left:
             log.error(
                 "job %s epoch %d left running: its lease will expire", held.claim.job_id, held.claim.epoch
@@ -151,12 +146,6 @@ def run(settings: Settings, *, concurrency: int) -> int:
     finally:
         signals.restore()
         engine.dispose()
-
-
-def turn_path(settings: Settings) -> Path | None:
-    """The file baseline workers take write turns on: beside a SQLite database, none for another store."""
-    database = db.sqlite_path(settings)
-    return None if database is None else database.with_name(f"{database.name}-baseline-turn")
 
 
 def summary(settings: Settings, concurrency: int) -> str:

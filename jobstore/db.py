@@ -2,9 +2,12 @@
 
 SQLite: WAL, `synchronous=FULL` by default, foreign keys on, and a real `BEGIN IMMEDIATE` for every write
 transaction (the pysqlite driver's own BEGIN handling is switched off, per SQLAlchemy's documented recipe).
-SQLite's busy handler sleeps 1, 2, 5, 10 ms and more between tries, so it is disabled (`busy_timeout=0`) and
-`transact` retries lock errors itself with short, jittered, bounded waits. PostgreSQL: READ COMMITTED, with
-serialization failures and deadlocks retried the same bounded way.
+Writers queue for a write turn first (`jobstore.turns`: one per process, and a file lock beside the database
+shared by every process on the host), so the writer that begins normally finds the lock free and the others
+sleep in the kernel until it is their turn. SQLite's busy handler sleeps 1, 2, 5, 10 ms and more between
+tries, so it is disabled (`busy_timeout=0`) and `transact` retries the lock errors that remain (a program
+that takes no turns holds the lock) itself, with short, jittered, bounded waits. PostgreSQL: READ
+COMMITTED, with serialization failures and deadlocks retried the same bounded way.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +26,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from jobstore.settings import Settings
+from jobstore.turns import WriteTurn, shared_turn
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -103,6 +108,9 @@ def make_engine(settings: Settings, **kwargs: Any) -> Engine:
     if url.get_backend_name() == "sqlite":
         engine = create_engine(url, execution_options=options, **kwargs)
         _install_sqlite_hooks(engine, settings.sqlite_synchronous)
+        database = sqlite_path(settings)
+        if database is not None:
+            _turns[engine] = shared_turn(turn_path(database))
     else:
         engine = create_engine(
             url, pool_pre_ping=True, isolation_level="READ COMMITTED", execution_options=options, **kwargs
@@ -131,6 +139,15 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
     def _on_begin(conn: Connection) -> None:
         mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
         conn.exec_driver_sql(f"BEGIN {mode}")
+
+
+# The write turn of each SQLite file engine (none for PostgreSQL or an in-memory database).
+_turns: weakref.WeakKeyDictionary[Engine, WriteTurn] = weakref.WeakKeyDictionary()
+
+
+def turn_path(database: Path) -> Path:
+    """The file writers on one host take write turns on, beside the database."""
+    return database.with_name(f"{database.name}-write-turn")
 
 
 def sqlite_path(settings: Settings) -> Path | None:
@@ -168,8 +185,9 @@ def transact(
 ) -> T:
     """Run `fn(conn, ...)` in one write transaction and commit it.
 
-    Lock contention, serialization failures and `Retry` roll the transaction back and run it again after a
-    short jittered pause, for at most `store_lock_timeout_seconds`; past that, `StoreUnavailable`.
+    On SQLite the transaction waits for its write turn first. Lock contention, serialization failures and
+    `Retry` roll the transaction back and run it again after a short jittered pause. Turn and retries
+    together take at most `store_lock_timeout_seconds`; past that, `StoreUnavailable`.
     """
     return _run(engine, fn, args, kwargs, write=True)
 
@@ -187,6 +205,28 @@ def read(
 def _run(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool) -> T:
     timeout = float(engine.get_execution_options().get("store_lock_timeout", 5.0))
     started = time.monotonic()
+    turn = _turns.get(engine) if write else None
+    # A writer that does not get its turn in time goes ahead without it: SQLite's lock still decides, and
+    # a holder stuck outside its transaction (a stopped process) cannot stall everyone past the timeout.
+    took = turn is not None and not turn.held_here() and turn.acquire(timeout)
+    try:
+        return _retrying(engine, fn, args, kwargs, write=write, started=started, timeout=timeout)
+    finally:
+        if took:
+            assert turn is not None
+            turn.release()
+
+
+def _retrying(
+    engine: Engine,
+    fn: Callable[..., T],
+    args: Any,
+    kwargs: Any,
+    *,
+    write: bool,
+    started: float,
+    timeout: float,
+) -> T:
     pause = 0.0002
     while True:
         attempt_started = time.monotonic()

@@ -1,0 +1,168 @@
+"""Write turns (jobstore/turns.py) on a real SQLite file: writers of several processes queue for their turn
+instead of retrying SQLite's lock, a transaction still holds SQLite's lock from its BEGIN against writers
+that take no turns, and a turn holder that never gives its turn back delays a writer by at most the lock
+timeout."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, func, select
+
+from jobstore import db
+from jobstore import jobs as store
+from jobstore.schema import jobs
+from jobstore.settings import Settings
+from jobstore.turns import WriteTurn
+from tests.conftest import make_settings
+
+WAIT = 30.0  # bound on every wait for another process or thread
+WRITERS, WRITES = 3, 40
+
+
+def accept(conn: Connection, key: str) -> None:
+    store.accept(
+        conn,
+        tenant="acme",
+        owner="alice",
+        kind="noop",
+        payload={},
+        operation_key=key,
+        now=time.time(),
+        max_attempts=3,
+    )
+
+
+def count_jobs(conn: Connection) -> int:
+    return int(conn.execute(select(func.count()).select_from(jobs)).scalar_one())
+
+
+def write_many(settings: Settings, name: str, results: Any) -> None:
+    """One writer process: `WRITES` transactions, then its store counters."""
+    engine = db.make_engine(settings)
+    try:
+        for i in range(WRITES):
+            db.transact(engine, accept, f"{name}-{i}")
+        results.put(db.stats.snapshot())
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def store_settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path, store_lock_timeout_seconds=WAIT)
+
+
+@pytest.fixture
+def sqlite_engine(store_settings: Settings) -> Iterator[Engine]:
+    engine = db.make_engine(store_settings)
+    db.init_schema(store_settings, engine)
+    yield engine
+    engine.dispose()
+
+
+def test_writers_of_several_processes_queue_for_turns_and_never_retry(
+    store_settings: Settings, sqlite_engine: Engine
+) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    results = ctx.Queue()
+    writers = [
+        ctx.Process(target=write_many, args=(store_settings, f"p{n}", results)) for n in range(WRITERS)
+    ]
+    for writer in writers:
+        writer.start()
+    try:
+        counters = [results.get(timeout=WAIT) for _ in writers]
+    finally:
+        for writer in writers:
+            writer.join(WAIT)
+            if writer.is_alive():
+                writer.kill()
+    assert [w.exitcode for w in writers] == [0] * WRITERS
+    assert sum(c["write_transactions"] for c in counters) == WRITERS * WRITES
+    assert sum(c["retries"] for c in counters) == 0, "a writer found SQLite's lock taken and retried"
+    assert db.read(sqlite_engine, count_jobs) == WRITERS * WRITES
+
+
+def test_a_transaction_holds_sqlites_lock_from_its_begin_against_a_writer_that_takes_no_turn(
+    store_settings: Settings, sqlite_engine: Engine
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(conn: Connection) -> None:
+        entered.set()
+        assert release.wait(WAIT)
+
+    holder = threading.Thread(target=db.transact, args=(sqlite_engine, hold))
+    holder.start()
+    try:
+        assert entered.wait(WAIT)
+        database = db.sqlite_path(store_settings)
+        outsider = sqlite3.connect(str(database), isolation_level=None, timeout=0)
+        try:
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                outsider.execute("BEGIN IMMEDIATE")
+        finally:
+            outsider.close()
+    finally:
+        release.set()
+        holder.join(WAIT)
+
+
+TURN_HOLDER = """
+import fcntl, os, sys
+
+# What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
+pytestmark = pytest.mark.databases("sqlite")
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_turn_never_given_back_delays_a_writer_by_at_most_the_lock_timeout(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, store_lock_timeout_seconds=0.5)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    database = db.sqlite_path(settings)
+    assert database is not None
+    with subprocess.Popen(
+        [sys.executable, "-c", TURN_HOLDER, str(db.turn_path(database))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        assert holder.stdin is not None and holder.stdout is not None
+        try:
+            assert holder.stdout.readline() == "held\n"
+            started = time.monotonic()
+            db.transact(engine, accept, "behind-a-stuck-turn")
+            waited = time.monotonic() - started
+        finally:
+            holder.stdin.close()
+            holder.wait(WAIT)
+    assert 0.5 <= waited < 3.0, "the writer went ahead without its turn once the timeout ran out"
+    assert db.read(engine, count_jobs) == 1
+    engine.dispose()
+
+
+def test_a_turn_given_up_by_a_waiter_is_not_kept_from_the_next_one(tmp_path: Path) -> None:
+    holder, waiter = WriteTurn(tmp_path / "turn", timeout=5.0), WriteTurn(tmp_path / "turn", timeout=5.0)
+    assert holder.acquire(1.0)
+    assert not waiter.acquire(0.1), "the turn was held elsewhere"
+    holder.release()
+    # The waiter's helper may take the file lock for the abandoned request: it must give it straight back.
+    assert waiter.acquire(5.0)
+    waiter.release()
+    assert holder.acquire(5.0)
+    holder.release()
