@@ -22,6 +22,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from consumer.budget import ClaimBudget
 from consumer.degraded import DegradedMode
 from consumer.link import BrokerLink, Delivery
 from consumer.pipeline import Pipeline
@@ -45,9 +46,10 @@ class Consumer:
         self.settings = settings
         name = worker_name()
         self.keeper = LeaseKeeper(engine, settings)
-        self.link = BrokerLink(settings, concurrency, self._offer)
+        budget = ClaimBudget(concurrency)
+        self.link = BrokerLink(settings, budget.prefetch, self._offer)
         self.pipeline = Pipeline(
-            engine, settings, self.keeper, self.link, concurrency=concurrency, worker=name
+            engine, settings, self.keeper, self.link, concurrency=concurrency, worker=name, budget=budget
         )
         self.degraded = DegradedMode(
             engine, settings, self.link, self.pipeline, concurrency=concurrency, worker=name

@@ -6,10 +6,15 @@ them all in one transaction (outcomes under their fences, then claims). Only aft
 deliveries acked. A refused claim (finished, leased by a live worker, waiting out a backoff, waiting for
 the sweeper, or unknown) is acked without running: it is a duplicate, or a retry whose own outbox row
 delivers it later.
+
+While jobs are short, a consumer claims more jobs than it has threads (`consumer.budget`), so a round
+commits and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a
+later round.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -21,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from consumer.budget import ClaimBudget
 from consumer.link import Delivery
 from handlers.base import JobError
 from handlers.runner import AttemptOutcome, Held, LeaseKeeper, StoreContext, commit_outcome, run_attempt
@@ -51,6 +57,7 @@ class Running:
     claim: Claim
     held: Held
     delivery: Delivery | None
+    started: float | None = None  # when a thread began running it (monotonic), until its code returned
 
 
 @dataclass(frozen=True)
@@ -130,6 +137,7 @@ class Pipeline:
         *,
         concurrency: int,
         worker: str,
+        budget: ClaimBudget | None = None,
     ) -> None:
         self._engine = engine
         self._settings = settings
@@ -140,6 +148,9 @@ class Pipeline:
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Delivery | Finished | STOP
         self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Running | STOP
         self._running: dict[str, Running] = {}
+        self._unfinished = 0  # claimed jobs whose code has not returned yet
+        self._budget = budget or ClaimBudget(concurrency)
+        self._waiting: collections.deque[Delivery] = collections.deque()  # delivered, not claimed yet
         self._lock = threading.Lock()
         self._round = threading.Lock()
         self._accepting = True
@@ -163,6 +174,7 @@ class Pipeline:
         running = Running(claim, self._keeper.hold(claim), delivery)
         with self._lock:
             self._running[claim.attempt_id] = running
+            self._unfinished += 1
         self._ready.put(running)
         return running
 
@@ -180,7 +192,11 @@ class Pipeline:
         progress, so no job starts running after this returns."""
         self._accepting = False
         with self._round:
-            pass
+            self._requeue_waiting()
+
+    def _requeue_waiting(self) -> None:
+        self._acker.requeue(list(self._waiting))
+        self._waiting.clear()
 
     def _count(self, **deltas: int) -> None:
         with self._lock:
@@ -190,9 +206,17 @@ class Pipeline:
 
     def _work_loop(self) -> None:
         while (running := self._ready.get()) is not STOP:
-            self._inbox.put(Finished(running, self._run(running)))
+            running.started = began = time.monotonic()
+            outcome = self._run(running)
+            self._budget.ran(time.monotonic() - began)
+            with self._lock:
+                self._unfinished -= 1
+                running.started = None
+            self._inbox.put(Finished(running, outcome))
 
     def _run(self, running: Running) -> AttemptOutcome:
+        if running.held.lost:  # released while it waited for a thread: another worker runs it
+            return AttemptOutcome(lease_lost=True)
         try:
             return run_attempt(StoreContext(self._engine, self._settings, running.claim, running.held))
         except Exception as exc:  # outside the kind's own code (e.g. the execution log): retried later
@@ -204,17 +228,27 @@ class Pipeline:
     def _write_loop(self) -> None:
         while (batch := take_batch(self._inbox)) is not None:
             finished = [item for item in batch if isinstance(item, Finished)]
-            deliveries = [item for item in batch if isinstance(item, Delivery)]
             with self._round:
+                self._waiting.extend(item for item in batch if isinstance(item, Delivery))
                 if not self._accepting:
-                    self._acker.requeue(deliveries)
-                    deliveries = []
+                    self._requeue_waiting()
+                deliveries = self._to_claim()
                 try:
                     self._write_round(finished, deliveries)
                 except Exception:
                     log.exception("a store round failed; its deliveries go back to the queue")
                     self._end(finished, acked=False)
                     self._acker.requeue(deliveries)
+
+    def _to_claim(self) -> list[Delivery]:
+        """The waiting deliveries this round may claim, oldest first: as many as the claim limit leaves
+        room for (the others wait for a later round, which a finishing job starts)."""
+        now = time.monotonic()
+        with self._lock:
+            began = [r.started for r in self._running.values() if r.started is not None]
+            unfinished = self._unfinished
+        room = self._budget.limit(now - min(began) if began else 0.0) - unfinished
+        return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
 
     def _write_round(self, finished: list[Finished], deliveries: list[Delivery]) -> None:
         if not finished and not deliveries:
