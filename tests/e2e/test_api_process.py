@@ -162,6 +162,7 @@ def test_several_workers_serve_one_store_and_sigterm_stops_them_cleanly(
     assert counts(engine) == (10, 10)
 
 
+@pytest.mark.databases("sqlite")  # holds the submission with SQLite's write lock
 def test_sigterm_lets_a_submission_in_flight_commit_and_answer_then_exits_zero(
     tmp_path: Path, started: list[procs.Proc]
 ) -> None:

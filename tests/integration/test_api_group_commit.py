@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
@@ -94,6 +95,7 @@ def test_submissions_that_arrive_while_a_commit_waits_share_the_next_transaction
     engine.dispose()
 
 
+@pytest.mark.databases("sqlite")  # a batch is made to fail with SQLite's write lock
 def test_a_batch_that_cannot_commit_answers_every_request_503_and_writes_nothing(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=0.5)
     engine = db.make_engine(settings)

@@ -24,6 +24,9 @@ from jobstore.schema import jobs, outbox
 from jobstore.settings import Settings
 from tests.conftest import make_settings
 
+# What this file shows is about SQLite itself: once, on SQLite.
+pytestmark = pytest.mark.databases("sqlite")
+
 NOBODY = 65534
 WAIT = 30.0  # bound on every wait for the other process
 
@@ -31,8 +34,6 @@ WAIT = 30.0  # bound on every wait for the other process
 LOCK_HOLDER = """
 import sqlite3, sys
 
-# What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
-pytestmark = pytest.mark.databases("sqlite")
 conn = sqlite3.connect(sys.argv[1], isolation_level=None)
 conn.execute("BEGIN IMMEDIATE")
 print("locked", flush=True)
