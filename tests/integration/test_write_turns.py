@@ -25,6 +25,9 @@ from jobstore.settings import Settings
 from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
 
+# Write turns exist for SQLite's single write lock: these tests run on SQLite only.
+pytestmark = pytest.mark.databases("sqlite")
+
 WAIT = 30.0  # bound on every wait for another process or thread
 WRITERS, WRITES = 3, 40
 
@@ -120,9 +123,6 @@ def test_a_transaction_holds_sqlites_lock_from_its_begin_against_a_writer_that_t
 
 TURN_HOLDER = """
 import fcntl, os, sys
-
-# What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
-pytestmark = pytest.mark.databases("sqlite")
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
 fcntl.flock(fd, fcntl.LOCK_EX)
 print("held", flush=True)
