@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from jobstore import wakeup
 from jobstore.settings import Settings
 from jobstore.turns import WriteTurn, shared_turn
 
@@ -111,6 +112,7 @@ def make_engine(settings: Settings, **kwargs: Any) -> Engine:
         database = sqlite_path(settings)
         if database is not None:
             _turns[engine] = shared_turn(turn_path(database))
+            _ringers[engine] = wakeup.Ringer(wakeup.directory_for(database))
     else:
         engine = create_engine(
             url, pool_pre_ping=True, isolation_level="READ COMMITTED", execution_options=options, **kwargs
@@ -141,8 +143,10 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
 
-# The write turn of each SQLite file engine (none for PostgreSQL or an in-memory database).
+# The write turn of each SQLite file engine, and what rings its relays after a commit that added outbox
+# rows (neither for PostgreSQL or an in-memory database).
 _turns: weakref.WeakKeyDictionary[Engine, WriteTurn] = weakref.WeakKeyDictionary()
+_ringers: weakref.WeakKeyDictionary[Engine, wakeup.Ringer] = weakref.WeakKeyDictionary()
 
 
 def turn_path(database: Path) -> Path:
@@ -254,7 +258,16 @@ def _retrying(
 
 def _attempt(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool) -> T:
     with engine.connect() as conn:
-        if not write and engine.dialect.name == "sqlite":
-            conn = conn.execution_options(sqlite_begin="DEFERRED")
+        if not write:
+            if engine.dialect.name == "sqlite":
+                conn = conn.execution_options(sqlite_begin="DEFERRED")
+            with conn.begin():
+                return fn(conn, *args, **kwargs)
+        wakeup.forget(conn)
         with conn.begin():
-            return fn(conn, *args, **kwargs)
+            result = fn(conn, *args, **kwargs)
+        due = wakeup.noted(conn)
+    ringer = _ringers.get(engine)
+    if due is not None and ringer is not None:
+        ringer.ring(due)
+    return result

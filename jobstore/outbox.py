@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Float, and_, bindparam, delete, func, insert, or_, select, update
 
+from jobstore import wakeup
 from jobstore.schema import outbox
 
 # Built once with bound parameters: building a statement costs far more than running it.
@@ -21,10 +22,12 @@ _IDS = bindparam("b_ids", expanding=True)
 
 
 def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> None:
-    """Queue a delivery of `job_id` that comes due at `available_at`."""
+    """Queue a delivery of `job_id` that comes due at `available_at`; the relays are rung when the caller's
+    transaction commits (`jobstore.wakeup`)."""
     conn.execute(
         _INSERT, {"job_id": job_id, "created_at": now, "available_at": available_at, "publish_attempts": 0}
     )
+    wakeup.note_outbox_row(conn, available_at)
 
 
 def drop_pending(conn: Connection, job_id: str) -> None:

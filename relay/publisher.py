@@ -8,6 +8,8 @@ The promises:
 - a row is marked published only after the broker confirmed its message, and only under the lease token it
   was leased with (a relay whose lease was taken over marks nothing);
 - at most `relay_window` messages are unconfirmed at a time; confirms are written in groups;
+- a writer that commits outbox rows rings the relay (`relay.wake`), which leases them at once; polling only
+  finds rows nobody announced;
 - a nacked or returned message leaves its row pending (released after a short delay); a connection lost
   with unconfirmed messages releases their rows at once;
 - while the broker is unreachable the relay keeps reconnecting with bounded, jittered backoff and keeps
@@ -36,6 +38,7 @@ from relay.housekeeping import Housekept, sweep_and_prune
 from relay.ledger import Settled, Settlement
 from relay.link import BrokerLink, connection_parameters, describe
 from relay.tally import Progress, Tally
+from relay.wake import Wakeups
 from relay.window import Sent, Verdict
 
 log = logging.getLogger("relay")
@@ -67,8 +70,11 @@ class Relay:
         self._ready = False
         self._pending = Settlement()
         self._busy: set[str] = set()
-        # The last lease found fewer rows than asked: only the poll timer leases again.
+        # The last lease found fewer rows than asked: only a ring, a due timer or the poll leases again.
         self._drained = True
+        # A ring said rows are due: the next lease skips its look first (and one running leases again).
+        self._rung = False
+        self._wakeups = Wakeups(settings, self.ioloop, self._on_rung)
         self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
         self._timers: dict[str, Any] = {}
         self._failures = 0
@@ -90,12 +96,14 @@ class Relay:
             self.settings.relay_batch_size,
         )
         self.ioloop.add_callback_threadsafe(self._connect)
+        self._wakeups.start()
         self._every(STOP_CHECK_SECONDS, self._check_stop)
         self._every(self.settings.sweep_interval_seconds, self._housekeep)
         self._every(REPORT_EVERY_SECONDS, self._report)
         try:
             self.ioloop.start()
         finally:
+            self._wakeups.stop()
             self._store.shutdown(wait=True)
             self.ioloop.close()
         self._report()
@@ -192,9 +200,10 @@ class Relay:
             self._drained = False  # the window is full: the next confirms lease again
             return
         limit = min(self.settings.relay_batch_size, room)
+        idle, self._rung = self._drained and not self._rung, False
         self._in_store(
             "lease",
-            partial(ledger.lease_due, self.engine, self.settings, limit, idle=self._drained),
+            partial(ledger.lease_due, self.engine, self.settings, limit, idle=idle),
             then=partial(self._on_leased, limit),
             on_error=lambda: self._later("poll", self._store_retry_delay(), self._lease_more),
         )
@@ -204,10 +213,16 @@ class Relay:
         if lease is not None and rows:
             self._publish(lease)
         self._drained = len(rows) < limit
-        if self._drained:
-            self._later("poll", self.settings.relay_poll_seconds, self._lease_more)
+        if self._drained and not self._rung:
+            self._later("poll", self._wakeups.poll_seconds, self._lease_more)
         else:
             self._lease_more()
+
+    def _on_rung(self) -> None:
+        """A writer committed rows that are due: lease now (or again, once the running lease is back)."""
+        self._rung = True
+        self._cancel("poll")
+        self._lease_more()
 
     def _publish(self, lease: Lease) -> None:
         link = self._link
@@ -259,6 +274,8 @@ class Relay:
         self.tally.marked += settled.marked
         self.tally.stale += settled.stale
         self.tally.released += settled.released
+        if settled.released:  # no ring announces rows this relay gave back itself
+            self._wakeups.due_at(clock.now() + ledger.REFUSED_RETRY_SECONDS)
         if settled.stale:
             log.warning(
                 "%d confirmed rows were no longer leased by this relay (its lease was taken over): "

@@ -1,0 +1,165 @@
+"""Relays woken by commits (jobstore/wakeup.py, relay/wake.py) on a real SQLite file and a real RabbitMQ: a
+committed job is published without waiting for a poll, a row announced for later is published when it
+comes due, and an idle relay with a doorbell barely reads the store. Also the doorbell itself: the earliest
+of several rings, no ring for a rolled-back transaction, and a killed relay's doorbell skipped and removed."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Connection, Engine
+
+from jobstore import clock, db, outbox, wakeup
+from jobstore import jobs as store
+from jobstore.settings import Settings
+from tests.conftest import make_settings
+from tests.support.procs import wait_for
+from tests.support.relay_harness import Broker, running_relay, unpublished
+
+# Doorbells sit beside a SQLite file; a PostgreSQL store is polled.
+pytestmark = pytest.mark.databases("sqlite")
+
+POLL = 5.0  # so long that only a ring can explain a quick publish
+
+
+@pytest.fixture
+def settings(tmp_path: Path, rabbitmq_url: str) -> Settings:
+    return make_settings(
+        tmp_path, rabbitmq_url=rabbitmq_url, relay_poll_seconds=POLL, sweep_interval_seconds=60.0
+    )
+
+
+@pytest.fixture
+def broker(settings: Settings, rabbitmq_url: str) -> Iterator[Broker]:
+    broker = Broker(rabbitmq_url, settings)
+    yield broker
+    broker.cleanup()
+
+
+def accept(engine: Engine, key: str) -> str:
+    accepted = db.transact(
+        engine,
+        store.accept,
+        tenant="acme",
+        owner="alice",
+        kind="noop",
+        payload={},
+        operation_key=key,
+        now=clock.now(),
+        max_attempts=3,
+    )
+    return accepted.job.id
+
+
+def idle_relay_settled() -> None:
+    """Give a relay that just connected time to find the outbox empty and fall back to its poll."""
+    time.sleep(0.5)
+
+
+@pytest.mark.broker
+def test_a_committed_job_is_published_at_once_not_at_the_next_poll(
+    settings: Settings, engine: Engine, broker: Broker
+) -> None:
+    with running_relay(settings, engine) as relay:
+        wait_for(lambda: relay.connected, 15, what="relay connected")
+        idle_relay_settled()
+        started = time.monotonic()
+        accept(engine, "rung")
+        wait_for(lambda: unpublished(engine) == 0, 15, interval=0.005, what="the job published")
+        took = time.monotonic() - started
+    assert took < POLL / 2, f"published after {took:.2f}s: the relay waited for its poll"
+    assert len(broker.take_all(quiet_seconds=0.5)) == 1
+
+
+@pytest.mark.broker
+def test_a_row_announced_for_later_is_published_when_it_comes_due(
+    settings: Settings, engine: Engine, broker: Broker
+) -> None:
+    job_id = accept(engine, "later")
+    with running_relay(settings, engine) as relay:
+        wait_for(lambda: unpublished(engine) == 0, 15, what="the first row published")
+        idle_relay_settled()
+        due = clock.now() + 1.0
+        db.transact(engine, lambda conn: outbox.add(conn, job_id, available_at=due, now=clock.now()))
+        time.sleep(0.6)
+        assert unpublished(engine) == 1, "published before it came due"
+        wait_for(lambda: unpublished(engine) == 0, POLL / 2, interval=0.01, what="the due row published")
+        wait_for(lambda: relay.tally.marked == 2, 5, what="the relay counted both rows")
+    assert clock.now() >= due
+    assert len(broker.take_all(quiet_seconds=0.5)) == 2
+
+
+@pytest.mark.broker
+def test_an_idle_relay_with_a_doorbell_reads_the_store_about_once_a_second(
+    tmp_path: Path, rabbitmq_url: str, engine: Engine, broker: Broker
+) -> None:
+    eager = make_settings(
+        tmp_path, rabbitmq_url=rabbitmq_url, relay_poll_seconds=0.02, sweep_interval_seconds=60.0
+    )
+    broker.settings = eager
+    with running_relay(eager, engine) as relay:
+        wait_for(lambda: relay.connected, 15, what="relay connected")
+        idle_relay_settled()
+        before = db.stats.snapshot()["statements"]
+        time.sleep(3.0)
+        statements = db.stats.snapshot()["statements"] - before
+    # A poll every 20 ms would be some 150 reads; with a doorbell the fallback poll reads once a second.
+    assert statements <= 12
+
+
+def test_a_doorbell_reports_the_earliest_of_several_rings(tmp_path: Path) -> None:
+    doorbell = wakeup.Doorbell.open(tmp_path / "relays")
+    assert doorbell is not None
+    try:
+        assert doorbell.take() is None
+        ringer = wakeup.Ringer(tmp_path / "relays")
+        for due in (30.0, 10.0, 20.0):
+            ringer.ring(due)
+        assert doorbell.take() == 10.0
+        assert doorbell.take() is None
+    finally:
+        doorbell.close()
+    assert os.listdir(tmp_path / "relays") == []
+
+
+def test_a_commit_that_adds_outbox_rows_rings_and_a_rolled_back_one_does_not(
+    settings: Settings, engine: Engine
+) -> None:
+    database = db.sqlite_path(settings)
+    assert database is not None
+    doorbell = wakeup.Doorbell.open(wakeup.directory_for(database))
+    assert doorbell is not None
+    try:
+        job_id = accept(engine, "rings")
+        assert doorbell.take() is not None
+
+        def add_then_fail(conn: Connection) -> None:
+            outbox.add(conn, job_id, available_at=clock.now(), now=clock.now())
+            raise RuntimeError("rolled back")
+
+        with pytest.raises(RuntimeError):
+            db.transact(engine, add_then_fail)
+        db.transact(engine, lambda conn: store.get_job(conn, job_id))
+        assert doorbell.take() is None, "a rolled-back or rowless transaction rang"
+    finally:
+        doorbell.close()
+
+
+def test_a_killed_relays_doorbell_is_skipped_and_removed_by_the_next_relay(tmp_path: Path) -> None:
+    directory = tmp_path / "relays"
+    directory.mkdir()
+    left = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    left.bind(str(directory / "relay-999999999"))
+    left.close()  # the socket file stays, with nobody listening: as a SIGKILLed relay leaves it
+    wakeup.Ringer(directory).ring(1.0)  # refused, and not an error
+    doorbell = wakeup.Doorbell.open(directory)
+    assert doorbell is not None
+    try:
+        assert os.listdir(directory) == [f"relay-{os.getpid()}"]
+    finally:
+        doorbell.close()
