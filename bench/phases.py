@@ -183,10 +183,26 @@ def profile(run: Run) -> dict[str, Any]:
     top functions by share of samples. Threads sleeping in a bounded retry pause count as samples of the
     function that pauses (`_run` in jobstore/db.py). Sampling slows the processes: no rates here."""
     o = run.options
-    tenant, tally = run.tenant("profile"), Tally()
+    jobs = min(o.jobs, PROFILE_JOBS)
+    return _profiled_burst(
+        run, "profile", lambda t, tally: run.store.burst(t, jobs, o.batch, tally, run.stop)
+    )
+
+
+def profile_http(run: Run) -> dict[str, Any]:
+    """The same through POST /jobs: where the API process (and the rest) spend the HTTP path's time."""
+    o = run.options
+    jobs = min(o.jobs, PROFILE_JOBS)
+    return _profiled_burst(
+        run, "profile-http", lambda t, tally: run.http.burst(t, jobs, o.http_threads, tally, run.stop)
+    )
+
+
+def _profiled_burst(run: Run, phase: str, submit: Any) -> dict[str, Any]:
+    tenant, tally = run.tenant(phase), Tally()
     pids = run.deployment.pids() | {costs.BENCH: _own_pid()}
-    with profiled(pids, run.deployment.workdir) as tracers:
-        run.store.burst(tenant, min(o.jobs, PROFILE_JOBS), o.batch, tally, run.stop)
+    with profiled(pids, run.deployment.workdir / phase) as tracers:
+        submit(tenant, tally)
         finished = run.wait(tenant, tally.accepted)
     return {
         "how": "py-spy record --nonblocking --rate 100 --format raw, one per process",

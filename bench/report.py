@@ -33,6 +33,25 @@ def machine(rabbitmq_version: str | None) -> dict[str, Any]:
     }
 
 
+def code_version() -> dict[str, Any]:
+    """The commit the processes ran, and how many files in the work tree differed from it (the processes
+    run the work tree as it is)."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], capture_output=True, text=True, timeout=10, check=True)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip()
+
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "changed_files": None if changed is None else len(changed.splitlines()),
+    }
+
+
 def _cpuinfo(field: str) -> str | None:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -176,8 +176,10 @@ def _run_phases(
     for name, phase in chosen:
         if not _run_phase(run, name, phase, result):
             return
-    if _needs_profile(run, result) and not _run_phase(run, "profile", phases.profile, result):
-        return
+    if _needs_profile(run, result):
+        for name, phase in (("profile", phases.profile), ("profile_http", phases.profile_http)):
+            if not _run_phase(run, name, phase, result):
+                return
     if proxy is not None:
         _run_phase(run, "outage", lambda r: outage(r, proxy), result)
 
@@ -221,6 +223,7 @@ def main(argv: list[str]) -> int:
     stopper = Stopper()
     results: dict[str, Any] = {
         "command": "outbox-bridge bench " + " ".join(argv),
+        "code": report.code_version(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "options": {k: str(v) if isinstance(v, Path) else v for k, v in vars(options).items()},
         "machine": report.machine(broker_version(base.rabbitmq_url) if BROKER in options.modes else None),
