@@ -5,6 +5,7 @@ reader goes ahead at once. Also the connection pragmas every engine sets."""
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -130,6 +131,38 @@ def test_a_second_writer_cannot_start_its_body_until_the_first_commits(
     # B waited for A's lock (queued for its write turn, see jobstore/turns.py, rather than retrying).
     assert db.stats.snapshot()["lock_wait_seconds"] - waited_before >= HOLD / 2
     assert db.read(sqlite_engine, count_jobs) == 2
+
+
+def try_begin_immediate(database: Path) -> str:
+    """Ask SQLite itself for the write lock, from a connection that takes no write turns and does not wait."""
+    probe = sqlite3.connect(database, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return "free"
+    except sqlite3.OperationalError as exc:
+        return str(exc)
+    finally:
+        probe.close()
+
+
+def test_the_write_lock_is_taken_at_begin_before_the_transaction_writes_anything(
+    store_settings: Settings, sqlite_engine: Engine
+) -> None:
+    database = db.sqlite_path(store_settings)
+    assert database is not None
+    with OtherProcess(store_settings, write=True):
+        # Process A has only run BEGIN: SQLite already counts it as the writer.
+        assert try_begin_immediate(database) == "database is locked"
+        assert db.read(sqlite_engine, count_jobs) == 0
+    assert try_begin_immediate(database) == "free"
+
+
+def test_a_read_transaction_takes_no_write_lock(store_settings: Settings, sqlite_engine: Engine) -> None:
+    database = db.sqlite_path(store_settings)
+    assert database is not None
+    with OtherProcess(store_settings, write=False):
+        assert try_begin_immediate(database) == "free"
 
 
 def test_a_reader_proceeds_at_once_while_another_process_holds_a_write_transaction(
