@@ -15,6 +15,7 @@ from bench.report import label
 from bench.targets import HTTP_JOBS_PER_SECOND, STORE_JOBS_PER_SECOND, figure
 
 Result = dict[str, Any]
+PATH_LABELS = {"store": "submitted through the store", "http": "submitted through HTTP (POST /jobs)"}
 TARGETS = {"store": STORE_JOBS_PER_SECOND, "http": HTTP_JOBS_PER_SECOND}
 
 
@@ -65,7 +66,7 @@ def _throughput(runs: list[Result], path: Path) -> Path | None:
     width = 0.38
     for offset, (path_name, values) in zip((-width / 2, width / 2), bars.items(), strict=True):
         xs = [i + offset for i in range(len(names))]
-        drawn = ax.bar(xs, values, width, label=f"submitted through the {path_name}")
+        drawn = ax.bar(xs, values, width, label=PATH_LABELS[path_name])
         ax.bar_label(drawn, fmt="%.0f", fontsize=8)
     for path_name, target in TARGETS.items():
         ax.axhline(target, linestyle="--", linewidth=0.8, color="grey")
