@@ -124,8 +124,14 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     ("HTTP burst: jobs/s accepted-to-succeeded", lambda r: _num(figure(r, "burst_http", "jobs_per_second"))),
     ("HTTP burst: accepts/s (202s)", lambda r: _num(figure(r, "burst_http", "accepts_per_second"))),
     ("fixed load: offered / achieved jobs/s", lambda r: _offered(r, "latency")),
-    ("accept-to-start p50/p95/p99 ms", lambda r: _percentiles(r, "latency", "accept_to_start_ms")),
-    ("accept-to-succeeded p50/p95/p99 ms", lambda r: _percentiles(r, "latency", "accept_to_succeeded_ms")),
+    (
+        "fixed load: accept-to-start p50/p95/p99 ms",
+        lambda r: _percentiles(r, "latency", "accept_to_start_ms"),
+    ),
+    (
+        "fixed load: accept-to-succeeded p50/p95/p99 ms",
+        lambda r: _percentiles(r, "latency", "accept_to_succeeded_ms"),
+    ),
     ("light load: offered / achieved jobs/s", lambda r: _offered(r, "latency_light")),
     (
         "light load: accept-to-start p50/p95/p99 ms",
