@@ -19,8 +19,12 @@ $(STAMP): pyproject.toml
 demo: install ## start a local stack and run the demo scenario
 	$(BIN)/outbox-bridge demo
 
-test: install chromium ## run every test (unit, integration, end-to-end)
-	$(BIN)/pytest
+# Integration and end-to-end tests run on each of these stores (PostgreSQL from the local server at
+# 127.0.0.1:5432; a session of tests gets a fresh database). `make test TEST_DATABASES=sqlite` for SQLite only.
+TEST_DATABASES ?= sqlite,postgresql
+
+test: install chromium ## run every test (unit, integration, end-to-end) on SQLite and PostgreSQL
+	TEST_DATABASES=$(TEST_DATABASES) $(BIN)/pytest
 
 # The dashboard test drives Debian's headless Chromium. As root with apt-get it is installed here; otherwise
 # the test is skipped locally (and fails under CI=true), and this says how to get it.
