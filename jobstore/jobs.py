@@ -6,11 +6,13 @@ from __future__ import annotations
 import hashlib
 import random
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import (
+    BindParameter,
     ColumnElement,
     Connection,
     Float,
@@ -24,8 +26,10 @@ from sqlalchemy import (
     or_,
     select,
     true,
+    tuple_,
     update,
 )
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
 from jobstore import outbox
@@ -67,11 +71,6 @@ def accept(
     """Write the job row and its outbox row together. The same tenant + key with the same kind and payload
     returns the existing job (`created=False`); with a different one, `IdempotencyConflict`."""
     print_ = fingerprint(kind, payload)
-    existing = _find_by_key(conn, tenant, operation_key)
-    if existing is not None:
-        if existing.fingerprint != print_:
-            raise IdempotencyConflict(existing.id)
-        return Accepted(existing, created=False)
     row: dict[str, Any] = {
         "id": new_id(), "tenant": tenant, "owner": owner, "operation_key": operation_key,
         "fingerprint": print_, "kind": kind, "payload": dumps(payload), "state": State.QUEUED.value,
@@ -82,15 +81,41 @@ def accept(
         "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
         "updated_at": now, "started_at": None, "finished_at": None,
     }  # fmt: skip
-    try:
-        conn.execute(_INSERT_JOB, row)
-    except IntegrityError as exc:  # a concurrent accept of the same key won: read its row on the rerun
-        raise Retry("idempotency key raced") from exc
+    if not _take_key(conn, row):
+        return _existing(conn, tenant, operation_key, print_)
     outbox.add(conn, row["id"], available_at=now, now=now)
-    return Accepted(Job.from_row(row), created=True)  # type: ignore[arg-type]
+    return Accepted(Job(**{**row, "payload": payload, "state": State.QUEUED}), created=True)
+
+
+def _take_key(conn: Connection, row: dict[str, Any]) -> bool:
+    """Insert the job row unless its tenant + key is taken; False when it was. SQLite, one writer at a time,
+    inserts first and skips a taken key (the common case costs one statement, not two). PostgreSQL looks
+    first; when a concurrent accept of the same key wins, ours fails on the unique key and runs again."""
+    try:
+        if conn.dialect.name == "sqlite":
+            return conn.execute(_INSERT_NEW_KEY, row).first() is not None
+        if _find_by_key(conn, row["tenant"], row["operation_key"]) is not None:
+            return False
+        conn.execute(_INSERT_JOB, row)
+        return True
+    except IntegrityError as exc:  # read the winner's row on the rerun
+        raise Retry("idempotency key raced") from exc
+
+
+def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) -> Accepted:
+    existing = _find_by_key(conn, tenant, operation_key)
+    assert existing is not None, "the key was found taken in this transaction"
+    if existing.fingerprint != print_:
+        raise IdempotencyConflict(existing.id)
+    return Accepted(existing, created=False)
 
 
 _INSERT_JOB = insert(jobs)
+_INSERT_NEW_KEY = (
+    sqlite_insert(jobs)
+    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
+    .returning(jobs.c.id)
+)
 _BY_KEY = select(jobs).where(
     jobs.c.tenant == bindparam("b_tenant"), jobs.c.operation_key == bindparam("b_key")
 )
@@ -135,27 +160,46 @@ def _claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
 
 # Hot statements are built once with bound parameters: building a statement costs far more than running it.
 _NOW = bindparam("b_now", type_=Float)
-_CLAIM = (
-    update(jobs)
-    .where(jobs.c.id == bindparam("b_id"), _claimable(_NOW))
-    .values(
-        state=State.RUNNING.value,
-        epoch=jobs.c.epoch + 1,
-        attempts=jobs.c.attempts + 1,
-        lease_owner=bindparam("b_worker"),
-        lease_expires_at=bindparam("b_lease_until", type_=Float),
-        updated_at=_NOW,
-        started_at=func.coalesce(jobs.c.started_at, _NOW),
+_IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
+
+
+def _claim_statement(which: ColumnElement[bool]) -> Any:
+    return (
+        update(jobs)
+        .where(which, _claimable(_NOW))
+        .values(
+            state=State.RUNNING.value,
+            epoch=jobs.c.epoch + 1,
+            attempts=jobs.c.attempts + 1,
+            lease_owner=bindparam("b_worker"),
+            lease_expires_at=bindparam("b_lease_until", type_=Float),
+            updated_at=_NOW,
+            started_at=func.coalesce(jobs.c.started_at, _NOW),
+        )
+        .returning(*jobs.c)
     )
-    .returning(*jobs.c)
-)
-# The previous attempt, if its worker vanished, ends as lost when the job is claimed again.
+
+
+_CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
+_CLAIM_MANY = _claim_statement(jobs.c.id.in_(_IDS))
+# The previous attempt, if its worker vanished, ends as lost when the job is claimed again. A first claim
+# (epoch 1) has no previous attempt, so it skips this statement.
 _LOSE_PREVIOUS = (
     update(attempts)
     .where(attempts.c.job_id == bindparam("b_id"), attempts.c.outcome == "running")
     .values(outcome="lost", ended_at=_NOW)
 )
+_LOSE_PREVIOUS_MANY = (
+    update(attempts)
+    .where(attempts.c.job_id.in_(_IDS), attempts.c.outcome == "running")
+    .values(outcome="lost", ended_at=_NOW)
+)
 _INSERT_ATTEMPT = insert(attempts)
+
+
+def _attempt_row(job: Job, attempt_id: str, worker: str, now: float) -> dict[str, Any]:
+    return {"id": attempt_id, "job_id": job.id, "epoch": job.epoch, "worker": worker, "started_at": now,
+            "outcome": "running"}  # fmt: skip
 
 
 def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds: float) -> ClaimResult:
@@ -168,14 +212,49 @@ def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds:
     if row is None:
         return _refusal(conn, job_id, now)
     job = Job.from_row(row)
-    conn.execute(_LOSE_PREVIOUS, {"b_id": job_id, "b_now": now})
+    if job.epoch > 1:
+        conn.execute(_LOSE_PREVIOUS, {"b_id": job_id, "b_now": now})
     attempt_id = new_id()
-    conn.execute(
-        _INSERT_ATTEMPT,
-        {"id": attempt_id, "job_id": job_id, "epoch": job.epoch, "worker": worker, "started_at": now,
-         "outcome": "running"},
-    )  # fmt: skip
+    conn.execute(_INSERT_ATTEMPT, _attempt_row(job, attempt_id, worker, now))
     return ClaimResult(claim=_as_claim(job, attempt_id, worker), state=State.RUNNING)
+
+
+def claim_many(
+    conn: Connection, job_ids: Sequence[str], worker: str, now: float, lease_seconds: float
+) -> list[ClaimResult]:
+    """`claim` for each of `job_ids`, with the same guard, as if one after another in this order, but in a
+    few statements whatever their number. A job named twice is taken once and refused as leased after."""
+    taken = _take_many(conn, list(dict.fromkeys(job_ids)), worker, now, lease_seconds)
+    results = []
+    for job_id in job_ids:
+        if job_id not in taken:
+            results.append(_refusal(conn, job_id, now))
+        elif (held := taken[job_id]) is not None:
+            results.append(ClaimResult(claim=held, state=State.RUNNING))
+            taken[job_id] = None  # a second delivery of it finds it leased, by this very claim
+        else:
+            results.append(ClaimResult(refusal=Refusal.LEASED, state=State.RUNNING))
+    return results
+
+
+def _take_many(
+    conn: Connection, job_ids: list[str], worker: str, now: float, lease_seconds: float
+) -> dict[str, Claim | None]:
+    """The claims of those of `job_ids` that were claimable, by job id."""
+    if not job_ids:
+        return {}
+    params = {"b_ids": job_ids, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
+    taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY, params).mappings()]
+    again = [job.id for job in taken if job.epoch > 1]
+    if again:
+        conn.execute(_LOSE_PREVIOUS_MANY, {"b_ids": again, "b_now": now})
+    fresh = {job.id: _as_claim(job, new_id(), worker) for job in taken}
+    if fresh:
+        conn.execute(
+            _INSERT_ATTEMPT, [_attempt_row(job, fresh[job.id].attempt_id, worker, now) for job in taken]
+        )
+    claims: dict[str, Claim | None] = dict(fresh)
+    return claims
 
 
 def _as_claim(job: Job, attempt_id: str, worker: str) -> Claim:
@@ -231,9 +310,11 @@ def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) 
 
 def _fence(job_id: Any, epoch: Any, now: Any) -> ColumnElement[bool]:
     """The guard on every worker write: this epoch, still running, lease alive, deadline not passed."""
+    return and_(jobs.c.id == job_id, jobs.c.epoch == epoch, _still_held(now))
+
+
+def _still_held(now: Any) -> ColumnElement[bool]:
     return and_(
-        jobs.c.id == job_id,
-        jobs.c.epoch == epoch,
         jobs.c.state == State.RUNNING.value,
         jobs.c.lease_expires_at > now,
         or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > now),
@@ -241,6 +322,8 @@ def _fence(job_id: Any, epoch: Any, now: Any) -> ColumnElement[bool]:
 
 
 _FENCE = _fence(bindparam("b_id"), bindparam("b_epoch"), _NOW)
+# The same guard for many (job id, epoch) pairs at once.
+_FENCES = and_(tuple_(jobs.c.id, jobs.c.epoch).in_(bindparam("b_fences", expanding=True)), _still_held(_NOW))
 
 
 def _fenced(job_id: str, epoch: int, now: float, **more: Any) -> dict[str, Any]:
@@ -291,15 +374,15 @@ def save_checkpoint(conn: Connection, job_id: str, epoch: int, data: dict[str, A
         raise Fenced(job_id, epoch)
 
 
-def _complete_statement() -> Any:
+def _complete_statement(guard: ColumnElement[bool], attempt_id: Any) -> Any:
     external_started = and_(jobs.c.external_epoch.is_not(None), jobs.c.external_epoch == jobs.c.epoch)
     cancelled = and_(jobs.c.cancel_requested == true(), ~external_started)
     return (
         update(jobs)
-        .where(_FENCE)
+        .where(guard)
         .values(
             state=case((cancelled, State.CANCELLED.value), else_=State.SUCCEEDED.value),
-            result_attempt_id=case((cancelled, null()), else_=bindparam("b_attempt")),
+            result_attempt_id=case((cancelled, null()), else_=attempt_id),
             error_code=case((cancelled, "cancelled"), else_=null()),
             error_message=case((cancelled, "cancelled before the result was committed"), else_=null()),
             lease_owner=None,
@@ -311,7 +394,14 @@ def _complete_statement() -> Any:
     )
 
 
-_COMPLETE = _complete_statement()
+_COMPLETE = _complete_statement(_FENCE, bindparam("b_attempt"))
+# Many at once: each job's own fence, and the result pointer names the attempt of the fenced epoch.
+_COMPLETE_MANY = _complete_statement(
+    _FENCES,
+    select(attempts.c.id)
+    .where(attempts.c.job_id == jobs.c.id, attempts.c.epoch == jobs.c.epoch)
+    .scalar_subquery(),
+).returning(jobs.c.id)
 
 
 def complete(
@@ -328,6 +418,35 @@ def complete(
     state = State(row[0])
     _end_attempt(conn, attempt_id, state.value, now, output=output)
     return state
+
+
+@dataclass(frozen=True)
+class Finishing:
+    """One attempt to complete: its fence (job id, epoch), its attempt and its output."""
+
+    job_id: str
+    epoch: int
+    attempt_id: str
+    output: dict[str, Any]
+
+
+def complete_many(conn: Connection, finishing: Sequence[Finishing], now: float) -> list[State | None]:
+    """`complete` for each attempt, each under its own fence, in one guarded UPDATE and one batch of
+    attempt updates. Where `complete` would raise `Fenced`, the result is None and nothing was written for
+    that attempt; the others are not disturbed."""
+    if not finishing:
+        return []
+    fences = [(f.job_id, f.epoch) for f in finishing]
+    rows = conn.execute(_COMPLETE_MANY, {"b_fences": fences, "b_now": now}).all()
+    states = {str(row[1]): State(row[0]) for row in rows}
+    ended = [
+        _ended(f.attempt_id, states[f.job_id].value, now, output=f.output)
+        for f in finishing
+        if f.job_id in states
+    ]
+    if ended:
+        conn.execute(_END_ATTEMPT, ended)
+    return [states.get(f.job_id) for f in finishing]
 
 
 @dataclass(frozen=True)
@@ -463,11 +582,21 @@ def _end_attempt(
     code: str | None = None,
     message: str | None = None,
 ) -> None:
-    conn.execute(
-        _END_ATTEMPT,
-        {"b_attempt": attempt_id, "b_outcome": outcome, "b_now": now,
-         "b_output": None if output is None else dumps(output), "b_code": code, "b_message": message},
-    )  # fmt: skip
+    conn.execute(_END_ATTEMPT, _ended(attempt_id, outcome, now, output=output, code=code, message=message))
+
+
+def _ended(
+    attempt_id: str,
+    outcome: str,
+    now: float,
+    *,
+    output: dict[str, Any] | None = None,
+    code: str | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    encoded = None if output is None else dumps(output)
+    return {"b_attempt": attempt_id, "b_outcome": outcome, "b_now": now, "b_output": encoded,
+            "b_code": code, "b_message": message}  # fmt: skip
 
 
 class CancelOutcome(StrEnum):
