@@ -12,6 +12,9 @@ import pytest
 
 from bench.proxy import BrokerProxy
 
+# The benchmark makes stores of its own: once, whatever TEST_DATABASES says.
+pytestmark = pytest.mark.databases("sqlite")
+
 
 @pytest.fixture
 def echo_server() -> Iterator[tuple[str, int]]:

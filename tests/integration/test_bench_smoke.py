@@ -17,6 +17,9 @@ import pytest
 from bench.tracing import strace_available
 from tests.support.procs import BIN
 
+# The benchmark makes stores of its own: once, whatever TEST_DATABASES says.
+pytestmark = pytest.mark.databases("sqlite")
+
 SMALL = [
     "--jobs", "200", "--consumers", "2", "--rate", "50", "--light-rate", "10", "--duration", "2",
     "--idle-seconds", "1",
