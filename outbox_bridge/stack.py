@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -153,21 +154,38 @@ class Stack:
 
 def wait_ready(url: str, service: Service | None = None, timeout: float = 30.0) -> None:
     """Wait until `url` answers 200; raise with the service's log tail if it dies or times out."""
+    if service is None:
+        wait_ok(url, timeout=timeout)
+    else:
+        wait_ok(url, alive=service.alive, log_path=service.log_path, name=service.name, timeout=timeout)
+
+
+def wait_ok(
+    url: str,
+    *,
+    alive: Callable[[], bool] | None = None,
+    log_path: Path | None = None,
+    name: str = "process",
+    timeout: float = 30.0,
+) -> None:
+    """Wait until `url` answers 200; `RuntimeError` with the end of `log_path` if `alive()` turns false
+    first or `timeout` passes."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if service is not None and not service.alive():
-            raise RuntimeError(f"{service.name} exited early:\n{_tail(service.log_path)}")
+        if alive is not None and not alive():
+            raise RuntimeError(f"{name} exited early:\n{_tail(log_path)}")
         try:
             if httpx.get(url, timeout=1.0).status_code == 200:
                 return
         except httpx.HTTPError:
             pass
         time.sleep(0.1)
-    tail = _tail(service.log_path) if service else ""
-    raise RuntimeError(f"{url} did not answer within {timeout:.0f}s\n{tail}")
+    raise RuntimeError(f"{url} did not answer within {timeout:.0f}s\n{_tail(log_path)}")
 
 
-def _tail(path: Path, chars: int = 3000) -> str:
+def _tail(path: Path | None, chars: int = 3000) -> str:
+    if path is None:
+        return ""
     try:
         return path.read_text(errors="replace")[-chars:]
     except OSError:

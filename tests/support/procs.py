@@ -12,24 +12,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import httpx
-
 from jobstore.settings import Settings
+from outbox_bridge.stack import settings_env, wait_ok
 
 BIN = Path(sys.executable).parent / "outbox-bridge"
-
-
-def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The environment that makes a child process load exactly `settings`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_BRIDGE_FAULTS")}
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        if isinstance(value, tuple | list):
-            value = ",".join(str(v) for v in value)
-        env[name.upper()] = str(value)
-    env.update(extra)
-    return env
 
 
 def free_port() -> int:
@@ -88,18 +74,10 @@ def start(args: Sequence[str], settings: Settings, log_dir: Path, name: str, **e
 
 def wait_http(url: str, proc: Proc | None = None, timeout: float = 20.0) -> None:
     """Wait until `url` answers 200 (or fail, showing the process output)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and not proc.alive():
-            raise AssertionError(f"process exited early:\n{proc.output()[-4000:]}")
-        try:
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    tail = proc.output()[-4000:] if proc else ""
-    raise AssertionError(f"{url} did not answer within {timeout}s\n{tail}")
+    if proc is None:
+        wait_ok(url, timeout=timeout)
+    else:
+        wait_ok(url, alive=proc.alive, log_path=proc.log_path, name=" ".join(proc.args), timeout=timeout)
 
 
 def wait_for(predicate: object, timeout: float, interval: float = 0.05, what: str = "condition") -> None:
