@@ -2,14 +2,14 @@
 threads will get through in about `AHEAD_SECONDS`.
 
 Claiming ahead is what lets short jobs commit and claim many at a time (one SQLite write transaction per
-round, whatever the round holds). It is also the price of unfairness: a claimed job waits for a thread of
-this consumer even if another consumer is idle. So the allowance follows how long recent jobs ran, and
-falls to nothing the moment a running job has taken longer than `AHEAD_SECONDS`.
+round, whatever the round holds). It is also the price of unfairness: a claimed job, or a delivery waiting
+to be claimed, waits for a thread of this consumer even if another consumer is idle, and a consumer that
+stops (a stopped process, a long pause) keeps what the broker sent it until its connection is dropped. So
+a consumer claims ahead only after `SHORT_RUNS_TO_BURST` jobs in a row ran shorter than half the
+allowance, and stops the moment one runs longer than `AHEAD_SECONDS`.
 
-The broker's prefetch is twice the largest claim limit (the deliveries being claimed, and the ones that
-wait for the next round). It cannot follow the allowance down: quorum queues apply a consumer's prefetch
-only when it starts consuming. So with long jobs, up to `prefetch` deliveries wait unclaimed at one
-consumer (in the broker's view, delivered) while another may be idle: the usual prefetch trade-off.
+The broker side follows: the consumer's own subscription prefetches `concurrency` deliveries; while it
+claims ahead, a second subscription (the burst lane, see `consumer.link`) prefetches the rest.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import threading
 
 AHEAD_SECONDS = 0.05  # about how long a job claimed ahead may wait for a thread
 MAX_AHEAD = 60  # claimed jobs waiting for a thread, at most
+SHORT_RUNS_TO_BURST = 16
 SMOOTHING = 0.2  # weight of the newest run time in the running average
 
 
@@ -27,17 +28,24 @@ class ClaimBudget:
     def __init__(self, concurrency: int) -> None:
         self.concurrency = concurrency
         self._run_seconds = AHEAD_SECONDS  # until jobs have run here, assume they are not short
+        self._short_in_a_row = 0
         self._lock = threading.Lock()
 
     def ran(self, seconds: float) -> None:
         """A job's code returned after `seconds`."""
         with self._lock:
             self._run_seconds += SMOOTHING * (seconds - self._run_seconds)
+            self._short_in_a_row = self._short_in_a_row + 1 if seconds < AHEAD_SECONDS / 2 else 0
+
+    def bursting(self, longest_running: float = 0.0) -> bool:
+        """Whether to claim ahead, given how long the longest job running now has run so far."""
+        with self._lock:
+            short = self._short_in_a_row >= SHORT_RUNS_TO_BURST
+        return short and longest_running <= AHEAD_SECONDS
 
     def limit(self, longest_running: float = 0.0) -> int:
-        """How many claimed, unfinished jobs the consumer may hold, given how long its longest running job
-        has run so far."""
-        if longest_running > AHEAD_SECONDS:
+        """How many claimed, unfinished jobs the consumer may hold."""
+        if not self.bursting(longest_running):
             return self.concurrency
         with self._lock:
             per_thread = AHEAD_SECONDS / max(self._run_seconds, 1e-6)
@@ -45,5 +53,11 @@ class ClaimBudget:
 
     @property
     def prefetch(self) -> int:
-        """Unacked deliveries to ask the broker for."""
-        return 2 * (self.concurrency + MAX_AHEAD)
+        """Unacked deliveries of the consumer's own subscription: one per thread."""
+        return self.concurrency
+
+    @property
+    def burst_prefetch(self) -> int:
+        """Unacked deliveries of the burst lane: with the consumer's own, two rounds of the largest limit
+        (the deliveries being claimed, and the ones that wait for the next round)."""
+        return 2 * (self.concurrency + MAX_AHEAD) - self.concurrency

@@ -61,12 +61,27 @@ def reconnect_pause(previous: float) -> float:
 class BrokerLink:
     """Consumes `settings.queue` with `prefetch` unacked deliveries at most, reconnecting with bounded
     backoff until closed. `on_delivery` is called on the link's thread for each decodable message; an
-    undecodable one is rejected without requeue (dead-lettered) and logged."""
+    undecodable one is rejected without requeue (dead-lettered) and logged.
 
-    def __init__(self, settings: Settings, prefetch: int, on_delivery: Callable[[Delivery], None]) -> None:
+    While its owner wants it (`want_burst`), a second consumer on the same channel, the burst lane, takes
+    up to `burst_prefetch` more. A consumer's prefetch is fixed when it starts consuming (quorum queues take
+    no later change), so the lane is a consumer of its own: cancelled, it stops taking deliveries at once
+    (pika gives back the ones it had not handed over yet), and what it delivered is acked as usual."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        prefetch: int,
+        on_delivery: Callable[[Delivery], None],
+        *,
+        burst_prefetch: int = 0,
+    ) -> None:
         self._settings = settings
         self._params = pika.URLParameters(settings.rabbitmq_url)
         self._prefetch = prefetch
+        self._burst_prefetch = burst_prefetch
+        self._burst_wanted = False
+        self._burst_tag: str | None = None
         self._on_delivery = on_delivery
         self._lock = threading.Lock()
         self._connection: pika.BlockingConnection | None = None
@@ -105,6 +120,12 @@ class BrokerLink:
     def requeue(self, deliveries: Sequence[Delivery]) -> int:
         """Give deliveries back to the queue unprocessed (nack with requeue). Thread-safe."""
         return self._settle(deliveries, requeue=True)
+
+    def want_burst(self, wanted: bool) -> None:
+        """Open (or cancel) the burst lane, now and on every later connection. Thread-safe."""
+        if wanted != self._burst_wanted and self._burst_prefetch > 0:
+            self._burst_wanted = wanted
+            self._call_soon(self._follow_burst)
 
     def stop_consuming(self) -> None:
         """Cancel the consumer (no new deliveries), keeping the connection for the acks still to come."""
@@ -169,6 +190,8 @@ class BrokerLink:
         if self._consuming:
             on_message = partial(self._on_message, self._generation)
             self._consumer_tag = channel.basic_consume(self._settings.queue, on_message_callback=on_message)
+        self._burst_tag = None
+        self._follow_burst()
         self._down_since = None
         log.info("broker connection %d open, consuming %s", self._generation, self._settings.queue)
 
@@ -211,10 +234,27 @@ class BrokerLink:
 
     def _cancel_consumer(self) -> None:
         channel = self._channel
+        if channel is not None and channel.is_open and self._burst_tag is not None:
+            channel.basic_cancel(self._burst_tag)
+            self._burst_tag = None
         if channel is not None and channel.is_open and self._consumer_tag is not None:
             channel.basic_cancel(self._consumer_tag)
             self._consumer_tag = None
             log.info("stopped consuming %s", self._settings.queue)
+
+    def _follow_burst(self) -> None:
+        """On the link's thread: make the burst lane match what the owner wants."""
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            return
+        wanted = self._burst_wanted and self._consuming
+        if wanted and self._burst_tag is None:
+            channel.basic_qos(prefetch_count=self._burst_prefetch)  # for consumers started from now on
+            on_message = partial(self._on_message, self._generation)
+            self._burst_tag = channel.basic_consume(self._settings.queue, on_message_callback=on_message)
+        elif not wanted and self._burst_tag is not None:
+            channel.basic_cancel(self._burst_tag)
+            self._burst_tag = None
 
     def _send(self, generation: int, deliveries: Sequence[Delivery], requeue: bool | None) -> None:
         channel = self._channel

@@ -47,7 +47,7 @@ class Consumer:
         name = worker_name()
         self.keeper = LeaseKeeper(engine, settings)
         budget = ClaimBudget(concurrency)
-        self.link = BrokerLink(settings, budget.prefetch, self._offer)
+        self.link = BrokerLink(settings, budget.prefetch, self._offer, burst_prefetch=budget.burst_prefetch)
         self.pipeline = Pipeline(
             engine, settings, self.keeper, self.link, concurrency=concurrency, worker=name, budget=budget
         )

@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from consumer.budget import ClaimBudget
+from consumer.budget import AHEAD_SECONDS, ClaimBudget
 from consumer.link import Delivery
 from handlers.base import JobError
 from handlers.runner import AttemptOutcome, Held, LeaseKeeper, StoreContext, commit_outcome, run_attempt
@@ -49,6 +49,8 @@ class Acker(Protocol):
 
     def requeue(self, deliveries: Sequence[Delivery]) -> int: ...
 
+    def want_burst(self, wanted: bool) -> None: ...
+
 
 @dataclass(eq=False)
 class Running:
@@ -70,15 +72,31 @@ def claim_all(
     conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float
 ) -> list[store.ClaimResult]:
     """Claim each job in the caller's transaction; a second delivery of one job sees it leased."""
-    now = clock.now()
-    return [store.claim(conn, job_id, worker, now, lease_seconds) for job_id in job_ids]
+    return store.claim_many(conn, job_ids, worker, clock.now(), lease_seconds)
 
 
 def commit_all(conn: Connection, finished: Sequence[Finished], backoff: store.Backoff) -> list[State | None]:
     """Commit every outcome under its own fence in the caller's transaction; a fenced one writes nothing
-    (None) and does not disturb the others."""
+    (None) and does not disturb the others. Successes are completed together (`jobs.complete_many`)."""
     now = clock.now()
-    return [commit_outcome(conn, f.running.claim, f.outcome, now, backoff) for f in finished]
+    succeeded = [f for f in finished if _succeeded(f.outcome)]
+    completed = store.complete_many(conn, [_finishing(f) for f in succeeded], now)
+    states = dict(zip([id(f) for f in succeeded], completed, strict=True))
+    return [
+        states[id(f)] if id(f) in states else commit_outcome(conn, f.running.claim, f.outcome, now, backoff)
+        for f in finished
+    ]
+
+
+def _succeeded(outcome: AttemptOutcome) -> bool:
+    """What `commit_outcome` would complete: output, and neither a cancel nor a lost lease."""
+    return outcome.output is not None and not outcome.cancelled and not outcome.lease_lost
+
+
+def _finishing(f: Finished) -> store.Finishing:
+    assert f.outcome.output is not None
+    claim = f.running.claim
+    return store.Finishing(claim.job_id, claim.epoch, claim.attempt_id, f.outcome.output)
 
 
 def write_round(
@@ -97,9 +115,15 @@ def release_one(conn: Connection, claim: Claim) -> None:
     store.release(conn, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
 
 
-def take_batch(source: queue.SimpleQueue[Any], limit: int = MAX_BATCH) -> list[Any] | None:
-    """Wait for one item, then take whatever else is already waiting (up to `limit`); None at STOP."""
-    first = source.get()
+def take_batch(
+    source: queue.SimpleQueue[Any], limit: int = MAX_BATCH, timeout: float | None = None
+) -> list[Any] | None:
+    """Wait for one item (at most `timeout` seconds: then an empty batch), then take whatever else is
+    already waiting (up to `limit`); None at STOP."""
+    try:
+        first = source.get(timeout=timeout)
+    except queue.Empty:
+        return []
     if first is STOP:
         return None
     batch = [first]
@@ -150,6 +174,7 @@ class Pipeline:
         self._running: dict[str, Running] = {}
         self._unfinished = 0  # claimed jobs whose code has not returned yet
         self._budget = budget or ClaimBudget(concurrency)
+        self._bursting = False
         self._waiting: collections.deque[Delivery] = collections.deque()  # delivered, not claimed yet
         self._lock = threading.Lock()
         self._round = threading.Lock()
@@ -226,7 +251,10 @@ class Pipeline:
     # Writing.
 
     def _write_loop(self) -> None:
-        while (batch := take_batch(self._inbox)) is not None:
+        # While claiming ahead, look every so often (even with nothing to write) for a job that runs long.
+        while (
+            batch := take_batch(self._inbox, timeout=AHEAD_SECONDS if self._bursting else None)
+        ) is not None:
             finished = [item for item in batch if isinstance(item, Finished)]
             with self._round:
                 self._waiting.extend(item for item in batch if isinstance(item, Delivery))
@@ -247,7 +275,14 @@ class Pipeline:
         with self._lock:
             began = [r.started for r in self._running.values() if r.started is not None]
             unfinished = self._unfinished
-        room = self._budget.limit(now - min(began) if began else 0.0) - unfinished
+        longest = now - min(began) if began else 0.0
+        bursting = self._budget.bursting(longest) and self._accepting
+        if bursting != self._bursting:
+            self._bursting = bursting
+            self._acker.want_burst(bursting)
+        room = max(0, self._budget.limit(longest) - unfinished)
+        if not bursting and len(self._waiting) > room:  # not to wait here behind long jobs: to others
+            self._acker.requeue([self._waiting.pop() for _ in range(len(self._waiting) - room)][::-1])
         return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
 
     def _write_round(self, finished: list[Finished], deliveries: list[Delivery]) -> None:

@@ -1,35 +1,44 @@
-"""The consumer's claim budget: short jobs let it claim ahead of its threads, long ones do not."""
+"""Claim budget: a run of short jobs lets a consumer claim ahead of its threads; a long job stops it."""
 
 from __future__ import annotations
 
-from consumer.budget import AHEAD_SECONDS, MAX_AHEAD, ClaimBudget
+from consumer.budget import AHEAD_SECONDS, MAX_AHEAD, SHORT_RUNS_TO_BURST, ClaimBudget
 
 
-def test_before_any_job_ran_a_consumer_claims_one_job_ahead_per_thread() -> None:
-    assert ClaimBudget(4).limit() == 8
-
-
-def test_short_jobs_let_a_consumer_claim_up_to_the_most_ahead() -> None:
-    budget = ClaimBudget(4)
-    for _ in range(50):
+def short_jobs(budget: ClaimBudget, count: int = SHORT_RUNS_TO_BURST) -> ClaimBudget:
+    for _ in range(count):
         budget.ran(0.0001)
-    assert budget.limit() == 4 + MAX_AHEAD
+    return budget
+
+
+def test_before_jobs_have_run_a_consumer_claims_one_job_per_thread() -> None:
+    budget = ClaimBudget(4)
+    assert (budget.bursting(), budget.limit()) == (False, 4)
+
+
+def test_too_few_short_jobs_in_a_row_do_not_start_claiming_ahead() -> None:
+    budget = short_jobs(ClaimBudget(4), SHORT_RUNS_TO_BURST - 1)
+    assert (budget.bursting(), budget.limit()) == (False, 4)
+
+
+def test_a_run_of_short_jobs_lets_a_consumer_claim_up_to_the_most_ahead() -> None:
+    budget = short_jobs(ClaimBudget(4), 50)
+    assert (budget.bursting(), budget.limit()) == (True, 4 + MAX_AHEAD)
 
 
 def test_a_job_running_longer_than_the_allowance_stops_claiming_ahead() -> None:
+    budget = short_jobs(ClaimBudget(4), 50)
+    assert (budget.bursting(AHEAD_SECONDS * 2), budget.limit(AHEAD_SECONDS * 2)) == (False, 4)
+
+
+def test_one_long_job_starts_the_count_of_short_ones_again() -> None:
+    budget = short_jobs(ClaimBudget(4), 50)
+    budget.ran(1.0)
+    assert not budget.bursting()
+    assert short_jobs(budget).bursting()
+
+
+def test_own_and_burst_prefetch_cover_two_rounds_of_the_largest_claim_limit() -> None:
     budget = ClaimBudget(4)
-    for _ in range(50):
-        budget.ran(0.0001)
-    assert budget.limit(longest_running=AHEAD_SECONDS * 2) == 4
-
-
-def test_long_recent_jobs_shrink_the_allowance_to_the_threads() -> None:
-    budget = ClaimBudget(4)
-    for _ in range(50):
-        budget.ran(10.0)
-    assert budget.limit() == 4
-
-
-def test_prefetch_covers_two_rounds_of_the_largest_claim_limit() -> None:
-    budget = ClaimBudget(4)
-    assert budget.prefetch == 2 * (4 + MAX_AHEAD)
+    assert budget.prefetch == 4
+    assert budget.prefetch + budget.burst_prefetch == 2 * (4 + MAX_AHEAD)
