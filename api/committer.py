@@ -3,9 +3,10 @@
 SQLite has one writer at a time and, with `synchronous=FULL`, every commit waits for an fsync of the WAL: one
 transaction per request caps a process at a few hundred jobs a second. So the API's writes go through one
 writer thread that commits, in a single transaction, every job that arrived while the previous transaction
-was committing. Each job still gets its job row and its outbox row in the same transaction, and each request
-is answered only after the transaction holding its job has committed; a batch that fails writes nothing and
-every request in it gets the error.
+was committing, and every job that arrived while it waited for its write turn (the batch is topped up once
+the transaction has begun). Each job still gets its job row and its outbox row in the same transaction, and
+each request is answered only after the transaction holding its job has committed; a batch that fails
+writes nothing and every request in it gets the error.
 """
 
 from __future__ import annotations
@@ -100,35 +101,48 @@ class GroupCommitter:
 
     def _write_loop(self) -> None:
         while True:
-            batch, stop = self._next_batch()
-            if batch:
-                self._commit(batch)
-            if stop:
+            first = self._queue.get()
+            if first is None:
+                return
+            more, stop = self._take_waiting(self._max_batch - 1)
+            if self._commit([first, *more], stop) or stop:
                 return
 
-    def _next_batch(self) -> tuple[list[_Pending], bool]:
-        """Block for one request, then take whatever else is already waiting, up to the batch size."""
-        first = self._queue.get()
-        if first is None:
-            return [], True
-        batch = [first]
-        while len(batch) < self._max_batch:
+    def _take_waiting(self, limit: int) -> tuple[list[_Pending], bool]:
+        """Whatever requests are already waiting, up to `limit`, and whether the stop marker came next."""
+        taken: list[_Pending] = []
+        while len(taken) < limit:
             try:
                 item = self._queue.get_nowait()
             except queue.Empty:
                 break
             if item is None:
-                return batch, True
-            batch.append(item)
-        return batch, False
+                return taken, True
+            taken.append(item)
+        return taken, False
 
-    def _commit(self, batch: list[_Pending]) -> None:
+    def _commit(self, batch: list[_Pending], stopped: bool) -> bool:
+        """Commit `batch` (topped up with what arrived meanwhile, unless the stop marker was `stopped` at
+        already) and answer each request; True when the stop marker was met while topping up."""
+        stop: list[bool] = [True] if stopped else []
         outcomes: list[Any]
         try:
-            outcomes = db.transact(self._engine, accept_all, [p.fields for p in batch])
+            outcomes = db.transact(self._engine, self._accept_topped_up, batch, stop)
         except Exception as exc:  # the whole batch is rolled back: each request gets the failure
             if not isinstance(exc, db.StoreUnavailable):
                 log.error("a batch of %d submissions failed", len(batch), exc_info=exc)
             outcomes = [exc] * len(batch)
         for pending, outcome in zip(batch, outcomes, strict=True):
             pending.settle(outcome)
+        return bool(stop)
+
+    def _accept_topped_up(
+        self, conn: Connection, batch: list[_Pending], stop: list[bool]
+    ) -> list[store.Accepted | IdempotencyConflict]:
+        """In the transaction, once it holds the write lock: add the requests that queued while it waited
+        (to `batch`, so a rerun keeps them), then accept them all."""
+        if not stop:
+            more, stopped = self._take_waiting(self._max_batch - len(batch))
+            batch.extend(more)
+            stop.extend([True] if stopped else [])
+        return accept_all(conn, [p.fields for p in batch])
