@@ -2,7 +2,7 @@
 
 Confirms are grouped: every verdict that arrived while the previous write was running goes into the next
 `Settlement`, written in one transaction, so the relay takes SQLite's single write lock once per group rather
-than once per message."""
+than once per message; and a settlement usually rides along with the next lease, in its transaction."""
 
 from __future__ import annotations
 
@@ -95,13 +95,29 @@ def has_due_rows(conn: Connection, now: float) -> bool:
     return outbox.backlog(conn, now).pending > 0
 
 
-def lease_due(engine: Engine, settings: Settings, limit: int, *, idle: bool) -> Lease | None:
-    """Lease up to `limit` due rows under a fresh token. When the outbox looked empty last time (`idle`),
-    a read comes first, so an idle relay does not take SQLite's write lock on every poll; None when that
-    read found nothing."""
+@dataclass(frozen=True)
+class Leased:
+    """What one lease transaction did: the rows it leased (None when a first look found nothing due), and
+    what the settlement that rode along with it changed (None without one)."""
+
+    lease: Lease | None
+    settled: Settled | None = None
+
+
+def lease_due(
+    engine: Engine, settings: Settings, limit: int, *, idle: bool, settlement: Settlement | None = None
+) -> Leased:
+    """Write `settlement` (if any) and lease up to `limit` due rows under a fresh token, in one
+    transaction. When the outbox looked empty last time (`idle`) and there is nothing to settle, a read
+    comes first, so an idle relay does not take SQLite's write lock on every poll."""
     now = clock.now()
-    if idle and not db.read(engine, has_due_rows, now):
-        return None
-    return db.transact(
-        engine, outbox.lease_batch, now=now, limit=limit, lease_seconds=settings.relay_lease_seconds
-    )
+    if idle and not settlement and not db.read(engine, has_due_rows, now):
+        return Leased(None)
+    return db.transact(engine, _settle_and_lease, settlement, now, limit, settings.relay_lease_seconds)
+
+
+def _settle_and_lease(
+    conn: Connection, settlement: Settlement | None, now: float, limit: int, lease_seconds: float
+) -> Leased:
+    settled = settle(conn, settlement, now=now) if settlement else None
+    return Leased(outbox.lease_batch(conn, now=now, limit=limit, lease_seconds=lease_seconds), settled)

@@ -48,6 +48,9 @@ RECONNECT_CAP_SECONDS = 4.0
 STOP_CHECK_SECONDS = 0.1
 REPORT_EVERY_SECONDS = 5.0
 SETTLE_RETRY_SECONDS = 0.5
+# Confirmed rows wait at most this long for a lease to write their marks along with it (they stay leased
+# meanwhile, so no other relay publishes them again).
+SETTLE_DELAY_SECONDS = 0.2
 STORE_RETRY_CAP_SECONDS = 2.0
 LINK_CLOSE_TIMEOUT_SECONDS = 3.0
 # After the confirm grace, how much longer shutdown may take to write back before the loop is stopped.
@@ -201,18 +204,35 @@ class Relay:
             return
         limit = min(self.settings.relay_batch_size, room)
         idle, self._rung = self._drained and not self._rung, False
+        settlement, self._pending = self._pending, Settlement()  # rides along with the lease
         self._in_store(
             "lease",
-            partial(ledger.lease_due, self.engine, self.settings, limit, idle=idle),
+            partial(self._lease_and_settle, limit, idle, settlement),
             then=partial(self._on_leased, limit),
-            on_error=lambda: self._later("poll", self._store_retry_delay(), self._lease_more),
+            on_error=partial(self._on_lease_failed, settlement),
         )
 
-    def _on_leased(self, limit: int, lease: Lease | None) -> None:
+    def _lease_and_settle(self, limit: int, idle: bool, settlement: Settlement) -> ledger.Leased:
+        """On a store thread. The fault point sits between the broker's confirm and the mark."""
+        if settlement.confirmed:
+            faults.hit("relay.after_publish")
+        return ledger.lease_due(self.engine, self.settings, limit, idle=idle, settlement=settlement)
+
+    def _on_lease_failed(self, settlement: Settlement) -> None:
+        settlement.merge(self._pending)
+        self._pending = settlement
+        self._later("poll", self._store_retry_delay(), self._lease_more)
+
+    def _on_leased(self, limit: int, leased: ledger.Leased) -> None:
+        if leased.settled is not None:
+            self._on_settled(leased.settled)
+        lease = leased.lease
         rows = lease.rows if lease is not None else ()
         if lease is not None and rows:
             self._publish(lease)
         self._drained = len(rows) < limit
+        if not self._drained:
+            self._wakeups.ring_others()  # more is due than one lease took: let the other relays share it
         if self._drained and not self._rung:
             self._later("poll", self._wakeups.poll_seconds, self._lease_more)
         else:
@@ -243,7 +263,14 @@ class Relay:
         self._pending.add_refused(verdict.refused)
         self.tally.confirmed += len(verdict.confirmed)
         self.tally.refused += len(verdict.refused)
-        self._settle()
+        if (
+            verdict.refused
+            or self._stopping
+            or self._pending.confirmed_count >= self.settings.relay_batch_size
+        ):
+            self._settle()
+        else:  # the next lease takes the marks along; if none comes soon, they are written alone
+            self._later("settle", SETTLE_DELAY_SECONDS, self._settle)
         if self._stopping:
             self._maybe_finish()
         elif not self._drained:
@@ -256,6 +283,7 @@ class Relay:
         completion starts the next one, so verdicts group while SQLite is busy)."""
         if "settle" in self._busy or not self._pending:
             return
+        self._cancel("settle")
         batch, self._pending = self._pending, Settlement()
         self._in_store(
             "settle",
@@ -282,7 +310,10 @@ class Relay:
                 "left to their new holder",
                 settled.stale,
             )
-        self._settle()
+        if self._pending.refused or self._pending.unsent or self._stopping:
+            self._settle()
+        elif self._pending:
+            self._later("settle", SETTLE_DELAY_SECONDS, self._settle)
 
     def _on_settle_failed(self, batch: Settlement) -> None:
         batch.merge(self._pending)

@@ -25,7 +25,9 @@ class Wakeups:
 
     def __init__(self, settings: Settings, ioloop: IOLoop, wake: Callable[[], None]) -> None:
         database = db.sqlite_path(settings)
-        self._doorbell = wakeup.Doorbell.open(wakeup.directory_for(database)) if database else None
+        directory = wakeup.directory_for(database) if database else None
+        self._doorbell = wakeup.Doorbell.open(directory) if directory else None
+        self._ringer = wakeup.Ringer(directory) if directory and self._doorbell else None
         self._ioloop = ioloop
         self._wake = wake
         self._timer: Any = None
@@ -48,6 +50,12 @@ class Wakeups:
             self._ioloop.remove_handler(self._doorbell.fileno())
             self._doorbell.close()
             self._doorbell = None
+
+    def ring_others(self) -> None:
+        """Wake the other relays: this one found more due rows than it could lease at once, and they
+        would otherwise find them only at their next poll."""
+        if self._ringer is not None and self._doorbell is not None:
+            self._ringer.ring(clock.now(), skip=self._doorbell.name)
 
     def due_at(self, at: float) -> None:
         """Rows come due at `at` (store clock): wake now, or keep one timer for the earliest such time."""
