@@ -7,9 +7,11 @@ deliveries acked. A refused claim (finished, leased by a live worker, waiting ou
 the sweeper, or unknown) is acked without running: it is a duplicate, or a retry whose own outbox row
 delivers it later.
 
+A round takes, once its transaction holds the write lock, whatever arrived while it waited for its turn.
 While jobs are short, a consumer claims more jobs than it has threads (`consumer.budget`), so a round
 commits and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a
-later round.
+later round; and outcomes wait up to `HOLD_SECONDS` for the next claim round to commit them (their acks
+wait with them).
 """
 
 from __future__ import annotations
@@ -21,16 +23,16 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
 from consumer.budget import AHEAD_SECONDS, ClaimBudget
 from consumer.link import Delivery
+from consumer.rounds import STOP, Finished, Round, Running, release_one, take_batch, take_waiting, write_round
 from handlers.base import JobError
-from handlers.runner import AttemptOutcome, Held, LeaseKeeper, StoreContext, commit_outcome, run_attempt
-from jobstore import clock, db, faults
+from handlers.runner import AttemptOutcome, LeaseKeeper, StoreContext, run_attempt
+from jobstore import db, faults
 from jobstore import jobs as store
 from jobstore.errors import Fenced
 from jobstore.records import Claim
@@ -40,8 +42,10 @@ from jobstore.states import State
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-STOP: Any = object()
-MAX_BATCH = 512
+# While claiming ahead, short jobs' outcomes wait up to this long (or until MAX_HELD of them) for the next
+# claim round to commit them, instead of a transaction of their own.
+HOLD_SECONDS = 0.02
+MAX_HELD = 64
 
 
 class Acker(Protocol):
@@ -50,93 +54,6 @@ class Acker(Protocol):
     def requeue(self, deliveries: Sequence[Delivery]) -> int: ...
 
     def want_burst(self, wanted: bool) -> None: ...
-
-
-@dataclass(eq=False)
-class Running:
-    """A claimed job in this process; `delivery` is None when it was claimed from the table (degraded)."""
-
-    claim: Claim
-    held: Held
-    delivery: Delivery | None
-    started: float | None = None  # when a thread began running it (monotonic), until its code returned
-
-
-@dataclass(frozen=True)
-class Finished:
-    running: Running
-    outcome: AttemptOutcome
-
-
-def claim_all(
-    conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float
-) -> list[store.ClaimResult]:
-    """Claim each job in the caller's transaction; a second delivery of one job sees it leased."""
-    return store.claim_many(conn, job_ids, worker, clock.now(), lease_seconds)
-
-
-def commit_all(conn: Connection, finished: Sequence[Finished], backoff: store.Backoff) -> list[State | None]:
-    """Commit every outcome under its own fence in the caller's transaction; a fenced one writes nothing
-    (None) and does not disturb the others. Successes are completed together (`jobs.complete_many`)."""
-    now = clock.now()
-    succeeded = [f for f in finished if _succeeded(f.outcome)]
-    completed = store.complete_many(conn, [_finishing(f) for f in succeeded], now)
-    states = dict(zip([id(f) for f in succeeded], completed, strict=True))
-    return [
-        states[id(f)] if id(f) in states else commit_outcome(conn, f.running.claim, f.outcome, now, backoff)
-        for f in finished
-    ]
-
-
-def _succeeded(outcome: AttemptOutcome) -> bool:
-    """What `commit_outcome` would complete: output, and neither a cancel nor a lost lease."""
-    return outcome.output is not None and not outcome.cancelled and not outcome.lease_lost
-
-
-def _finishing(f: Finished) -> store.Finishing:
-    assert f.outcome.output is not None
-    claim = f.running.claim
-    return store.Finishing(claim.job_id, claim.epoch, claim.attempt_id, f.outcome.output)
-
-
-def write_round(
-    conn: Connection,
-    finished: Sequence[Finished],
-    job_ids: Sequence[str],
-    worker: str,
-    lease_seconds: float,
-    backoff: store.Backoff,
-) -> tuple[list[State | None], list[store.ClaimResult]]:
-    """One round of the store writer: commit the finished outcomes, then claim the delivered jobs."""
-    return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
-
-
-def release_one(conn: Connection, claim: Claim) -> None:
-    store.release(conn, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
-
-
-def take_batch(
-    source: queue.SimpleQueue[Any], limit: int = MAX_BATCH, timeout: float | None = None
-) -> list[Any] | None:
-    """Wait for one item (at most `timeout` seconds: then an empty batch), then take whatever else is
-    already waiting (up to `limit`); None at STOP."""
-    try:
-        first = source.get(timeout=timeout)
-    except queue.Empty:
-        return []
-    if first is STOP:
-        return None
-    batch = [first]
-    while len(batch) < limit:
-        try:
-            item = source.get_nowait()
-        except queue.Empty:
-            break
-        if item is STOP:
-            source.put(STOP)  # seen again by the next take, after this batch is handled
-            break
-        batch.append(item)
-    return batch
 
 
 class Pipeline:
@@ -251,26 +168,54 @@ class Pipeline:
     # Writing.
 
     def _write_loop(self) -> None:
-        # While claiming ahead, look every so often (even with nothing to write) for a job that runs long.
-        while (
-            batch := take_batch(self._inbox, timeout=AHEAD_SECONDS if self._bursting else None)
-        ) is not None:
-            finished = [item for item in batch if isinstance(item, Finished)]
+        held: list[Finished] = []  # outcomes of short jobs held back for the next claim round
+        while (batch := take_batch(self._inbox, timeout=self._patience(held))) is not None:
             with self._round:
-                self._waiting.extend(item for item in batch if isinstance(item, Delivery))
+                held += self._absorb(batch)
                 if not self._accepting:
                     self._requeue_waiting()
-                deliveries = self._to_claim()
-                try:
-                    self._write_round(finished, deliveries)
-                except Exception:
-                    log.exception("a store round failed; its deliveries go back to the queue")
-                    self._end(finished, acked=False)
-                    self._acker.requeue(deliveries)
+                if self._may_hold(held):
+                    continue
+                self._run_round(Round(held))
+                held = []
+        if held:
+            with self._round:
+                self._run_round(Round(held))
 
-    def _to_claim(self) -> list[Delivery]:
-        """The waiting deliveries this round may claim, oldest first: as many as the claim limit leaves
-        room for (the others wait for a later round, which a finishing job starts)."""
+    def _absorb(self, batch: list[Any]) -> list[Finished]:
+        """Deliveries join the waiting ones; returns the finished outcomes."""
+        self._waiting.extend(item for item in batch if isinstance(item, Delivery))
+        return [item for item in batch if isinstance(item, Finished)]
+
+    def _patience(self, held: list[Finished]) -> float | None:
+        """How long the writer may wait for the next item: until held outcomes are due, or (while claiming
+        ahead) a moment, to notice a job that runs long."""
+        if held:
+            return max(0.0, held[0].at + HOLD_SECONDS - time.monotonic())
+        return AHEAD_SECONDS if self._bursting else None
+
+    def _may_hold(self, held: list[Finished]) -> bool:
+        """Whether to write nothing yet: nothing waits to be claimed and the outcomes are of short jobs,
+        not held long and not many (their commit and acks come with the next claim round)."""
+        if self._room() > 0 and self._waiting:
+            return False
+        if not held:
+            return True
+        fresh = time.monotonic() - held[0].at < HOLD_SECONDS
+        return self._bursting and self._accepting and fresh and len(held) < MAX_HELD
+
+    def _run_round(self, round_: Round) -> None:
+        try:
+            self._write_round(round_)
+        except Exception:
+            log.exception("a store round failed; its deliveries go back to the queue")
+            self._end(round_.finished, acked=False)
+            self._acker.requeue(round_.deliveries)
+
+    def _room(self) -> int:
+        """How many more jobs this consumer may claim now. Starts or stops claiming ahead as the budget
+        says; when it stops, deliveries beyond the room go back to the queue (not to wait here behind
+        long jobs)."""
         now = time.monotonic()
         with self._lock:
             began = [r.started for r in self._running.values() if r.started is not None]
@@ -281,27 +226,34 @@ class Pipeline:
             self._bursting = bursting
             self._acker.want_burst(bursting)
         room = max(0, self._budget.limit(longest) - unfinished)
-        if not bursting and len(self._waiting) > room:  # not to wait here behind long jobs: to others
+        if not bursting and len(self._waiting) > room:
             self._acker.requeue([self._waiting.pop() for _ in range(len(self._waiting) - room)][::-1])
-        return [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+        return room
 
-    def _write_round(self, finished: list[Finished], deliveries: list[Delivery]) -> None:
-        if not finished and not deliveries:
-            return
-        job_ids = [d.job_id for d in deliveries]
-        written = self._patiently(
-            write_round, finished, job_ids, self._worker, self._settings.lease_seconds, self._backoff
-        )
+    def _in_transaction(self, conn: Connection, round_: Round) -> Any:
+        """The round's transaction, once it holds the write lock: first take what arrived while it waited
+        for its turn (once: a rerun writes the same round), then write it."""
+        if not round_.topped_up:
+            round_.topped_up = True
+            round_.finished += self._absorb(take_waiting(self._inbox))
+            room = self._room()
+            round_.deliveries = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+        job_ids = [d.job_id for d in round_.deliveries]
+        lease = self._settings.lease_seconds
+        return write_round(conn, round_.finished, job_ids, self._worker, lease, self._backoff)
+
+    def _write_round(self, round_: Round) -> None:
+        written = self._patiently(self._in_transaction, round_)
         if written is None:
             log.error("the store took nothing for a lease's length; deliveries go back to the queue")
-            self._end(finished, acked=False)
-            self._acker.requeue(deliveries)
+            self._end(round_.finished, acked=False)
+            self._acker.requeue(round_.deliveries)
             return
         states, claims = written
-        if finished:
+        if round_.finished:
             faults.hit("consumer.after_commit")
-            self._committed(finished, states)
-        self._claimed(deliveries, claims)
+            self._committed(round_.finished, states)
+        self._claimed(round_.deliveries, claims)
 
     def _committed(self, finished: list[Finished], states: list[State | None]) -> None:
         fenced = sum(state is None for state in states)

@@ -1,0 +1,126 @@
+"""What one round of a consumer's store writer writes, in one transaction: the outcomes that finished,
+each under its own fence, then the claims of the deliveries it takes; and the queue plumbing that gathers
+them."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+
+from consumer.link import Delivery
+from handlers.runner import AttemptOutcome, Held, commit_outcome
+from jobstore import clock
+from jobstore import jobs as store
+from jobstore.records import Claim
+from jobstore.states import State
+
+STOP: Any = object()
+MAX_BATCH = 512
+
+
+@dataclass(eq=False)
+class Running:
+    """A claimed job in this process; `delivery` is None when it was claimed from the table (degraded)."""
+
+    claim: Claim
+    held: Held
+    delivery: Delivery | None
+    started: float | None = None  # when a thread began running it (monotonic), until its code returned
+
+
+@dataclass(frozen=True)
+class Finished:
+    running: Running
+    outcome: AttemptOutcome
+    at: float = field(default_factory=time.monotonic)  # when its code returned
+
+
+@dataclass
+class Round:
+    """What one round writes. `topped_up` once it has taken what arrived while it waited for its turn (a
+    rerun of its transaction writes the same round)."""
+
+    finished: list[Finished] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
+    topped_up: bool = False
+
+
+def claim_all(
+    conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float
+) -> list[store.ClaimResult]:
+    """Claim each job in the caller's transaction; a second delivery of one job sees it leased."""
+    return store.claim_many(conn, job_ids, worker, clock.now(), lease_seconds)
+
+
+def commit_all(conn: Connection, finished: Sequence[Finished], backoff: store.Backoff) -> list[State | None]:
+    """Commit every outcome under its own fence in the caller's transaction; a fenced one writes nothing
+    (None) and does not disturb the others. Successes are completed together (`jobs.complete_many`)."""
+    now = clock.now()
+    succeeded = [f for f in finished if _succeeded(f.outcome)]
+    completed = store.complete_many(conn, [_finishing(f) for f in succeeded], now)
+    states = dict(zip([id(f) for f in succeeded], completed, strict=True))
+    return [
+        states[id(f)] if id(f) in states else commit_outcome(conn, f.running.claim, f.outcome, now, backoff)
+        for f in finished
+    ]
+
+
+def _succeeded(outcome: AttemptOutcome) -> bool:
+    """What `commit_outcome` would complete: output, and neither a cancel nor a lost lease."""
+    return outcome.output is not None and not outcome.cancelled and not outcome.lease_lost
+
+
+def _finishing(f: Finished) -> store.Finishing:
+    assert f.outcome.output is not None
+    claim = f.running.claim
+    return store.Finishing(claim.job_id, claim.epoch, claim.attempt_id, f.outcome.output)
+
+
+def write_round(
+    conn: Connection,
+    finished: Sequence[Finished],
+    job_ids: Sequence[str],
+    worker: str,
+    lease_seconds: float,
+    backoff: store.Backoff,
+) -> tuple[list[State | None], list[store.ClaimResult]]:
+    """One round of the store writer: commit the finished outcomes, then claim the delivered jobs."""
+    return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
+
+
+def release_one(conn: Connection, claim: Claim) -> None:
+    store.release(conn, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
+
+
+def take_batch(
+    source: queue.SimpleQueue[Any], limit: int = MAX_BATCH, timeout: float | None = None
+) -> list[Any] | None:
+    """Wait for one item (at most `timeout` seconds: then an empty batch), then take whatever else is
+    already waiting (up to `limit`); None at STOP."""
+    try:
+        first = source.get(timeout=timeout)
+    except queue.Empty:
+        return []
+    if first is STOP:
+        return None
+    return [first, *take_waiting(source, limit - 1)]
+
+
+def take_waiting(source: queue.SimpleQueue[Any], limit: int = MAX_BATCH) -> list[Any]:
+    """Whatever is already waiting, up to `limit`, without waiting; a STOP is left for the next take."""
+    batch: list[Any] = []
+    while len(batch) < limit:
+        try:
+            item = source.get_nowait()
+        except queue.Empty:
+            break
+        if item is STOP:
+            source.put(STOP)  # seen again by the next take, after this batch is handled
+            break
+        batch.append(item)
+    return batch
