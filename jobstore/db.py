@@ -214,11 +214,15 @@ def _run(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write:
     # a holder stuck outside its transaction (a stopped process) cannot stall everyone past the timeout.
     took = turn is not None and not turn.held_here() and turn.acquire(timeout)
     try:
-        return _retrying(engine, fn, args, kwargs, write=write, started=started, timeout=timeout)
+        result, due = _retrying(engine, fn, args, kwargs, write=write, started=started, timeout=timeout)
     finally:
         if took:
             assert turn is not None
             turn.release()
+    ringer = _ringers.get(engine)
+    if due is not None and ringer is not None:  # after the turn is given back: the relay's lease needs it
+        ringer.ring(due)
+    return result
 
 
 def _retrying(
@@ -230,7 +234,7 @@ def _retrying(
     write: bool,
     started: float,
     timeout: float,
-) -> T:
+) -> tuple[T, float | None]:
     pause = 0.0002
     while True:
         attempt_started = time.monotonic()
@@ -256,18 +260,17 @@ def _retrying(
         return result
 
 
-def _attempt(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool) -> T:
+def _attempt(
+    engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool
+) -> tuple[T, float | None]:
+    """One run of the transaction; with the earliest due time of the outbox rows it added (if any)."""
     with engine.connect() as conn:
         if not write:
             if engine.dialect.name == "sqlite":
                 conn = conn.execution_options(sqlite_begin="DEFERRED")
             with conn.begin():
-                return fn(conn, *args, **kwargs)
+                return fn(conn, *args, **kwargs), None
         wakeup.forget(conn)
         with conn.begin():
             result = fn(conn, *args, **kwargs)
-        due = wakeup.noted(conn)
-    ringer = _ringers.get(engine)
-    if due is not None and ringer is not None:
-        ringer.ring(due)
-    return result
+        return result, wakeup.noted(conn)
