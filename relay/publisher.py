@@ -21,12 +21,8 @@ The promises:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any
 
-from pika.adapters.select_connection import IOLoop
 from sqlalchemy import Engine
 
 from jobstore import clock, db, faults
@@ -37,6 +33,7 @@ from relay import ledger
 from relay.housekeeping import Housekept, sweep_and_prune
 from relay.ledger import Settled, Settlement
 from relay.link import BrokerLink, connection_parameters, describe
+from relay.loop import LoopWork
 from relay.tally import Progress, Tally
 from relay.wake import Wakeups
 from relay.window import Sent, Verdict
@@ -57,34 +54,29 @@ LINK_CLOSE_TIMEOUT_SECONDS = 3.0
 WRITE_BACK_GRACE_SECONDS = 10.0
 
 
-class Relay:
+class Relay(LoopWork):
     """One relay process's publishing loop. Construct, then `run()` on the thread that owns it."""
 
     def __init__(self, settings: Settings, engine: Engine) -> None:
+        super().__init__()
         self.settings = settings
         self.engine = engine
         self.tally = Tally()
         self.clean_exit = True
         # The most messages that were unconfirmed at once.
         self.peak_unconfirmed = 0
-        self.ioloop = IOLoop()
-        self._store = ThreadPoolExecutor(max_workers=3, thread_name_prefix="relay-store")
         self._link: BrokerLink | None = None
         self._ready = False
         self._pending = Settlement()
-        self._busy: set[str] = set()
         # The last lease found fewer rows than asked: only a ring, a due timer or the poll leases again.
         self._drained = True
         # A ring said rows are due: the next lease skips its look first (and one running leases again).
         self._rung = False
         self._wakeups = Wakeups(settings, self.ioloop, self._on_rung)
         self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
-        self._timers: dict[str, Any] = {}
         self._failures = 0
-        self._store_failures = 0
         self._stop_requested = False
         self._stopping = False
-        self._stopped = False
         self._progress = Progress(self.tally)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
@@ -122,30 +114,6 @@ class Relay:
         """Ask the relay to shut down. Safe from signal handlers and other threads: it only sets a flag,
         which the loop looks at every `STOP_CHECK_SECONDS`."""
         self._stop_requested = True
-
-    def _every(self, interval: float, action: Callable[[], None]) -> None:
-        def tick() -> None:
-            action()
-            if not self._stopped:
-                self.ioloop.call_later(interval, tick)
-
-        self.ioloop.call_later(interval, tick)
-
-    def _later(self, name: str, delay: float, action: Callable[[], None]) -> None:
-        """One pending timer per name; a second request while one is pending is dropped."""
-        if name in self._timers:
-            return
-
-        def fire() -> None:
-            self._timers.pop(name, None)
-            action()
-
-        self._timers[name] = self.ioloop.call_later(delay, fire)
-
-    def _cancel(self, name: str) -> None:
-        timer = self._timers.pop(name, None)
-        if timer is not None:
-            self.ioloop.remove_timeout(timer)
 
     # -- the broker connection -----------------------------------------------------------------------------
 
@@ -333,41 +301,7 @@ class Relay:
 
     # -- store threads -------------------------------------------------------------------------------------
 
-    def _in_store(
-        self,
-        name: str,
-        work: Callable[[], Any],
-        *,
-        then: Callable[[Any], None],
-        on_error: Callable[[], None] | None = None,
-    ) -> None:
-        """Run `work` on a store thread; `then(result)` (or `on_error()`) runs back on the loop."""
-        self._busy.add(name)
-        future = self._store.submit(work)
-
-        def handback(done: Future[Any]) -> None:
-            self.ioloop.add_callback_threadsafe(partial(self._store_done, name, done, then, on_error))
-
-        future.add_done_callback(handback)
-
-    def _store_done(
-        self,
-        name: str,
-        done: Future[Any],
-        then: Callable[[Any], None],
-        on_error: Callable[[], None] | None,
-    ) -> None:
-        self._busy.discard(name)
-        error = done.exception()
-        if error is None:
-            self._store_failures = 0
-            then(done.result())
-        else:
-            self._store_failures += 1
-            if self._store_failures <= 3 or self._store_failures % 10 == 0:
-                log.warning("store %s failed (%d in a row): %s", name, self._store_failures, error)
-            if on_error is not None:
-                on_error()
+    def _after_store(self) -> None:
         if self._stopping:
             self._maybe_finish()
 

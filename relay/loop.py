@@ -1,0 +1,96 @@
+"""The relay's event loop and what hangs off it: named timers, and store work run on a few threads whose
+results come back to the loop (pika, like everything that touches the relay's state, runs on the loop's
+thread only)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+from pika.adapters.select_connection import IOLoop
+
+log = logging.getLogger("relay")
+
+STORE_THREADS = 3
+
+
+class LoopWork:
+    """An IOLoop, its timers and its store threads. Subclasses say what happens after each store call
+    (`_after_store`)."""
+
+    def __init__(self) -> None:
+        self.ioloop = IOLoop()
+        self._store = ThreadPoolExecutor(max_workers=STORE_THREADS, thread_name_prefix="relay-store")
+        self._busy: set[str] = set()  # store work running, by name
+        self._timers: dict[str, Any] = {}
+        self._store_failures = 0  # store calls that failed in a row
+        self._stopped = False
+
+    def _every(self, interval: float, action: Callable[[], None]) -> None:
+        def tick() -> None:
+            action()
+            if not self._stopped:
+                self.ioloop.call_later(interval, tick)
+
+        self.ioloop.call_later(interval, tick)
+
+    def _later(self, name: str, delay: float, action: Callable[[], None]) -> None:
+        """One pending timer per name; a second request while one is pending is dropped."""
+        if name in self._timers:
+            return
+
+        def fire() -> None:
+            self._timers.pop(name, None)
+            action()
+
+        self._timers[name] = self.ioloop.call_later(delay, fire)
+
+    def _cancel(self, name: str) -> None:
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            self.ioloop.remove_timeout(timer)
+
+    # -- store threads -------------------------------------------------------------------------------------
+
+    def _in_store(
+        self,
+        name: str,
+        work: Callable[[], Any],
+        *,
+        then: Callable[[Any], None],
+        on_error: Callable[[], None] | None = None,
+    ) -> None:
+        """Run `work` on a store thread; `then(result)` (or `on_error()`) runs back on the loop."""
+        self._busy.add(name)
+        future = self._store.submit(work)
+
+        def handback(done: Future[Any]) -> None:
+            self.ioloop.add_callback_threadsafe(partial(self._store_done, name, done, then, on_error))
+
+        future.add_done_callback(handback)
+
+    def _store_done(
+        self,
+        name: str,
+        done: Future[Any],
+        then: Callable[[Any], None],
+        on_error: Callable[[], None] | None,
+    ) -> None:
+        self._busy.discard(name)
+        error = done.exception()
+        if error is None:
+            self._store_failures = 0
+            then(done.result())
+        else:
+            self._store_failures += 1
+            if self._store_failures <= 3 or self._store_failures % 10 == 0:
+                log.warning("store %s failed (%d in a row): %s", name, self._store_failures, error)
+            if on_error is not None:
+                on_error()
+        self._after_store()
+
+    def _after_store(self) -> None:
+        """Runs on the loop after every store call, once its result was handled."""
