@@ -38,10 +38,15 @@ class Held:
     claim: Claim
     cancel_requested: bool = False
     lost: bool = False
+    # When its lease was last taken or renewed (monotonic seconds).
+    renewed_at: float = field(default_factory=time.monotonic)
 
 
 class LeaseKeeper:
-    """Renews all held leases together every `interval` seconds; marks the ones it lost."""
+    """Every `interval` seconds, renews together the held leases taken or renewed at least `interval` ago
+    (a job that finishes sooner is never renewed: its lease has most of its length left), carries cancel
+    requests back, and marks the leases it lost. A lease goes at most two intervals, at most two thirds of
+    its length, without renewal."""
 
     def __init__(self, engine: Engine, settings: Settings, interval: float | None = None) -> None:
         self._engine = engine
@@ -77,7 +82,8 @@ class LeaseKeeper:
 
     def _loop(self) -> None:
         while not self._stop.wait(self._interval):
-            current = [h for h in self.held() if not h.lost]
+            due = time.monotonic() - self._interval
+            current = [h for h in self.held() if not h.lost and h.renewed_at <= due]
             if current:
                 try:
                     db.transact(self._engine, self._renew_all, current)
@@ -85,7 +91,7 @@ class LeaseKeeper:
                     log.warning("lease renewal postponed: %s", exc)
 
     def _renew_all(self, conn: Connection, current: list[Held]) -> None:
-        now = clock.now()
+        now, renewed_at = clock.now(), time.monotonic()
         for held in current:
             try:
                 held.cancel_requested = store.renew_lease(
@@ -93,6 +99,7 @@ class LeaseKeeper:
                 )
             except Fenced:
                 held.lost = True
+            held.renewed_at = renewed_at
 
 
 @dataclass
