@@ -22,7 +22,9 @@ def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int 
         or_(jobs.c.lease_expires_at <= now, jobs.c.deadline_at <= now),
     )
     overdue_queued = and_(jobs.c.state == State.QUEUED.value, jobs.c.deadline_at <= now)
-    rows = conn.execute(select(jobs).where(or_(overdue_running, overdue_queued)).limit(limit)).mappings()
+    rows = conn.execute(
+        select(jobs).where(or_(overdue_running, overdue_queued)).order_by(jobs.c.id).limit(limit)
+    ).mappings()
     for job in [Job.from_row(r) for r in rows]:
         decision = _decide(job, now, backoff)
         guard = and_(
