@@ -9,7 +9,19 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Float, and_, bindparam, delete, func, insert, or_, select, update
+from sqlalchemy import (
+    BindParameter,
+    Connection,
+    Float,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from jobstore import wakeup
 from jobstore.schema import outbox
@@ -18,7 +30,7 @@ from jobstore.schema import outbox
 _INSERT = insert(outbox)
 _DROP_PENDING = delete(outbox).where(outbox.c.job_id == bindparam("b_job"), outbox.c.published_at.is_(None))
 _NOW = bindparam("b_now", type_=Float)
-_IDS = bindparam("b_ids", expanding=True)
+_IDS: BindParameter[int] = bindparam("b_ids", expanding=True)
 
 
 def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> None:

@@ -18,36 +18,36 @@ class Settings(BaseSettings):
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
     auth_secret: str = "change-me-outbox-bridge-dev-secret-32b"
     results_dir: Path = Path("./data/results")
-    lease_seconds: float = Field(30.0, gt=0)
-    max_attempts: int = Field(3, ge=1)
-    max_body_bytes: int = Field(65536, ge=256)
+    lease_seconds: float = Field(default=30.0, gt=0)
+    max_attempts: int = Field(default=3, ge=1)
+    max_body_bytes: int = Field(default=65536, ge=256)
     allowed_kinds: Annotated[tuple[str, ...], NoDecode] = DEFAULT_KINDS
 
     # Durability: FULL survives power loss; NORMAL (opt-in) survives process crashes only.
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
     # How long a writer keeps retrying to get SQLite's write lock before the store counts as unavailable.
-    store_lock_timeout_seconds: float = Field(5.0, gt=0)
+    store_lock_timeout_seconds: float = Field(default=5.0, gt=0)
 
-    backoff_base_seconds: float = Field(1.0, ge=0)
-    backoff_max_seconds: float = Field(60.0, ge=0)
+    backoff_base_seconds: float = Field(default=1.0, ge=0)
+    backoff_max_seconds: float = Field(default=60.0, ge=0)
 
     # Broker names (tests give each run its own).
     exchange: str = "jobs"
     queue: str = "jobs"
     dead_letter_exchange: str = "jobs.dead"
     dead_letter_queue: str = "jobs.dead"
-    delivery_limit: int = Field(20, ge=1)
+    delivery_limit: int = Field(default=20, ge=1)
 
-    relay_batch_size: int = Field(500, ge=1)
-    relay_window: int = Field(1000, ge=1)
-    relay_poll_seconds: float = Field(0.05, gt=0)
-    relay_lease_seconds: float = Field(30.0, gt=0)
-    sweep_interval_seconds: float = Field(1.0, gt=0)
-    outbox_retention_seconds: float = Field(24 * 3600.0, ge=0)
+    relay_batch_size: int = Field(default=500, ge=1)
+    relay_window: int = Field(default=1000, ge=1)
+    relay_poll_seconds: float = Field(default=0.05, gt=0)
+    relay_lease_seconds: float = Field(default=30.0, gt=0)
+    sweep_interval_seconds: float = Field(default=1.0, gt=0)
+    outbox_retention_seconds: float = Field(default=24 * 3600.0, ge=0)
 
     # Consumers fall back to claiming from the table after the broker is gone this long (0 disables).
-    degraded_after_seconds: float = Field(30.0, ge=0)
-    shutdown_grace_seconds: float = Field(20.0, ge=0)
+    degraded_after_seconds: float = Field(default=30.0, ge=0)
+    shutdown_grace_seconds: float = Field(default=20.0, ge=0)
 
     # Where the notify kind's local stub provider records deliveries, and where executions are logged.
     notify_log: Path = Path("./data/notify-provider.jsonl")

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from jobstore import clock, db, migrate, queries
 from jobstore import jobs as store
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import overview
+from jobstore.records import Job
 from jobstore.settings import Settings, load
 from jobstore.states import State
 
@@ -180,7 +183,7 @@ def _redacted(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-def _engine() -> tuple[Settings, object]:
+def _engine() -> tuple[Settings, Engine]:
     settings = _settings()
     return settings, db.make_engine(settings)
 
@@ -189,7 +192,7 @@ def _engine() -> tuple[Settings, object]:
 def status() -> None:
     """The dashboard's figures in the terminal."""
     _, engine = _engine()
-    view = db.read(engine, overview, clock.now())  # type: ignore[arg-type]
+    view = db.read(engine, overview, clock.now())
     table = Table(title="jobs by state")
     table.add_column("state")
     table.add_column("jobs", justify="right")
@@ -211,7 +214,7 @@ def jobs_list(
 ) -> None:
     """List jobs, newest first."""
     _, engine = _engine()
-    page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit)  # type: ignore[arg-type]
+    page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit)
     table = Table()
     for column in ("id", "tenant", "kind", "state", "attempts", "epoch", "created", "error"):
         table.add_column(column)
@@ -233,7 +236,7 @@ def jobs_list(
 def jobs_show(job_id: str) -> None:
     """Show one job and its attempts."""
     _, engine = _engine()
-    job = db.read(engine, store.get_job, job_id)  # type: ignore[arg-type]
+    job = db.read(engine, store.get_job, job_id)
     if job is None:
         err.print(f"no job {job_id}")
         raise typer.Exit(1)
@@ -244,7 +247,7 @@ def jobs_show(job_id: str) -> None:
     table = Table(title="attempts")
     for column in ("epoch", "attempt", "worker", "outcome", "started", "ended", "external", "error"):
         table.add_column(column)
-    for a in db.read(engine, queries.attempts_of, job_id):  # type: ignore[arg-type]
+    for a in db.read(engine, queries.attempts_of, job_id):
         table.add_row(
             str(a.epoch),
             a.id,
@@ -258,10 +261,10 @@ def jobs_show(job_id: str) -> None:
     out.print(table)
 
 
-def _operate(action: str, fn: object, *args: object) -> None:
+def _operate(action: str, fn: Callable[..., Job], *args: object) -> None:
     _, engine = _engine()
     try:
-        job = db.transact(engine, fn, *args)  # type: ignore[arg-type]
+        job: Job = db.transact(engine, fn, *args)
     except JobNotFound as exc:
         err.print(str(exc))
         raise typer.Exit(1) from exc
