@@ -10,8 +10,8 @@ delivers it later.
 A round takes, once its transaction holds the write lock, whatever arrived while it waited for its turn.
 While jobs are short, a consumer claims more jobs than it has threads (`consumer.budget`), so a round
 commits and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a
-later round; and outcomes wait up to `HOLD_SECONDS` for the next claim round to commit them (their acks
-wait with them).
+later round; and, while deliveries come in closely, outcomes wait up to `HOLD_SECONDS` for the next claim
+round to commit them (their acks wait with them).
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ class Pipeline:
         self._unfinished = 0  # claimed jobs whose code has not returned yet
         self._budget = budget or ClaimBudget(concurrency)
         self._bursting = False
+        self._last_arrival = 0.0  # when the last delivery arrived (monotonic)
+        self._arrival_gap = HOLD_SECONDS  # running average of the time between deliveries
         self._waiting: collections.deque[Delivery] = collections.deque()  # delivered, not claimed yet
         self._lock = threading.Lock()
         self._round = threading.Lock()
@@ -183,8 +185,15 @@ class Pipeline:
                 self._run_round(Round(held))
 
     def _absorb(self, batch: list[Any]) -> list[Finished]:
-        """Deliveries join the waiting ones; returns the finished outcomes."""
-        self._waiting.extend(item for item in batch if isinstance(item, Delivery))
+        """Deliveries join the waiting ones (and the running average of their spacing); returns the
+        finished outcomes."""
+        deliveries = [item for item in batch if isinstance(item, Delivery)]
+        if deliveries:
+            now = time.monotonic()
+            gap = (now - self._last_arrival) / len(deliveries)
+            self._arrival_gap += 0.2 * (min(gap, 1.0) - self._arrival_gap)
+            self._last_arrival = now
+            self._waiting.extend(deliveries)
         return [item for item in batch if isinstance(item, Finished)]
 
     def _patience(self, held: list[Finished]) -> float | None:
@@ -195,14 +204,16 @@ class Pipeline:
         return AHEAD_SECONDS if self._bursting else None
 
     def _may_hold(self, held: list[Finished]) -> bool:
-        """Whether to write nothing yet: nothing waits to be claimed and the outcomes are of short jobs,
-        not held long and not many (their commit and acks come with the next claim round)."""
+        """Whether to write nothing yet: nothing waits to be claimed, deliveries come in closely, and the
+        outcomes are of short jobs, not held long and not many (their commit and acks come with the next
+        claim round)."""
         if self._room() > 0 and self._waiting:
             return False
         if not held:
             return True
         fresh = time.monotonic() - held[0].at < HOLD_SECONDS
-        return self._bursting and self._accepting and fresh and len(held) < MAX_HELD
+        soon = self._arrival_gap < HOLD_SECONDS / 2  # a claim round is due soon; at a light load, none is
+        return self._bursting and self._accepting and soon and fresh and len(held) < MAX_HELD
 
     def _run_round(self, round_: Round) -> None:
         try:
