@@ -44,6 +44,8 @@ class Settings(BaseSettings):
     relay_lease_seconds: float = Field(default=30.0, gt=0)
     sweep_interval_seconds: float = Field(default=1.0, gt=0)
     outbox_retention_seconds: float = Field(default=24 * 3600.0, ge=0)
+    # A queued job due this long with no delivery waiting is announced again (its message was lost).
+    reannounce_after_seconds: float = Field(default=300.0, gt=0)
 
     # Consumers fall back to claiming from the table after the broker is gone this long (0 disables).
     degraded_after_seconds: float = Field(default=30.0, ge=0)

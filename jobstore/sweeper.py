@@ -7,10 +7,11 @@ from collections import Counter
 
 from sqlalchemy import Connection, and_, or_, select, update
 
+from jobstore import outbox as outbox_rows
 from jobstore.decisions import Decision, decide_expired_lease
 from jobstore.jobs import Backoff, apply_decision
 from jobstore.records import Job
-from jobstore.schema import attempts, jobs
+from jobstore.schema import attempts, jobs, outbox
 from jobstore.states import State
 
 
@@ -63,3 +64,33 @@ def _close_attempt(conn: Connection, job: Job, decision: Decision, now: float) -
             outcome="lost", ended_at=now, error_code=decision.error_code, error_message=decision.error_message
         )
     )
+
+
+def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: int = 500) -> int:
+    """Give a new outbox row to each queued job that has been due since before `older_than`, has not changed
+    since then, and has no delivery waiting to be published. Its message was lost on the way (dead-lettered
+    after too many redeliveries, say, or lost with a broker's data): without this it would wait forever.
+    A duplicate this makes is absorbed by the claim. Returns how many jobs were announced again."""
+    waiting = (
+        select(outbox.c.id).where(outbox.c.job_id == jobs.c.id, outbox.c.published_at.is_(None)).exists()
+    )
+    stale = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.state == State.QUEUED.value,
+            jobs.c.available_at <= older_than,
+            jobs.c.updated_at <= older_than,
+            ~waiting,
+        )
+        .order_by(jobs.c.id)
+        .limit(limit)
+    )
+    ids = list(conn.execute(stale).scalars())
+    if not ids:
+        return 0
+    conn.execute(
+        update(jobs).where(jobs.c.id.in_(ids), jobs.c.state == State.QUEUED.value).values(updated_at=now)
+    )
+    for job_id in ids:
+        outbox_rows.add(conn, job_id, available_at=now, now=now)
+    return len(ids)

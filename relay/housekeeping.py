@@ -1,5 +1,6 @@
 """The relay's scheduled store work, which needs no broker: settle jobs whose lease or deadline ran out,
-and drop outbox rows published longer ago than the retention."""
+drop outbox rows published longer ago than the retention, and announce again queued jobs whose delivery
+was lost."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from jobstore.settings import Settings
 class Housekept:
     swept: Counter[str]
     pruned: int
+    reannounced: int = 0
 
     def lines(self) -> list[str]:
         found = []
@@ -24,12 +26,18 @@ class Housekept:
             found.append("swept overdue jobs: " + ", ".join(f"{n} -> {s}" for s, n in self.swept.items()))
         if self.pruned:
             found.append(f"pruned {self.pruned} published outbox rows")
+        if self.reannounced:
+            found.append(f"announced {self.reannounced} long-queued jobs again (their deliveries were lost)")
         return found
 
 
 def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
-    """One sweep and one prune, each in its own transaction (each is retried on lock contention)."""
+    """One sweep, one prune and one re-announcement, each in its own transaction (each is retried on lock
+    contention)."""
     now = clock.now()
     swept = db.transact(engine, sweeper.sweep_expired, now, backoff=backoff_of(settings))
     pruned = db.transact(engine, outbox.prune_published, older_than=now - settings.outbox_retention_seconds)
-    return Housekept(swept, pruned)
+    reannounced = db.transact(
+        engine, sweeper.reannounce_stale, now, older_than=now - settings.reannounce_after_seconds
+    )
+    return Housekept(swept, pruned, reannounced)
