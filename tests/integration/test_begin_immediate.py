@@ -28,6 +28,11 @@ HOLD = 0.6  # how long the other process keeps its transaction open once the tes
 WAIT = 30.0  # bound on every wait for the other process
 
 
+def sqlite_settings(directory: Path, **overrides: object) -> Settings:
+    """Settings for a SQLite file of this test's own in `directory`."""
+    return make_settings(directory, database_url=f"sqlite:///{directory / 'jobs.db'}", **overrides)
+
+
 def count_jobs(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(jobs)).scalar_one())
 
@@ -65,7 +70,7 @@ def hold_transaction(settings: Settings, write: bool, entered: Event, release: E
 
 @pytest.fixture
 def store_settings(tmp_path: Path) -> Settings:
-    return make_settings(tmp_path, store_lock_timeout_seconds=WAIT)
+    return sqlite_settings(tmp_path, store_lock_timeout_seconds=WAIT)
 
 
 @pytest.fixture
@@ -204,7 +209,7 @@ def test_sqlite_synchronous_normal_is_an_opt_in_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SQLITE_SYNCHRONOUS", "NORMAL")
-    settings = make_settings(tmp_path)
+    settings = sqlite_settings(tmp_path)
     engine = db.make_engine(settings)
     try:
         db.init_schema(settings, engine)

@@ -42,6 +42,11 @@ conn.execute("ROLLBACK")
 """
 
 
+def sqlite_settings(directory: Path, **overrides: object) -> Settings:
+    """Settings for a SQLite file of this test's own in `directory`."""
+    return make_settings(directory, database_url=f"sqlite:///{directory / 'jobs.db'}", **overrides)
+
+
 def accept(engine: Engine, key: str = "k") -> store.Accepted:
     return db.transact(
         engine,
@@ -101,7 +106,7 @@ def test_a_missing_database_directory_is_store_unavailable_and_creates_nothing(t
 
 
 def test_a_read_only_database_file_is_store_unavailable_and_the_job_is_not_written(shared_dir: Path) -> None:
-    settings = make_settings(shared_dir, store_lock_timeout_seconds=1.0)
+    settings = sqlite_settings(shared_dir, store_lock_timeout_seconds=1.0)
     setup = db.make_engine(settings)
     db.init_schema(settings, setup)
     accept(setup, "before")
@@ -147,7 +152,7 @@ def write_lock_held_elsewhere(database: Path) -> Iterator[None]:
 
 @pytest.fixture
 def locked_store(tmp_path: Path) -> Iterator[tuple[Settings, Engine]]:
-    settings = make_settings(tmp_path, store_lock_timeout_seconds=0.4)
+    settings = sqlite_settings(tmp_path, store_lock_timeout_seconds=0.4)
     engine = db.make_engine(settings)
     db.init_schema(settings, engine)
     yield settings, engine
