@@ -12,13 +12,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from handlers.runner import LeaseKeeper, execute
-from jobstore import db, queries
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.clock import FakeClock, now
-from jobstore.records import Claim, Job
 from jobstore.settings import Settings
 from jobstore.states import State
+from tests.support.kinds import claim, committed_output, job_of, run
 from tests.support.procs import settings_env
 
 INVOICE = "Invoice 2024-17\nCustomer: Acme Corp\nTotal: 1,200.00 EUR\nDue date: 2024-07-01\n\nPay in 30 days."
@@ -49,32 +48,6 @@ def submit(engine: Engine, payload: dict[str, Any], *, deadline_seconds: float |
         deadline_seconds=deadline_seconds,
     )
     return accepted.job.id
-
-
-def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, "worker-1", now(), settings.lease_seconds)
-    assert result.claim is not None, result.refusal
-    return result.claim
-
-
-def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:
-    keeper = LeaseKeeper(engine, settings, interval=0.05).start()
-    try:
-        return execute(engine, settings, keeper, claimed)
-    finally:
-        keeper.stop()
-
-
-def job_of(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
-    assert job is not None
-    return job
-
-
-def committed_output(engine: Engine, job_id: str) -> dict[str, Any]:
-    attempt = db.read(engine, queries.committed_result, job_id)
-    assert attempt is not None and attempt.output is not None
-    return attempt.output
 
 
 def executed_steps(settings: Settings) -> list[tuple[int, int, str]]:

@@ -14,13 +14,13 @@ from sqlalchemy import Engine
 
 from handlers.base import Cancelled
 from handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
-from handlers.runner import LeaseKeeper, StoreContext, execute
-from jobstore import db, queries
+from handlers.runner import LeaseKeeper, StoreContext
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.clock import FakeClock, now
-from jobstore.records import Claim, Job
 from jobstore.settings import Settings
 from jobstore.states import State
+from tests.support.kinds import claim, committed_output, job_of, run
 from tests.support.procs import wait_for
 
 
@@ -37,32 +37,6 @@ def submit(engine: Engine, payload: dict[str, Any]) -> str:
         max_attempts=3,
     )
     return accepted.job.id
-
-
-def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, "worker-1", now(), settings.lease_seconds)
-    assert result.claim is not None, result.refusal
-    return result.claim
-
-
-def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:
-    keeper = LeaseKeeper(engine, settings, interval=0.05).start()
-    try:
-        return execute(engine, settings, keeper, claimed)
-    finally:
-        keeper.stop()
-
-
-def job_of(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
-    assert job is not None
-    return job
-
-
-def committed_output(engine: Engine, job_id: str) -> dict[str, Any]:
-    attempt = db.read(engine, queries.committed_result, job_id)
-    assert attempt is not None and attempt.output is not None
-    return attempt.output
 
 
 def test_an_export_writes_a_read_only_file_that_the_committed_output_names(

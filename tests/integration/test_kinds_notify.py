@@ -15,13 +15,14 @@ import pytest
 from sqlalchemy import Engine
 
 from handlers.notify import StubProvider
-from handlers.runner import LeaseKeeper, backoff_of, execute
+from handlers.runner import backoff_of
 from jobstore import db, queries, sweeper
 from jobstore import jobs as store
 from jobstore.clock import FakeClock, now
-from jobstore.records import Attempt, Claim, Job
+from jobstore.records import Attempt
 from jobstore.settings import Settings
 from jobstore.states import State
+from tests.support.kinds import claim, job_of, run
 from tests.support.procs import settings_env
 
 PAYLOAD = {"to": "ops@example.com", "message": "disk almost full on db-2"}
@@ -53,20 +54,6 @@ def submit(engine: Engine, key: str = "notify-key-1", tenant: str = "acme") -> s
     return accepted.job.id
 
 
-def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, "worker-1", now(), settings.lease_seconds)
-    assert result.claim is not None, result.refusal
-    return result.claim
-
-
-def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:
-    keeper = LeaseKeeper(engine, settings, interval=0.05).start()
-    try:
-        return execute(engine, settings, keeper, claimed)
-    finally:
-        keeper.stop()
-
-
 def run_until_killed(settings: Settings, job_id: str, fault_point: str) -> None:
     killed = subprocess.run(
         [sys.executable, "-c", WORKER, job_id],
@@ -75,12 +62,6 @@ def run_until_killed(settings: Settings, job_id: str, fault_point: str) -> None:
         timeout=60,
     )
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
-
-
-def job_of(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
-    assert job is not None
-    return job
 
 
 def attempts_of(engine: Engine, job_id: str) -> list[Attempt]:
