@@ -335,10 +335,13 @@ class StoreMachine(RuleBasedStateMachine):
             assert self.view(held.job_id).job.lease_expires_at == self.now + LEASE
 
     @precondition(has_claims)
-    @rule(pick=PICKS)
-    def mark_external_started(self, pick: tuple[int, int]) -> None:
+    @rule(pick=PICKS, then_crash=st.booleans())
+    def mark_external_started(self, pick: tuple[int, int], then_crash: bool) -> None:
+        """A worker announces an external call; it may crash right after (the notify kind's worst case)."""
         if self.fenced_write(held := self.recall(pick), "mark_external_started") is not None:
             self.external_marks.add((held.job_id, held.epoch))
+        if then_crash:
+            self.clock.advance(CRASH)
 
     @precondition(has_claims)
     @rule(pick=PICKS)
