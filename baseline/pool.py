@@ -23,6 +23,7 @@ from handlers.runner import (
     StoreContext,
     backoff_of,
     commit_outcome,
+    discard_uncommitted,
     run_attempt,
 )
 from jobstore import clock, db
@@ -166,6 +167,7 @@ class ClaimPool:
         try:
             outcome = run_attempt(StoreContext(self._engine, self._settings, claim, held))
             state, next_claim = self._commit(claim, outcome, held, worker)
+            discard_uncommitted(self._settings, claim, outcome, state)
         except db.StoreUnavailable as exc:
             log.warning(
                 "job %s epoch %d: outcome not committed (%s); it runs again after its lease expires",

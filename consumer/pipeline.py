@@ -31,7 +31,7 @@ from consumer.budget import AHEAD_SECONDS, ClaimBudget
 from consumer.link import Delivery
 from consumer.rounds import STOP, Finished, Round, Running, release_one, take_batch, take_waiting, write_round
 from handlers.base import JobError
-from handlers.runner import AttemptOutcome, LeaseKeeper, StoreContext, run_attempt
+from handlers.runner import AttemptOutcome, LeaseKeeper, StoreContext, discard_uncommitted, run_attempt
 from jobstore import db, faults
 from jobstore import jobs as store
 from jobstore.errors import Fenced
@@ -272,6 +272,8 @@ class Pipeline:
         if fenced:
             log.info("%d of %d outcomes fenced out (a newer epoch or an expired lease)", fenced, len(states))
         self._end(finished, acked=True)
+        for f, state in zip(finished, states, strict=True):
+            discard_uncommitted(self._settings, f.running.claim, f.outcome, state)
 
     def _claimed(self, deliveries: list[Delivery], claims: list[store.ClaimResult]) -> None:
         refused = []

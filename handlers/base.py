@@ -71,9 +71,14 @@ class JobContext(Protocol):
 
 @dataclass(frozen=True)
 class Kind:
+    """A job kind. `discard(results_dir, output)`, when given, removes what `run` left behind for an output
+    that did not become the job's result (the attempt was cancelled or fenced out after it returned), so
+    that only committed results stay on disk."""
+
     name: str
     schema: type[BaseModel]
     run: Callable[[JobContext, Any], dict[str, Any]]
+    discard: Callable[[Path, dict[str, Any]], None] | None = None
 
     def parse(self, payload: Any) -> BaseModel:
         """Validate a payload; raises pydantic's ValidationError."""

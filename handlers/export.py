@@ -6,7 +6,8 @@ then the temporary name is removed) and the directory fsynced, so the final name
 complete file and is never rewritten. Users reach it only through the committed result pointer (the
 attempt output the job's result pointer names), so the file of a killed or fenced attempt is never
 served. Cancellation and a lost lease are checked between chunks; either leaves no finished file and
-removes the partial one.
+removes the partial one. A file finished by an attempt whose output was then not committed (a cancel seen
+after the last chunk, or at the commit itself) is removed by the worker once it knows (`discard_export`).
 """
 
 from __future__ import annotations
@@ -130,4 +131,10 @@ def run_export(ctx: JobContext, payload: ExportPayload) -> dict[str, Any]:
     }
 
 
-EXPORT = Kind("export", ExportPayload, run_export)
+def discard_export(results_dir: Path, output: dict[str, Any]) -> None:
+    """Remove the file of an attempt whose output was not committed; no result pointer names it."""
+    with contextlib.suppress(FileNotFoundError):
+        (results_dir / output["path"]).unlink()
+
+
+EXPORT = Kind("export", ExportPayload, run_export, discard_export)

@@ -2,8 +2,9 @@
 
 `run_attempt` executes the kind's code and returns what happened without writing the outcome;
 `commit_outcome` writes it under the fence, in the caller's transaction, so a caller may commit the
-outcomes of several jobs together. A `LeaseKeeper` thread renews every lease the process holds in one
-transaction and carries cancel requests back to the running code."""
+outcomes of several jobs together; `discard_uncommitted` then removes what an output left on disk when
+the commit did not make it the job's result. A `LeaseKeeper` thread renews every lease the process holds
+in one transaction and carries cancel requests back to the running code."""
 
 from __future__ import annotations
 
@@ -182,6 +183,8 @@ def record_execution(settings: Settings, claim: Claim, event: str, **fields: Any
 class AttemptOutcome:
     """What running an attempt produced, before it is committed."""
 
+    # Also kept when the attempt was cancelled or lost its lease after the kind returned: it is not
+    # committed then, but what it left on disk must be discarded.
     output: dict[str, Any] | None = None
     error: JobError | None = None
     permanent: bool = False
@@ -202,13 +205,14 @@ def run_attempt(ctx: StoreContext) -> AttemptOutcome:
     except ValidationError as exc:
         return AttemptOutcome(error=PermanentError("invalid_payload", _first_error(exc)), permanent=True)
     ctx.record_execution("start")
+    output = None
     try:
         output = kind.run(ctx, payload)
         ctx.check_cancel()
     except Cancelled:
-        return AttemptOutcome(cancelled=True)
+        return AttemptOutcome(output=output, cancelled=True)
     except LeaseLost:
-        return AttemptOutcome(lease_lost=True)
+        return AttemptOutcome(output=output, lease_lost=True)
     except PermanentError as exc:
         return AttemptOutcome(error=exc, permanent=True)
     except JobError as exc:
@@ -254,6 +258,23 @@ def commit_outcome(
         return None
 
 
+def discard_uncommitted(
+    settings: Settings, claim: Claim, outcome: AttemptOutcome, state: State | None
+) -> None:
+    """Once the commit is known (`state` is what it wrote, None when fenced out), remove what an output
+    that did not become the job's result left on disk (the kind's `discard`). Never raises: a file left
+    behind is untidy, not wrong, since only a committed result pointer makes a file visible."""
+    if outcome.output is None or state is State.SUCCEEDED:
+        return
+    kind = KINDS.get(claim.kind)
+    if kind is None or kind.discard is None:
+        return
+    try:
+        kind.discard(settings.results_dir, outcome.output)
+    except (OSError, KeyError, TypeError) as exc:
+        log.warning("job %s attempt %s: uncommitted output kept: %s", claim.job_id, claim.attempt_id, exc)
+
+
 def backoff_of(settings: Settings) -> store.Backoff:
     return store.Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
 
@@ -263,6 +284,8 @@ def execute(engine: Engine, settings: Settings, keeper: LeaseKeeper, claim: Clai
     held = keeper.hold(claim)
     try:
         outcome = run_attempt(StoreContext(engine, settings, claim, held))
-        return db.transact(engine, commit_outcome, claim, outcome, clock.now(), backoff_of(settings))
+        state = db.transact(engine, commit_outcome, claim, outcome, clock.now(), backoff_of(settings))
+        discard_uncommitted(settings, claim, outcome, state)
+        return state
     finally:
         keeper.drop(claim.job_id)

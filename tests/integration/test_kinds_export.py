@@ -14,8 +14,8 @@ from sqlalchemy import Engine
 
 from handlers.base import Cancelled
 from handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
-from handlers.runner import LeaseKeeper, StoreContext
-from jobstore import db
+from handlers.runner import LeaseKeeper, StoreContext, execute
+from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.clock import FakeClock, now
 from jobstore.settings import Settings
@@ -79,6 +79,36 @@ def test_an_export_cancelled_between_chunks_ends_cancelled_with_no_finished_file
     job = job_of(engine, job_id)
     assert (job.state, job.error_code, job.result_attempt_id) == (State.CANCELLED, "cancelled", None)
     assert list(job_dir.iterdir()) == []
+
+
+def test_a_cancel_seen_only_at_the_commit_ends_cancelled_and_removes_the_finished_file(
+    engine: Engine, settings: Settings
+) -> None:
+    job_id = submit(engine, {"rows": 100, "chunk": 30})
+    claimed = claim(engine, settings, job_id)
+    assert db.transact(engine, store.request_cancel, job_id, now()) is store.CancelOutcome.REQUESTED
+    # A keeper that never renews: the running code never hears of the cancel and finishes its file.
+    keeper = LeaseKeeper(engine, settings)
+    assert execute(engine, settings, keeper, claimed) is State.CANCELLED
+    job = job_of(engine, job_id)
+    assert (job.state, job.result_attempt_id) == (State.CANCELLED, None)
+    assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["cancelled"]
+    assert list((settings.results_dir / job_id).iterdir()) == []
+
+
+def test_a_fenced_out_attempt_removes_its_finished_file_and_leaves_the_committed_one(
+    engine: Engine, settings: Settings, clock: FakeClock
+) -> None:
+    job_id = submit(engine, {"rows": 100, "chunk": 30})
+    stalled = claim(engine, settings, job_id)
+    clock.advance(settings.lease_seconds + 1)
+    newer = claim(engine, settings, job_id)
+    assert run(engine, settings, newer) is State.SUCCEEDED
+    # The stalled worker wakes up, writes its own file, and is fenced out at the commit.
+    assert execute(engine, settings, LeaseKeeper(engine, settings), stalled) is None
+    job_dir = settings.results_dir / job_id
+    assert [p.name for p in job_dir.iterdir()] == [f"{newer.attempt_id}.csv"]
+    assert committed_output(engine, job_id)["path"] == f"{job_id}/{newer.attempt_id}.csv"
 
 
 def test_only_the_attempt_the_result_pointer_names_is_served(
