@@ -1,7 +1,7 @@
 """A hypothesis state machine drives the real store (a SQLite file per run) with accepts, claims by several
 workers that remember every claim they ever made (stale ones included), renewals, external-effect marks,
-completions, failures, releases, stale workers trying every write they have (checkpoints too), crashes (the
-clock jumps past every lease), sweeps and cancels.
+completions, failures, clean shutdowns (releases), stale workers trying every write they have (checkpoints
+too), crashes (the clock jumps past every lease), sweeps and cancels.
 
 After every step it checks what the store promises: at most one committed result per job, epochs only
 grow, a write presented without a live fence changes nothing, `dead` only after the attempt budget or the
@@ -51,7 +51,7 @@ LEASE = 10.0
 CRASH = LEASE + 0.5  # a jump of the clock past every lease: the workers crashed
 MAX_ATTEMPTS = 2
 # A cancel settles a job for good; a few per run leave the other endings room to happen.
-MAX_CANCELS = 2
+MAX_CANCELS = 3
 WORKERS = ("w1", "w2", "w3")
 PICKS = st.tuples(st.integers(0, len(WORKERS) - 1), st.integers(0, 3))
 
@@ -212,8 +212,12 @@ class StoreMachine(RuleBasedStateMachine):
 
     @initialize(target=job_ids)
     def first_jobs(self) -> object:
-        """One job without a deadline, one whose deadline falls inside its first lease."""
-        return multiple(self.accept(0, variant=0, deadline=None), self.accept(1, variant=0, deadline=8.0))
+        """One job without a deadline and one whose deadline falls inside its first lease, both claimed: every
+        run starts with work in the workers' hands."""
+        first = multiple(self.accept(0, variant=0, deadline=None), self.accept(1, variant=0, deadline=8.0))
+        for worker in WORKERS[:2]:
+            self.claim_next(worker)
+        return first
 
     @rule(
         target=job_ids,
@@ -382,13 +386,16 @@ class StoreMachine(RuleBasedStateMachine):
 
     @precondition(has_claims)
     @rule(pick=PICKS)
-    def release(self, pick: tuple[int, int]) -> None:
-        held = self.recall(pick)
-        no_external_effect = self.view(held.job_id).job.external_epoch != held.epoch
-        written = self.fenced_write(held, "release", also=no_external_effect)
-        if written is not None:
-            expected = State.CANCELLED if written[0].job.cancel_requested else State.QUEUED
-            assert self.view(held.job_id).job.state is expected
+    def shutdown(self, pick: tuple[int, int]) -> None:
+        """A worker shuts down cleanly and gives back every job it still holds; its stale claims are refused,
+        and so is a job whose attempt started an external effect."""
+        for held in self.remembered[self.recall(pick).worker]:
+            no_external_effect = self.view(held.job_id).job.external_epoch != held.epoch
+            written = self.fenced_write(held, "release", also=no_external_effect)
+            if written is not None:
+                before, after = written[0].job, self.view(held.job_id).job
+                assert after.state is (State.CANCELLED if before.cancel_requested else State.QUEUED)
+                assert after.attempts == before.attempts - 1
 
     @precondition(lambda self: bool(self.stale_claims()))
     @rule(index=st.integers(0, 20))
