@@ -23,8 +23,13 @@ demo: install ## start a local stack and run the demo scenario
 # 127.0.0.1:5432; a session of tests gets a fresh database). `make test TEST_DATABASES=sqlite` for SQLite only.
 TEST_DATABASES ?= sqlite,postgresql
 
+# Two test processes share the two cores; the few `exclusive` tests (they restart the shared RabbitMQ) run
+# afterwards, alone. `make test TEST_PROCESSES=1` runs everything in one process.
+TEST_PROCESSES ?= 2
+
 test: install chromium ## run every test (unit, integration, end-to-end) on SQLite and PostgreSQL
-	TEST_DATABASES=$(TEST_DATABASES) $(BIN)/pytest
+	TEST_DATABASES=$(TEST_DATABASES) $(BIN)/pytest -n $(TEST_PROCESSES) -m "not exclusive"
+	TEST_DATABASES=$(TEST_DATABASES) $(BIN)/pytest -m exclusive
 
 # The dashboard test drives Debian's headless Chromium. As root with apt-get it is installed here; otherwise
 # the test is skipped locally (and fails under CI=true), and this says how to get it.

@@ -492,6 +492,7 @@ def broker_answers(url: str) -> bool:
     return True
 
 
+@pytest.mark.exclusive  # restarts the shared broker: nothing else may run meanwhile
 @pytest.mark.timeout(300)
 def test_broker_outages_under_load_lose_nothing_and_run_every_job_once(
     make_stack: Callable[..., Stack],
