@@ -23,6 +23,7 @@ COUNTERS = (
     "retries",
     "slow_lock_waits",
     "lock_wait_seconds",
+    "write_seconds",
 )
 BENCH = "bench"
 
@@ -102,8 +103,8 @@ def delta(before: Snapshot, after: Snapshot) -> dict[str, dict[str, float]]:
 
 
 def per_job(spent: Mapping[str, Mapping[str, float]], jobs: int) -> dict[str, object]:
-    """Store work per job summed over every process, CPU seconds per 1,000 jobs per process, and the
-    slow lock waits (> 5 ms) counted."""
+    """Store work per job summed over every process (with the time spent writing), CPU seconds per 1,000
+    jobs per process, and the slow lock waits (> 5 ms) counted."""
     total = {k: sum(p[k] for p in spent.values()) for k in COUNTERS}
     return {
         "jobs": jobs,
@@ -113,6 +114,12 @@ def per_job(spent: Mapping[str, Mapping[str, float]], jobs: int) -> dict[str, ob
         "retries": int(total["retries"]),
         "slow_lock_waits": int(total["slow_lock_waits"]),
         "lock_wait_seconds": round(total["lock_wait_seconds"], 4),
+        # How long the store's one writer slot was taken per job, all processes together: at N jobs/s,
+        # N times this (in seconds) is the share of every second in which some process was writing.
+        "write_ms_per_job": _ratio(total["write_seconds"] * 1000, jobs),
+        "write_ms_per_job_by_process": {
+            name: _ratio(p["write_seconds"] * 1000, jobs) for name, p in sorted(spent.items())
+        },
         "cpu_seconds_per_1000_jobs": {
             name: _ratio(p["cpu_seconds"] * 1000, jobs) for name, p in sorted(spent.items())
         },

@@ -96,8 +96,11 @@ def _per_process(run: Result, *path: str, key: str | None = None, digits: int = 
     return ", ".join(f"{name} {_num(v, digits)}" for name, v in shown.items()) or "-"
 
 
+PHASES_BY_LOAD = ("burst_store", "burst_http", "latency")
+
+
 def _slow_waits(run: Result) -> str:
-    found = [figure(run, p, "cost", "slow_lock_waits") for p in ("burst_store", "burst_http", "latency")]
+    found = [figure(run, p, "cost", "slow_lock_waits") for p in PHASES_BY_LOAD]
     return " / ".join(_num(w) for w in found)
 
 
@@ -156,6 +159,14 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     (
         "statements/job (store burst)",
         lambda r: _num(figure(r, "burst_store", "cost", "statements_per_job"), 2),
+    ),
+    (
+        "write slot held, ms/job (store burst / HTTP burst / fixed load)",
+        lambda r: " / ".join(_num(figure(r, p, "cost", "write_ms_per_job"), 2) for p in PHASES_BY_LOAD),
+    ),
+    (
+        "write slot held at fixed load, ms/job by process",
+        lambda r: _per_process(r, "latency", "cost", "write_ms_per_job_by_process"),
     ),
     ("fsyncs/job (strace, store path)", lambda r: _num(figure(r, "fsync", "fsyncs_per_job"), 2)),
     ("slow lock waits > 5 ms (store/HTTP/fixed load)", _slow_waits),

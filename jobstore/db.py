@@ -53,6 +53,9 @@ class StoreStats:
     retries: int = 0
     slow_lock_waits: int = 0
     lock_wait_seconds: float = 0.0
+    # Seconds from a writer's turn (or, without one, its first try) to the end of its transaction: the
+    # time it kept every other writer of the store waiting.
+    write_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, **deltas: float) -> None:
@@ -213,12 +216,15 @@ def _run(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write:
     # A writer that does not get its turn in time goes ahead without it: SQLite's lock still decides, and
     # a holder stuck outside its transaction (a stopped process) cannot stall everyone past the timeout.
     took = turn is not None and not turn.held_here() and turn.acquire(timeout)
+    writing_since = time.monotonic()
     try:
         result, due = _retrying(engine, fn, args, kwargs, write=write, started=started, timeout=timeout)
     finally:
         if took:
             assert turn is not None
             turn.release()
+        if write:
+            stats.add(write_seconds=time.monotonic() - writing_since)
     ringer = _ringers.get(engine)
     if due is not None and ringer is not None:  # after the turn is given back: the relay's lease needs it
         ringer.ring(due)

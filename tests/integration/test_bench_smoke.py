@@ -83,6 +83,8 @@ def _assert_burst(phase: dict[str, Any], processes: set[str]) -> None:
     cost = phase["cost"]
     assert cost["write_transactions_per_job"] > 0 and cost["statements_per_job"] > 0
     assert isinstance(cost["slow_lock_waits"], int)
+    assert cost["write_ms_per_job"] > 0
+    assert processes <= set(cost["write_ms_per_job_by_process"])
     assert processes <= set(cost["cpu_seconds_per_1000_jobs"])
     start = phase["accept_to_start_ms"]
     assert 0 <= start["p50"] <= start["p95"] <= start["p99"] <= start["max"]
