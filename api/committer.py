@@ -55,15 +55,10 @@ def _settle(future: asyncio.Future[store.Accepted], outcome: store.Accepted | Ba
 def accept_all(
     conn: Connection, requests: list[dict[str, Any]]
 ) -> list[store.Accepted | IdempotencyConflict]:
-    """`jobs.accept` for each request, in the caller's transaction. A conflicting key is that request's
-    outcome alone (it is refused before anything is written); any other error aborts the whole batch."""
-    outcomes: list[store.Accepted | IdempotencyConflict] = []
-    for fields in requests:
-        try:
-            outcomes.append(store.accept(conn, **fields))
-        except IdempotencyConflict as conflict:
-            outcomes.append(conflict)
-    return outcomes
+    """`jobs.accept` for each request, in the caller's transaction (`jobs.accept_many`). A conflicting key
+    is that request's outcome alone (it is refused before anything is written); any other error aborts the
+    whole batch."""
+    return store.accept_many(conn, requests)
 
 
 class GroupCommitter:

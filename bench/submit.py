@@ -52,17 +52,9 @@ class Tally:
 
 
 def _accept_batch(conn: Connection, tenant: str, count: int, max_attempts: int) -> None:
-    for _ in range(count):
-        store.accept(
-            conn,
-            tenant=tenant,
-            owner=OWNER,
-            kind=KIND,
-            payload={},
-            operation_key=_key(),
-            now=clock.now(),
-            max_attempts=max_attempts,
-        )
+    """`count` accepts in the caller's transaction, as the API's group commit writes them."""
+    request = {"tenant": tenant, "owner": OWNER, "kind": KIND, "payload": {}, "max_attempts": max_attempts}
+    store.accept_many(conn, [request | {"operation_key": _key(), "now": clock.now()} for _ in range(count)])
 
 
 @dataclass

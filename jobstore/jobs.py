@@ -70,21 +70,66 @@ def accept(
 ) -> Accepted:
     """Write the job row and its outbox row together. The same tenant + key with the same kind and payload
     returns the existing job (`created=False`); with a different one, `IdempotencyConflict`."""
-    print_ = fingerprint(kind, payload)
-    row: dict[str, Any] = {
+    row = _job_row(tenant, owner, kind, payload, operation_key, now, max_attempts, deadline_seconds)
+    if not _take_key(conn, row):
+        return _existing(conn, tenant, operation_key, row["fingerprint"])
+    outbox.add(conn, row["id"], available_at=now, now=now)
+    return Accepted(Job(**{**row, "payload": payload, "state": State.QUEUED}), created=True)
+
+
+def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Accepted | IdempotencyConflict]:
+    """`accept` for each request (its keyword arguments), in order, in the caller's transaction. A
+    conflicting key is that request's outcome alone (nothing is written for it); a key twice in one batch
+    is accepted once, as two accepts one after the other would be. On SQLite the new jobs and their outbox
+    rows are written with one multi-row insert each instead of two statements per job."""
+    if conn.dialect.name != "sqlite" or not conn.dialect.insert_executemany_returning:
+        return [_accept_or_conflict(conn, request) for request in requests]
+    rows = [_job_row(**request) for request in requests]
+    if not rows:
+        return []
+    created = {str(r[0]) for r in conn.execute(_INSERT_NEW_KEY, rows)}
+    outbox.add_many(conn, [(row["id"], row["available_at"]) for row in rows if row["id"] in created])
+    outcomes: list[Accepted | IdempotencyConflict] = []
+    for row, request in zip(rows, requests, strict=True):
+        if row["id"] in created:
+            job = Job(**{**row, "payload": request["payload"], "state": State.QUEUED})
+            outcomes.append(Accepted(job, created=True))
+            continue
+        try:
+            outcomes.append(_existing(conn, row["tenant"], row["operation_key"], row["fingerprint"]))
+        except IdempotencyConflict as conflict:
+            outcomes.append(conflict)
+    return outcomes
+
+
+def _accept_or_conflict(conn: Connection, request: dict[str, Any]) -> Accepted | IdempotencyConflict:
+    try:
+        return accept(conn, **request)
+    except IdempotencyConflict as conflict:
+        return conflict
+
+
+def _job_row(
+    tenant: str,
+    owner: str,
+    kind: str,
+    payload: dict[str, Any],
+    operation_key: str,
+    now: float,
+    max_attempts: int,
+    deadline_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The row of a newly accepted job."""
+    return {
         "id": new_id(), "tenant": tenant, "owner": owner, "operation_key": operation_key,
-        "fingerprint": print_, "kind": kind, "payload": dumps(payload), "state": State.QUEUED.value,
-        "epoch": 0, "attempts": 0, "max_attempts": max_attempts, "lease_owner": None,
-        "lease_expires_at": None, "available_at": now,
+        "fingerprint": fingerprint(kind, payload), "kind": kind, "payload": dumps(payload),
+        "state": State.QUEUED.value, "epoch": 0, "attempts": 0, "max_attempts": max_attempts,
+        "lease_owner": None, "lease_expires_at": None, "available_at": now,
         "deadline_at": None if deadline_seconds is None else now + deadline_seconds,
         "cancel_requested": False, "external_epoch": None, "checkpoint": None, "checkpoint_epoch": None,
         "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
         "updated_at": now, "started_at": None, "finished_at": None,
     }  # fmt: skip
-    if not _take_key(conn, row):
-        return _existing(conn, tenant, operation_key, print_)
-    outbox.add(conn, row["id"], available_at=now, now=now)
-    return Accepted(Job(**{**row, "payload": payload, "state": State.QUEUED}), created=True)
 
 
 def _take_key(conn: Connection, row: dict[str, Any]) -> bool:

@@ -42,6 +42,20 @@ def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> No
     wakeup.note_outbox_row(conn, available_at)
 
 
+def add_many(conn: Connection, deliveries: Sequence[tuple[str, float]]) -> None:
+    """`add` for each (job id, available at), in one multi-row insert; created when they come due."""
+    if not deliveries:
+        return
+    conn.execute(
+        _INSERT,
+        [
+            {"job_id": job_id, "created_at": at, "available_at": at, "publish_attempts": 0}
+            for job_id, at in deliveries
+        ],
+    )
+    wakeup.note_outbox_row(conn, min(at for _, at in deliveries))
+
+
 def drop_pending(conn: Connection, job_id: str) -> None:
     """Forget unpublished deliveries of a job that no longer needs one (claimed directly, or cancelled)."""
     conn.execute(_DROP_PENDING, {"b_job": job_id})

@@ -149,3 +149,51 @@ def test_the_fingerprint_ignores_key_order_but_not_values() -> None:
     assert store.fingerprint("noop", {"a": 1, "b": 2}) == store.fingerprint("noop", {"b": 2, "a": 1})
     assert store.fingerprint("noop", {"a": 1}) != store.fingerprint("noop", {"a": "1"})
     assert store.fingerprint("noop", {"a": 1}) != store.fingerprint("sleep", {"a": 1})
+
+
+def request(key: str, payload: dict[str, Any], now: float, tenant: str = "acme") -> dict[str, Any]:
+    return {
+        "tenant": tenant, "owner": "alice", "kind": "noop", "payload": payload, "operation_key": key,
+        "now": now, "max_attempts": 3,
+    }  # fmt: skip
+
+
+def test_a_batch_of_accepts_answers_each_request_as_accepts_one_after_another_would(
+    engine: Engine, clock: FakeClock
+) -> None:
+    earlier = accept(engine, clock, key="known", payload={"n": 0})
+    now = clock.now()
+    batch = [
+        request("new-1", {"n": 1}, now),
+        request("known", {"n": 0}, now),  # a retry of an earlier request: that job again
+        request("known", {"n": 9}, now),  # the earlier key with another payload: a conflict
+        request("new-2", {"n": 2}, now),
+        request("new-2", {"n": 2}, now),  # twice in one batch: accepted once
+        request("new-2", {"n": 3}, now),  # then a conflict with the job of this batch
+        request("new-1", {"n": 1}, now, tenant="other"),  # keys are per tenant
+    ]
+    outcomes = db.transact(engine, store.accept_many, batch)
+
+    first, again, conflict, second, second_again, second_conflict, other = outcomes
+    assert isinstance(first, store.Accepted) and first.created
+    assert isinstance(again, store.Accepted) and not again.created and again.job.id == earlier.job.id
+    assert isinstance(conflict, IdempotencyConflict) and conflict.job_id == earlier.job.id
+    assert isinstance(second, store.Accepted) and second.created
+    assert isinstance(second_again, store.Accepted) and not second_again.created
+    assert second_again.job.id == second.job.id
+    assert isinstance(second_conflict, IdempotencyConflict) and second_conflict.job_id == second.job.id
+    assert isinstance(other, store.Accepted) and other.created and other.job.tenant == "other"
+
+    created = [first, second, other]
+    assert count(engine, jobs) == 1 + len(created)
+    rows = db.read(engine, lambda conn: conn.execute(select(outbox.c.job_id, outbox.c.available_at)).all())
+    assert sorted(rows) == sorted([(earlier.job.id, now), *[(a.job.id, now) for a in created]])
+    for accepted in created:
+        stored = db.read(engine, store.get_job, accepted.job.id)
+        assert stored == accepted.job
+        assert stored is not None and stored.state is State.QUEUED and stored.payload == accepted.job.payload
+
+
+def test_an_empty_batch_writes_nothing(engine: Engine) -> None:
+    assert db.transact(engine, store.accept_many, []) == []
+    assert count(engine, jobs) == count(engine, outbox) == 0
