@@ -45,7 +45,7 @@ class Retry(Exception):
 
 @dataclass
 class StoreStats:
-    """Process-wide counters, read by the benchmark and /metrics."""
+    """Process-wide counters, written to STATS_DIR for the benchmark (`start_stats_writer`)."""
 
     write_transactions: int = 0
     read_transactions: int = 0
