@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -175,27 +178,56 @@ def _docker_answers() -> bool:
         return False
 
 
+@dataclass(frozen=True)
+class SharedBroker:
+    """The broker the tests use, and `rabbitmqctl` for it (None when this run cannot reach its node)."""
+
+    url: str
+    rabbitmqctl: Callable[[str], None] | None
+
+
+def _local_rabbitmqctl(command: str) -> None:
+    subprocess.run(["rabbitmqctl", command], check=True, capture_output=True, timeout=120)
+
+
+def _is_local(url: str) -> bool:
+    return urlparse(url).hostname in {"localhost", "127.0.0.1", "::1"}
+
+
 @pytest.fixture(scope="session")
-def rabbitmq_url() -> Iterator[str]:
+def rabbitmq() -> Iterator[SharedBroker]:
     """A real broker: RABBITMQ_URL if set; else a testcontainers RabbitMQ when Docker answers; else fail
-    in CI and skip locally, saying why."""
+    in CI and skip locally, saying why. A local RABBITMQ_URL is controlled with this host's `rabbitmqctl`,
+    a container with the one inside it."""
     url = os.environ.get("RABBITMQ_URL")
     if url:
         if not _answers(url):
             pytest.fail(f"RABBITMQ_URL={url} does not answer")
-        yield url
+        local = _is_local(url) and shutil.which("rabbitmqctl") is not None
+        yield SharedBroker(url, _local_rabbitmqctl if local else None)
         return
     if _docker_answers():
         from testcontainers.rabbitmq import RabbitMqContainer  # type: ignore[import-untyped]
 
         with RabbitMqContainer(RABBITMQ_IMAGE) as container:
+
+            def in_container(command: str) -> None:
+                result = container.exec(["rabbitmqctl", command])
+                if result.exit_code != 0:
+                    raise RuntimeError(f"rabbitmqctl {command} in the container: {result.output!r}")
+
             params = container.get_connection_params()
-            yield f"amqp://guest:guest@{params.host}:{params.port}/%2F"
+            yield SharedBroker(f"amqp://guest:guest@{params.host}:{params.port}/%2F", in_container)
         return
     reason = "no broker: set RABBITMQ_URL or start a Docker engine for testcontainers"
     if IN_CI:
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url(rabbitmq: SharedBroker) -> str:
+    return rabbitmq.url
 
 
 @pytest.fixture
