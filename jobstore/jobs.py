@@ -70,24 +70,23 @@ def accept(
 ) -> Accepted:
     """Write the job row and its outbox row together. The same tenant + key with the same kind and payload
     returns the existing job (`created=False`); with a different one, `IdempotencyConflict`."""
-    row = _job_row(tenant, owner, kind, payload, operation_key, now, max_attempts, deadline_seconds)
-    if not _take_key(conn, row):
-        return _existing(conn, tenant, operation_key, row["fingerprint"])
-    outbox.add(conn, row["id"], available_at=now, now=now)
-    return Accepted(Job(**{**row, "payload": payload, "state": State.QUEUED}), created=True)
+    request = {
+        "tenant": tenant, "owner": owner, "kind": kind, "payload": payload, "operation_key": operation_key,
+        "now": now, "max_attempts": max_attempts, "deadline_seconds": deadline_seconds,
+    }  # fmt: skip
+    (outcome,) = accept_many(conn, [request])
+    if isinstance(outcome, IdempotencyConflict):
+        raise outcome
+    return outcome
 
 
 def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Accepted | IdempotencyConflict]:
     """`accept` for each request (its keyword arguments), in order, in the caller's transaction. A
     conflicting key is that request's outcome alone (nothing is written for it); a key twice in one batch
-    is accepted once, as two accepts one after the other would be. On SQLite the new jobs and their outbox
-    rows are written with one multi-row insert each instead of two statements per job."""
-    if conn.dialect.name != "sqlite" or not conn.dialect.insert_executemany_returning:
-        return [_accept_or_conflict(conn, request) for request in requests]
+    is accepted once, as two accepts one after the other would be. The new jobs' outbox rows are written
+    with one multi-row insert, and on SQLite the new jobs too (`_take_keys`)."""
     rows = [_job_row(**request) for request in requests]
-    if not rows:
-        return []
-    created = {str(r[0]) for r in conn.execute(_INSERT_NEW_KEY, rows)}
+    created = _take_keys(conn, rows)
     outbox.add_many(conn, [(row["id"], row["available_at"]) for row in rows if row["id"] in created])
     outcomes: list[Accepted | IdempotencyConflict] = []
     for row, request in zip(rows, requests, strict=True):
@@ -100,13 +99,6 @@ def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Ac
         except IdempotencyConflict as conflict:
             outcomes.append(conflict)
     return outcomes
-
-
-def _accept_or_conflict(conn: Connection, request: dict[str, Any]) -> Accepted | IdempotencyConflict:
-    try:
-        return accept(conn, **request)
-    except IdempotencyConflict as conflict:
-        return conflict
 
 
 def _job_row(
@@ -132,17 +124,22 @@ def _job_row(
     }  # fmt: skip
 
 
-def _take_key(conn: Connection, row: dict[str, Any]) -> bool:
-    """Insert the job row unless its tenant + key is taken; False when it was. SQLite, one writer at a time,
-    inserts first and skips a taken key (the common case costs one statement, not two). PostgreSQL looks
-    first; when a concurrent accept of the same key wins, ours fails on the unique key and runs again."""
+def _take_keys(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
+    """Insert the job rows whose tenant + key is free; the ids of those inserted. SQLite, one writer at a
+    time, inserts them all in one statement that skips taken keys (the common case costs one statement, not
+    two per job). PostgreSQL looks each key up first; when a concurrent accept of the same key wins, ours
+    fails on the unique key and the transaction runs again."""
+    if not rows:
+        return set()
     try:
-        if conn.dialect.name == "sqlite":
-            return conn.execute(_INSERT_NEW_KEY, row).first() is not None
-        if _find_by_key(conn, row["tenant"], row["operation_key"]) is not None:
-            return False
-        conn.execute(_INSERT_JOB, row)
-        return True
+        if conn.dialect.name == "sqlite" and conn.dialect.insert_executemany_returning:
+            return {str(r[0]) for r in conn.execute(_INSERT_NEW_KEY, rows)}
+        taken = set()
+        for row in rows:
+            if _find_by_key(conn, row["tenant"], row["operation_key"]) is None:
+                conn.execute(_INSERT_JOB, row)
+                taken.add(row["id"])
+        return taken
     except IntegrityError as exc:  # read the winner's row on the rerun
         raise Retry("idempotency key raced") from exc
 
