@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 RECONNECT_FIRST_PAUSE = 0.1
 RECONNECT_MAX_PAUSE = 2.0
 LOOP_SLICE = 0.1
+HEARTBEAT_MIN_SECONDS, HEARTBEAT_MAX_SECONDS = 5, 60
 BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
 
 
@@ -53,6 +54,13 @@ class ConsumerCancelledByBroker(Exception):
     """The broker cancelled our consumer (its queue was deleted or moved): consume again on a new channel."""
 
 
+def heartbeat_seconds(lease_seconds: float) -> int:
+    """The AMQP heartbeat a consumer asks for (unless its URL names one): about a lease, 5 to 60 s. A consumer
+    that stops answering (paused, hung) loses its connection after about that long, and the broker gives
+    what it held, run or not yet, to the others: about when the sweeper would free the jobs it was running."""
+    return int(min(HEARTBEAT_MAX_SECONDS, max(HEARTBEAT_MIN_SECONDS, lease_seconds)))
+
+
 def reconnect_pause(previous: float) -> float:
     """The next pause between connection attempts: doubling from 0.1 s, capped at 2 s, jittered."""
     return min(RECONNECT_MAX_PAUSE, max(RECONNECT_FIRST_PAUSE, previous * 2))
@@ -63,25 +71,21 @@ class BrokerLink:
     backoff until closed. `on_delivery` is called on the link's thread for each decodable message; an
     undecodable one is rejected without requeue (dead-lettered) and logged.
 
-    While its owner wants it (`want_burst`), a second consumer on the same channel, the burst lane, takes
-    up to `burst_prefetch` more. A consumer's prefetch is fixed when it starts consuming (quorum queues take
-    no later change), so the lane is a consumer of its own: cancelled, it stops taking deliveries at once
-    (pika gives back the ones it had not handed over yet), and what it delivered is acked as usual."""
+    The prefetch is fixed: the link never opens or cancels a subscription to pace its owner, because a
+    cancelled subscription gives back what it had not handed over (pika rejects it with requeue), and every
+    return spends one of the message's deliveries before the quorum queue dead-letters it."""
 
     def __init__(
         self,
         settings: Settings,
         prefetch: int,
         on_delivery: Callable[[Delivery], None],
-        *,
-        burst_prefetch: int = 0,
     ) -> None:
         self._settings = settings
         self._params = pika.URLParameters(settings.rabbitmq_url)
+        if "heartbeat=" not in settings.rabbitmq_url:
+            self._params.heartbeat = heartbeat_seconds(settings.lease_seconds)
         self._prefetch = prefetch
-        self._burst_prefetch = burst_prefetch
-        self._burst_wanted = False
-        self._burst_tag: str | None = None
         self._on_delivery = on_delivery
         self._lock = threading.Lock()
         self._connection: pika.BlockingConnection | None = None
@@ -118,14 +122,14 @@ class BrokerLink:
         return self._settle(deliveries, requeue=None)
 
     def requeue(self, deliveries: Sequence[Delivery]) -> int:
-        """Give deliveries back to the queue unprocessed (nack with requeue). Thread-safe."""
+        """Give deliveries back to the queue unprocessed (nack with requeue): only for a consumer that stops,
+        since each return counts toward the queue's delivery limit. Thread-safe."""
         return self._settle(deliveries, requeue=True)
 
-    def want_burst(self, wanted: bool) -> None:
-        """Open (or cancel) the burst lane, now and on every later connection. Thread-safe."""
-        if wanted != self._burst_wanted and self._burst_prefetch > 0:
-            self._burst_wanted = wanted
-            self._call_soon(self._follow_burst)
+    def reject(self, deliveries: Sequence[Delivery]) -> int:
+        """Dead-letter deliveries (nack without requeue): for a message the store cannot take at all. The
+        relay's dead-letter check settles it from the store. Thread-safe."""
+        return self._settle(deliveries, requeue=False)
 
     def stop_consuming(self) -> None:
         """Cancel the consumer (no new deliveries), keeping the connection for the acks still to come."""
@@ -190,8 +194,6 @@ class BrokerLink:
         if self._consuming:
             on_message = partial(self._on_message, self._generation)
             self._consumer_tag = channel.basic_consume(self._settings.queue, on_message_callback=on_message)
-        self._burst_tag = None
-        self._follow_burst()
         self._down_since = None
         log.info("broker connection %d open, consuming %s", self._generation, self._settings.queue)
 
@@ -234,27 +236,10 @@ class BrokerLink:
 
     def _cancel_consumer(self) -> None:
         channel = self._channel
-        if channel is not None and channel.is_open and self._burst_tag is not None:
-            channel.basic_cancel(self._burst_tag)
-            self._burst_tag = None
         if channel is not None and channel.is_open and self._consumer_tag is not None:
             channel.basic_cancel(self._consumer_tag)
             self._consumer_tag = None
             log.info("stopped consuming %s", self._settings.queue)
-
-    def _follow_burst(self) -> None:
-        """On the link's thread: make the burst lane match what the owner wants."""
-        channel = self._channel
-        if channel is None or not channel.is_open:
-            return
-        wanted = self._burst_wanted and self._consuming
-        if wanted and self._burst_tag is None:
-            channel.basic_qos(prefetch_count=self._burst_prefetch)  # for consumers started from now on
-            on_message = partial(self._on_message, self._generation)
-            self._burst_tag = channel.basic_consume(self._settings.queue, on_message_callback=on_message)
-        elif not wanted and self._burst_tag is not None:
-            channel.basic_cancel(self._burst_tag)
-            self._burst_tag = None
 
     def _send(self, generation: int, deliveries: Sequence[Delivery], requeue: bool | None) -> None:
         channel = self._channel

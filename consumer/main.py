@@ -46,8 +46,8 @@ class Consumer:
         self.settings = settings
         name = worker_name()
         self.keeper = LeaseKeeper(engine, settings)
-        budget = ClaimBudget(concurrency)
-        self.link = BrokerLink(settings, budget.prefetch, self._offer, burst_prefetch=budget.burst_prefetch)
+        budget = ClaimBudget(concurrency, settings.consumer_prefetch)
+        self.link = BrokerLink(settings, budget.prefetch, self._offer)
         self.pipeline = Pipeline(
             engine, settings, self.keeper, self.link, concurrency=concurrency, worker=name, budget=budget
         )

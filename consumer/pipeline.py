@@ -34,6 +34,7 @@ from handlers.base import JobError
 from handlers.runner import AttemptOutcome, LeaseKeeper, StoreContext, discard_uncommitted, run_attempt
 from jobstore import db, faults
 from jobstore import jobs as store
+from jobstore.decisions import compute_backoff
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.settings import Settings
@@ -46,6 +47,9 @@ T = TypeVar("T")
 # claim round to commit them, instead of a transaction of their own.
 HOLD_SECONDS = 0.02
 MAX_HELD = 64
+# After a round the store took nothing from, its deliveries are tried again after this (doubling) pause.
+RETRY_FIRST_PAUSE = 0.05
+RETRY_MAX_PAUSE = 1.0
 
 
 class Acker(Protocol):
@@ -53,7 +57,7 @@ class Acker(Protocol):
 
     def requeue(self, deliveries: Sequence[Delivery]) -> int: ...
 
-    def want_burst(self, wanted: bool) -> None: ...
+    def reject(self, deliveries: Sequence[Delivery]) -> int: ...
 
 
 class Pipeline:
@@ -65,9 +69,11 @@ class Pipeline:
     transaction, and only after that commit acks the committed and the refused deliveries and hands the
     claimed jobs to the workers.
 
-    Promises: a delivery is acked only after its job's outcome is committed or its claim was refused;
-    every delivery is settled at most once; a job whose commit never reaches the store is not acked
-    (its delivery goes back to the queue and its lease runs out)."""
+    Promises: a delivery is acked only after its job's outcome is committed or its claim was refused, or
+    once the store has the job under a lease that runs out (an outcome the store would not take: the
+    sweeper gives the job back to the queue with a new outbox row); every delivery is settled at most once;
+    and no delivery goes back to the queue while the consumer keeps running (`stop_claiming` gives back
+    what waits, for a consumer that stops). A delivery the store cannot claim at all is dead-lettered."""
 
     def __init__(
         self,
@@ -92,6 +98,7 @@ class Pipeline:
         self._unfinished = 0  # claimed jobs whose code has not returned yet
         self._budget = budget or ClaimBudget(concurrency)
         self._bursting = False
+        self._failed_rounds = 0  # rounds in a row the store took nothing from
         self._last_arrival = 0.0  # when the last delivery arrived (monotonic)
         self._arrival_gap = HOLD_SECONDS  # running average of the time between deliveries
         self._waiting: collections.deque[Delivery] = collections.deque()  # delivered, not claimed yet
@@ -197,10 +204,13 @@ class Pipeline:
         return [item for item in batch if isinstance(item, Finished)]
 
     def _patience(self, held: list[Finished]) -> float | None:
-        """How long the writer may wait for the next item: until held outcomes are due, or (while claiming
-        ahead) a moment, to notice a job that runs long."""
+        """How long the writer may wait for the next item: until held outcomes are due, a pause before
+        deliveries that could be claimed now are tried (again), or (while claiming ahead) a moment, to
+        notice a job that runs long."""
         if held:
             return max(0.0, held[0].at + HOLD_SECONDS - time.monotonic())
+        if self._waiting and self._room() > 0:
+            return compute_backoff(self._failed_rounds, base=RETRY_FIRST_PAUSE, cap=RETRY_MAX_PAUSE)
         return AHEAD_SECONDS if self._bursting else None
 
     def _may_hold(self, held: list[Finished]) -> bool:
@@ -219,27 +229,43 @@ class Pipeline:
         try:
             self._write_round(round_)
         except Exception:
-            log.exception("a store round failed; its deliveries go back to the queue")
-            self._end(round_.finished, acked=False)
-            self._acker.requeue(round_.deliveries)
+            log.exception("a store round failed; writing its %d members one by one", round_.size)
+            self._write_alone(round_)
+
+    def _write_alone(self, round_: Round) -> None:
+        """Each member of a failed round in a transaction of its own, so that one the store cannot take
+        never fails the others."""
+        if round_.size == 1:
+            self._give_up(round_)
+            return
+        for finished in round_.finished:
+            self._run_round(Round([finished], topped_up=True))
+        for delivery in round_.deliveries:
+            self._run_round(Round([], [delivery], topped_up=True))
+
+    def _give_up(self, round_: Round) -> None:
+        """A member the store fails to take even alone. Its outcome is acked and its job left to its lease
+        (the sweeper settles it); its delivery is dead-lettered (the relay's dead-letter check settles it
+        from the store)."""
+        for finished in round_.finished:
+            log.error(
+                "job %s: the store refused its outcome; its lease will run out", finished.running.claim.job_id
+            )
+        self._end(round_.finished)
+        for delivery in round_.deliveries:
+            log.error("job %s: the store cannot claim it; dead-lettering its delivery", delivery.job_id)
+        self._acker.reject(round_.deliveries)
 
     def _room(self) -> int:
-        """How many more jobs this consumer may claim now. Starts or stops claiming ahead as the budget
-        says; when it stops, deliveries beyond the room go back to the queue (not to wait here behind
-        long jobs)."""
+        """How many more jobs this consumer may claim now, starting or stopping claiming ahead as the
+        budget says. Deliveries beyond the room wait here, unacked, for a later round."""
         now = time.monotonic()
         with self._lock:
             began = [r.started for r in self._running.values() if r.started is not None]
             unfinished = self._unfinished
         longest = now - min(began) if began else 0.0
-        bursting = self._budget.bursting(longest) and self._accepting
-        if bursting != self._bursting:
-            self._bursting = bursting
-            self._acker.want_burst(bursting)
-        room = max(0, self._budget.limit(longest) - unfinished)
-        if not bursting and len(self._waiting) > room:
-            self._acker.requeue([self._waiting.pop() for _ in range(len(self._waiting) - room)][::-1])
-        return room
+        self._bursting = self._budget.bursting(longest) and self._accepting
+        return max(0, self._budget.limit(longest) - unfinished)
 
     def _in_transaction(self, conn: Connection, round_: Round) -> Any:
         """The round's transaction, once it holds the write lock: first take what arrived while it waited
@@ -256,10 +282,12 @@ class Pipeline:
     def _write_round(self, round_: Round) -> None:
         written = self._patiently(self._in_transaction, round_)
         if written is None:
-            log.error("the store took nothing for a lease's length; deliveries go back to the queue")
-            self._end(round_.finished, acked=False)
-            self._acker.requeue(round_.deliveries)
+            log.error("the store took nothing for a lease's length; outcomes are left to their leases")
+            self._failed_rounds += 1
+            self._end(round_.finished)
+            self._waiting.extendleft(reversed(round_.deliveries))  # tried again in the next round
             return
+        self._failed_rounds = 0
         states, claims = written
         if round_.finished:
             faults.hit("consumer.after_commit")
@@ -271,7 +299,7 @@ class Pipeline:
         self._count(commit_rounds=1, committed=len(finished) - fenced, fenced=fenced)
         if fenced:
             log.info("%d of %d outcomes fenced out (a newer epoch or an expired lease)", fenced, len(states))
-        self._end(finished, acked=True)
+        self._end(finished)
         for f, state in zip(finished, states, strict=True):
             discard_uncommitted(self._settings, f.running.claim, f.outcome, state)
 
@@ -289,13 +317,11 @@ class Pipeline:
             self._count(claim_rounds=1, claimed=len(deliveries) - len(refused), refused=len(refused))
         self._acker.ack(refused)
 
-    def _end(self, finished: Sequence[Finished], *, acked: bool) -> None:
+    def _end(self, finished: Sequence[Finished]) -> None:
+        """Forget the jobs and ack their deliveries: the store has each outcome, or the job under a lease
+        that is no longer renewed."""
         deliveries = [f.running.delivery for f in finished if self._forget(f.running)]
-        settled = [d for d in deliveries if d is not None]
-        if acked:
-            self._acker.ack(settled)
-        else:
-            self._acker.requeue(settled)
+        self._acker.ack([d for d in deliveries if d is not None])
 
     def _forget(self, running: Running) -> bool:
         """Stop tracking `running`; False if it was already forgotten (its delivery is settled)."""

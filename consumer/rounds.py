@@ -49,6 +49,10 @@ class Round:
     deliveries: list[Delivery] = field(default_factory=list)
     topped_up: bool = False
 
+    @property
+    def size(self) -> int:
+        return len(self.finished) + len(self.deliveries)
+
 
 def claim_all(
     conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float

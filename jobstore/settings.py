@@ -46,7 +46,11 @@ class Settings(BaseSettings):
     outbox_retention_seconds: float = Field(default=24 * 3600.0, ge=0)
     # A queued job due this long with no delivery waiting is announced again (its message was lost).
     reannounce_after_seconds: float = Field(default=300.0, gt=0)
+    # How often a relay settles dead-lettered messages from the store (a queued job is announced again).
+    dead_letter_check_seconds: float = Field(default=2.0, gt=0)
 
+    # Unacked deliveries a consumer holds (0: its threads plus a bounded number ahead; see consumer.budget).
+    consumer_prefetch: int = Field(default=0, ge=0)
     # Consumers fall back to claiming from the table after the broker is gone this long (0 disables).
     degraded_after_seconds: float = Field(default=30.0, ge=0)
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)

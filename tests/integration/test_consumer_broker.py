@@ -301,3 +301,47 @@ def test_shutdown_waits_for_a_job_whose_external_effect_started(
     assert job(engine, job_id).state is State.SUCCEEDED, "not released: it was finished"
     assert broker.depth() == 0
     check_invariants(settings, accepted=[job_id], engine=engine)
+
+
+def test_a_live_consumer_never_gives_a_delivery_back_under_a_mix_of_short_and_long_jobs(
+    broker: Broker,
+) -> None:
+    # A queue that dead-letters a message the second time it is returned: any give-back that pacing did
+    # would show up as a stranded job.
+    names = {name: f"{getattr(broker.settings, name)}.strict" for name in ("exchange", "queue")}
+    names |= {
+        name: f"{getattr(broker.settings, name)}.strict"
+        for name in ("dead_letter_exchange", "dead_letter_queue")
+    }
+    strict = Broker(via(broker, delivery_limit=1, **names), broker.engine)
+    engine = broker.engine
+    short = accept(engine, "noop", {}, 240)
+    long = accept(engine, "sleep", {"seconds": 0.08}, 40)
+    order = [*short[:60], *[job_id for pair in zip(short[60:100], long, strict=True) for job_id in pair]]
+    order += short[100:]
+    requeued: list[str] = []
+    try:
+        with consuming(engine, strict.settings, concurrency=3) as consumer:
+            requeue = consumer.link.requeue
+
+            def recording(deliveries: Any) -> int:
+                requeued.extend(d.job_id for d in deliveries)
+                return requeue(deliveries)
+
+            consumer.link.requeue = recording  # type: ignore[method-assign]
+            for wave in (order[:60], order[60:140], order[140:]):  # bursts of short jobs, then a mix
+                for job_id in wave:
+                    strict.publish(job_id)
+                time.sleep(0.3)
+            try:
+                wait_succeeded(engine, len(order), timeout=30)
+            except AssertionError as exc:
+                dead = strict.depth(strict.settings.dead_letter_queue)
+                seen = f"{states(engine)}, {len(requeued)} given back, {dead} dead-lettered"
+                raise AssertionError(f"{exc}: {seen}") from None
+            assert requeued == [], "a running consumer gave deliveries back to the queue"
+        assert strict.depth(strict.settings.dead_letter_queue) == 0
+        assert strict.depth() == 0
+        check_invariants(strict.settings, accepted=order, engine=engine)
+    finally:
+        strict.close()

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from consumer.budget import AHEAD_SECONDS, MAX_AHEAD, SHORT_RUNS_TO_BURST, ClaimBudget
+from consumer.budget import (
+    AHEAD_PER_THREAD,
+    AHEAD_SECONDS,
+    MAX_AHEAD,
+    SHORT_RUNS_TO_BURST,
+    ClaimBudget,
+    default_prefetch,
+)
 
 
 def short_jobs(budget: ClaimBudget, count: int = SHORT_RUNS_TO_BURST) -> ClaimBudget:
@@ -22,7 +29,7 @@ def test_too_few_short_jobs_in_a_row_do_not_start_claiming_ahead() -> None:
 
 
 def test_a_run_of_short_jobs_lets_a_consumer_claim_up_to_the_most_ahead() -> None:
-    budget = short_jobs(ClaimBudget(4), 50)
+    budget = short_jobs(ClaimBudget(4, prefetch=4 + MAX_AHEAD), 50)
     assert (budget.bursting(), budget.limit()) == (True, 4 + MAX_AHEAD)
 
 
@@ -38,7 +45,17 @@ def test_one_long_job_starts_the_count_of_short_ones_again() -> None:
     assert short_jobs(budget).bursting()
 
 
-def test_own_and_burst_prefetch_cover_two_rounds_of_the_largest_claim_limit() -> None:
-    budget = ClaimBudget(4)
-    assert budget.prefetch == 4
-    assert budget.prefetch + budget.burst_prefetch == 2 * (4 + MAX_AHEAD)
+def test_a_consumer_holds_its_threads_worth_plus_a_bounded_number_ahead() -> None:
+    assert ClaimBudget(4).prefetch == default_prefetch(4) == 4 + min(MAX_AHEAD, 4 * AHEAD_PER_THREAD)
+    assert ClaimBudget(64).prefetch == 64 + MAX_AHEAD
+
+
+def test_a_set_prefetch_is_kept_but_never_below_the_threads() -> None:
+    assert ClaimBudget(4, prefetch=10).prefetch == 10
+    assert ClaimBudget(4, prefetch=2).prefetch == 4
+
+
+def test_a_consumer_never_claims_more_than_it_is_sent() -> None:
+    budget = short_jobs(ClaimBudget(4, prefetch=6), 50)
+    assert (budget.bursting(), budget.limit()) == (True, 6)
+    assert not short_jobs(ClaimBudget(4, prefetch=4), 50).bursting()
