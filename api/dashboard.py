@@ -30,6 +30,7 @@ from jobstore.overview import Overview, overview
 from jobstore.records import Attempt, Job
 from jobstore.settings import Settings
 from jobstore.states import OPERATOR_REQUEUEABLE, RESOLVABLE_TO, State
+from relay import deadletters
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,7 @@ def dashboard(request: Request) -> Response:
         "counts": [(state, view.counts.get(state.value, 0)) for state in State],
         "total": sum(view.counts.values()),
         "chart": throughput_chart(view, now),
+        "dead_letters": deadletters.depth(_settings(request), timeout=1.0),
     }
     return _with_flash(request, templates.TemplateResponse(request, "dashboard.html", context))
 

@@ -4,8 +4,10 @@ deadline passed. Each job is moved by its own guarded UPDATE, so a worker that r
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
+from enum import StrEnum
 
-from sqlalchemy import Connection, and_, or_, select, update
+from sqlalchemy import Connection, Exists, and_, or_, select, update
 
 from jobstore import outbox as outbox_rows
 from jobstore.decisions import Decision, decide_expired_lease
@@ -71,9 +73,7 @@ def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: 
     since then, and has no delivery waiting to be published. Its message was lost on the way (dead-lettered
     after too many redeliveries, say, or lost with a broker's data): without this it would wait forever.
     A duplicate this makes is absorbed by the claim. Returns how many jobs were announced again."""
-    waiting = (
-        select(outbox.c.id).where(outbox.c.job_id == jobs.c.id, outbox.c.published_at.is_(None)).exists()
-    )
+    waiting = _waiting_delivery()
     stale = (
         select(jobs.c.id)
         .where(
@@ -94,3 +94,37 @@ def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: 
     for job_id in ids:
         outbox_rows.add(conn, job_id, available_at=now, now=now)
     return len(ids)
+
+
+class DeadLetterVerdict(StrEnum):
+    """What the store says about a job whose message was dead-lettered."""
+
+    ANNOUNCED = "announced again"  # queued, nothing waiting to be published: it got a new outbox row
+    ANNOUNCED_ALREADY = "already announced"  # queued with an outbox row waiting to be published
+    NOT_QUEUED = "not queued"  # running (its lease settles it) or finished
+    UNKNOWN = "unknown job"
+
+
+def settle_dead_letters(conn: Connection, job_ids: Sequence[str], now: float) -> dict[str, DeadLetterVerdict]:
+    """For each job whose message was dead-lettered: a queued job with no outbox row waiting to be published
+    gets one, due when the job is; every other job needs nothing. Returns each job's verdict."""
+    rows = conn.execute(
+        select(jobs.c.id, jobs.c.state, jobs.c.available_at, _waiting_delivery().label("waiting")).where(
+            jobs.c.id.in_(job_ids)
+        )
+    ).all()
+    verdicts = dict.fromkeys(job_ids, DeadLetterVerdict.UNKNOWN)
+    for job_id, state, available_at, waiting in rows:
+        if state != State.QUEUED.value:
+            verdicts[job_id] = DeadLetterVerdict.NOT_QUEUED
+        elif waiting:
+            verdicts[job_id] = DeadLetterVerdict.ANNOUNCED_ALREADY
+        else:
+            outbox_rows.add(conn, job_id, available_at=max(now, available_at), now=now)
+            verdicts[job_id] = DeadLetterVerdict.ANNOUNCED
+    return verdicts
+
+
+def _waiting_delivery() -> Exists:
+    """The job of the row at hand has an outbox row not yet published."""
+    return select(outbox.c.id).where(outbox.c.job_id == jobs.c.id, outbox.c.published_at.is_(None)).exists()

@@ -20,6 +20,7 @@ from jobstore.overview import overview
 from jobstore.records import Job
 from jobstore.settings import Settings, load
 from jobstore.states import State
+from relay import deadletters
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
 db_app = typer.Typer(help="Create and migrate the store.")
@@ -191,7 +192,7 @@ def _engine() -> tuple[Settings, Engine]:
 @app.command()
 def status() -> None:
     """The dashboard's figures in the terminal."""
-    _, engine = _engine()
+    settings, engine = _engine()
     view = db.read(engine, overview, clock.now())
     table = Table(title="jobs by state")
     table.add_column("state")
@@ -204,6 +205,10 @@ def status() -> None:
     )
     out.print("finished per minute (last 10): " + " ".join(str(n) for _, n in view.throughput))
     out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
+    dead_letters = deadletters.depth(settings)
+    shown = "the broker did not answer" if dead_letters is None else f"{dead_letters} messages"
+    style = "red" if dead_letters else None
+    out.print(f"dead-letter queue {settings.dead_letter_queue}: {shown}", style=style)
 
 
 @jobs_app.command("list")

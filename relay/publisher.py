@@ -14,6 +14,8 @@ The promises:
   with unconfirmed messages releases their rows at once;
 - while the broker is unreachable the relay keeps reconnecting with bounded, jittered backoff and keeps
   sweeping expired jobs and pruning the outbox;
+- while it is reachable, messages dead-lettered into `jobs.dead` are settled from the store every
+  `DEAD_LETTER_CHECK_SECONDS` (`relay.deadletters`): a job still queued is announced again;
 - `request_stop` stops leasing, waits (bounded) for outstanding confirms, writes what was confirmed,
   releases the rest and closes the connection.
 """
@@ -30,6 +32,7 @@ from jobstore.decisions import compute_backoff
 from jobstore.outbox import Lease
 from jobstore.settings import Settings
 from relay import ledger
+from relay.deadletters import BROKER_ERRORS, Checked, DeadLetterCheck
 from relay.housekeeping import Housekept, sweep_and_prune
 from relay.ledger import Settled, Settlement
 from relay.link import BrokerLink, connection_parameters, describe
@@ -78,6 +81,7 @@ class Relay(LoopWork):
         self._stop_requested = False
         self._stopping = False
         self._progress = Progress(self.tally)
+        self._dead_letters = DeadLetterCheck(settings, engine)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -94,12 +98,14 @@ class Relay(LoopWork):
         self._wakeups.start()
         self._every(STOP_CHECK_SECONDS, self._check_stop)
         self._every(self.settings.sweep_interval_seconds, self._housekeep)
+        self._every(self.settings.dead_letter_check_seconds, self._check_dead_letters)
         self._every(REPORT_EVERY_SECONDS, self._report)
         try:
             self.ioloop.start()
         finally:
             self._wakeups.stop()
             self._store.shutdown(wait=True)
+            self._dead_letters.close()
             self.ioloop.close()
         self._report()
         log.info("relay stopped (%s): %s", "clean" if self.clean_exit else "forced", self.tally.line())
@@ -297,6 +303,23 @@ class Relay(LoopWork):
 
     def _on_housekept(self, done: Housekept) -> None:
         for line in done.lines():
+            log.info("%s", line)
+
+    def _check_dead_letters(self) -> None:
+        if "dead letters" not in self._busy and self._ready and not self._stopping:
+            self._in_store("dead letters", self._settle_dead_letters, then=self._on_dead_letters)
+
+    def _settle_dead_letters(self) -> Checked | None:
+        """On a store thread; a broker failure is logged here (the store's are counted by the loop)."""
+        try:
+            return self._dead_letters.check()
+        except BROKER_ERRORS as exc:
+            log.warning("dead-letter check: broker connection failed: %r", exc)
+            return None
+
+    def _on_dead_letters(self, checked: Checked | None) -> None:
+        line = checked.line() if checked is not None else None
+        if line is not None:
             log.info("%s", line)
 
     # -- store threads -------------------------------------------------------------------------------------

@@ -1,0 +1,149 @@
+"""The dead-letter check: messages in `jobs.dead` are settled from the store within seconds.
+
+RabbitMQ dead-letters a message of the `jobs` queue once it has been returned `x-delivery-limit` times
+(consumers that crashed or stopped while holding it), or when a consumer rejects it. The message only said
+"job X needs attention"; the store says whether X still does. So every `DEAD_LETTER_CHECK_SECONDS` a relay
+takes what waits in `jobs.dead` and, in one store transaction, announces again each job that is still
+queued and has no delivery waiting to be published (a new outbox row, due when the job is); every other
+message (its job is running, finished, already announced again, or unknown) needs nothing and is dropped.
+Only then are those messages acked. Undecodable messages stay parked in `jobs.dead`, counted, for an
+operator to look at: that, and nothing else, is what `jobs.dead` holds.
+
+The check has a broker connection of its own (a `BlockingConnection` used by one store thread at a time),
+so the relay's publishing loop never waits on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import pika
+import pika.exceptions
+from sqlalchemy import Engine
+
+from jobstore import clock, db, sweeper
+from jobstore.settings import Settings
+from relay import topology
+from relay.message import JobMessage, UndecodableMessage
+
+log = logging.getLogger("relay")
+
+BATCH = 500  # messages looked at per check, at most
+BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
+PROBE_TIMEOUT_SECONDS = 2.0
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+
+@dataclass
+class Checked:
+    """What one check did with the messages it took from `jobs.dead`."""
+
+    verdicts: Counter[str] = field(default_factory=Counter)  # by `sweeper.DeadLetterVerdict` value
+    parked: int = 0  # undecodable: left in jobs.dead
+    left: int = 0  # in jobs.dead when the check began, less what it settled (parked ones included)
+
+    def line(self) -> str | None:
+        if not self.verdicts and not self.parked:
+            return None
+        settled = ", ".join(f"{n} {verdict}" for verdict, n in sorted(self.verdicts.items()))
+        parked = f"; {self.parked} undecodable left parked" if self.parked else ""
+        return f"dead-lettered messages settled from the store: {settled or 'none'}{parked}; {self.left} left"
+
+
+class DeadLetterCheck:
+    """Settles what waits in `settings.dead_letter_queue`. Not thread-safe: one check at a time."""
+
+    def __init__(self, settings: Settings, engine: Engine) -> None:
+        self._settings = settings
+        self._engine = engine
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: Any = None
+
+    def check(self) -> Checked:
+        """Take up to `BATCH` messages, settle them from the store, ack the settled ones and give back the
+        undecodable ones. Raises when the broker or the store fails; nothing taken is lost then (unacked
+        messages go back to `jobs.dead` when the channel closes)."""
+        try:
+            return self._check(self._open_channel())
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        connection, self._connection, self._channel = self._connection, None, None
+        if connection is not None and connection.is_open:
+            with contextlib.suppress(*BROKER_ERRORS):
+                connection.close()
+
+    def _open_channel(self) -> Any:
+        if self._channel is None or not self._channel.is_open:
+            self.close()
+            self._connection = pika.BlockingConnection(parameters(self._settings, CONNECT_TIMEOUT_SECONDS))
+            self._channel = self._connection.channel()
+            topology.declare(self._channel, self._settings)
+        return self._channel
+
+    def _check(self, channel: Any) -> Checked:
+        taken, held = take(channel, self._settings.dead_letter_queue, BATCH)
+        if not taken:
+            return Checked()
+        jobs: dict[int, str] = {}
+        undecodable: list[int] = []
+        for tag, body in taken:
+            try:
+                jobs[tag] = JobMessage.decode(body).job_id
+            except UndecodableMessage:
+                undecodable.append(tag)
+        verdicts = {}
+        if jobs:
+            now = clock.now()
+            verdicts = db.transact(self._engine, sweeper.settle_dead_letters, sorted(set(jobs.values())), now)
+        for tag in jobs:
+            channel.basic_ack(tag)
+        for tag in undecodable:
+            channel.basic_nack(tag, requeue=True)
+        counted = Counter(verdicts[job_id].value for job_id in jobs.values())
+        return Checked(counted, len(undecodable), held - len(jobs))
+
+
+def take(channel: Any, queue: str, limit: int) -> tuple[list[tuple[int, bytes]], int]:
+    """Up to `limit` messages from `queue`, unacked, as (delivery tag, body), and how many the queue held
+    when the first came. Never more than that (a message given back meanwhile is not taken twice)."""
+    taken: list[tuple[int, bytes]] = []
+    held = 0
+    while len(taken) < min(limit, held or limit):
+        method, _properties, body = channel.basic_get(queue, auto_ack=False)
+        if method is None:
+            break
+        held = held or method.message_count + 1
+        taken.append((method.delivery_tag, body))
+    return taken, held
+
+
+def depth(settings: Settings, timeout: float = PROBE_TIMEOUT_SECONDS) -> int | None:
+    """How many messages wait in `jobs.dead` now; None when the broker does not answer within `timeout`
+    (or the queue was never declared)."""
+    try:
+        connection = pika.BlockingConnection(parameters(settings, timeout))
+    except BROKER_ERRORS:
+        return None
+    try:
+        declared = connection.channel().queue_declare(settings.dead_letter_queue, passive=True)
+        return int(declared.method.message_count)
+    except BROKER_ERRORS:
+        return None
+    finally:
+        with contextlib.suppress(*BROKER_ERRORS):
+            connection.close()
+
+
+def parameters(settings: Settings, timeout: float) -> pika.URLParameters:
+    """The broker's address, with one connection attempt that gives up after `timeout` seconds."""
+    params = pika.URLParameters(settings.rabbitmq_url)
+    params.socket_timeout = params.blocked_connection_timeout = params.stack_timeout = timeout
+    params.connection_attempts = 1
+    return params

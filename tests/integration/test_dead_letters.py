@@ -1,0 +1,162 @@
+"""The relay's dead-letter check against a real RabbitMQ and the test's store: a dead-lettered message of a
+job that is still queued announces the job again; every other one is dropped, but an undecodable message,
+which stays parked for an operator."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pika
+import pytest
+from sqlalchemy import Engine, select, update
+
+from jobstore import clock, db
+from jobstore import jobs as store
+from jobstore.schema import outbox
+from jobstore.settings import Settings
+from jobstore.states import State
+from relay import deadletters, topology
+from relay.deadletters import Checked, DeadLetterCheck
+from relay.message import JobMessage
+from tests.conftest import make_settings
+from tests.support.procs import BIN, settings_env, wait_for
+from tests.support.relay_harness import running_relay
+
+pytestmark = pytest.mark.broker
+
+GARBAGE = b"\x00not a job message"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, rabbitmq_url: str) -> Settings:
+    return make_settings(tmp_path, rabbitmq_url=rabbitmq_url, dead_letter_check_seconds=0.1)
+
+
+@pytest.fixture
+def channel(settings: Settings) -> Iterator[pika.adapters.blocking_connection.BlockingChannel]:
+    connection = pika.BlockingConnection(pika.URLParameters(settings.rabbitmq_url))
+    ch = connection.channel()
+    topology.declare(ch, settings)
+    yield ch
+    for queue in (settings.queue, settings.dead_letter_queue):
+        ch.queue_delete(queue)
+    for exchange in (settings.exchange, settings.dead_letter_exchange):
+        ch.exchange_delete(exchange)
+    connection.close()
+
+
+def dead_letter(
+    channel: pika.adapters.blocking_connection.BlockingChannel, settings: Settings, body: bytes
+) -> None:
+    """Put a message in the dead-letter queue as the broker does when it dead-letters one."""
+    properties = pika.BasicProperties(delivery_mode=2, message_id="1")
+    channel.basic_publish(settings.dead_letter_exchange, topology.ROUTING_KEY, body, properties)
+
+
+def depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str) -> int:
+    return int(channel.queue_declare(queue, passive=True).method.message_count)
+
+
+def accept(engine: Engine, *, published: bool) -> str:
+    """A queued job; its outbox row already published (its message went out) or still waiting."""
+
+    def write(conn: object) -> str:
+        now = clock.now()
+        job_id = store.accept(
+            conn,  # type: ignore[arg-type]
+            tenant="t1",
+            owner="u1",
+            kind="noop",
+            payload={},
+            operation_key=store.new_id(),
+            now=now,
+            max_attempts=3,
+        ).job.id
+        if published:
+            conn.execute(update(outbox).where(outbox.c.job_id == job_id).values(published_at=now))  # type: ignore[attr-defined]
+        return job_id
+
+    return db.transact(engine, write)
+
+
+def waiting_rows(engine: Engine, job_id: str) -> int:
+    query = select(outbox.c.id).where(outbox.c.job_id == job_id, outbox.c.published_at.is_(None))
+    return len(db.read(engine, lambda conn: conn.execute(query).all()))
+
+
+def test_each_dead_lettered_message_is_settled_from_the_store_and_only_undecodable_ones_stay(
+    settings: Settings, engine: Engine, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
+    lost = accept(engine, published=True)  # queued, its message went out and was dead-lettered
+    announced = accept(engine, published=False)  # queued, a new delivery already waits for the relay
+    finished = accept(engine, published=True)
+    db.transact(engine, store.request_cancel, finished, clock.now())
+    for job_id in (lost, announced, finished, store.new_id()):
+        dead_letter(channel, settings, JobMessage(job_id).encode())
+    dead_letter(channel, settings, GARBAGE)
+
+    check = DeadLetterCheck(settings, engine)
+    try:
+        checked = check.check()
+        later: list[Checked] = []
+
+        def parked_again() -> bool:
+            later.append(check.check())
+            return later[-1].parked == 1
+
+        wait_for(parked_again, 5, what="the parked message again")
+    finally:
+        check.close()
+
+    assert dict(checked.verdicts) == {
+        "announced again": 1,
+        "already announced": 1,
+        "not queued": 1,
+        "unknown job": 1,
+    }
+    assert (checked.parked, checked.left) == (1, 1)
+    assert waiting_rows(engine, lost) == 1, "the lost job has a new delivery waiting for the relay"
+    assert waiting_rows(engine, announced) == 1, "no second delivery for a job that already has one"
+    assert waiting_rows(engine, finished) == 0
+    assert db.read(engine, store.get_job, finished).state is State.CANCELLED
+    assert all(not c.verdicts for c in later), "nothing but the undecodable one stayed"
+    parked: list[bytes] = []
+
+    def take_parked() -> bool:
+        _, _, body = channel.basic_get(settings.dead_letter_queue, auto_ack=True)
+        parked.extend([body] if body is not None else [])
+        return bool(parked)
+
+    wait_for(take_parked, 5, what="the parked message back in the dead-letter queue")
+    assert parked == [GARBAGE]
+
+
+def test_a_running_relay_publishes_a_dead_lettered_job_again_within_seconds(
+    settings: Settings, engine: Engine, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
+    lost = accept(engine, published=True)
+    dead_letter(channel, settings, JobMessage(lost).encode())
+    with running_relay(settings, engine):
+        wait_for(lambda: depth(channel, settings.queue) == 1, 10, what="the job published again")
+        wait_for(lambda: depth(channel, settings.dead_letter_queue) == 0, 10, what="jobs.dead emptied")
+    _, _, body = channel.basic_get(settings.queue, auto_ack=True)
+    assert JobMessage.decode(body).job_id == lost
+    assert waiting_rows(engine, lost) == 0, "the new outbox row was published"
+
+
+def test_dead_letter_depth_is_none_when_the_broker_does_not_answer(settings: Settings) -> None:
+    unreachable = settings.model_copy(update={"rabbitmq_url": "amqp://guest:guest@127.0.0.1:1/%2F"})
+    assert deadletters.depth(unreachable, timeout=1.0) is None
+
+
+def test_status_shows_how_many_messages_wait_in_the_dead_letter_queue(
+    settings: Settings, engine: Engine, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
+    dead_letter(channel, settings, GARBAGE)
+    wait_for(lambda: deadletters.depth(settings) == 1, 5, what="the message counted")
+    env = settings_env(settings)
+    shown = subprocess.run([str(BIN), "status"], env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert f"dead-letter queue {settings.dead_letter_queue}: 1 messages" in " ".join(shown.stdout.split())
