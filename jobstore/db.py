@@ -10,8 +10,9 @@ that takes no turns holds the lock) itself, with short, jittered, bounded waits.
 COMMITTED, with serialization failures and deadlocks retried the same bounded way.
 
 A SQLite engine only ever uses the file its URL names now (`jobstore.storefile`): it never creates the
-file (only `init_schema` does), and a pooled connection whose file was removed or replaced is opened again
-at its next checkout; with no file there, the caller gets `StoreUnavailable`.
+file (only `init_schema` does), a pooled connection whose file was removed or replaced is opened again at
+its next checkout, and a write transaction that committed into a file no longer named runs again; with no
+file there, the caller gets `StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -286,4 +287,7 @@ def _attempt(
         wakeup.forget(conn)
         with conn.begin():
             result = fn(conn, *args, **kwargs)
+        if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
+            conn.invalidate()
+            raise Retry("the store's file was removed or replaced while a transaction committed to it")
         return result, wakeup.noted(conn)

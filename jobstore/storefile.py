@@ -5,21 +5,26 @@ file was removed or replaced (`rm -rf` of its directory, a volume remounted over
 backup into place): its writes then go where no one will read them. A guarded engine opens only a file that
 exists (`mode=rw`; `db.init_schema` alone creates one), remembers the device and inode of the file each
 connection opened, and compares them with the path's at every checkout, where a connection whose file is
-no longer named is closed and opened again (or, with nothing there, fails). One `stat` per checkout.
+no longer named is closed and opened again (or, with nothing there, fails). One `stat` per checkout, and one
+more after each write transaction's commit (`still_named`), which catches a removal during the transaction.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import weakref
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.exc import DisconnectionError
 
 FileIdentity = tuple[int, int]
 _OPENED = "store_file"  # on a connection's pool record: the identity of the file it opened
+
+# The file each guarded engine must be using.
+_files: weakref.WeakKeyDictionary[Engine, Path] = weakref.WeakKeyDictionary()
 
 
 def identity(path: Path) -> FileIdentity | None:
@@ -36,6 +41,7 @@ def guard(engine: Engine, database: Path) -> None:
     it exists, and opened again at checkout when the path no longer names the file it opened. A missing file
     is a `sqlite3.OperationalError` naming the path, which the store reports as `StoreUnavailable`."""
     path = database.absolute()
+    _files[engine] = path
     uri = f"{path.as_uri()}?mode=rw"
 
     @event.listens_for(engine, "do_connect")
@@ -57,3 +63,8 @@ def guard(engine: Engine, database: Path) -> None:
         if identity(path) != record.info.get(_OPENED):
             raise DisconnectionError(f"{path} is no longer the file this connection opened")
 
+
+def still_named(engine: Engine, conn: Connection) -> bool:
+    """Whether the file `conn` opened is still the one `engine`'s path names (always, unguarded)."""
+    path = _files.get(engine)
+    return path is None or identity(path) == conn.info.get(_OPENED)

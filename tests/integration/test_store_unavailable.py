@@ -242,3 +242,47 @@ def test_writes_go_to_the_store_the_path_names_now_once_another_is_mounted_there
 
     assert keys_in(directory / "jobs.db") == {"before", "after"}
     assert keys_in(tmp_path / "old-store" / "jobs.db") == {"before", "old-store-only"}
+
+
+def test_a_store_removed_while_a_transaction_commits_is_unavailable_not_a_lost_write(
+    store_dir: tuple[Engine, Path],
+) -> None:
+    engine, directory = store_dir
+
+    def accept_then_remove_the_store(conn: Connection) -> store.Accepted:
+        accepted = store.accept(
+            conn, tenant="acme", owner="alice", kind="noop", payload={}, operation_key="doomed",
+            now=time.time(), max_attempts=3,
+        )  # fmt: skip
+        shutil.rmtree(directory, ignore_errors=True)
+        return accepted
+
+    with pytest.raises(StoreUnavailable, match="no store at"):
+        db.transact(engine, accept_then_remove_the_store)
+    assert not directory.exists()
+
+
+def test_a_transaction_that_committed_to_a_replaced_store_runs_again_on_the_new_one(
+    store_dir: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    engine, directory = store_dir
+    backup(directory / "jobs.db", tmp_path / "backup.db")
+    runs: list[str] = []
+
+    def accept_and_replace_the_store_once(conn: Connection) -> store.Accepted:
+        accepted = store.accept(
+            conn, tenant="acme", owner="alice", kind="noop", payload={}, operation_key="k",
+            now=time.time(), max_attempts=3,
+        )  # fmt: skip
+        runs.append(accepted.job.id)
+        if len(runs) == 1:
+            directory.rename(tmp_path / "old-store")
+            directory.mkdir()
+            (tmp_path / "backup.db").rename(directory / "jobs.db")
+        return accepted
+
+    accepted = db.transact(engine, accept_and_replace_the_store_once)
+
+    assert len(runs) == 2 and accepted.job.id == runs[1]
+    assert keys_in(directory / "jobs.db") == {"k"}
+    assert db.read(engine, store.get_job, accepted.job.id) is not None
