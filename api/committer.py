@@ -5,8 +5,11 @@ transaction per request caps a process at a few hundred jobs a second. So the AP
 writer thread that commits, in a single transaction, every job that arrived while the previous transaction
 was committing, and every job that arrived while it waited for its write turn (the batch is topped up once
 the transaction has begun). Each job still gets its job row and its outbox row in the same transaction, and
-each request is answered only after the transaction holding its job has committed; a batch that fails
-writes nothing and every request in it gets the error.
+each request is answered only after the transaction holding its job has committed.
+
+A batch that fails writes nothing. When the store is unavailable, every request in it gets that error;
+otherwise (one request the database refuses fails the whole transaction) each request is committed again
+in a transaction of its own, so only the request at fault fails, with its own error.
 """
 
 from __future__ import annotations
@@ -19,15 +22,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DataError
 
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.errors import IdempotencyConflict
+from jobstore.errors import IdempotencyConflict, Unstorable
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 256
 STOP_TIMEOUT_SECONDS = 30.0
+
+Outcome = store.Accepted | BaseException  # an IdempotencyConflict among the exceptions
 
 
 @dataclass(frozen=True)
@@ -120,16 +126,35 @@ class GroupCommitter:
         """Commit `batch` (topped up with what arrived meanwhile, unless the stop marker was `stopped` at
         already) and answer each request; True when the stop marker was met while topping up."""
         stop: list[bool] = [True] if stopped else []
-        outcomes: list[Any]
+        outcomes: list[Outcome]
         try:
-            outcomes = db.transact(self._engine, self._accept_topped_up, batch, stop)
-        except Exception as exc:  # the whole batch is rolled back: each request gets the failure
-            if not isinstance(exc, db.StoreUnavailable):
-                log.error("a batch of %d submissions failed", len(batch), exc_info=exc)
+            outcomes = list(db.transact(self._engine, self._accept_topped_up, batch, stop))
+        except db.StoreUnavailable as exc:  # not any request's fault: each gets it
             outcomes = [exc] * len(batch)
+        except Exception as exc:  # rolled back, perhaps because of one request
+            outcomes = self._one_by_one(batch, exc)
         for pending, outcome in zip(batch, outcomes, strict=True):
             pending.settle(outcome)
         return bool(stop)
+
+    def _one_by_one(self, batch: list[_Pending], failure: Exception) -> list[Outcome]:
+        """After `batch` failed with `failure`: each request's outcome in a transaction of its own. Once
+        the store is unavailable, the requests not yet tried get that too."""
+        if len(batch) == 1:
+            return [_own_failure(failure)]
+        log.warning("a batch of %d submissions failed (%r): committing them one by one", len(batch), failure)
+        outcomes: list[Outcome] = []
+        for pending in batch:
+            if outcomes and isinstance(outcomes[-1], db.StoreUnavailable):
+                outcomes.append(outcomes[-1])
+                continue
+            try:
+                outcomes.extend(db.transact(self._engine, accept_all, [pending.fields]))
+            except db.StoreUnavailable as exc:
+                outcomes.append(exc)
+            except Exception as exc:
+                outcomes.append(_own_failure(exc))
+        return outcomes
 
     def _accept_topped_up(
         self, conn: Connection, batch: list[_Pending], stop: list[bool]
@@ -141,3 +166,18 @@ class GroupCommitter:
             batch.extend(more)
             stop.extend([True] if stopped else [])
         return accept_all(conn, [p.fields for p in batch])
+
+
+def _own_failure(exc: Exception) -> Exception:
+    """What one request that failed in a transaction of its own is answered: `Unstorable` when the database
+    refused one of its values; otherwise the error itself, logged (a bug, not the request's fault)."""
+    if isinstance(exc, DataError | UnicodeEncodeError):
+        log.warning("a submission was refused by the store: %s", exc)
+        return Unstorable(_first_line(exc))
+    log.error("a submission failed", exc_info=exc)
+    return exc
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(getattr(exc, "orig", None) or exc)
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
 from jobstore.db import StoreUnavailable
-from jobstore.errors import IdempotencyConflict, JobNotFound
+from jobstore.errors import IdempotencyConflict, JobNotFound, Unstorable
 from jobstore.queries import BadCursor
 
 log = logging.getLogger(__name__)
@@ -192,6 +192,13 @@ async def _on_bad_cursor(_: Request, exc: Exception) -> Response:
     return problem_response(BAD_CURSOR, "Pass back a next_cursor exactly as a previous page gave it.")
 
 
+async def _on_unstorable(_: Request, exc: Exception) -> Response:
+    return problem_response(
+        INVALID_REQUEST,
+        "The store cannot keep a value of this request (text it cannot encode, say); nothing was written.",
+    )
+
+
 async def _on_store_failure(_: Request, exc: Exception) -> Response:
     log.warning("store unavailable: %s", exc)
     return problem_response(
@@ -215,6 +222,7 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(JobNotFound, _on_job_not_found)
     app.add_exception_handler(IdempotencyConflict, _on_conflict)
     app.add_exception_handler(BadCursor, _on_bad_cursor)
+    app.add_exception_handler(Unstorable, _on_unstorable)
     app.add_exception_handler(StoreUnavailable, _on_store_failure)
     app.add_exception_handler(SQLAlchemyError, _on_store_failure)
     app.add_exception_handler(Exception, _on_unexpected)

@@ -35,6 +35,14 @@ from jobstore.states import State
 log = logging.getLogger(__name__)
 
 JOIN_STEP = 0.1
+UNAVAILABLE_LOG_EVERY = 100  # at the longest idle pause, a warning every few seconds per thread
+
+
+def _say_unavailable(worker: str, tries: int, exc: db.StoreUnavailable) -> None:
+    """Log the first of `tries` in a row that found the store unavailable, and every so often after it:
+    a removed store file fails every try at once."""
+    if tries == 1 or tries % UNAVAILABLE_LOG_EVERY == 0:
+        log.warning("%s: store unavailable, pausing claims (%d tries in a row): %s", worker, tries, exc)
 
 
 def worker_names(concurrency: int) -> list[str]:
@@ -129,11 +137,13 @@ class ClaimPool:
     def _loop(self, worker: str) -> None:
         backoff = IdleBackoff()
         claim: Claim | None = None
+        unavailable = 0  # store calls in a row that found it unavailable
         while claim is not None or not self._stopping.is_set():
             try:
                 claim = self._run(claim, worker) if claim is not None else self._claim(worker)
             except db.StoreUnavailable as exc:
-                log.warning("%s: store unavailable, pausing claims: %s", worker, exc)
+                unavailable += 1
+                _say_unavailable(worker, unavailable, exc)
                 claim = None
                 self._stopping.wait(backoff.unavailable())
                 continue
@@ -142,6 +152,9 @@ class ClaimPool:
                 claim = None
                 self._stopping.wait(backoff.unavailable())
                 continue
+            if unavailable:
+                log.info("%s: the store answers again after %d tries", worker, unavailable)
+                unavailable = 0
             if claim is None:
                 self._stopping.wait(backoff.idle())
             else:

@@ -8,6 +8,11 @@ sleep in the kernel until it is their turn. SQLite's busy handler sleeps 1, 2, 5
 tries, so it is disabled (`busy_timeout=0`) and `transact` retries the lock errors that remain (a program
 that takes no turns holds the lock) itself, with short, jittered, bounded waits. PostgreSQL: READ
 COMMITTED, with serialization failures and deadlocks retried the same bounded way.
+
+A SQLite engine only ever uses the file its URL names now (`jobstore.storefile`): it never creates the
+file (only `init_schema` does), a pooled connection whose file was removed or replaced is opened again at
+its next checkout, and a write transaction that committed into a file no longer named runs again; with no
+file there, the caller gets `StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from jobstore import wakeup
+from jobstore import storefile, wakeup
 from jobstore.settings import Settings
 from jobstore.turns import WriteTurn, shared_turn
 
@@ -116,6 +121,8 @@ def make_engine(settings: Settings, **kwargs: Any) -> Engine:
         if database is not None:
             _turns[engine] = shared_turn(turn_path(database))
             _ringers[engine] = wakeup.Ringer(wakeup.directory_for(database))
+            if not url.query.get("uri"):  # a URI names its own file and open mode
+                storefile.guard(engine, database)
     else:
         engine = create_engine(
             url, pool_pre_ping=True, isolation_level="READ COMMITTED", execution_options=options, **kwargs
@@ -165,11 +172,12 @@ def sqlite_path(settings: Settings) -> Path | None:
 
 
 def init_schema(settings: Settings, engine: Engine) -> None:
-    """Create the database directory (SQLite) and the results directory, and migrate the schema to the
-    current revision; idempotent."""
+    """Create the database file and its directory (SQLite) and the results directory, and migrate the
+    schema to the current revision; idempotent. The only place a SQLite store is created."""
     path = sqlite_path(settings)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o644, exist_ok=True)  # SQLite takes an empty file for an empty database
     settings.results_dir.mkdir(parents=True, exist_ok=True)
     from jobstore.migrate import upgrade
 
@@ -279,4 +287,7 @@ def _attempt(
         wakeup.forget(conn)
         with conn.begin():
             result = fn(conn, *args, **kwargs)
+        if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
+            conn.invalidate()
+            raise Retry("the store's file was removed or replaced while a transaction committed to it")
         return result, wakeup.noted(conn)

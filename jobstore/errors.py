@@ -25,6 +25,15 @@ class IdempotencyConflict(StoreError):
         self.job_id = job_id
 
 
+class Unstorable(StoreError):
+    """The store refused a value of one request (text the database cannot hold, say); nothing was written
+    for it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the store refused a value of this request: {reason}")
+        self.reason = reason
+
+
 class JobNotFound(StoreError):
     def __init__(self, job_id: str) -> None:
         super().__init__(f"job {job_id} not found")

@@ -48,9 +48,7 @@ def _require_current_store(settings: Settings) -> None:
     """Exit 1 with a message saying what to do unless the store answers at the code's schema revision: a
     missing SQLite file is not created, an unmigrated database is not served, an unreachable one is named."""
     url = _redacted(settings.database_url)
-    path = db.sqlite_path(settings)
-    if path is not None and not path.exists():
-        _refuse(f"no store at {url}: run `outbox-bridge db init` (or `outbox-bridge db upgrade`) first")
+    _require_sqlite_file(settings)
     engine = db.make_engine(settings)
     try:
         migrate.check_current(engine)
@@ -60,6 +58,13 @@ def _require_current_store(settings: Settings) -> None:
         _refuse(f"cannot reach the store at {url}: {_first_line(exc)}")
     finally:
         engine.dispose()
+
+
+def _require_sqlite_file(settings: Settings) -> None:
+    """Exit 1 when the SQLite file the settings name is missing: only `db init` creates one."""
+    path = db.sqlite_path(settings)
+    if path is not None and not path.exists():
+        _refuse(f"no store at {_redacted(settings.database_url)}: run `outbox-bridge db init` first")
 
 
 def _refuse(message: str) -> NoReturn:
@@ -170,8 +175,9 @@ def db_init() -> None:
 
 @db_app.command("upgrade")
 def db_upgrade(revision: str = "head") -> None:
-    """Apply schema migrations up to REVISION (default: the latest)."""
+    """Apply schema migrations up to REVISION (default: the latest) to an existing store."""
     settings = _settings()
+    _require_sqlite_file(settings)
     engine = db.make_engine(settings)
     before = migrate.current_revision(engine)
     migrate.upgrade(engine, revision)

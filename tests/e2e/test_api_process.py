@@ -3,6 +3,7 @@ killed with real signals."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import socket
 import sqlite3
@@ -10,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from pathlib import Path
 
 import httpx
@@ -190,3 +192,60 @@ def test_sigterm_lets_a_submission_in_flight_commit_and_answer_then_exits_zero(
     assert started[0].wait(30) == 0
     assert counts(engine) == (1, 1)
     engine.dispose()
+
+
+STORE_UNAVAILABLE = "urn:outbox-bridge:problem:store-unavailable"
+
+
+def job_ids_in(database: Path) -> set[str]:
+    """The ids of the jobs in the SQLite file at `database`, read without the api."""
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
+        return {row[0] for row in conn.execute("SELECT id FROM jobs")}
+
+
+@pytest.mark.databases("sqlite")  # removes the store's file and directory under the running api
+def test_a_store_directory_removed_under_the_api_answers_503_and_no_202_job_is_missing_after_the_restore(
+    tmp_path: Path, started: list[procs.Proc]
+) -> None:
+    directory = tmp_path / "store"
+    database = directory / "jobs.db"
+    settings = make_settings(tmp_path, database_url=f"sqlite:///{database}")
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    engine.dispose()
+    base = start_api(settings, tmp_path, started, "api")
+    reader = headers(settings, "-")
+
+    def submit(client: httpx.Client, key: str) -> httpx.Response:
+        return client.post(
+            f"{base}/jobs", json={"kind": "noop", "payload": {}}, headers=headers(settings, key)
+        )
+
+    limits = httpx.Limits(max_connections=10, max_keepalive_connections=10)
+    with httpx.Client(timeout=30, limits=limits) as client, ThreadPoolExecutor(10) as pool:
+        before = list(pool.map(lambda n: submit(client, f"before-{n}"), range(20)))
+        assert [r.status_code for r in before] == [202] * 20
+        with (
+            closing(sqlite3.connect(database)) as live,
+            closing(sqlite3.connect(tmp_path / "backup.db")) as copy,
+        ):
+            live.backup(copy)
+
+        shutil.rmtree(directory)  # the api's pooled connections still have the removed file open
+
+        gone = list(pool.map(lambda n: submit(client, f"gone-{n}"), range(20)))
+        assert [r.status_code for r in gone] == [503] * 20
+        assert {r.json()["type"] for r in gone} == {STORE_UNAVAILABLE}
+        assert client.get(f"{base}/readyz").status_code == 503
+        assert client.get(f"{base}/jobs/{before[0].json()['id']}", headers=reader).status_code == 503
+        assert not directory.exists(), "the api re-created no store"
+
+        directory.mkdir()
+        (tmp_path / "backup.db").rename(database)
+        assert client.get(f"{base}/readyz").status_code == 200
+        after = submit(client, "after")
+        assert after.status_code == 202
+
+    answered_202 = {r.json()["id"] for r in [*before, *gone, after] if r.status_code == 202}
+    assert answered_202 <= job_ids_in(database)
+    assert "no store at" in started[0].output(), "the api says why it answers 503"

@@ -1,9 +1,12 @@
 """Group commit: submissions that arrive while a transaction is committing share the next one; a conflict
-refuses only its own request; a batch that fails writes nothing and answers every request in it."""
+refuses only its own request; a batch the store cannot commit writes nothing and answers every request in it
+503; a batch that fails because of one request commits the others and fails that one alone."""
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -13,12 +16,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
+from api import committer as committer_module
 from api.app import create_app
 from api.auth import issue_token
-from api.committer import accept_all
+from api.committer import GroupCommitter, accept_all
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.errors import IdempotencyConflict
+from jobstore.errors import IdempotencyConflict, Unstorable
 from jobstore.schema import jobs, outbox
 from jobstore.settings import Settings
 from tests.conftest import make_settings
@@ -109,3 +113,81 @@ def test_a_batch_that_cannot_commit_answers_every_request_503_and_writes_nothing
     assert all(a.headers["retry-after"] for a in answers)
     assert counts(engine) == (0, 0)
     engine.dispose()
+
+
+# Identities no request should carry, which the database refuses: text UTF-8 cannot encode (both stores) and
+# a NUL character (PostgreSQL's text columns).
+REFUSED_TENANTS = {"sqlite": ["caf\udce9"], "postgresql": ["caf\udce9", "caf\x00e"]}
+
+
+def _gated_batches(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.Event, threading.Event]:
+    """Record the size of every batch the committer writes, and hold the first one inside its transaction
+    (`entered` is set) until `gate` is set, so the requests sent meanwhile make up the next batch."""
+    sizes: list[int] = []
+    entered, gate = threading.Event(), threading.Event()
+
+    def gated(conn: Any, requests: list[dict[str, Any]]) -> Any:
+        sizes.append(len(requests))
+        if len(sizes) == 1:
+            entered.set()
+            assert gate.wait(10), "the test never opened the gate"
+        return accept_all(conn, requests)
+
+    monkeypatch.setattr(committer_module, "accept_all", gated)
+    return sizes, entered, gate
+
+
+def test_a_request_the_store_refuses_fails_alone_and_the_rest_of_its_batch_commits(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes, entered, gate = _gated_batches(monkeypatch)
+    refused = REFUSED_TENANTS[engine.dialect.name]
+    tenants = ["t-0", "t-1", "t-2", *refused, "t-3", "t-4", "t-5"]
+    committer = GroupCommitter(engine)
+
+    async def submit() -> list[Any]:
+        opener = asyncio.ensure_future(committer.accept(**request("opener", 0)))
+        await asyncio.to_thread(entered.wait, 10)
+        batch = [asyncio.ensure_future(committer.accept(**{**request(t, 1), "tenant": t})) for t in tenants]
+        await asyncio.sleep(0)  # each of them has queued its request
+        gate.set()
+        return await asyncio.gather(opener, *batch, return_exceptions=True)
+
+    try:
+        opened, *outcomes = asyncio.run(submit())
+    finally:
+        committer.close()
+
+    assert isinstance(opened, store.Accepted) and opened.created
+    for tenant, outcome in zip(tenants, outcomes, strict=True):
+        if tenant in refused:
+            assert isinstance(outcome, Unstorable), outcome
+        else:
+            assert isinstance(outcome, store.Accepted) and outcome.created, outcome
+    assert sizes == [1, len(tenants)] + [1] * len(tenants), "one batch, then each request on its own"
+    good = len(tenants) - len(refused)
+    assert counts(engine) == (1 + good, 1 + good)
+
+
+def test_a_request_the_store_refuses_is_answered_400_not_503(
+    settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refusing(conn: Any, requests: list[dict[str, Any]]) -> Any:
+        if any(r["payload"].get("refuse") for r in requests):
+            raise UnicodeEncodeError("utf-8", "caf\udce9", 3, 4, "surrogates not allowed")
+        return accept_all(conn, requests)
+
+    monkeypatch.setattr(committer_module, "accept_all", refusing)
+    token = issue_token(settings.auth_secret, tenant="acme", user="alice")
+    with TestClient(create_app(settings)) as client:
+        answers = [
+            client.post(
+                "/jobs",
+                json={"kind": "noop", "payload": {"refuse": refuse}},
+                headers={"Authorization": f"Bearer {token}", "Idempotency-Key": f"k-{refuse}"},
+            )
+            for refuse in (True, False)
+        ]
+    assert [a.status_code for a in answers] == [400, 202]
+    assert answers[0].json()["type"] == "urn:outbox-bridge:problem:invalid-request"
+    assert counts(engine) == (1, 1)

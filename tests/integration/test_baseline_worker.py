@@ -1,5 +1,6 @@
 """The baseline worker's parts against a real SQLite file, in process: idle pacing, surviving a store locked
-past its timeout, giving jobs back on a stop, waiting for an external effect in flight, and sweeping."""
+past its timeout or removed under it, giving jobs back on a stop, waiting for an external effect in flight,
+and sweeping."""
 
 from __future__ import annotations
 
@@ -7,13 +8,14 @@ import fcntl
 import itertools
 import logging
 import random
+import shutil
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +176,38 @@ def test_a_killed_holder_frees_its_turn(tmp_path: Path) -> None:
         other.wait(10)
         assert other.stdout is not None
         other.stdout.close()
+
+
+@pytest.mark.databases("sqlite")
+def test_workers_pause_on_a_removed_store_say_why_once_and_resume_once_it_is_restored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "store"
+    settings = make_settings(tmp_path, database_url=f"sqlite:///{directory / 'jobs.db'}")
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    caplog.set_level(logging.INFO)
+    with running(engine, settings) as process:
+        before = accept(engine, key="before")
+        wait_for(lambda: job(engine, before).state is State.SUCCEEDED, 10, what="the first job to succeed")
+        with closing(sqlite3.connect(directory / "jobs.db")) as live:
+            with closing(sqlite3.connect(tmp_path / "backup.db")) as copy:
+                live.backup(copy)
+
+        shutil.rmtree(directory)  # the workers' pooled connections still have the removed file open
+        time.sleep(1.0)  # a removed file fails each try at once: many tries per thread
+        assert not directory.exists(), "no worker re-created the store"
+
+        directory.mkdir()
+        (tmp_path / "backup.db").rename(directory / "jobs.db")
+        after = accept(engine, key="after")
+        wait_for(lambda: job(engine, after).state is State.SUCCEEDED, 10, what="a job after the restore")
+        assert process.shutdown() == 0
+    engine.dispose()
+    said = [r.getMessage() for r in caplog.records if "pausing claims" in r.getMessage()]
+    assert len(said) == 2, said  # once per claiming thread, not once per try
+    assert all("no store at" in message for message in said)
+    assert caplog.text.count("the store answers again") == 2
 
 
 @pytest.mark.databases("sqlite")

@@ -32,8 +32,10 @@ COMMAND_TIMEOUT = 60
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty store of this test's own: a SQLite file path, or a fresh PostgreSQL schema."""
+    """An empty store of this test's own: an empty SQLite file (engines never create one), or a fresh
+    PostgreSQL schema."""
     if request.param == "sqlite":
+        (tmp_path / "jobs.db").touch()
         return f"sqlite:///{tmp_path / 'jobs.db'}"
     return str(request.getfixturevalue("postgres_url"))
 
@@ -205,7 +207,7 @@ def assert_refused(result: subprocess.CompletedProcess[str], *phrases: str) -> N
 
 
 def touch_store(engine: Engine) -> None:
-    """Open the store once, so an SQLite file exists (empty); PostgreSQL's schema exists already."""
+    """Open the empty store once."""
     db.read(engine, lambda conn: conn.execute(text("SELECT 1")).scalar())
 
 
@@ -223,6 +225,7 @@ def test_api_refuses_an_unmigrated_store_naming_db_upgrade(
 @pytest.mark.parametrize("command", ["relay", "consumer", "worker"])
 def test_other_processes_refuse_an_unmigrated_store_too(tmp_path: Path, command: str) -> None:
     settings = make_settings(tmp_path)
+    (tmp_path / "jobs.db").touch()
     engine = db.make_engine(settings)
     touch_store(engine)
     engine.dispose()
@@ -238,6 +241,16 @@ def test_api_refuses_a_missing_sqlite_store_without_creating_it(tmp_path: Path) 
 
     assert_refused(refused, "no store at", "outbox-bridge db init")
     assert not path.parent.exists()
+
+
+def test_db_upgrade_refuses_a_missing_sqlite_store_without_creating_it(tmp_path: Path) -> None:
+    path = tmp_path / "jobs.db"
+    settings = make_settings(tmp_path, database_url=f"sqlite:///{path}")
+
+    refused = run_command(settings, "db", "upgrade")
+
+    assert_refused(refused, "no store at", "outbox-bridge db init")
+    assert not path.exists()
 
 
 def test_api_refuses_an_unreachable_postgresql_with_a_message_not_a_traceback(tmp_path: Path) -> None:

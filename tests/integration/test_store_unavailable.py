@@ -1,17 +1,20 @@
 """`StoreUnavailable`, and never a half-written job, when the SQLite store cannot be written: its directory
-is missing, its file is read-only, or another process holds the write lock past the lock timeout."""
+is missing, its file is read-only, or another process holds the write lock past the lock timeout. And a
+running engine writes only to the file its path names now: not to one removed or replaced under it, and it
+never creates a new one."""
 
 from __future__ import annotations
 
 import os
 import select as io_select
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
@@ -177,3 +180,109 @@ def test_a_write_lock_held_by_another_process_past_the_timeout_is_store_unavaila
     assert db.read(engine, counts) == (0, 0)
     assert accept(engine).created, "the store takes writes again once the lock is released"
     assert db.read(engine, counts) == (1, 1)
+
+
+@pytest.fixture
+def store_dir(tmp_path: Path) -> Iterator[tuple[Engine, Path]]:
+    """A store in a directory of its own (to be removed or replaced), and an engine already using it."""
+    directory = tmp_path / "store"
+    settings = make_settings(tmp_path, database_url=f"sqlite:///{directory / 'jobs.db'}")
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    yield engine, directory
+    engine.dispose()
+
+
+def backup(database: Path, to: Path) -> None:
+    """A consistent copy of a live store (SQLite's online backup)."""
+    with closing(sqlite3.connect(database)) as source, closing(sqlite3.connect(to)) as copy:
+        source.backup(copy)
+
+
+def keys_in(database: Path) -> set[str]:
+    """The idempotency keys in the file at `database`, read without the store's engine."""
+    with closing(sqlite3.connect(f"file:{database}?mode=ro", uri=True)) as conn:
+        return {row[0] for row in conn.execute("SELECT operation_key FROM jobs")}
+
+
+def test_a_store_directory_removed_under_a_running_engine_is_unavailable_until_it_is_restored(
+    store_dir: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    engine, directory = store_dir
+    kept = accept(engine, "before")
+    backup(directory / "jobs.db", tmp_path / "backup.db")
+
+    shutil.rmtree(directory)  # the pooled connection still has the removed file open
+
+    with pytest.raises(StoreUnavailable, match="no store at"):
+        accept(engine, "while-gone")
+    with pytest.raises(StoreUnavailable, match="no store at"):
+        db.read(engine, store.get_job, kept.job.id)
+    assert not directory.exists(), "nothing re-created the store"
+
+    directory.mkdir()
+    (tmp_path / "backup.db").rename(directory / "jobs.db")
+    assert db.read(engine, store.get_job, kept.job.id) is not None
+    assert accept(engine, "after").created
+    assert keys_in(directory / "jobs.db") == {"before", "after"}
+
+
+def test_writes_go_to_the_store_the_path_names_now_once_another_is_mounted_there(
+    store_dir: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    engine, directory = store_dir
+    accept(engine, "before")
+    backup(directory / "jobs.db", tmp_path / "backup.db")
+    accept(engine, "old-store-only")
+
+    directory.rename(tmp_path / "old-store")  # another volume takes the store's place
+    directory.mkdir()
+    (tmp_path / "backup.db").rename(directory / "jobs.db")
+    assert accept(engine, "after").created
+
+    assert keys_in(directory / "jobs.db") == {"before", "after"}
+    assert keys_in(tmp_path / "old-store" / "jobs.db") == {"before", "old-store-only"}
+
+
+def test_a_store_removed_while_a_transaction_commits_is_unavailable_not_a_lost_write(
+    store_dir: tuple[Engine, Path],
+) -> None:
+    engine, directory = store_dir
+
+    def accept_then_remove_the_store(conn: Connection) -> store.Accepted:
+        accepted = store.accept(
+            conn, tenant="acme", owner="alice", kind="noop", payload={}, operation_key="doomed",
+            now=time.time(), max_attempts=3,
+        )  # fmt: skip
+        shutil.rmtree(directory, ignore_errors=True)
+        return accepted
+
+    with pytest.raises(StoreUnavailable, match="no store at"):
+        db.transact(engine, accept_then_remove_the_store)
+    assert not directory.exists()
+
+
+def test_a_transaction_that_committed_to_a_replaced_store_runs_again_on_the_new_one(
+    store_dir: tuple[Engine, Path], tmp_path: Path
+) -> None:
+    engine, directory = store_dir
+    backup(directory / "jobs.db", tmp_path / "backup.db")
+    runs: list[str] = []
+
+    def accept_and_replace_the_store_once(conn: Connection) -> store.Accepted:
+        accepted = store.accept(
+            conn, tenant="acme", owner="alice", kind="noop", payload={}, operation_key="k",
+            now=time.time(), max_attempts=3,
+        )  # fmt: skip
+        runs.append(accepted.job.id)
+        if len(runs) == 1:
+            directory.rename(tmp_path / "old-store")
+            directory.mkdir()
+            (tmp_path / "backup.db").rename(directory / "jobs.db")
+        return accepted
+
+    accepted = db.transact(engine, accept_and_replace_the_store_once)
+
+    assert len(runs) == 2 and accepted.job.id == runs[1]
+    assert keys_in(directory / "jobs.db") == {"k"}
+    assert db.read(engine, store.get_job, accepted.job.id) is not None
