@@ -49,14 +49,15 @@ async def _identity(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Identity:
-    """The caller's tenant and user, from a token signed with `AUTH_SECRET`; 401 without a valid one."""
+    """The caller's tenant and user, from a token signed with `AUTH_SECRET`; 401 without a valid one,
+    saying why the token is not accepted."""
     if credentials is None:
         raise UNAUTHORIZED.error("Send Authorization: Bearer <token>.", headers=BEARER_CHALLENGE)
     try:
         return verify_token(settings.auth_secret, credentials.credentials)
-    except InvalidToken:
+    except InvalidToken as exc:
         raise UNAUTHORIZED.error(
-            "The bearer token is invalid or expired.", headers=INVALID_TOKEN_CHALLENGE
+            f"The bearer token is not accepted: {exc}.", headers=INVALID_TOKEN_CHALLENGE
         ) from None
 
 

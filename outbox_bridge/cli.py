@@ -152,13 +152,22 @@ def bench(ctx: typer.Context) -> None:
     raise typer.Exit(main(ctx.args))
 
 
+def _token_name(value: str) -> str:
+    """A tenant or user name a token may carry, else the option's usage error."""
+    from api.auth import NAME_RULE, is_valid_name
+
+    if not is_valid_name(value):
+        raise typer.BadParameter(f"must be {NAME_RULE}")
+    return value
+
+
 @app.command()
 def token(
-    tenant: Annotated[str, typer.Option()],
-    user: Annotated[str, typer.Option()],
+    tenant: Annotated[str, typer.Option(callback=_token_name)],
+    user: Annotated[str, typer.Option(callback=_token_name)],
     operator: bool = typer.Option(False, "--operator", help="Grant the operator role (dashboard)."),
 ) -> None:
-    """Print a bearer token for TENANT/USER."""
+    """Print a bearer token for TENANT/USER (each 1 to 128 characters of A-Za-z0-9._:@-)."""
     from api.auth import issue_token
 
     print(issue_token(_settings().auth_secret, tenant=tenant, user=user, operator=operator))

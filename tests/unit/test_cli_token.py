@@ -1,0 +1,34 @@
+"""`outbox-bridge token` prints a token the api accepts, and refuses to mint one it would not."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from api.auth import verify_token
+from outbox_bridge.cli import app
+
+SECRET = "cli-test-secret-that-is-long-enough-for-hs256"
+
+
+@pytest.fixture
+def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.setenv("AUTH_SECRET", SECRET)
+    return CliRunner()
+
+
+def test_token_prints_a_token_for_the_tenant_and_user(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["token", "--tenant", "acme", "--user", "alice@example.com"])
+    assert result.exit_code == 0, result.output
+    identity = verify_token(SECRET, result.stdout.strip())
+    assert (identity.tenant, identity.user, identity.operator) == ("acme", "alice@example.com", False)
+
+
+@pytest.mark.parametrize("option", ["--tenant", "--user"])
+@pytest.mark.parametrize("name", ["caf\xe9", "", "x" * 129, "acme corp", "a\x00b"])
+def test_token_refuses_a_name_no_token_may_carry(runner: CliRunner, option: str, name: str) -> None:
+    names = {"--tenant": "acme", "--user": "alice", option: name}
+    result = runner.invoke(app, ["token", *(arg for pair in names.items() for arg in pair)])
+    assert result.exit_code == 2
+    assert "1 to 128 characters of A-Za-z0-9._:@-" in result.output
+    assert "eyJ" not in result.stdout, "no token was printed"
