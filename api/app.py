@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from api import openapi, problems
+from api.auth import check_secret
 from api.committer import GroupCommitter
 from api.limits import BodyLimit
 from api.metrics import Metrics, RequestCounter
@@ -33,7 +34,8 @@ POOL_OVERFLOW = 24
 
 def create_app(settings: Settings) -> FastAPI:
     """The API over the store `settings` names. The engine and the group committer are made here and
-    closed at shutdown."""
+    closed at shutdown. `UnsafeSecret` when AUTH_SECRET is one anybody could sign tokens with."""
+    check_secret(settings)
     engine = _make_engine(settings)
     committer = GroupCommitter(engine)
 

@@ -13,7 +13,11 @@ from typing import TypeGuard
 
 import jwt
 
+from jobstore.settings import DEV_AUTH_SECRET, Settings
+
 ALGORITHM = "HS256"
+MIN_SECRET_BYTES = 32
+MAKE_A_SECRET = "python3 -c 'import secrets; print(secrets.token_urlsafe(48))'"
 NAME_RULE = "1 to 128 characters of A-Za-z0-9._:@-"
 _NAME = re.compile(r"[A-Za-z0-9._:@-]{1,128}", re.ASCII)
 
@@ -31,6 +35,31 @@ class InvalidToken(Exception):
 
 class InvalidName(ValueError):
     """A tenant or user name outside `NAME_RULE`."""
+
+
+class UnsafeSecret(ValueError):
+    """AUTH_SECRET is one that anybody could sign tokens with; the message says how to make a real one."""
+
+
+def secret_weakness(secret: str) -> str | None:
+    """Why `secret` must not sign tokens outside development (the built-in value, or under
+    `MIN_SECRET_BYTES` bytes), or None."""
+    if secret == DEV_AUTH_SECRET:
+        return "AUTH_SECRET is the built-in development value, which anyone can read"
+    if len(secret.encode()) < MIN_SECRET_BYTES:
+        return f"AUTH_SECRET is shorter than {MIN_SECRET_BYTES} bytes"
+    return None
+
+
+def check_secret(settings: Settings) -> None:
+    """Return when `settings.auth_secret` may sign and verify tokens; `UnsafeSecret` for a weak one unless
+    OUTBOX_BRIDGE_DEV=1 (development: the demo, the tests, the benchmark)."""
+    weakness = secret_weakness(settings.auth_secret)
+    if weakness is not None and not settings.outbox_bridge_dev:
+        raise UnsafeSecret(
+            f"{weakness}: set AUTH_SECRET to a random value of at least {MIN_SECRET_BYTES} bytes, for "
+            f"example the output of {MAKE_A_SECRET} (or set OUTBOX_BRIDGE_DEV=1 for a local trial)"
+        )
 
 
 def is_valid_name(value: object) -> TypeGuard[str]:

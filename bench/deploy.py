@@ -31,7 +31,8 @@ def run_settings(
     base: Settings, workdir: Path, *, label: str, synchronous: str, database_url: str | None
 ) -> Settings:
     """`base` with a store, results directory and stats directory under `workdir`, the given
-    `synchronous`, and broker names of its own."""
+    `synchronous`, and broker names of its own; a development run (OUTBOX_BRIDGE_DEV), so the api it
+    starts signs with whatever AUTH_SECRET is set, the built-in one included."""
     names = f"bench-{uuid.uuid4().hex[:8]}-{label}"
     kinds = base.allowed_kinds if "noop" in base.allowed_kinds else (*base.allowed_kinds, "noop")
     return base.model_copy(
@@ -47,6 +48,7 @@ def run_settings(
             "queue": names,
             "dead_letter_exchange": f"{names}.dead",
             "dead_letter_queue": f"{names}.dead",
+            "outbox_bridge_dev": True,
         }
     )
 

@@ -9,6 +9,8 @@ from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_KINDS = ("export", "document", "notify", "noop", "sleep")
+# The built-in AUTH_SECRET: anyone can read it here, so only a development setup may sign with it.
+DEV_AUTH_SECRET = "change-me-outbox-bridge-dev-secret-32b"
 
 
 class Settings(BaseSettings):
@@ -16,7 +18,9 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///./data/jobs.db"
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
-    auth_secret: str = "change-me-outbox-bridge-dev-secret-32b"
+    auth_secret: str = DEV_AUTH_SECRET
+    # Development only (the demo, the tests, the benchmark): the api and `token` accept a weak AUTH_SECRET.
+    outbox_bridge_dev: bool = False
     results_dir: Path = Path("./data/results")
     lease_seconds: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)

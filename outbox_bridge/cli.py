@@ -67,6 +67,17 @@ def _require_sqlite_file(settings: Settings) -> None:
         _refuse(f"no store at {_redacted(settings.database_url)}: run `outbox-bridge db init` first")
 
 
+def _require_safe_secret(settings: Settings) -> None:
+    """Exit 1 saying how to make a secret when AUTH_SECRET is one anybody could sign tokens with (unless
+    OUTBOX_BRIDGE_DEV=1)."""
+    from api.auth import UnsafeSecret, check_secret
+
+    try:
+        check_secret(settings)
+    except UnsafeSecret as exc:
+        _refuse(str(exc))
+
+
 def _refuse(message: str) -> NoReturn:
     err.print(f"outbox-bridge: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
@@ -87,6 +98,7 @@ def api(
     from api.server import serve
 
     settings = _settings()
+    _require_safe_secret(settings)
     _require_current_store(settings)
     _setup_logging("api")
     serve(settings, host=host, port=port, workers=workers)
@@ -170,7 +182,9 @@ def token(
     """Print a bearer token for TENANT/USER (each 1 to 128 characters of A-Za-z0-9._:@-)."""
     from api.auth import issue_token
 
-    print(issue_token(_settings().auth_secret, tenant=tenant, user=user, operator=operator))
+    settings = _settings()
+    _require_safe_secret(settings)
+    print(issue_token(settings.auth_secret, tenant=tenant, user=user, operator=operator))
 
 
 @db_app.command("init")

@@ -24,7 +24,7 @@ from rich.table import Table
 from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
 
-from api.auth import issue_token
+from api.auth import issue_token, secret_weakness
 from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.records import Job
@@ -64,14 +64,16 @@ def _jobs_of(conn: Connection, ids: Iterable[str]) -> list[Job | None]:
 def _no_broker_message(url: str) -> str:
     return (
         f"[bold red]No RabbitMQ answers at {url}.[/]\n"
-        "Start one with [bold]docker compose up -d rabbitmq[/], or point [bold]RABBITMQ_URL[/] at a running "
-        "broker,\nor run the same scenario on the SQLite-only baseline: "
+        "Start one with [bold]docker compose up -d rabbitmq[/] (compose needs an [bold]AUTH_SECRET[/] in the "
+        "environment or in .env, see README.md),\nor point [bold]RABBITMQ_URL[/] at a running broker, "
+        "or run the same scenario on the SQLite-only baseline: "
         "[bold]outbox-bridge demo --broker none[/]"
     )
 
 
 def _demo_settings(settings: Settings) -> Settings:
-    """The demo's own store, results and short timings, so a killed consumer's jobs come back quickly."""
+    """The demo's own store, results and short timings, so a killed consumer's jobs come back quickly; a
+    development run (OUTBOX_BRIDGE_DEV), so its api serves with the built-in AUTH_SECRET too."""
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     # A SQLite store gets a fresh file of its own; a database server (DATABASE_URL) is used as given.
     store = f"sqlite:///{DEMO_DIR / 'jobs.db'}" if settings.is_sqlite else settings.database_url
@@ -85,6 +87,7 @@ def _demo_settings(settings: Settings) -> Settings:
             "backoff_base_seconds": 0.5,
             "backoff_max_seconds": 2.0,
             "degraded_after_seconds": 10.0,
+            "outbox_bridge_dev": True,
         }
     )
 
@@ -295,7 +298,7 @@ def _summary(jobs: list[Job], demo: Demo, port: int, broker: str) -> None:
     console.print(
         Panel(
             f"dashboard: http://127.0.0.1:{port}/ui (log in with an operator token:\n"
-            f"  outbox-bridge token --tenant {TENANT} --user you --operator)\n"
+            f"  {_dev_prefix(demo.settings)}outbox-bridge token --tenant {TENANT} --user you --operator)\n"
             f"store:     {_redacted(demo.settings.database_url)}\n"
             f"logs:      {DEMO_DIR / 'logs'}\n"
             "commands:  outbox-bridge status | outbox-bridge jobs list --state unknown | "
@@ -306,6 +309,11 @@ def _summary(jobs: list[Job], demo: Demo, port: int, broker: str) -> None:
         )
     )
     demo.http.close()
+
+
+def _dev_prefix(settings: Settings) -> str:
+    """What a shell command needs in front to mint tokens with this demo's AUTH_SECRET."""
+    return "OUTBOX_BRIDGE_DEV=1 " if secret_weakness(settings.auth_secret) else ""
 
 
 def _redacted(url: str) -> str:

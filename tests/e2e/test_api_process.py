@@ -21,7 +21,7 @@ from sqlalchemy import Engine, func, select
 from api.auth import issue_token
 from jobstore import db
 from jobstore.schema import jobs, outbox
-from jobstore.settings import Settings
+from jobstore.settings import DEV_AUTH_SECRET, Settings
 from tests.conftest import make_settings
 from tests.support import procs
 
@@ -249,3 +249,20 @@ def test_a_store_directory_removed_under_the_api_answers_503_and_no_202_job_is_m
     answered_202 = {r.json()["id"] for r in [*before, *gone, after] if r.status_code == 202}
     assert answered_202 <= job_ids_in(database)
     assert "no store at" in started[0].output(), "the api says why it answers 503"
+
+
+def test_the_api_refuses_to_start_with_the_built_in_secret_unless_told_it_is_development(
+    tmp_path: Path, started: list[procs.Proc]
+) -> None:
+    settings = make_settings(tmp_path, auth_secret=DEV_AUTH_SECRET, outbox_bridge_dev=False)
+    engine = db.make_engine(settings)
+    db.init_schema(settings, engine)
+    engine.dispose()
+    refused = procs.start(["api", "--port", str(procs.free_port())], settings, tmp_path / "logs", "refused")
+    started.append(refused)
+    assert refused.wait(30) == 1
+    output = refused.output()
+    assert "AUTH_SECRET is the built-in development value" in output
+    assert "secrets.token_urlsafe(48)" in output
+    base = start_api(settings.model_copy(update={"outbox_bridge_dev": True}), tmp_path, started, "dev")
+    assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200

@@ -1,4 +1,4 @@
-"""Bearer tokens: what `issue_token` mints and what `verify_token` accepts."""
+"""Bearer tokens: what `issue_token` mints, what `verify_token` accepts, and which secrets may sign them."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import time
 import jwt
 import pytest
 
-from api.auth import InvalidName, InvalidToken, issue_token, verify_token
+from api.app import create_app
+from api.auth import InvalidName, InvalidToken, UnsafeSecret, check_secret, issue_token, verify_token
+from jobstore.settings import DEV_AUTH_SECRET, Settings
 
 SECRET = "unit-test-secret-that-is-long-enough-for-hs256"
 ODD_NAMES = {
@@ -52,3 +54,27 @@ def test_no_token_is_minted_for_an_odd_tenant_or_user(case: str) -> None:
         issue_token(SECRET, tenant=ODD_NAMES[case], user="alice")
     with pytest.raises(InvalidName, match="user must be"):
         issue_token(SECRET, tenant="acme", user=ODD_NAMES[case])
+
+
+@pytest.mark.parametrize(
+    "secret,why",
+    [(DEV_AUTH_SECRET, "built-in development value"), ("s" * 31, "shorter than 32 bytes"), ("", "shorter")],
+)
+def test_a_weak_secret_is_refused_outside_development(secret: str, why: str) -> None:
+    with pytest.raises(UnsafeSecret, match=why) as refused:
+        check_secret(Settings(auth_secret=secret, outbox_bridge_dev=False))
+    assert "secrets.token_urlsafe(48)" in str(refused.value)
+    assert "OUTBOX_BRIDGE_DEV=1" in str(refused.value)
+    check_secret(Settings(auth_secret=secret, outbox_bridge_dev=True))
+
+
+@pytest.mark.parametrize("secret", ["s" * 32, "é" * 16, SECRET])
+def test_a_secret_of_32_bytes_or_more_is_accepted(secret: str) -> None:
+    check_secret(Settings(auth_secret=secret, outbox_bridge_dev=False))
+
+
+def test_the_app_is_not_built_with_the_built_in_secret() -> None:
+    with pytest.raises(UnsafeSecret):
+        create_app(
+            Settings(auth_secret=DEV_AUTH_SECRET, outbox_bridge_dev=False, database_url="sqlite:///x.db")
+        )

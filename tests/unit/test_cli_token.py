@@ -6,6 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from api.auth import verify_token
+from jobstore.settings import DEV_AUTH_SECRET
 from outbox_bridge.cli import app
 
 SECRET = "cli-test-secret-that-is-long-enough-for-hs256"
@@ -32,3 +33,16 @@ def test_token_refuses_a_name_no_token_may_carry(runner: CliRunner, option: str,
     assert result.exit_code == 2
     assert "1 to 128 characters of A-Za-z0-9._:@-" in result.output
     assert "eyJ" not in result.stdout, "no token was printed"
+
+
+def test_token_refuses_the_built_in_secret_outside_development(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AUTH_SECRET", raising=False)
+    monkeypatch.delenv("OUTBOX_BRIDGE_DEV", raising=False)
+    refused = CliRunner().invoke(app, ["token", "--tenant", "acme", "--user", "alice"])
+    assert refused.exit_code == 1
+    assert "built-in development value" in refused.output
+    assert "eyJ" not in refused.stdout
+    monkeypatch.setenv("OUTBOX_BRIDGE_DEV", "1")
+    allowed = CliRunner().invoke(app, ["token", "--tenant", "acme", "--user", "alice"])
+    assert allowed.exit_code == 0, allowed.output
+    assert verify_token(DEV_AUTH_SECRET, allowed.stdout.strip()).tenant == "acme"

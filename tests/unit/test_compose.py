@@ -30,6 +30,10 @@ REQUIRED_SETTINGS = (
     "MAX_BODY_BYTES",
 )
 DEFAULTED = re.compile(r"^\$\{(?P<name>[A-Z_][A-Z0-9_]*):-(?P<default>[^}]*)\}$")
+# Settings with no safe default: compose refuses to start the stack without them (`${NAME:?message}`).
+REQUIRED = re.compile(r"^\$\{(?P<name>[A-Z_][A-Z0-9_]*):\?(?P<message>[^}]+)\}$")
+NO_DEFAULT = ("AUTH_SECRET",)
+ALL_APP_SERVICES = (*APP_SERVICES, "api-pg", "relay-pg", "consumer-pg")
 
 
 @pytest.fixture(scope="module")
@@ -132,6 +136,8 @@ def test_every_environment_variable_is_a_setting_with_a_valid_default(
     defaults: dict[str, Any] = {}
     for variable, value in environment.items():
         assert variable.lower() in Settings.model_fields, f"{variable} is not a setting"
+        if variable in NO_DEFAULT:
+            continue
         match = DEFAULTED.match(str(value))
         assert match, f"{variable} must read ${{{variable}:-default}}, not {value!r}"
         assert match["name"] == variable
@@ -180,3 +186,19 @@ def test_compose_file_says_sqlite_means_one_host() -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     assert "one host" in text.lower()
     assert "same machine" in text.lower()
+
+
+@pytest.mark.parametrize("name", ALL_APP_SERVICES)
+def test_auth_secret_has_no_default_so_the_stack_needs_one(compose: dict[str, Any], name: str) -> None:
+    environment = compose["services"][name]["environment"]
+    for variable in NO_DEFAULT:
+        match = REQUIRED.match(str(environment[variable]))
+        assert match, f"{variable} must read ${{{variable}:?message}}, not {environment[variable]!r}"
+        assert match["name"] == variable
+        assert "32 bytes" in match["message"]
+    assert "OUTBOX_BRIDGE_DEV" not in environment, "the stack publishes its port: never a development setup"
+
+
+def test_compose_file_says_how_to_make_a_secret() -> None:
+    text = (ROOT / "docker-compose.yml").read_text()
+    assert "secrets.token_urlsafe(48)" in text
