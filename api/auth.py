@@ -1,4 +1,5 @@
-"""Bearer identity: HS256 JWTs signed with `AUTH_SECRET`, carrying `tenant`, `sub` and an optional role.
+"""Bearer identity: HS256 JWTs signed with `AUTH_SECRET`, carrying `tenant`, `sub`, a numeric `exp` at most
+TOKEN_MAX_TTL_SECONDS ahead, an optional role, and `iss` / `aud` where AUTH_ISSUER / AUTH_AUDIENCE are set.
 
 `tenant` and `sub` are names the store keeps and compares, so a token is only valid when each is 1 to 128
 characters of `A-Za-z0-9._:@-`: a name any store can hold, with nothing (NUL, a lone surrogate, 300
@@ -9,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import jwt
 
@@ -19,6 +20,7 @@ ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32
 MAKE_A_SECRET = "python3 -c 'import secrets; print(secrets.token_urlsafe(48))'"
 NAME_RULE = "1 to 128 characters of A-Za-z0-9._:@-"
+DEFAULT_TTL_SECONDS = 86400
 _NAME = re.compile(r"[A-Za-z0-9._:@-]{1,128}", re.ASCII)
 
 
@@ -74,11 +76,48 @@ def check_name(what: str, value: str) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class TokenPolicy:
+    """What a token must be here: signed with `secret`, expiring at most `max_ttl_seconds` ahead, and
+    naming `issuer` and `audience` when the deployment sets them (AUTH_ISSUER, AUTH_AUDIENCE)."""
+
+    secret: str
+    max_ttl_seconds: float
+    issuer: str | None = None
+    audience: str | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> TokenPolicy:
+        return cls(
+            settings.auth_secret, settings.token_max_ttl_seconds, settings.auth_issuer, settings.auth_audience
+        )
+
+    def issue(self, *, tenant: str, user: str, operator: bool = False) -> str:
+        """A token this policy accepts, valid for a day (or the longest it allows, when shorter)."""
+        ttl = min(DEFAULT_TTL_SECONDS, int(self.max_ttl_seconds))
+        return issue_token(
+            self.secret,
+            tenant=tenant,
+            user=user,
+            operator=operator,
+            ttl_seconds=ttl,
+            issuer=self.issuer,
+            audience=self.audience,
+        )
+
+
 def issue_token(
-    secret: str, *, tenant: str, user: str, operator: bool = False, ttl_seconds: int = 86400
+    secret: str,
+    *,
+    tenant: str,
+    user: str,
+    operator: bool = False,
+    ttl_seconds: int = DEFAULT_TTL_SECONDS,
+    issuer: str | None = None,
+    audience: str | None = None,
 ) -> str:
-    """A signed token for `user` of `tenant`, valid for `ttl_seconds`; `InvalidName` for a tenant or user
-    that no token may carry."""
+    """A signed token for `user` of `tenant`, valid for `ttl_seconds`, with `iss` and `aud` when given;
+    `InvalidName` for a tenant or user that no token may carry."""
     now = int(time.time())
     claims: dict[str, object] = {
         "tenant": check_name("tenant", tenant),
@@ -86,21 +125,43 @@ def issue_token(
         "iat": now,
         "exp": now + ttl_seconds,
     }
-    if operator:
-        claims["role"] = "operator"
+    optional = {"role": "operator" if operator else None, "iss": issuer, "aud": audience}
+    claims.update({name: value for name, value in optional.items() if value is not None})
     return jwt.encode(claims, secret, algorithm=ALGORITHM)
 
 
-def verify_token(secret: str, token: str) -> Identity:
-    """The identity in a valid token; `InvalidToken` for a bad signature, expiry, a missing claim, or a
-    `tenant` or `sub` outside `NAME_RULE`."""
-    try:
-        claims = jwt.decode(token, secret, algorithms=[ALGORITHM], options={"require": ["exp", "sub"]})
-    except jwt.PyJWTError as exc:
-        raise InvalidToken(str(exc)) from exc
+def verify_token(policy: TokenPolicy, token: str) -> Identity:
+    """The identity in a token `policy` accepts. `InvalidToken`, saying why, for a bad signature; a missing,
+    non-numeric, past or too distant `exp`; a wrong or missing `iss` or `aud` where the policy names one;
+    a `tenant` or `sub` outside `NAME_RULE`."""
+    claims = _decode(policy, token)
+    _check_expiry(claims["exp"], policy.max_ttl_seconds)
     tenant, user = claims.get("tenant"), claims.get("sub")
     if not is_valid_name(tenant):
         raise InvalidToken(f"its tenant claim must be {NAME_RULE}")
     if not is_valid_name(user):
         raise InvalidToken(f"its sub claim must be {NAME_RULE}")
     return Identity(tenant=tenant, user=user, operator=claims.get("role") == "operator")
+
+
+def _decode(policy: TokenPolicy, token: str) -> dict[str, Any]:
+    required = ["exp", "sub", *(["iss"] if policy.issuer else []), *(["aud"] if policy.audience else [])]
+    try:
+        return jwt.decode(
+            token,
+            policy.secret,
+            algorithms=[ALGORITHM],
+            issuer=policy.issuer,
+            audience=policy.audience,
+            options={"require": required},
+        )
+    except jwt.PyJWTError as exc:
+        raise InvalidToken(str(exc)) from exc
+
+
+def _check_expiry(exp: object, max_ttl_seconds: float) -> None:
+    # PyJWT has checked that `exp` has not passed, but it takes anything int() takes: "4000000000" too.
+    if isinstance(exp, bool) or not isinstance(exp, int | float):
+        raise InvalidToken("its exp claim must be a number (seconds since the epoch)")
+    if exp - time.time() > max_ttl_seconds:
+        raise InvalidToken(f"it expires more than {max_ttl_seconds:.0f} seconds from now")

@@ -22,7 +22,7 @@ from fastapi.templating import Jinja2Templates
 from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import Identity, InvalidToken, verify_token
+from api.auth import Identity, InvalidToken, TokenPolicy, verify_token
 from jobstore import clock, db, queries
 from jobstore import jobs as store
 from jobstore.errors import InvalidTransition, JobNotFound
@@ -60,7 +60,7 @@ def _identity(request: Request, token: str | None) -> Identity | None:
     if not token:
         return None
     try:
-        return verify_token(_settings(request).auth_secret, token)
+        return verify_token(TokenPolicy.of(_settings(request)), token)
     except InvalidToken:
         return None
 

@@ -10,7 +10,7 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
-from api.auth import Identity, InvalidToken, verify_token
+from api.auth import Identity, InvalidToken, TokenPolicy, verify_token
 from api.committer import GroupCommitter
 from api.metrics import Metrics
 from api.problems import BEARER_CHALLENGE, INVALID_TOKEN_CHALLENGE, UNAUTHORIZED
@@ -49,12 +49,12 @@ async def _identity(
     settings: SettingsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
 ) -> Identity:
-    """The caller's tenant and user, from a token signed with `AUTH_SECRET`; 401 without a valid one,
+    """The caller's tenant and user, from a token the deployment's `TokenPolicy` accepts; 401 without one,
     saying why the token is not accepted."""
     if credentials is None:
         raise UNAUTHORIZED.error("Send Authorization: Bearer <token>.", headers=BEARER_CHALLENGE)
     try:
-        return verify_token(settings.auth_secret, credentials.credentials)
+        return verify_token(TokenPolicy.of(settings), credentials.credentials)
     except InvalidToken as exc:
         raise UNAUTHORIZED.error(
             f"The bearer token is not accepted: {exc}.", headers=INVALID_TOKEN_CHALLENGE

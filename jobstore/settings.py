@@ -21,6 +21,10 @@ class Settings(BaseSettings):
     auth_secret: str = DEV_AUTH_SECRET
     # Development only (the demo, the tests, the benchmark): the api and `token` accept a weak AUTH_SECRET.
     outbox_bridge_dev: bool = False
+    # Bearer tokens: `exp` at most this far ahead; `iss` and `aud` required and checked when these are set.
+    token_max_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    auth_issuer: str | None = Field(default=None, min_length=1)
+    auth_audience: str | None = Field(default=None, min_length=1)
     results_dir: Path = Path("./data/results")
     lease_seconds: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)

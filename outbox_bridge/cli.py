@@ -179,12 +179,13 @@ def token(
     user: Annotated[str, typer.Option(callback=_token_name)],
     operator: bool = typer.Option(False, "--operator", help="Grant the operator role (dashboard)."),
 ) -> None:
-    """Print a bearer token for TENANT/USER (each 1 to 128 characters of A-Za-z0-9._:@-)."""
-    from api.auth import issue_token
+    """Print a bearer token for TENANT/USER (each 1 to 128 characters of A-Za-z0-9._:@-), valid for a day
+    (or TOKEN_MAX_TTL_SECONDS when shorter), with AUTH_ISSUER and AUTH_AUDIENCE when they are set."""
+    from api.auth import TokenPolicy
 
     settings = _settings()
     _require_safe_secret(settings)
-    print(issue_token(settings.auth_secret, tenant=tenant, user=user, operator=operator))
+    print(TokenPolicy.of(settings).issue(tenant=tenant, user=user, operator=operator))
 
 
 @db_app.command("init")

@@ -24,7 +24,7 @@ from rich.table import Table
 from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
 
-from api.auth import issue_token, secret_weakness
+from api.auth import TokenPolicy, secret_weakness
 from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.records import Job
@@ -148,7 +148,7 @@ class Demo:
 
     def __post_init__(self) -> None:
         self.engine = db.make_engine(self.settings)
-        token = issue_token(self.settings.auth_secret, tenant=TENANT, user="demo")
+        token = TokenPolicy.of(self.settings).issue(tenant=TENANT, user="demo")
         self.http = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
 
     def submit(
@@ -294,7 +294,7 @@ def _summary(jobs: list[Job], demo: Demo, port: int, broker: str) -> None:
     console.print(_state_summary(jobs))
     console.print(_latency_summary(jobs))
     console.print(Panel("\n".join(demo.notes + _document_notes(demo)), title="what happened"))
-    operator = issue_token(demo.settings.auth_secret, tenant=TENANT, user="operator", operator=True)
+    operator = TokenPolicy.of(demo.settings).issue(tenant=TENANT, user="operator", operator=True)
     console.print(
         Panel(
             f"dashboard: http://127.0.0.1:{port}/ui (log in with an operator token:\n"

@@ -67,3 +67,49 @@ def test_odd_identities_never_fail_other_tenants_concurrent_requests(
     assert sorted({status for is_good, status in answers if is_good}) == [202]
     assert sorted({status for is_good, status in answers if not is_good}) == [401]
     assert counts(engine) == (40, 40)
+
+
+DAY = 86400
+BAD_EXPIRY = {
+    "exp a numeric string": (str(int(time.time()) + 600), "its exp claim must be a number"),
+    "exp missing": (None, 'missing the "exp" claim'),
+    "exp 31 days ahead": (int(time.time()) + 31 * DAY, f"expires more than {30 * DAY} seconds from now"),
+    "exp far ahead": (4_000_000_000, "expires more than"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_EXPIRY)
+def test_a_token_whose_exp_is_not_a_number_or_too_far_ahead_is_401(
+    client: TestClient, settings: Settings, engine: Engine, case: str
+) -> None:
+    exp, why = BAD_EXPIRY[case]
+    headers = token_with(settings, exp=exp) if exp is not None else no_exp(settings)
+    problem = assert_problem(submit(client, headers, "k-1"), 401, "unauthorized")
+    assert why in problem["detail"]
+    assert counts(engine) == (0, 0)
+
+
+def no_exp(settings: Settings) -> dict[str, str]:
+    token = jwt.encode({"tenant": "acme", "sub": "alice"}, settings.auth_secret, algorithm="HS256")
+    return {"Authorization": f"Bearer {token}"}
+
+
+def test_where_an_issuer_and_audience_are_set_a_token_must_name_both(
+    settings_factory: Any, engine: Engine
+) -> None:
+    settings = settings_factory(auth_issuer="https://idp.example", auth_audience="outbox-bridge")
+    both = {"iss": "https://idp.example", "aud": "outbox-bridge"}
+    with TestClient(create_app(settings)) as client:
+        refused = {
+            "no iss": submit(client, token_with(settings, aud="outbox-bridge"), "k-1"),
+            "no aud": submit(client, token_with(settings, iss="https://idp.example"), "k-2"),
+            "other iss": submit(
+                client, token_with(settings, **{**both, "iss": "https://evil.example"}), "k-3"
+            ),
+            "other aud": submit(client, token_with(settings, **{**both, "aud": "billing"}), "k-4"),
+        }
+        accepted = submit(client, token_with(settings, **both), "k-5")
+    for name, response in refused.items():
+        assert response.status_code == 401, name
+    assert accepted.status_code == 202
+    assert counts(engine) == (1, 1)

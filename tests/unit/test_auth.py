@@ -8,10 +8,22 @@ import jwt
 import pytest
 
 from api.app import create_app
-from api.auth import InvalidName, InvalidToken, UnsafeSecret, check_secret, issue_token, verify_token
+from api.auth import (
+    Identity,
+    InvalidName,
+    InvalidToken,
+    TokenPolicy,
+    UnsafeSecret,
+    check_secret,
+    issue_token,
+    verify_token,
+)
 from jobstore.settings import DEV_AUTH_SECRET, Settings
 
 SECRET = "unit-test-secret-that-is-long-enough-for-hs256"
+DAYS = 86400
+ABSENT = object()
+POLICY = TokenPolicy(SECRET, max_ttl_seconds=30 * DAYS)
 ODD_NAMES = {
     "empty": "",
     "too long": "t" * 129,
@@ -25,27 +37,84 @@ ODD_NAMES = {
 
 
 def signed(**claims: object) -> str:
-    return jwt.encode({"exp": int(time.time()) + 600, **claims}, SECRET, algorithm="HS256")
+    body = {"tenant": "acme", "sub": "alice", "exp": int(time.time()) + 600, **claims}
+    return jwt.encode({k: v for k, v in body.items() if v is not ABSENT}, SECRET, algorithm="HS256")
 
 
 @pytest.mark.parametrize("name", ["a", "t" * 128, "acme.eu-1_team:ops@example.com", "0"])
 def test_names_of_the_allowed_characters_and_length_round_trip(name: str) -> None:
-    identity = verify_token(SECRET, issue_token(SECRET, tenant=name, user=name))
+    identity = verify_token(POLICY, issue_token(SECRET, tenant=name, user=name))
     assert (identity.tenant, identity.user) == (name, name)
 
 
 @pytest.mark.parametrize("case", ODD_NAMES)
 def test_a_token_with_an_odd_tenant_or_sub_is_refused_saying_which(case: str) -> None:
     with pytest.raises(InvalidToken, match="tenant claim must be 1 to 128 characters"):
-        verify_token(SECRET, signed(tenant=ODD_NAMES[case], sub="alice"))
+        verify_token(POLICY, signed(tenant=ODD_NAMES[case], sub="alice"))
     with pytest.raises(InvalidToken, match="sub claim must be 1 to 128 characters"):
-        verify_token(SECRET, signed(tenant="acme", sub=ODD_NAMES[case]))
+        verify_token(POLICY, signed(tenant="acme", sub=ODD_NAMES[case]))
 
 
 @pytest.mark.parametrize("value", [None, 7, ["acme"], {"name": "acme"}, True])
 def test_a_tenant_that_is_not_a_string_is_refused(value: object) -> None:
     with pytest.raises(InvalidToken, match="tenant claim"):
-        verify_token(SECRET, signed(tenant=value, sub="alice"))
+        verify_token(POLICY, signed(tenant=value))
+
+
+@pytest.mark.parametrize(
+    "exp,why",
+    [
+        (ABSENT, 'missing the "exp" claim'),
+        ("4000000000", "exp claim must be a number"),
+        (str(int(time.time()) + 600), "exp claim must be a number"),
+        ([4_000_000_000], "exp"),
+        (None, "exp"),
+        (float("inf"), "exp"),
+        (float("nan"), "exp"),
+        (int(time.time()) - 60, "expired"),
+        (int(time.time()) + 31 * DAYS, f"expires more than {30 * DAYS} seconds from now"),
+        (4_000_000_000, "expires more than"),
+    ],
+)
+def test_exp_must_be_a_number_not_past_and_at_most_the_longest_lifetime_ahead(exp: object, why: str) -> None:
+    with pytest.raises(InvalidToken, match=why):
+        verify_token(POLICY, signed(exp=exp))
+
+
+@pytest.mark.parametrize("exp", [int(time.time()) + 29 * DAYS, time.time() + 600.5])
+def test_a_numeric_exp_within_the_longest_lifetime_is_accepted(exp: float) -> None:
+    assert verify_token(POLICY, signed(exp=exp)).tenant == "acme"
+
+
+def test_a_shorter_longest_lifetime_refuses_what_a_longer_one_accepts() -> None:
+    token = signed(exp=int(time.time()) + 2 * 3600)
+    assert verify_token(POLICY, token).user == "alice"
+    with pytest.raises(InvalidToken, match="expires more than 3600 seconds"):
+        verify_token(TokenPolicy(SECRET, max_ttl_seconds=3600), token)
+
+
+@pytest.mark.parametrize("claim,setting", [("iss", "issuer"), ("aud", "audience")])
+def test_iss_and_aud_are_required_and_checked_only_where_the_deployment_names_them(
+    claim: str, setting: str
+) -> None:
+    strict = TokenPolicy(SECRET, max_ttl_seconds=30 * DAYS, **{setting: "outbox-bridge"})
+    assert verify_token(strict, signed(**{claim: "outbox-bridge"})).tenant == "acme"
+    with pytest.raises(InvalidToken, match=f'missing the "{claim}" claim'):
+        verify_token(strict, signed())
+    with pytest.raises(InvalidToken, match=f"(?i){setting}"):
+        verify_token(strict, signed(**{claim: "someone-else"}))
+    if claim == "iss":  # an audience nobody asked for is refused (PyJWT), an issuer is only read when asked
+        assert verify_token(POLICY, signed(iss="anyone")).tenant == "acme"
+
+
+def test_the_policy_issues_tokens_it_accepts_within_its_longest_lifetime() -> None:
+    policy = TokenPolicy(SECRET, max_ttl_seconds=3600, issuer="https://idp.example", audience="jobs")
+    token = policy.issue(tenant="acme", user="ops", operator=True)
+    assert verify_token(policy, token) == Identity("acme", "ops", operator=True)
+    claims = jwt.decode(token, SECRET, algorithms=["HS256"], audience="jobs")
+    assert claims["exp"] - claims["iat"] == 3600
+    assert (claims["iss"], claims["aud"]) == ("https://idp.example", "jobs")
+    assert TokenPolicy.of(Settings(auth_secret=SECRET)).max_ttl_seconds == 30 * DAYS
 
 
 @pytest.mark.parametrize("case", ODD_NAMES)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import jwt
 import pytest
 from typer.testing import CliRunner
 
-from api.auth import verify_token
+from api.auth import TokenPolicy, verify_token
 from jobstore.settings import DEV_AUTH_SECRET
 from outbox_bridge.cli import app
 
@@ -21,7 +22,7 @@ def runner(monkeypatch: pytest.MonkeyPatch) -> CliRunner:
 def test_token_prints_a_token_for_the_tenant_and_user(runner: CliRunner) -> None:
     result = runner.invoke(app, ["token", "--tenant", "acme", "--user", "alice@example.com"])
     assert result.exit_code == 0, result.output
-    identity = verify_token(SECRET, result.stdout.strip())
+    identity = verify_token(TokenPolicy(SECRET, 86400), result.stdout.strip())
     assert (identity.tenant, identity.user, identity.operator) == ("acme", "alice@example.com", False)
 
 
@@ -45,4 +46,18 @@ def test_token_refuses_the_built_in_secret_outside_development(monkeypatch: pyte
     monkeypatch.setenv("OUTBOX_BRIDGE_DEV", "1")
     allowed = CliRunner().invoke(app, ["token", "--tenant", "acme", "--user", "alice"])
     assert allowed.exit_code == 0, allowed.output
-    assert verify_token(DEV_AUTH_SECRET, allowed.stdout.strip()).tenant == "acme"
+    assert verify_token(TokenPolicy(DEV_AUTH_SECRET, 86400), allowed.stdout.strip()).tenant == "acme"
+
+
+def test_token_mints_within_the_longest_lifetime_and_names_issuer_and_audience(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOKEN_MAX_TTL_SECONDS", "3600")
+    monkeypatch.setenv("AUTH_ISSUER", "https://idp.example")
+    monkeypatch.setenv("AUTH_AUDIENCE", "outbox-bridge")
+    result = runner.invoke(app, ["token", "--tenant", "acme", "--user", "alice"])
+    assert result.exit_code == 0, result.output
+    token = result.stdout.strip()
+    claims = jwt.decode(token, SECRET, algorithms=["HS256"], audience="outbox-bridge")
+    assert claims["exp"] - claims["iat"] == 3600
+    assert (claims["iss"], claims["aud"]) == ("https://idp.example", "outbox-bridge")
