@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,19 +20,36 @@ class BadCursor(ValueError):
     pass
 
 
+# A job id as the store makes them (a UUID), and no more: nothing else can have come from `encode_cursor`.
+_CURSOR_ID = re.compile(r"[0-9a-f-]{1,36}", re.ASCII)
+
+
 def encode_cursor(job: Job) -> str:
-    return base64.urlsafe_b64encode(f"{job.created_at!r}|{job.id}".encode()).decode().rstrip("=")
+    return encode_position(job.created_at, job.id)
+
+
+def encode_position(created_at: float, job_id: str) -> str:
+    return base64.urlsafe_b64encode(f"{created_at!r}|{job_id}".encode()).decode().rstrip("=")
 
 
 def decode_cursor(cursor: str) -> tuple[float, str]:
+    """The position (created_at, id) in a cursor that `encode_cursor` made. `BadCursor` for anything else:
+    text it cannot have written (another encoding of the same bytes, padding, other characters), a time that
+    is not a finite number in its canonical form (`nan`, `inf`, `1e999`, `1.7e9`), an id not a job id's."""
+    created, job_id = _position(cursor)
+    canonical = math.isfinite(created) and _CURSOR_ID.fullmatch(job_id) is not None
+    if not canonical or encode_position(created, job_id) != cursor:
+        raise BadCursor("not a cursor")
+    return created, job_id
+
+
+def _position(cursor: str) -> tuple[float, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
         created, _, job_id = raw.partition("|")
-        if not job_id:
-            raise ValueError("no id")
         return float(created), job_id
     except (ValueError, binascii.Error, UnicodeDecodeError) as exc:
-        raise BadCursor(f"invalid cursor: {cursor!r}") from exc
+        raise BadCursor("not a cursor") from exc
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ outbox row behind."""
 
 from __future__ import annotations
 
+import base64
 import json
 import sqlite3
 from collections.abc import Iterator
@@ -309,3 +310,22 @@ def test_bad_listing_parameters_are_400(
 ) -> None:
     response = client.get("/jobs", params=params, headers=bearer(settings))
     assert_problem(response, 400, "bad-cursor" if "cursor" in params else "invalid-request")
+
+
+def _forged(text: str) -> str:
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize(
+    "cursor",
+    [_forged("nan|x"), _forged("inf|x"), _forged("-inf|x"), _forged("1e999|x"), "hello world", "AAAA"],
+    ids=["nan", "inf", "-inf", "1e999", "arbitrary text", "zero bytes"],
+)
+def test_a_forged_cursor_is_400_bad_cursor_not_an_empty_page(
+    client: TestClient, settings: Settings, cursor: str
+) -> None:
+    assert client.post(
+        "/jobs", json={"kind": "noop", "payload": {}}, headers={**bearer(settings), "Idempotency-Key": "k"}
+    ).is_success
+    response = client.get("/jobs", params={"cursor": cursor}, headers=bearer(settings))
+    assert_problem(response, 400, "bad-cursor")
