@@ -18,7 +18,7 @@ DESCRIPTIONS = {
     400: "The request is not valid: see `errors` (also a method this route does not take).",
     401: "No valid bearer token. The response carries `WWW-Authenticate: Bearer`.",
     404: "Not found. An unknown id and another tenant's id get the same answer.",
-    409: "The Idempotency-Key was already used for a different kind or payload; `job_url` names that job.",
+    409: "The Idempotency-Key was already used for a different request; `job_url` names that job.",
     413: "The request body is over MAX_BODY_BYTES.",
     503: "The store is unavailable; nothing was written. Retry after `Retry-After` seconds.",
 }

@@ -183,7 +183,8 @@ async def _on_conflict(_: Request, exc: Exception) -> Response:
     url = f"/jobs/{exc.job_id}"
     return problem_response(
         IDEMPOTENCY_CONFLICT,
-        f"This Idempotency-Key was used for another kind or payload; that job is at {url}.",
+        f"This Idempotency-Key was used for a different request (kind, payload or deadline); that job is "
+        f"at {url}.",
         extensions={"job_url": url},
     )
 

@@ -81,5 +81,11 @@ class Kind:
     discard: Callable[[Path, dict[str, Any]], None] | None = None
 
     def parse(self, payload: Any) -> BaseModel:
-        """Validate a payload; raises pydantic's ValidationError."""
+        """Validate a payload against the kind's schema, strictly (every kind's schema is strict: `"5"` is
+        not a number); raises pydantic's ValidationError."""
         return self.schema.model_validate(payload)
+
+    def normalise(self, payload: Any) -> dict[str, Any]:
+        """The payload as the kind reads it: validated, defaults filled in, each value in its field's type
+        (`0` for a float field is `0.0`). Two payloads that mean the same job give the same dict."""
+        return self.parse(payload).model_dump(mode="json")

@@ -34,7 +34,7 @@ DEFAULT_DRAFT_WORDS = 60
 
 
 class DocumentPayload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     document: str = Field(min_length=1, max_length=20_000)
     instructions: str | None = Field(default=None, max_length=2_000)
 

@@ -33,9 +33,9 @@ MEDIA_TYPE = "text/csv"
 
 
 class ExportPayload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    rows: int = Field(ge=0, le=1_000_000, strict=True)
-    chunk: int = Field(ge=1, le=100_000, strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
+    rows: int = Field(ge=0, le=1_000_000)
+    chunk: int = Field(ge=1, le=100_000)
 
 
 def csv_row(i: int) -> str:

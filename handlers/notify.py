@@ -30,7 +30,7 @@ ADDRESS_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
 
 
 class NotifyPayload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     to: str = Field(max_length=320, pattern=ADDRESS_PATTERN)
     message: str = Field(min_length=1, max_length=2_000)
 

@@ -11,7 +11,7 @@ from handlers.base import JobContext, Kind, PermanentError, TransientError
 
 
 class NoopPayload(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
 
 
 def run_noop(ctx: JobContext, payload: NoopPayload) -> dict[str, Any]:
@@ -19,7 +19,7 @@ def run_noop(ctx: JobContext, payload: NoopPayload) -> dict[str, Any]:
 
 
 class SleepPayload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     seconds: float = Field(ge=0, le=3600)
 
 
@@ -33,7 +33,7 @@ def run_sleep(ctx: JobContext, payload: SleepPayload) -> dict[str, Any]:
 
 
 class FlakyPayload(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     # Fail transiently on attempts up to and including this one (a large number: always).
     fail_until_attempt: int = Field(default=1_000_000, ge=0)
     mode: Literal["transient", "permanent"] = "transient"

@@ -18,7 +18,7 @@ class Fenced(StoreError):
 
 
 class IdempotencyConflict(StoreError):
-    """The tenant already used this idempotency key for a different kind or payload."""
+    """The tenant already used this idempotency key for a different request (kind, payload or deadline)."""
 
     def __init__(self, job_id: str) -> None:
         super().__init__(f"idempotency key already used for job {job_id} with a different request")

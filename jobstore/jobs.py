@@ -41,9 +41,14 @@ from jobstore.schema import attempts, jobs
 from jobstore.states import OPERATOR_REQUEUEABLE, RESOLVABLE_TO, TERMINAL, State
 
 
-def fingerprint(kind: str, payload: Any) -> str:
-    """The identity of a request under an idempotency key: its kind and payload, canonically encoded."""
-    return hashlib.sha256(dumps({"kind": kind, "payload": payload}).encode()).hexdigest()
+def fingerprint(kind: str, payload: Any, deadline_seconds: float | None = None) -> str:
+    """The identity of a request under an idempotency key: its kind, its payload (the caller passes it
+    validated and normalised) and its deadline, canonically encoded. An unset field is left out, so a request
+    that does not use a field keeps the fingerprint it had before the field existed."""
+    request: dict[str, Any] = {"kind": kind, "payload": payload}
+    if deadline_seconds is not None:
+        request["deadline_seconds"] = float(deadline_seconds)
+    return hashlib.sha256(dumps(request).encode()).hexdigest()
 
 
 def new_id() -> str:
@@ -68,8 +73,9 @@ def accept(
     max_attempts: int,
     deadline_seconds: float | None = None,
 ) -> Accepted:
-    """Write the job row and its outbox row together. The same tenant + key with the same kind and payload
-    returns the existing job (`created=False`); with a different one, `IdempotencyConflict`."""
+    """Write the job row and its outbox row together. The same tenant + key with the same request (kind,
+    payload, deadline: `fingerprint`) returns the existing job (`created=False`); with a different one,
+    `IdempotencyConflict`."""
     request = {
         "tenant": tenant, "owner": owner, "kind": kind, "payload": payload, "operation_key": operation_key,
         "now": now, "max_attempts": max_attempts, "deadline_seconds": deadline_seconds,
@@ -114,7 +120,7 @@ def _job_row(
     """The row of a newly accepted job."""
     return {
         "id": new_id(), "tenant": tenant, "owner": owner, "operation_key": operation_key,
-        "fingerprint": fingerprint(kind, payload), "kind": kind, "payload": dumps(payload),
+        "fingerprint": fingerprint(kind, payload, deadline_seconds), "kind": kind, "payload": dumps(payload),
         "state": State.QUEUED.value, "epoch": 0, "attempts": 0, "max_attempts": max_attempts,
         "lease_owner": None, "lease_expires_at": None, "available_at": now,
         "deadline_at": None if deadline_seconds is None else now + deadline_seconds,

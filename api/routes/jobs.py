@@ -56,15 +56,16 @@ async def submit_job(
     metrics: MetricsDep,
 ) -> Response:
     """Accept a job. The answer comes only after the job and its outbox row are committed together; the
-    same Idempotency-Key with the same kind and payload returns the original job again (202, same id)."""
+    same Idempotency-Key with the same request (kind, payload as validated, deadline) returns the original
+    job again (202, same id)."""
     kind = _accepted_kind(job.kind, settings)
-    _check_payload(kind, job.payload)
+    payload = _validated_payload(kind, job.payload)
     # Validation above is CPU only and runs on the event loop; the write waits for the group commit.
     accepted = await committer.accept(
         tenant=identity.tenant,
         owner=identity.user,
         kind=kind.name,
-        payload=job.payload,
+        payload=payload,
         operation_key=key,
         now=clock.now(),
         max_attempts=settings.max_attempts,
@@ -84,10 +85,12 @@ def _accepted_kind(name: str, settings: Settings) -> Kind:
     return kind
 
 
-def _check_payload(kind: Kind, payload: dict[str, Any]) -> None:
+def _validated_payload(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
+    """The payload as the kind reads it (`Kind.normalise`): what is stored and fingerprinted, so requests
+    that mean the same job are the same request. 400 `invalid-payload` when it does not fit the kind."""
     check_encodable(payload)
     try:
-        kind.parse(payload)
+        return kind.normalise(payload)
     except ValidationError as exc:
         raise INVALID_PAYLOAD.error(
             f"The payload is not a valid {kind.name} payload.", errors=issues(exc, prefix=("payload",))

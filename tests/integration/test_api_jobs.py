@@ -109,8 +109,12 @@ def test_the_same_key_and_payload_returns_the_original_job_and_writes_nothing_mo
 
 @pytest.mark.parametrize(
     "second",
-    [{"kind": "noop", "payload": {"n": 2}}, {"kind": "sleep", "payload": {"seconds": 1}}],
-    ids=["other-payload", "other-kind"],
+    [
+        {"kind": "noop", "payload": {"n": 2}},
+        {"kind": "sleep", "payload": {"seconds": 1}},
+        {"kind": "noop", "payload": {"n": 1}, "deadline_seconds": 60},
+    ],
+    ids=["other-payload", "other-kind", "a-deadline-added"],
 )
 def test_the_same_key_for_a_different_request_is_409_naming_the_original_job(
     client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], second: dict[str, Any]
@@ -122,6 +126,46 @@ def test_the_same_key_for_a_different_request_is_409_naming_the_original_job(
     problem = response.json()
     assert problem["type"] == "urn:outbox-bridge:problem:idempotency-conflict"
     assert problem["job_url"] == f"/jobs/{original['id']}"
+    assert counts(engine) == (1, 1)
+
+
+def test_the_same_key_with_another_deadline_is_409_and_with_the_same_one_the_original_job(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]]
+) -> None:
+    body = {"kind": "noop", "payload": {"n": 1}, "deadline_seconds": 60}
+    original = client.post("/jobs", json=body, headers=auth(key="k-1"))
+    same = client.post("/jobs", json=body, headers=auth(key="k-1"))
+    other = client.post("/jobs", json={**body, "deadline_seconds": 3600}, headers=auth(key="k-1"))
+    none = client.post("/jobs", json={"kind": "noop", "payload": {"n": 1}}, headers=auth(key="k-1"))
+    assert (original.status_code, same.status_code) == (202, 202)
+    assert same.json()["id"] == original.json()["id"]
+    assert (other.status_code, none.status_code) == (409, 409)
+    assert other.json()["job_url"] == f"/jobs/{original.json()['id']}"
+    assert counts(engine) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "kind,first,second",
+    [
+        ("sleep", {"seconds": 0}, {"seconds": 0.0}),
+        ("sleep", {"seconds": 2}, {"seconds": 2.0}),
+        ("document", {"document": "Q3 report"}, {"document": "Q3 report", "instructions": None}),
+        ("flaky", {}, {"fail_until_attempt": 1_000_000, "mode": "transient"}),
+    ],
+    ids=["zero", "whole-number", "default-left-out", "all-defaults"],
+)
+def test_payloads_that_validate_to_the_same_job_are_the_same_request(
+    client: TestClient,
+    engine: Engine,
+    auth: Callable[..., dict[str, str]],
+    kind: str,
+    first: dict[str, Any],
+    second: dict[str, Any],
+) -> None:
+    original = submit(client, auth(key="k-1"), kind, **first)
+    again = submit(client, auth(key="k-1"), kind, **second)
+    assert (original.status_code, again.status_code) == (202, 202)
+    assert again.json()["id"] == original.json()["id"]
     assert counts(engine) == (1, 1)
 
 

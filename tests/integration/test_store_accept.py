@@ -149,6 +149,17 @@ def test_the_fingerprint_ignores_key_order_but_not_values() -> None:
     assert store.fingerprint("noop", {"a": 1, "b": 2}) == store.fingerprint("noop", {"b": 2, "a": 1})
     assert store.fingerprint("noop", {"a": 1}) != store.fingerprint("noop", {"a": "1"})
     assert store.fingerprint("noop", {"a": 1}) != store.fingerprint("sleep", {"a": 1})
+    assert store.fingerprint("noop", {}, 60) != store.fingerprint("noop", {}, 61)
+    assert store.fingerprint("noop", {}, 60) != store.fingerprint("noop", {})
+    assert store.fingerprint("noop", {}, 60) == store.fingerprint("noop", {}, 60.0)
+
+
+def test_the_same_key_with_another_deadline_is_a_conflict(engine: Engine, clock: FakeClock) -> None:
+    original = accept(engine, clock, tenant="acme", key="k", payload={}, deadline_seconds=60)
+    again = accept(engine, clock, tenant="acme", key="k", payload={}, deadline_seconds=60)
+    assert again.job.id == original.job.id and not again.created
+    with pytest.raises(IdempotencyConflict):
+        accept(engine, clock, tenant="acme", key="k", payload={}, deadline_seconds=120)
 
 
 def request(key: str, payload: dict[str, Any], now: float, tenant: str = "acme") -> dict[str, Any]:
