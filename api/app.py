@@ -14,6 +14,7 @@ from sqlalchemy import Engine
 from api import openapi, problems
 from api.auth import check_secret
 from api.committer import GroupCommitter
+from api.headers import ResponseHeaders
 from api.limits import BodyLimit
 from api.metrics import Metrics, RequestCounter
 from api.routes import jobs, probes
@@ -61,9 +62,11 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(probes.router)
     _include_dashboard(app)
     openapi.install(app, accepted_kinds=[k for k in settings.allowed_kinds if k in KINDS])
-    # Added last = outermost: the counter sees every answer, the 413s included.
+    # Added last = outermost: the counter sees every answer, the 413s included, and every answer gets the
+    # response headers (but for an unexpected error's, which the handler outside them gives; see problems).
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestCounter, metrics=app.state.metrics)
+    app.add_middleware(ResponseHeaders)
     return app
 
 

@@ -19,6 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
+from api.headers import headers_for
 from jobstore.db import StoreUnavailable
 from jobstore.errors import IdempotencyConflict, JobNotFound, Unstorable
 from jobstore.queries import BadCursor
@@ -209,10 +210,15 @@ async def _on_store_failure(_: Request, exc: Exception) -> Response:
     )
 
 
-async def _on_unexpected(_: Request, exc: Exception) -> Response:
+async def _on_unexpected(request: Request, exc: Exception) -> Response:
     # A bug, not a store failure. The server logs it with its traceback (the exception is re-raised after
-    # this response is sent); the client still gets a bounded status and no internals.
-    return problem_response(INTERNAL_ERROR, "The request could not be handled; the error has been logged.")
+    # this response is sent); the client still gets a bounded status and no internals. This handler runs
+    # outside every middleware, so it adds the response headers itself.
+    return problem_response(
+        INTERNAL_ERROR,
+        "The request could not be handled; the error has been logged.",
+        headers=headers_for(request.url.path),
+    )
 
 
 def install(app: FastAPI) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -15,19 +16,27 @@ from api.problems import RESULT_GONE
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 64 * 1024
-# The media types a file result may be served as; anything else goes out as octet-stream.
-FILE_MEDIA_TYPES = ("text/csv", "application/octet-stream")
+OCTET_STREAM = "application/octet-stream"
+# What a download name may hold as it is (a job id and a kind always do); anything else becomes `_`.
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+# The media types a file result may be served as, with the extension of its download name; anything else
+# goes out as octet-stream.
+FILE_EXTENSIONS = {"text/csv": ".csv", "application/octet-stream": ".bin"}
+FILE_MEDIA_TYPES = tuple(FILE_EXTENSIONS)
 
 
-def respond(output: dict[str, Any] | None, results_dir: Path) -> Response:
+def respond(output: dict[str, Any] | None, results_dir: Path, download_name: str) -> Response:
     """The response for a committed attempt's output. An output naming a `path` is a file under
-    `results_dir`; a path that leads outside it, or a file that is gone, answers 404 `result-gone`."""
+    `results_dir`, sent as an attachment named `download_name` plus its type's extension; a path that
+    leads outside it, or a file that is gone, answers 404 `result-gone`."""
     output = output or {}
     path = output.get("path")
     if not isinstance(path, str):
         return JSONResponse(output)
-    media_type = output.get("media_type")
-    return _stream(_open_within(results_dir, path), media_type if media_type in FILE_MEDIA_TYPES else None)
+    declared = output.get("media_type")
+    media_type = declared if isinstance(declared, str) and declared in FILE_EXTENSIONS else OCTET_STREAM
+    filename = f"{download_name}{FILE_EXTENSIONS[media_type]}"
+    return _stream(_open_within(results_dir, path), media_type, filename)
 
 
 def _open_within(results_dir: Path, relative: str) -> BinaryIO:
@@ -46,12 +55,13 @@ def _open_within(results_dir: Path, relative: str) -> BinaryIO:
         raise RESULT_GONE.error("The result file is not available.") from None
 
 
-def _stream(file: BinaryIO, media_type: str | None) -> Response:
+def _stream(file: BinaryIO, media_type: str, filename: str) -> Response:
     size = os.fstat(file.fileno()).st_size
+    disposition = f'attachment; filename="{_SAFE.sub("_", filename)}"'
     return StreamingResponse(
         _chunks(file),
-        media_type=media_type or "application/octet-stream",
-        headers={"Content-Length": str(size)},
+        media_type=media_type,
+        headers={"Content-Length": str(size), "Content-Disposition": disposition},
     )
 
 

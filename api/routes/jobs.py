@@ -153,6 +153,12 @@ def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[sto
     responses={
         200: {
             "description": "The committed result: the JSON output, or the result file (an export's CSV).",
+            "headers": {
+                "Content-Disposition": {
+                    "description": 'For a file: `attachment; filename="{kind}-{id}.csv"`.',
+                    "schema": {"type": "string"},
+                }
+            },
             "content": {
                 JSON: {"schema": {"type": "object"}},
                 **{t: {"schema": {"type": "string", "format": "binary"}} for t in results.FILE_MEDIA_TYPES},
@@ -169,7 +175,7 @@ def job_result(job_id: str, identity: IdentityDep, settings: SettingsDep, engine
         raise JobNotFound(job_id)
     if attempt is None:
         raise RESULT_NOT_READY.error(f"The job is {job.state.value}; a result exists once it has succeeded.")
-    return results.respond(attempt.output, settings.results_dir)
+    return results.respond(attempt.output, settings.results_dir, f"{job.kind}-{job.id}")
 
 
 def _result_of(conn: Connection, job_id: str, tenant: str) -> tuple[Job | None, Attempt | None]:

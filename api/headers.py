@@ -1,0 +1,50 @@
+"""Headers on every answer. `X-Content-Type-Options: nosniff` everywhere, so a browser never reads a body as
+another type than the one sent. `Cache-Control: no-store` on the job routes and the dashboard, whose answers
+are one tenant's or one operator's and change: no shared cache or browser history keeps them. The dashboard
+may not be framed by another page (its buttons act), by either the old or the CSP header."""
+
+from __future__ import annotations
+
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+EVERYWHERE = {"X-Content-Type-Options": "nosniff"}
+PRIVATE = {"Cache-Control": "no-store"}
+NOT_FRAMEABLE = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
+PRIVATE_PREFIXES = ("/jobs", "/ui")
+
+
+def headers_for(path: str) -> dict[str, str]:
+    """The headers every answer at `path` carries, whatever its status."""
+    found = dict(EVERYWHERE)
+    if any(_under(path, prefix) for prefix in PRIVATE_PREFIXES):
+        found.update(PRIVATE)
+    if _under(path, "/ui"):
+        found.update(NOT_FRAMEABLE)
+    return found
+
+
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + "/")
+
+
+class ResponseHeaders:
+    """ASGI middleware: sets `headers_for(path)` on every response, replacing what the app set for them."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        extra = headers_for(scope["path"])
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in extra.items():
+                    headers[name] = value
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
