@@ -64,7 +64,9 @@ def create_app(settings: Settings) -> FastAPI:
     openapi.install(app, accepted_kinds=[k for k in settings.allowed_kinds if k in KINDS])
     # Added last = outermost: the counter sees every answer, the 413s included, and every answer gets the
     # response headers (but for an unexpected error's, which the handler outside them gives; see problems).
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        BodyLimit, max_bytes=settings.max_body_bytes, read_seconds=settings.http_body_timeout_seconds
+    )
     app.add_middleware(RequestCounter, metrics=app.state.metrics)
     app.add_middleware(ResponseHeaders)
     return app

@@ -1,25 +1,34 @@
-"""The request body limit (`MAX_BODY_BYTES`), enforced by the API itself on the raw body.
+"""The request body limits, enforced by the API itself on the raw body: its size (`MAX_BODY_BYTES`) and how
+long it may take to arrive (`HTTP_BODY_TIMEOUT_SECONDS`, counted from the request's head).
 
-A declared Content-Length over the limit is refused before any of the body is read. Otherwise the bytes are
-counted as they arrive (chunked or streamed uploads included), and the moment the count passes the limit the
-app stops reading and the client gets 413; whatever the app would have answered is discarded.
+A declared Content-Length over the size limit is refused before any of the body is read. Otherwise the bytes
+are counted as they arrive (chunked or streamed uploads included). The moment the count passes the limit the
+client gets 413; when the body is not whole by its deadline, 400 `body-timeout`. Either way the app stops
+reading, whatever it would have answered is discarded, and the connection is closed. Once the app has begun
+its answer it needs no more of the body, and the deadline no longer applies.
 """
 
 from __future__ import annotations
 
+import asyncio
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.problems import PAYLOAD_TOO_LARGE, problem_response
+from api.problems import BODY_TIMEOUT, PAYLOAD_TOO_LARGE, ProblemType, problem_response
+
+# What the client gets instead of the app's answer: a problem and its detail.
+Refusal = tuple[ProblemType, str]
 
 
-class BodyTooLarge(Exception):
-    """Raised into the app from `receive` when the body passes the limit."""
+class BodyRefused(Exception):
+    """Raised into the app from `receive` when the body passes a limit."""
 
 
 class BodyLimit:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, read_seconds: float) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.read_seconds = read_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -27,47 +36,56 @@ class BodyLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await self._refuse(scope, receive, send)
+            await _refuse((PAYLOAD_TOO_LARGE, self._too_large()), scope, receive, send)
             return
-        await self._counted(scope, receive, send)
+        await self._guarded(scope, receive, send)
 
-    async def _counted(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        deadline = asyncio.get_running_loop().time() + self.read_seconds
         received = 0
-        exceeded = started = False
+        whole = started = False
+        refusal: Refusal | None = None
 
-        async def counting_receive() -> Message:
-            nonlocal received, exceeded
-            message = await receive()
-            if message["type"] == "http.request":
-                received += len(message.get("body", b""))
-                if received > self.max_bytes and not started:
-                    exceeded = True
-                    raise BodyTooLarge
+        async def guarded_receive() -> Message:
+            nonlocal received, whole, refusal
+            if whole or started:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                refusal = (BODY_TIMEOUT, f"The request body did not arrive within {self.read_seconds:g} s.")
+                raise BodyRefused from None
+            whole = message["type"] != "http.request" or not message.get("more_body", False)
+            received += len(message.get("body", b""))
+            if received > self.max_bytes:
+                refusal = (PAYLOAD_TOO_LARGE, self._too_large())
+                raise BodyRefused
             return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal started
-            if exceeded:
-                return  # the app's answer to a body it never got whole is replaced by the 413
+            if refusal is not None:
+                return  # the app's answer to a body it never got whole is replaced by the refusal
             started = started or message["type"] == "http.response.start"
             await send(message)
 
         try:
-            await self.app(scope, counting_receive, guarded_send)
+            await self.app(scope, guarded_receive, guarded_send)
         except Exception:
-            if not exceeded:
+            if refusal is None:
                 raise
-        if exceeded:
-            await self._refuse(scope, receive, send)
+        if refusal is not None:
+            await _refuse(refusal, scope, receive, send)
 
-    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = problem_response(
-            PAYLOAD_TOO_LARGE,
-            f"The request body is over the limit of {self.max_bytes} bytes.",
-            # The rest of the body is never read, so the connection cannot carry another request.
-            headers={"Connection": "close"},
-        )
-        await response(scope, receive, send)
+    def _too_large(self) -> str:
+        return f"The request body is over the limit of {self.max_bytes} bytes."
+
+
+async def _refuse(refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
+    # The rest of the body is never read, so the connection cannot carry another request.
+    response = problem_response(*refusal, headers={"Connection": "close"})
+    await response(scope, receive, send)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -51,6 +51,7 @@ INVALID_REQUEST = ProblemType("invalid-request", "The request is not valid", 400
 UNKNOWN_KIND = ProblemType("unknown-kind", "This job kind is not accepted", 400)
 INVALID_PAYLOAD = ProblemType("invalid-payload", "The payload does not fit the job kind", 400)
 BAD_CURSOR = ProblemType("bad-cursor", "The cursor is not valid", 400)
+BODY_TIMEOUT = ProblemType("body-timeout", "The request body did not arrive in time", 400)
 METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "This route does not take this method", 400)
 UNAUTHORIZED = ProblemType("unauthorized", "A valid bearer token is required", 401)
 JOB_NOT_FOUND = ProblemType("job-not-found", "Job not found", 404)
@@ -69,6 +70,7 @@ ALL_TYPES: tuple[ProblemType, ...] = (
     UNKNOWN_KIND,
     INVALID_PAYLOAD,
     BAD_CURSOR,
+    BODY_TIMEOUT,
     METHOD_NOT_ALLOWED,
     UNAUTHORIZED,
     JOB_NOT_FOUND,

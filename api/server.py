@@ -1,8 +1,10 @@
 """`outbox-bridge api`: serve the app with uvicorn. SIGTERM stops taking connections and lets requests in
-flight finish (up to SHUTDOWN_GRACE_SECONDS)."""
+flight finish (up to SHUTDOWN_GRACE_SECONDS). Connections are bounded (`api.connections`): a request head
+must arrive in time, and each process holds at most HTTP_MAX_CONNECTIONS."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import signal
@@ -12,6 +14,7 @@ from types import FrameType
 
 import uvicorn
 
+from api.connections import BoundedH11Protocol, ConnectionBounds
 from jobstore.settings import Settings
 
 
@@ -24,6 +27,8 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
         "log_config": None,  # keep the process's logging setup
         "access_log": False,  # requests are counted in /metrics; a log line each would cost throughput
         "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace_seconds),
+        # A class for uvicorn to call per connection; a partial of one pickles, for `--workers N`.
+        "http": functools.partial(BoundedH11Protocol, bounds=ConnectionBounds.of(settings)),
     }
     with _exit_zero_after_sigterm():
         if workers == 1:

@@ -29,6 +29,11 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)
     max_body_bytes: int = Field(default=65536, ge=256)
+    # Slow clients: a request's head must arrive within this long (from the connection or the previous
+    # response), its body within this long of its head; an api process holds at most this many connections.
+    http_header_timeout_seconds: float = Field(default=10.0, gt=0)
+    http_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    http_max_connections: int = Field(default=512, ge=1)
     allowed_kinds: Annotated[tuple[str, ...], NoDecode] = DEFAULT_KINDS
 
     # Durability: FULL survives power loss; NORMAL (opt-in) survives process crashes only.

@@ -266,3 +266,106 @@ def test_the_api_refuses_to_start_with_the_built_in_secret_unless_told_it_is_dev
     assert "secrets.token_urlsafe(48)" in output
     base = start_api(settings.model_copy(update={"outbox_bridge_dev": True}), tmp_path, started, "dev")
     assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
+
+
+class SlowClient:
+    """A raw connection that sends `opening`, then a byte whenever told to drip, and notes when (and with what
+    answer) the server closes it."""
+
+    def __init__(self, port: int, opening: bytes) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        self.opened = time.monotonic()
+        if opening:
+            self.sock.sendall(opening)
+        self.sock.setblocking(False)
+        self.answer = b""
+        self.closed_after: float | None = None
+
+    def drip(self, byte: bytes) -> None:
+        if self.closed_after is None:
+            try:
+                self.sock.send(byte)
+            except OSError:
+                self._closed()
+
+    def poll(self) -> None:
+        while self.closed_after is None:
+            try:
+                data = self.sock.recv(65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._closed()
+            self.answer += data
+
+    def _closed(self) -> None:
+        self.closed_after = time.monotonic() - self.opened
+        self.sock.close()
+
+
+def watch(clients: list[SlowClient], seconds: float, drip: bytes = b"") -> None:
+    """Poll (and drip to) every client ten times a second until all are closed or `seconds` have passed."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(c.closed_after is None for c in clients):
+        for client in clients:
+            client.poll()
+            if drip:
+                client.drip(drip)
+        time.sleep(0.1)
+    for client in clients:
+        client.poll()
+
+
+def test_slow_clients_are_closed_within_the_bounds_and_others_are_served_meanwhile(
+    store: tuple[Settings, Engine], tmp_path: Path, started: list[procs.Proc]
+) -> None:
+    settings, engine = store
+    bound, cap, margin = 2.0, 30, 4.0
+    bounded = settings.model_copy(
+        update={
+            "http_header_timeout_seconds": bound,
+            "http_body_timeout_seconds": bound,
+            "http_max_connections": cap,
+        }
+    )
+    base = start_api(bounded, tmp_path, started, "api")
+    port = int(base.rsplit(":", 1)[1])
+    auth = headers(settings, "-")["Authorization"]
+
+    # Slow heads never finish their headers; slow bodies send a whole head, then a body far slower than due.
+    slow_heads = [
+        SlowClient(port, b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ") for _ in range(15)
+    ]
+    body_head = (
+        "POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n"
+    )
+    slow_bodies = [
+        SlowClient(port, f"{body_head}Authorization: {auth}\r\nIdempotency-Key: slow-{n}\r\n\r\n{{".encode())
+        for n in range(8)
+    ]
+    with httpx.Client(timeout=10) as client:  # while they hold their connections, others are served
+        assert client.get(f"{base}/healthz").status_code == 200
+        accepted = client.post(
+            f"{base}/jobs", json={"kind": "noop", "payload": {}}, headers=headers(settings, "ok")
+        )
+        assert accepted.status_code == 202
+    watch(slow_heads + slow_bodies, bound + margin, drip=b"a")
+    for slow in slow_heads + slow_bodies:
+        assert slow.closed_after is not None, "a slow client still holds its connection"
+        assert bound * 0.9 <= slow.closed_after <= bound + margin
+    for slow in slow_bodies:
+        assert slow.answer.startswith(b"HTTP/1.1 400 "), slow.answer[:200]
+        assert b"urn:outbox-bridge:problem:body-timeout" in slow.answer
+    assert counts(engine) == (1, 1)
+
+    # At the cap, a new connection is closed at once; those that fill it wait for the header deadline.
+    fillers = [SlowClient(port, b"") for _ in range(cap)]
+    over = [SlowClient(port, b"") for _ in range(5)]
+    watch(fillers + over, bound + margin)
+    early = [c for c in fillers + over if c.closed_after is not None and c.closed_after < bound / 2]
+    assert all(c in early for c in over)
+    assert len(early) <= len(over) + 2  # a connection from above may not be gone yet; no more than that
+    assert all(c.closed_after is not None for c in fillers)
+    assert httpx.get(f"{base}/healthz", timeout=10).status_code == 200
