@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     # When set, long-running processes write their store counters and CPU time here (for the benchmark).
     stats_dir: Path | None = None
 
+    @field_validator("auth_issuer", "auth_audience", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """`AUTH_ISSUER=` (set, but empty) means no issuer check, as when it is not set at all."""
+        return None if value == "" else value
+
     @field_validator("allowed_kinds", mode="before")
     @classmethod
     def _split_kinds(cls, value: object) -> object:

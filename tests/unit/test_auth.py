@@ -147,3 +147,8 @@ def test_the_app_is_not_built_with_the_built_in_secret() -> None:
         create_app(
             Settings(auth_secret=DEV_AUTH_SECRET, outbox_bridge_dev=False, database_url="sqlite:///x.db")
         )
+
+
+def test_an_empty_issuer_or_audience_setting_means_no_check() -> None:
+    settings = Settings(auth_issuer="", auth_audience="")
+    assert (settings.auth_issuer, settings.auth_audience) == (None, None)
