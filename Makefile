@@ -28,7 +28,7 @@ TEST_DATABASES ?= sqlite,postgresql
 TEST_PROCESSES ?= 2
 
 test: install chromium ## run every test (unit, integration, end-to-end) on SQLite and PostgreSQL
-	TEST_DATABASES=$(TEST_DATABASES) $(BIN)/pytest -n $(TEST_PROCESSES) -m "not exclusive"
+	TEST_DATABASES=$(TEST_DATABASES) $(BIN)/pytest -n $(TEST_PROCESSES) -m "not exclusive" --durations=20
 	TEST_DATABASES=$(TEST_DATABASES) $(BIN)/pytest -m exclusive
 
 # The dashboard test drives Debian's headless Chromium. As root with apt-get it is installed here; otherwise

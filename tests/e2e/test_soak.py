@@ -37,7 +37,7 @@ SETTINGS = {
     "dead_letter_check_seconds": 0.5,
 }
 CONSUMERS = {"consumer-1": 4, "consumer-2": 4, "consumer-3": 2}
-LOAD_SECONDS = 13.0
+LOAD_SECONDS = 8.0
 # Every job terminal this long after the last fault (the last kill, or the last 202 if that came later).
 TERMINAL_BOUND = LEASE_SECONDS + BACKOFF_MAX_SECONDS + 10.0
 # The clients' requests and the chaos thread's draws; SOAK_SEED=<seed from a summary> replays them.
