@@ -226,8 +226,8 @@ class StoreMachine(RuleBasedStateMachine):
         deadline=st.sampled_from([None, None, 8.0, 30.0]),
     )
     def accept(self, key: int, variant: int, deadline: float | None) -> object:
-        """A client submits; mostly the same request again under a used key, sometimes a different one (another
-        payload or deadline)."""
+        """A client submits; mostly the same request again under a used key, sometimes a different one
+        (another payload or deadline)."""
         operation_key, payload = f"key-{key}", {"variant": min(variant, 1)}
         print_ = store.fingerprint("noop", payload, deadline)
         try:
