@@ -22,6 +22,7 @@ The promises:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from functools import partial
 
@@ -101,7 +102,7 @@ class Relay(LoopWork):
         self._every(self.settings.dead_letter_check_seconds, self._check_dead_letters)
         self._every(REPORT_EVERY_SECONDS, self._report)
         try:
-            self.ioloop.start()
+            self._serve()
         finally:
             self._wakeups.stop()
             self._store.shutdown(wait=True)
@@ -110,6 +111,24 @@ class Relay(LoopWork):
         self._report()
         log.info("relay stopped (%s): %s", "clean" if self.clean_exit else "forced", self.tally.line())
         return self.tally
+
+    def _serve(self) -> None:
+        """Run the loop until it is stopped. pika can raise out of the loop from inside a connection it is
+        opening (seen: a socket reset between its connect and its `getpeername`); that connection is given
+        up, a new one follows as after any loss, and the loop runs on."""
+        while True:
+            try:
+                self.ioloop.start()
+                return
+            except Exception:
+                if self._stopped:
+                    raise
+                log.exception("the broker connection failed inside pika; giving it up and reconnecting")
+                link = self._link
+                if link is not None:
+                    with contextlib.suppress(Exception):  # whatever state pika left it in
+                        link.close()
+                    link.abandon("pika raised while serving the connection")
 
     @property
     def connected(self) -> bool:

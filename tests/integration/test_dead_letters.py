@@ -160,3 +160,18 @@ def test_status_shows_how_many_messages_wait_in_the_dead_letter_queue(
     shown = subprocess.run([str(BIN), "status"], env=env, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     assert f"dead-letter queue {settings.dead_letter_queue}: 1 messages" in " ".join(shown.stdout.split())
+
+
+def test_a_relay_survives_an_error_raised_out_of_its_event_loop_and_publishes_on(
+    settings: Settings, engine: Engine, channel: pika.adapters.blocking_connection.BlockingChannel
+) -> None:
+    def boom() -> None:
+        raise ValueError("Expected connected socket, but getpeername() failed")  # as pika raised once
+
+    with running_relay(settings, engine) as relay:
+        wait_for(lambda: relay.connected, 10, what="the relay connected")
+        relay.ioloop.add_callback_threadsafe(boom)
+        wait_for(lambda: relay.connected, 10, what="the relay connected again")
+        job_id = accept(engine, published=False)
+        wait_for(lambda: depth(channel, settings.queue) == 1, 10, what="the job published")
+    assert waiting_rows(engine, job_id) == 0
