@@ -202,6 +202,10 @@ def test_workers_pause_on_a_removed_store_say_why_once_and_resume_once_it_is_res
         (tmp_path / "backup.db").rename(directory / "jobs.db")
         after = accept(engine, key="after")
         wait_for(lambda: job(engine, after).state is State.SUCCEEDED, 10, what="a job after the restore")
+        # one thread may run the job while the other still sleeps its pause: wait for each to try again
+        wait_for(
+            lambda: caplog.text.count("the store answers again") == 2, 10, what="both threads to try again"
+        )
         assert process.shutdown() == 0
     engine.dispose()
     said = [r.getMessage() for r in caplog.records if "pausing claims" in r.getMessage()]
