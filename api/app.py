@@ -18,9 +18,9 @@ from api.headers import ResponseHeaders
 from api.limits import BodyLimit
 from api.metrics import Metrics, RequestCounter
 from api.routes import jobs, probes
+from core.settings import Settings, load
 from handlers.registry import KINDS
 from jobstore import db
-from jobstore.settings import Settings, load
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any, TypeGuard
 
 import jwt
 
-from jobstore.settings import DEV_AUTH_SECRET, Settings
+from core.settings import DEV_AUTH_SECRET, Settings
 
 ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32

@@ -23,7 +23,7 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from jobstore.settings import Settings
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -23,14 +23,15 @@ from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Identity, InvalidToken, TokenPolicy, verify_token
-from jobstore import clock, db, queries
+from broker.connection import queue_depth
+from core import clock
+from core.settings import Settings
+from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import Overview, overview
 from jobstore.records import Attempt, Job
-from jobstore.settings import Settings
 from jobstore.states import OPERATOR_REQUEUEABLE, RESOLVABLE_TO, State
-from relay import deadletters
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,11 @@ def _not_found(request: Request) -> Response:
 def _settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
+
+
+def _dead_letters(settings: Settings) -> int | None:
+    """How many messages wait in `jobs.dead`; None when the broker does not answer within a second."""
+    return queue_depth(settings, settings.dead_letter_queue, timeout=1.0)
 
 
 def _engine(request: Request) -> Engine:
@@ -164,7 +170,7 @@ def dashboard(request: Request) -> Response:
         "counts": [(state, view.counts.get(state.value, 0)) for state in State],
         "total": sum(view.counts.values()),
         "chart": throughput_chart(view, now),
-        "dead_letters": deadletters.depth(_settings(request), timeout=1.0),
+        "dead_letters": _dead_letters(_settings(request)),
     }
     return _with_flash(request, templates.TemplateResponse(request, "dashboard.html", context))
 

@@ -14,7 +14,7 @@ from api.auth import Identity, InvalidToken, TokenPolicy, verify_token
 from api.committer import GroupCommitter
 from api.metrics import Metrics
 from api.problems import BEARER_CHALLENGE, INVALID_TOKEN_CHALLENGE, UNAUTHORIZED
-from jobstore.settings import Settings
+from core.settings import Settings
 
 bearer = HTTPBearer(
     auto_error=False,

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from jobstore.clock import isoformat
+from core.clock import isoformat
 from jobstore.records import Job
 from jobstore.states import State
 

@@ -15,7 +15,7 @@ from types import FrameType
 import uvicorn
 
 from api.connections import BoundedH11Protocol, ConnectionBounds
-from jobstore.settings import Settings
+from core.settings import Settings
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:

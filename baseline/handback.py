@@ -7,7 +7,8 @@ from enum import StrEnum
 
 from sqlalchemy import Engine
 
-from jobstore import clock, db
+from core import clock
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.errors import Fenced
 from jobstore.records import Claim

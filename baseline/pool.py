@@ -16,6 +16,8 @@ from sqlalchemy import Connection, Engine
 
 from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
+from core import clock
+from core.settings import Settings
 from handlers.runner import (
     AttemptOutcome,
     Held,
@@ -26,10 +28,9 @@ from handlers.runner import (
     discard_uncommitted,
     run_attempt,
 )
-from jobstore import clock, db
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.records import Claim
-from jobstore.settings import Settings
 from jobstore.states import State
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,10 @@ import threading
 from sqlalchemy import Engine
 
 from baseline.pacing import jittered
+from core import clock
+from core.settings import Settings
 from handlers.runner import backoff_of
-from jobstore import clock, db, sweeper
-from jobstore.settings import Settings
+from jobstore import db, sweeper
 
 log = logging.getLogger(__name__)
 

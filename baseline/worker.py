@@ -22,10 +22,10 @@ from sqlalchemy.engine import make_url
 from baseline.handback import Handback
 from baseline.pool import ClaimPool
 from baseline.sweeping import SweepLoop
+from core.settings import Settings
 from handlers.runner import LeaseKeeper
 from jobstore import db
 from jobstore.schema import jobs
-from jobstore.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from types import TracebackType
 import pika
 from pika.exceptions import AMQPError
 
+from core.settings import Settings
 from jobstore import db
-from jobstore.settings import Settings
 from outbox_bridge.stack import Service, Stack, free_port
 
 log = logging.getLogger(__name__)

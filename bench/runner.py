@@ -37,8 +37,8 @@ from bench.outage import outage
 from bench.proxy import BrokerProxy
 from bench.submit import HttpSubmitter
 from bench.tracing import strace_available
+from core.settings import Settings, load
 from jobstore import db
-from jobstore.settings import Settings, load
 
 console = Console(stderr=True)
 Phase = Callable[[phases.Run], dict[str, Any]]

@@ -16,7 +16,8 @@ import httpx
 from sqlalchemy import Connection, Engine
 
 from api.auth import issue_token
-from jobstore import clock, db
+from core import clock
+from jobstore import db
 from jobstore import jobs as store
 
 KIND = "noop"

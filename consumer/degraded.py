@@ -18,10 +18,11 @@ from sqlalchemy import Connection, Engine
 
 from consumer.link import BrokerLink
 from consumer.pipeline import Pipeline
-from jobstore import clock, db, faults
+from core import clock, faults
+from core.settings import Settings
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.records import Claim
-from jobstore.settings import Settings
 
 log = logging.getLogger(__name__)
 

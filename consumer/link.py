@@ -26,9 +26,10 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from jobstore.settings import Settings
-from relay import topology
-from relay.message import JobMessage, UndecodableMessage
+from broker import topology
+from broker.connection import BROKER_ERRORS, connection_parameters
+from broker.message import JobMessage, UndecodableMessage
+from core.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,6 @@ RECONNECT_FIRST_PAUSE = 0.1
 RECONNECT_MAX_PAUSE = 2.0
 LOOP_SLICE = 0.1
 HEARTBEAT_MIN_SECONDS, HEARTBEAT_MAX_SECONDS = 5, 60
-BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class BrokerLink:
         on_delivery: Callable[[Delivery], None],
     ) -> None:
         self._settings = settings
-        self._params = pika.URLParameters(settings.rabbitmq_url)
+        self._params = connection_parameters(settings.rabbitmq_url, name="consumer")
         if "heartbeat=" not in settings.rabbitmq_url:
             self._params.heartbeat = heartbeat_seconds(settings.lease_seconds)
         self._prefetch = prefetch

@@ -26,9 +26,9 @@ from consumer.budget import ClaimBudget
 from consumer.degraded import DegradedMode
 from consumer.link import BrokerLink, Delivery
 from consumer.pipeline import Pipeline
+from core.settings import Settings
 from handlers.runner import LeaseKeeper
 from jobstore import db, migrate
-from jobstore.settings import Settings
 
 log = logging.getLogger(__name__)
 

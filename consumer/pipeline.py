@@ -30,14 +30,15 @@ from sqlalchemy import Connection, Engine
 from consumer.budget import AHEAD_SECONDS, ClaimBudget
 from consumer.link import Delivery
 from consumer.rounds import STOP, Finished, Round, Running, release_one, take_batch, take_waiting, write_round
+from core import faults
+from core.settings import Settings
 from handlers.base import JobError
 from handlers.runner import AttemptOutcome, LeaseKeeper, StoreContext, discard_uncommitted, run_attempt
-from jobstore import db, faults
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.decisions import compute_backoff
 from jobstore.errors import Fenced
 from jobstore.records import Claim
-from jobstore.settings import Settings
 from jobstore.states import State
 
 log = logging.getLogger(__name__)

@@ -13,8 +13,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from consumer.link import Delivery
+from core import clock
 from handlers.runner import AttemptOutcome, Held, commit_outcome
-from jobstore import clock
 from jobstore import jobs as store
 from jobstore.records import Claim
 from jobstore.states import State

@@ -22,8 +22,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
+from core import faults
 from handlers.base import JobContext, Kind
-from jobstore import faults
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core import clock, faults
+from core.settings import Settings
 from handlers.base import JobContext, Kind
-from jobstore import clock, faults
-from jobstore.settings import Settings
 
 # Deliberately loose, as providers are: one @, no spaces, a dot in the domain.
 ADDRESS_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"

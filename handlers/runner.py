@@ -20,13 +20,14 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine
 
+from core import clock
+from core.settings import Settings
 from handlers.base import Cancelled, JobError, LeaseLost, PermanentError
 from handlers.registry import KINDS
-from jobstore import clock, db
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.errors import Fenced
 from jobstore.records import Claim
-from jobstore.settings import Settings
 from jobstore.states import State
 
 log = logging.getLogger(__name__)

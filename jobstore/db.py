@@ -30,8 +30,8 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from core.settings import Settings
 from jobstore import storefile, wakeup
-from jobstore.settings import Settings
 from jobstore.turns import WriteTurn, shared_turn
 
 P = ParamSpec("P")

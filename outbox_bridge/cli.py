@@ -13,14 +13,15 @@ from rich.table import Table
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from jobstore import clock, db, migrate, queries
+from broker.connection import queue_depth
+from core import clock
+from core.settings import Settings, load
+from jobstore import db, migrate, queries
 from jobstore import jobs as store
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import overview
 from jobstore.records import Job
-from jobstore.settings import Settings, load
 from jobstore.states import State
-from relay import deadletters
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
 db_app = typer.Typer(help="Create and migrate the store.")
@@ -235,7 +236,7 @@ def status() -> None:
     )
     out.print("finished per minute (last 10): " + " ".join(str(n) for _, n in view.throughput))
     out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
-    dead_letters = deadletters.depth(settings)
+    dead_letters = queue_depth(settings, settings.dead_letter_queue)
     shown = "the broker did not answer" if dead_letters is None else f"{dead_letters} messages"
     style = "red" if dead_letters else None
     out.print(f"dead-letter queue {settings.dead_letter_queue}: {shown}", style=style)

@@ -25,10 +25,10 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import make_url
 
 from api.auth import TokenPolicy, secret_weakness
+from core.settings import Settings
 from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.records import Job
-from jobstore.settings import Settings
 from jobstore.states import TERMINAL, State
 from outbox_bridge.stack import Stack, broker_answers, free_port
 

@@ -18,7 +18,7 @@ from types import TracebackType
 
 import httpx
 
-from jobstore.settings import Settings
+from core.settings import Settings
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:

@@ -22,19 +22,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pika
-import pika.exceptions
 from sqlalchemy import Engine
 
-from jobstore import clock, db, sweeper
-from jobstore.settings import Settings
-from relay import topology
-from relay.message import JobMessage, UndecodableMessage
+from broker import topology
+from broker.connection import BROKER_ERRORS, connection_parameters
+from broker.message import JobMessage, UndecodableMessage
+from core import clock
+from core.settings import Settings
+from jobstore import db, sweeper
 
 log = logging.getLogger("relay")
 
 BATCH = 500  # messages looked at per check, at most
-BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
-PROBE_TIMEOUT_SECONDS = 2.0
 CONNECT_TIMEOUT_SECONDS = 5.0
 
 
@@ -82,7 +81,11 @@ class DeadLetterCheck:
     def _open_channel(self) -> Any:
         if self._channel is None or not self._channel.is_open:
             self.close()
-            self._connection = pika.BlockingConnection(parameters(self._settings, CONNECT_TIMEOUT_SECONDS))
+            self._connection = pika.BlockingConnection(
+                connection_parameters(
+                    self._settings.rabbitmq_url, name="dead-letter check", timeout=CONNECT_TIMEOUT_SECONDS
+                )
+            )
             self._channel = self._connection.channel()
             topology.declare(self._channel, self._settings)
         return self._channel
@@ -122,28 +125,3 @@ def take(channel: Any, queue: str, limit: int) -> tuple[list[tuple[int, bytes]],
         held = held or method.message_count + 1
         taken.append((method.delivery_tag, body))
     return taken, held
-
-
-def depth(settings: Settings, timeout: float = PROBE_TIMEOUT_SECONDS) -> int | None:
-    """How many messages wait in `jobs.dead` now; None when the broker does not answer within `timeout`
-    (or the queue was never declared)."""
-    try:
-        connection = pika.BlockingConnection(parameters(settings, timeout))
-    except BROKER_ERRORS:
-        return None
-    try:
-        declared = connection.channel().queue_declare(settings.dead_letter_queue, passive=True)
-        return int(declared.method.message_count)
-    except BROKER_ERRORS:
-        return None
-    finally:
-        with contextlib.suppress(*BROKER_ERRORS):
-            connection.close()
-
-
-def parameters(settings: Settings, timeout: float) -> pika.URLParameters:
-    """The broker's address, with one connection attempt that gives up after `timeout` seconds."""
-    params = pika.URLParameters(settings.rabbitmq_url)
-    params.socket_timeout = params.blocked_connection_timeout = params.stack_timeout = timeout
-    params.connection_attempts = 1
-    return params

@@ -9,9 +9,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from core import clock
+from core.settings import Settings
 from handlers.runner import backoff_of
-from jobstore import clock, db, outbox, sweeper
-from jobstore.settings import Settings
+from jobstore import db, outbox, sweeper
 
 
 @dataclass(frozen=True)

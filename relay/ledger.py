@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine
 
-from jobstore import clock, db, outbox
+from core import clock
+from core.settings import Settings
+from jobstore import db, outbox
 from jobstore.outbox import Lease
-from jobstore.settings import Settings
 from relay.window import Sent
 
 # A nacked or returned row waits this long before it is leased again.

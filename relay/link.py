@@ -15,10 +15,11 @@ from pika.adapters.select_connection import IOLoop
 from pika.channel import Channel
 from pika.spec import Basic
 
+from broker import topology
+from broker.connection import connection_parameters
+from broker.message import CONTENT_TYPE, JobMessage
+from core.settings import Settings
 from jobstore.outbox import Lease
-from jobstore.settings import Settings
-from relay import topology
-from relay.message import CONTENT_TYPE, JobMessage
 from relay.window import ConfirmWindow, Sent, Verdict
 
 log = logging.getLogger("relay.link")
@@ -30,23 +31,6 @@ class LinkEvents(Protocol):
     def on_verdict(self, link: BrokerLink, verdict: Verdict) -> None: ...
 
     def on_down(self, link: BrokerLink, reason: str, unconfirmed: tuple[Sent, ...]) -> None: ...
-
-
-def connection_parameters(url: str, blocked_timeout: float | None = None) -> pika.URLParameters:
-    """The broker URL's parameters, with retries left to the relay's own backoff. Unless the URL says
-    otherwise, a connection the broker keeps blocked (resource alarm) for `blocked_timeout` seconds is
-    dropped, so its rows go back to the outbox before their lease could expire under it."""
-    params = pika.URLParameters(url)
-    params.connection_attempts = 1
-    params.client_properties = {"connection_name": "outbox-bridge relay"}
-    if params.blocked_connection_timeout is None and blocked_timeout is not None:
-        params.blocked_connection_timeout = blocked_timeout
-    return params
-
-
-def describe(params: pika.ConnectionParameters) -> str:
-    """Where a connection goes, without credentials."""
-    return f"{params.host}:{params.port}/{params.virtual_host}"
 
 
 def root_cause(error: BaseException | str) -> str:
@@ -76,7 +60,9 @@ class BrokerLink:
 
     def __init__(self, settings: Settings, ioloop: IOLoop, events: LinkEvents) -> None:
         self.window = ConfirmWindow()
-        self.params = connection_parameters(settings.rabbitmq_url, settings.relay_lease_seconds / 2)
+        self.params = connection_parameters(
+            settings.rabbitmq_url, name="relay", blocked_timeout=settings.relay_lease_seconds / 2
+        )
         self._settings = settings
         self._events = events
         self._channel: Channel | None = None

@@ -6,8 +6,8 @@ import logging
 import signal
 from types import FrameType
 
+from core.settings import Settings
 from jobstore import db
-from jobstore.settings import Settings
 from relay.publisher import Relay
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

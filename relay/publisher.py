@@ -28,15 +28,17 @@ from functools import partial
 
 from sqlalchemy import Engine
 
-from jobstore import clock, db, faults
+from broker.connection import BROKER_ERRORS, connection_parameters, describe
+from core import clock, faults
+from core.settings import Settings
+from jobstore import db
 from jobstore.decisions import compute_backoff
 from jobstore.outbox import Lease
-from jobstore.settings import Settings
 from relay import ledger
-from relay.deadletters import BROKER_ERRORS, Checked, DeadLetterCheck
+from relay.deadletters import Checked, DeadLetterCheck
 from relay.housekeeping import Housekept, sweep_and_prune
 from relay.ledger import Settled, Settlement
-from relay.link import BrokerLink, connection_parameters, describe
+from relay.link import BrokerLink
 from relay.loop import LoopWork
 from relay.tally import Progress, Tally
 from relay.wake import Wakeups
@@ -90,7 +92,7 @@ class Relay(LoopWork):
         """Publish until `request_stop`; returns what was done."""
         log.info(
             "relay starting: broker %s, exchange %r, window %d, batch %d",
-            describe(connection_parameters(self.settings.rabbitmq_url)),
+            describe(connection_parameters(self.settings.rabbitmq_url, name="relay")),
             self.settings.exchange,
             self.settings.relay_window,
             self.settings.relay_batch_size,

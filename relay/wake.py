@@ -12,8 +12,9 @@ from typing import Any
 
 from pika.adapters.select_connection import IOLoop, PollEvents
 
-from jobstore import clock, db, wakeup
-from jobstore.settings import Settings
+from core import clock
+from core.settings import Settings
+from jobstore import db, wakeup
 
 # With a doorbell, the poll only finds rows no ring announced: written by a program that does not ring, or
 # left by a relay whose lease on them ran out.

@@ -16,10 +16,10 @@ from urllib.parse import urlparse
 import pytest
 from sqlalchemy import Engine
 
-from jobstore import clock as clock_module
+from core import clock as clock_module
+from core.clock import FakeClock
+from core.settings import Settings
 from jobstore import db
-from jobstore.clock import FakeClock
-from jobstore.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 RABBITMQ_IMAGE = "rabbitmq:3.13-management"

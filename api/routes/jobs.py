@@ -15,13 +15,14 @@ from api.openapi import problems
 from api.payloads import check_encodable
 from api.problems import INVALID_PAYLOAD, RESULT_NOT_READY, UNKNOWN_KIND, issues
 from api.schemas import JobCreate, JobPage, JobView, job_url
+from core import clock, faults
+from core.settings import Settings
 from handlers.base import Kind
 from handlers.registry import KINDS
-from jobstore import clock, db, faults, queries
+from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.errors import JobNotFound
 from jobstore.records import Attempt, Job
-from jobstore.settings import Settings
 from jobstore.states import State
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])

@@ -9,7 +9,8 @@ from api import metrics as metrics_module
 from api.deps import EngineDep, MetricsDep
 from api.openapi import problems
 from api.schemas import Status
-from jobstore import clock, db, outbox, queries
+from core import clock
+from jobstore import db, outbox, queries
 from jobstore import jobs as store
 from jobstore.outbox import Backlog
 

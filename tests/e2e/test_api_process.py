@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 from api.auth import issue_token
+from core.settings import DEV_AUTH_SECRET, Settings
 from jobstore import db
 from jobstore.schema import jobs, outbox
-from jobstore.settings import DEV_AUTH_SECRET, Settings
 from tests.conftest import make_settings
 from tests.support import procs
 

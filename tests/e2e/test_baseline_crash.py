@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from jobstore import clock, db, queries
+from core import clock
+from core.settings import Settings
+from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.records import Job
-from jobstore.settings import Settings
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support.procs import Proc, start, wait_for

@@ -27,13 +27,14 @@ import pika.exceptions
 import pytest
 
 from api.auth import issue_token
-from jobstore import clock, db, outbox, queries
+from broker import topology
+from broker.message import JobMessage
+from core import clock
+from core.settings import Settings
+from jobstore import db, outbox, queries
 from jobstore import jobs as store
 from jobstore.records import Attempt, Job
-from jobstore.settings import Settings
 from jobstore.states import TERMINAL, State
-from relay import topology
-from relay.message import JobMessage
 from tests.conftest import SharedBroker, make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants, read_starts, running_without_live_lease

@@ -16,11 +16,11 @@ from playwright.sync_api import Page, sync_playwright
 from sqlalchemy import Connection, Engine, func, select
 
 from api.auth import issue_token
+from core.settings import Settings
 from jobstore import db, sweeper
 from jobstore import jobs as store
 from jobstore.records import Claim, Job
 from jobstore.schema import outbox
-from jobstore.settings import Settings
 from jobstore.states import State
 from tests.conftest import IN_CI
 from tests.support import procs

@@ -19,10 +19,11 @@ import pika
 import pytest
 from sqlalchemy import Connection, func, select
 
-from jobstore import clock, db
+from core import clock
+from core.settings import Settings
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.schema import jobs, outbox
-from jobstore.settings import Settings
 from jobstore.states import TERMINAL, State
 from tests.conftest import make_settings
 from tests.support.invariants import check_invariants

@@ -10,9 +10,10 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import Engine
 
-from jobstore import clock, db
+from core import clock
+from core.settings import Settings
+from jobstore import db
 from jobstore import jobs as store
-from jobstore.settings import Settings
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support import procs

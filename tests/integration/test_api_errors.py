@@ -17,9 +17,9 @@ from sqlalchemy import Engine, event, func, select
 
 from api.app import create_app
 from api.auth import issue_token
+from core.settings import Settings
 from jobstore import db
 from jobstore.schema import jobs, outbox
-from jobstore.settings import Settings
 from tests.conftest import make_settings
 
 PROBLEM = "application/problem+json"

@@ -20,11 +20,11 @@ from api import committer as committer_module
 from api.app import create_app
 from api.auth import issue_token
 from api.committer import GroupCommitter, accept_all
+from core.settings import Settings
 from jobstore import db
 from jobstore import jobs as store
 from jobstore.errors import IdempotencyConflict, Unstorable
 from jobstore.schema import jobs, outbox
-from jobstore.settings import Settings
 from tests.conftest import make_settings
 
 

@@ -12,10 +12,10 @@ from sqlalchemy import Engine
 
 from api.app import create_app
 from api.auth import issue_token
+from core.clock import FakeClock
+from core.settings import Settings
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
-from jobstore.settings import Settings
 
 
 @pytest.fixture

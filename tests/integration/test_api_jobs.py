@@ -12,12 +12,12 @@ from sqlalchemy import Engine, func, select
 
 from api.app import create_app
 from api.auth import issue_token
+from core.clock import FakeClock
+from core.settings import Settings
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.records import Claim
 from jobstore.schema import jobs, outbox
-from jobstore.settings import Settings
 
 VIEW_KEYS = {
     "id",

@@ -12,8 +12,8 @@ from sqlalchemy import Engine
 
 from api.app import create_app
 from api.auth import issue_token
-from jobstore.clock import FakeClock
-from jobstore.settings import Settings
+from core.clock import FakeClock
+from core.settings import Settings
 
 ALLOWED_STATUSES = {"200", "202", "400", "401", "404", "409", "413", "503"}
 

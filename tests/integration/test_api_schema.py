@@ -15,9 +15,9 @@ from sqlalchemy import Engine
 
 from api.app import create_app
 from api.auth import issue_token
+from core.settings import Settings
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.settings import Settings
 from tests.conftest import make_settings
 
 EXAMPLES = 100

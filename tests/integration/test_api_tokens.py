@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 
 from api.app import create_app
 from api.auth import issue_token
-from jobstore.settings import Settings
+from core.settings import Settings
 from tests.integration.test_api_errors import assert_problem, counts
 
 # Each of these once reached the group commit and failed it: on SQLite (a lone surrogate cannot be encoded)

@@ -26,11 +26,12 @@ from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
 from baseline.turns import WriteTurn
 from baseline.worker import RELEASE_SETTLE_SECONDS, BaselineProcess
-from jobstore import clock, db, queries
+from core import clock
+from core.clock import FakeClock
+from core.settings import Settings
+from jobstore import db, queries
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.records import Claim, Job
-from jobstore.settings import Settings
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support.procs import wait_for

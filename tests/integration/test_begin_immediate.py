@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, Engine, func, select
 
+from core.settings import Settings
 from jobstore import db
 from jobstore import jobs as store
 from jobstore.schema import jobs
-from jobstore.settings import Settings
 from tests.conftest import make_settings
 
 # What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.

@@ -15,16 +15,17 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import Engine, select
 
+from broker import topology
+from broker.message import JobMessage
 from consumer.main import Consumer
+from core import clock
+from core.settings import Settings
 from handlers.base import JobContext, Kind
 from handlers.registry import KINDS
-from jobstore import clock, db, queries
+from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.schema import outbox
-from jobstore.settings import Settings
 from jobstore.states import State
-from relay import topology
-from relay.message import JobMessage
 from tests.conftest import make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants, read_starts

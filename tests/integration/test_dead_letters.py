@@ -12,14 +12,16 @@ import pika
 import pytest
 from sqlalchemy import Engine, select, update
 
-from jobstore import clock, db
+from broker import topology
+from broker.connection import queue_depth
+from broker.message import JobMessage
+from core import clock
+from core.settings import Settings
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.schema import outbox
-from jobstore.settings import Settings
 from jobstore.states import State
-from relay import deadletters, topology
 from relay.deadletters import Checked, DeadLetterCheck
-from relay.message import JobMessage
 from tests.conftest import make_settings
 from tests.support.procs import BIN, settings_env, wait_for
 from tests.support.relay_harness import running_relay
@@ -148,14 +150,14 @@ def test_a_running_relay_publishes_a_dead_lettered_job_again_within_seconds(
 
 def test_dead_letter_depth_is_none_when_the_broker_does_not_answer(settings: Settings) -> None:
     unreachable = settings.model_copy(update={"rabbitmq_url": "amqp://guest:guest@127.0.0.1:1/%2F"})
-    assert deadletters.depth(unreachable, timeout=1.0) is None
+    assert queue_depth(unreachable, unreachable.dead_letter_queue, timeout=1.0) is None
 
 
 def test_status_shows_how_many_messages_wait_in_the_dead_letter_queue(
     settings: Settings, engine: Engine, channel: pika.adapters.blocking_connection.BlockingChannel
 ) -> None:
     dead_letter(channel, settings, GARBAGE)
-    wait_for(lambda: deadletters.depth(settings) == 1, 5, what="the message counted")
+    wait_for(lambda: queue_depth(settings, settings.dead_letter_queue) == 1, 5, what="the message counted")
     env = settings_env(settings)
     shown = subprocess.run([str(BIN), "status"], env=env, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr

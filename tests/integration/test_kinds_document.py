@@ -12,10 +12,10 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from core.clock import FakeClock, now
+from core.settings import Settings
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.clock import FakeClock, now
-from jobstore.settings import Settings
 from jobstore.states import State
 from tests.support.kinds import claim, committed_output, job_of, run
 from tests.support.procs import settings_env
@@ -26,7 +26,8 @@ INVOICE = "Invoice 2024-17\nCustomer: Acme Corp\nTotal: 1,200.00 EUR\nDue date: 
 WORKER = """
 import sys
 from handlers.runner import LeaseKeeper, execute
-from jobstore import clock, db, jobs, settings
+from jobstore import db, jobs
+from core import clock, settings
 cfg = settings.load()
 engine = db.make_engine(cfg)
 claimed = db.transact(engine, jobs.claim, sys.argv[1], "doomed-worker", clock.now(), cfg.lease_seconds).claim

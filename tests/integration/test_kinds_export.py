@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from core.clock import FakeClock, now
+from core.settings import Settings
 from handlers.base import Cancelled
 from handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
 from handlers.runner import LeaseKeeper, StoreContext, execute
 from jobstore import db, queries
 from jobstore import jobs as store
-from jobstore.clock import FakeClock, now
-from jobstore.settings import Settings
 from jobstore.states import State
 from tests.support.kinds import claim, committed_output, job_of, run
 from tests.support.procs import wait_for

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from core.clock import FakeClock, now
+from core.settings import Settings
 from handlers.notify import StubProvider
 from handlers.runner import backoff_of
 from jobstore import db, queries, sweeper
 from jobstore import jobs as store
-from jobstore.clock import FakeClock, now
 from jobstore.records import Attempt
-from jobstore.settings import Settings
 from jobstore.states import State
 from tests.support.kinds import claim, job_of, run
 from tests.support.procs import settings_env
@@ -31,7 +31,8 @@ PAYLOAD = {"to": "ops@example.com", "message": "disk almost full on db-2"}
 WORKER = """
 import sys
 from handlers.runner import LeaseKeeper, execute
-from jobstore import clock, db, jobs, settings
+from jobstore import db, jobs
+from core import clock, settings
 cfg = settings.load()
 engine = db.make_engine(cfg)
 claimed = db.transact(engine, jobs.claim, sys.argv[1], "doomed-worker", clock.now(), cfg.lease_seconds).claim

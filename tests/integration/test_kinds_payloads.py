@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from core.clock import now
+from core.settings import Settings
 from handlers.runner import LeaseKeeper, execute
 from jobstore import db, queries
 from jobstore import jobs as store
-from jobstore.clock import now
-from jobstore.settings import Settings
 from jobstore.states import State
 
 

@@ -14,10 +14,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, func, select, text
 
+from core.settings import Settings
 from jobstore import db, migrate, queries
 from jobstore import jobs as store
 from jobstore.schema import metadata, outbox
-from jobstore.settings import Settings
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support import procs

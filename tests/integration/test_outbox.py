@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
+from core.clock import FakeClock
 from jobstore import db, outbox
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.schema import outbox as outbox_table
 
 RELAY_LEASE = 30.0

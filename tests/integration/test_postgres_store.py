@@ -16,13 +16,14 @@ from typing import Any, TypeVar
 import pytest
 from sqlalchemy import Connection, Engine, select
 
-from jobstore import clock, db, outbox, sweeper
+from core import clock
+from core.settings import Settings
+from jobstore import db, outbox, sweeper
 from jobstore import jobs as store
 from jobstore.errors import Fenced, IdempotencyConflict
 from jobstore.records import Claim
 from jobstore.schema import attempts, jobs
 from jobstore.schema import outbox as outbox_table
-from jobstore.settings import Settings
 from jobstore.states import TERMINAL, State
 from tests.conftest import make_settings
 from tests.support.invariants import check_invariants

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select, update
 
+from core.settings import Settings
 from jobstore import db, sweeper
 from jobstore import jobs as store
 from jobstore import outbox as rows
 from jobstore.schema import outbox
-from jobstore.settings import Settings
 from relay.housekeeping import sweep_and_prune
 
 NOW = 1_700_000_000.0

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from jobstore import clock
-from jobstore.settings import Settings
+from core import clock
+from core.settings import Settings
 from tests.conftest import make_settings
 from tests.support import procs
 from tests.support.relay_harness import Broker, delay_outbox, outbox_rows, seed_jobs, unpublished

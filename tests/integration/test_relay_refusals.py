@@ -12,11 +12,11 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import Engine
 
+from broker.topology import ROUTING_KEY
+from core.clock import FakeClock
+from core.settings import Settings
 from jobstore import db, outbox
-from jobstore.clock import FakeClock
-from jobstore.settings import Settings
 from relay import ledger
-from relay.topology import ROUTING_KEY
 from relay.window import Sent
 from tests.conftest import make_settings
 from tests.support.faultproxy import FaultProxy

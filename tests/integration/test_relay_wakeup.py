@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, Engine
 
-from jobstore import clock, db, outbox, wakeup
+from core import clock
+from core.settings import Settings
+from jobstore import db, outbox, wakeup
 from jobstore import jobs as store
-from jobstore.settings import Settings
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished

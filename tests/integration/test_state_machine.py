@@ -34,9 +34,9 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import Connection, select
 
+from core.clock import FakeClock
 from jobstore import db, sweeper
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
 from jobstore.errors import Fenced, IdempotencyConflict
 from jobstore.records import Attempt, Claim, Job

@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select, text
 from sqlalchemy.exc import DBAPIError
 
+from core.clock import FakeClock
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.errors import IdempotencyConflict
 from jobstore.schema import jobs, outbox
 from jobstore.states import State

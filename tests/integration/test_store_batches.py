@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
+from core.clock import FakeClock
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.records import Claim, dumps
 from jobstore.schema import attempts, jobs
 from jobstore.states import State

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.clock import FakeClock
 from jobstore import db, queries
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.errors import JobNotFound
 from jobstore.records import Claim, Job
 from jobstore.schema import jobs, outbox

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.clock import FakeClock
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, outbox
 from jobstore.states import State

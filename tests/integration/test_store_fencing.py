@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, select
 
+from core.clock import FakeClock
 from jobstore import db
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.schema import attempts, jobs, outbox

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.clock import FakeClock
 from jobstore import db, sweeper
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.records import Claim, Job
 from jobstore.schema import jobs, outbox

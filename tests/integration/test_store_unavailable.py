@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, Engine, func, select
 
+from core.settings import Settings
 from jobstore import db
 from jobstore import jobs as store
 from jobstore.db import StoreUnavailable
 from jobstore.schema import jobs, outbox
-from jobstore.settings import Settings
 from tests.conftest import make_settings
 
 # What this file shows is about SQLite itself: once, on SQLite.

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.clock import FakeClock
 from jobstore import db, queries
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.errors import Fenced
 from jobstore.records import Attempt, Claim, Job
 from jobstore.schema import outbox

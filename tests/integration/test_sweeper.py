@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.clock import FakeClock
 from jobstore import db, queries, sweeper
 from jobstore import jobs as store
-from jobstore.clock import FakeClock
 from jobstore.errors import Fenced
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, outbox

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, func, select
 
+from core.settings import Settings
 from jobstore import db
 from jobstore import jobs as store
 from jobstore.schema import jobs
-from jobstore.settings import Settings
 from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, select
 
+from core.settings import Settings
 from jobstore import db
 from jobstore.records import Attempt, Job
 from jobstore.schema import attempts, jobs
-from jobstore.settings import Settings
 from jobstore.states import TERMINAL, State
 
 SUPERSEDED_OUTCOMES = frozenset({"lost", "retry", "released"})

@@ -6,12 +6,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from core.clock import now
+from core.settings import Settings
 from handlers.runner import LeaseKeeper, execute
 from jobstore import db, queries
 from jobstore import jobs as store
-from jobstore.clock import now
 from jobstore.records import Claim, Job
-from jobstore.settings import Settings
 from jobstore.states import State
 
 

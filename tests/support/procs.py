@@ -12,7 +12,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from jobstore.settings import Settings
+from core.settings import Settings
 from outbox_bridge.stack import settings_env, wait_ok
 
 BIN = Path(sys.executable).parent / "outbox-bridge"

@@ -12,13 +12,14 @@ from typing import Any
 import pika
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
-from jobstore import clock, db
+from broker import topology
+from broker.message import JobMessage
+from core import clock
+from core.settings import Settings
+from jobstore import db
 from jobstore import jobs as store
 from jobstore.schema import jobs, outbox
-from jobstore.settings import Settings
 from jobstore.states import State
-from relay import topology
-from relay.message import JobMessage
 from relay.publisher import WRITE_BACK_GRACE_SECONDS, Relay
 
 

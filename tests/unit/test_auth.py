@@ -18,7 +18,7 @@ from api.auth import (
     issue_token,
     verify_token,
 )
-from jobstore.settings import DEV_AUTH_SECRET, Settings
+from core.settings import DEV_AUTH_SECRET, Settings
 
 SECRET = "unit-test-secret-that-is-long-enough-for-hs256"
 DAYS = 86400

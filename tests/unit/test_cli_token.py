@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from api.auth import TokenPolicy, verify_token
-from jobstore.settings import DEV_AUTH_SECRET
+from core.settings import DEV_AUTH_SECRET
 from outbox_bridge.cli import app
 
 SECRET = "cli-test-secret-that-is-long-enough-for-hs256"

@@ -15,7 +15,7 @@ import typer.main
 import yaml
 from typer.core import TyperGroup
 
-from jobstore.settings import Settings
+from core.settings import Settings
 from outbox_bridge.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,54 @@
+"""How every process connects to RabbitMQ: the URL's parameters, the errors that mean "the broker link
+failed", and a short-lived probe for a queue's depth."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pika
+import pika.exceptions
+
+from core.settings import Settings
+
+BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
+PROBE_TIMEOUT_SECONDS = 2.0
+
+
+def connection_parameters(
+    url: str, *, name: str, blocked_timeout: float | None = None, timeout: float | None = None
+) -> pika.URLParameters:
+    """The broker URL's parameters with one connection attempt (retries are the caller's own backoff),
+    named `name` in the broker's connection list. Unless the URL says otherwise, a connection the broker
+    keeps blocked (resource alarm) for `blocked_timeout` seconds is dropped; `timeout` bounds the socket,
+    the handshake and a blocked connection alike, for probes that must answer quickly."""
+    params = pika.URLParameters(url)
+    params.connection_attempts = 1
+    params.client_properties = {"connection_name": f"outbox-bridge {name}"}
+    if params.blocked_connection_timeout is None and blocked_timeout is not None:
+        params.blocked_connection_timeout = blocked_timeout
+    if timeout is not None:
+        params.socket_timeout = params.blocked_connection_timeout = params.stack_timeout = timeout
+    return params
+
+
+def describe(params: pika.ConnectionParameters) -> str:
+    """Where a connection goes, without credentials."""
+    return f"{params.host}:{params.port}/{params.virtual_host}"
+
+
+def queue_depth(settings: Settings, queue: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> int | None:
+    """How many messages wait in `queue` now; None when the broker does not answer within `timeout` (or
+    the queue was never declared)."""
+    params = connection_parameters(settings.rabbitmq_url, name="probe", timeout=timeout)
+    try:
+        connection = pika.BlockingConnection(params)
+    except BROKER_ERRORS:
+        return None
+    try:
+        declared = connection.channel().queue_declare(queue, passive=True)
+        return int(declared.method.message_count)
+    except BROKER_ERRORS:
+        return None
+    finally:
+        with contextlib.suppress(*BROKER_ERRORS):
+            connection.close()

@@ -1,0 +1,1 @@
+"""What every process shares and the store does not own: settings, the one clock, backoff, fault points."""
