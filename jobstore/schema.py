@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlalchemy import (
     Boolean,
     Column,
+    ColumnElement,
     Float,
     ForeignKey,
     Index,
@@ -15,6 +18,8 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+
+from jobstore.states import State
 
 metadata = MetaData(
     naming_convention={
@@ -97,3 +102,10 @@ outbox = Table(
     Index("ix_outbox_job_id", "job_id"),
     sqlite_autoincrement=True,
 )
+
+
+def state_in(states: Collection[State]) -> ColumnElement[bool]:
+    """The job's state is one of `states` (a `Move`'s sources): plain equality when there is one, so the
+    statement reads, and is planned, as a hand-written `state = 'queued'` would be."""
+    values = sorted(state.value for state in states)
+    return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)

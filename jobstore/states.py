@@ -1,7 +1,13 @@
-"""The job states and the only transitions the store allows between them."""
+"""The job states and the only transitions the store allows between them.
+
+Each guarded UPDATE that changes a job's state is a `Move` below, and takes its from-states from it (its
+WHERE clause is built from `Move.sources`), so `TRANSITIONS`, the table the tests check, is the union of what
+the store can actually do rather than a description kept beside it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -23,17 +29,42 @@ ACTIVE: frozenset[State] = frozenset({State.QUEUED, State.RUNNING})
 OPERATOR_REQUEUEABLE: frozenset[State] = frozenset({State.DEAD, State.UNKNOWN})
 RESOLVABLE_TO: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED})
 
+
+@dataclass(frozen=True)
+class Move:
+    """One guarded transition of the store: the states it takes a job from, and those it may leave it in."""
+
+    sources: frozenset[State]
+    targets: frozenset[State]
+
+
+def _move(sources: set[State] | frozenset[State], targets: set[State] | frozenset[State]) -> Move:
+    return Move(frozenset(sources), frozenset(targets))
+
+
+# Worker moves. (A claim of a running job whose lease expired keeps it `running` under a new epoch: no
+# state change, so it is no move here.)
+CLAIM = _move({State.QUEUED}, {State.RUNNING})
+COMPLETE = _move({State.RUNNING}, {State.SUCCEEDED, State.CANCELLED})
+FAIL = _move({State.RUNNING}, {State.QUEUED, State.FAILED, State.DEAD, State.CANCELLED})
+RELEASE = _move({State.RUNNING}, {State.QUEUED, State.CANCELLED})
+# The sweeper's moves.
+EXPIRE_LEASE = _move({State.RUNNING}, {State.QUEUED, State.DEAD, State.CANCELLED, State.UNKNOWN})
+EXPIRE_QUEUED = _move({State.QUEUED}, {State.DEAD})
+# Operator moves: cancel (a queued job at once), requeue (dead/unknown -> queued) and resolve
+# (unknown -> succeeded|failed).
+CANCEL_QUEUED = _move({State.QUEUED}, {State.CANCELLED})
+REQUEUE = _move(OPERATOR_REQUEUEABLE, {State.QUEUED})
+RESOLVE = _move({State.UNKNOWN}, RESOLVABLE_TO)
+
+MOVES: tuple[Move, ...] = (
+    CLAIM, COMPLETE, FAIL, RELEASE, EXPIRE_LEASE, EXPIRE_QUEUED, CANCEL_QUEUED, REQUEUE, RESOLVE,
+)  # fmt: skip
+# A job running for a worker is in the state the worker's moves start from: what a fence checks.
+HELD: frozenset[State] = COMPLETE.sources | FAIL.sources | RELEASE.sources
+
 TRANSITIONS: dict[State, frozenset[State]] = {
-    State.QUEUED: frozenset({State.RUNNING, State.CANCELLED, State.DEAD}),
-    State.RUNNING: frozenset(
-        {State.QUEUED, State.SUCCEEDED, State.FAILED, State.DEAD, State.CANCELLED, State.UNKNOWN}
-    ),
-    State.SUCCEEDED: frozenset(),
-    State.FAILED: frozenset(),
-    State.CANCELLED: frozenset(),
-    # Operator actions: requeue (dead/unknown -> queued) and resolve (unknown -> succeeded|failed).
-    State.DEAD: frozenset({State.QUEUED}),
-    State.UNKNOWN: frozenset({State.QUEUED, State.SUCCEEDED, State.FAILED}),
+    src: frozenset(dst for move in MOVES if src in move.sources for dst in move.targets) for src in State
 }
 
 
