@@ -24,8 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError
 
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake
 from jobstore.errors import IdempotencyConflict, Unstorable
 
 log = logging.getLogger(__name__)
@@ -33,23 +32,23 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 256
 STOP_TIMEOUT_SECONDS = 30.0
 
-Outcome = store.Accepted | BaseException  # an IdempotencyConflict among the exceptions
+Outcome = intake.Accepted | BaseException  # an IdempotencyConflict among the exceptions
 
 
 @dataclass(frozen=True)
 class _Pending:
     fields: dict[str, Any]
     loop: asyncio.AbstractEventLoop
-    future: asyncio.Future[store.Accepted]
+    future: asyncio.Future[intake.Accepted]
 
-    def settle(self, outcome: store.Accepted | BaseException) -> None:
+    def settle(self, outcome: intake.Accepted | BaseException) -> None:
         try:
             self.loop.call_soon_threadsafe(_settle, self.future, outcome)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
 
-def _settle(future: asyncio.Future[store.Accepted], outcome: store.Accepted | BaseException) -> None:
+def _settle(future: asyncio.Future[intake.Accepted], outcome: intake.Accepted | BaseException) -> None:
     if future.done():
         return
     if isinstance(outcome, BaseException):
@@ -60,11 +59,11 @@ def _settle(future: asyncio.Future[store.Accepted], outcome: store.Accepted | Ba
 
 def accept_all(
     conn: Connection, requests: list[dict[str, Any]]
-) -> list[store.Accepted | IdempotencyConflict]:
-    """`jobs.accept` for each request, in the caller's transaction (`jobs.accept_many`). A conflicting key
+) -> list[intake.Accepted | IdempotencyConflict]:
+    """`intake.accept` for each request, in the caller's transaction (`intake.accept_many`). A conflicting key
     is that request's outcome alone (it is refused before anything is written); any other error aborts the
     whole batch."""
-    return store.accept_many(conn, requests)
+    return intake.accept_many(conn, requests)
 
 
 class GroupCommitter:
@@ -77,9 +76,9 @@ class GroupCommitter:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
-    async def accept(self, **fields: Any) -> store.Accepted:
-        """Accept one job (the keyword arguments of `jobs.accept` without the connection); returns once the
-        transaction holding it has committed. Raises what `jobs.accept` or the store raised."""
+    async def accept(self, **fields: Any) -> intake.Accepted:
+        """Accept one job (the keyword arguments of `intake.accept` without the connection); returns once the
+        transaction holding it has committed. Raises what `intake.accept` or the store raised."""
         loop = asyncio.get_running_loop()
         pending = _Pending(fields, loop, loop.create_future())
         self._ensure_started()
@@ -158,7 +157,7 @@ class GroupCommitter:
 
     def _accept_topped_up(
         self, conn: Connection, batch: list[_Pending], stop: list[bool]
-    ) -> list[store.Accepted | IdempotencyConflict]:
+    ) -> list[intake.Accepted | IdempotencyConflict]:
         """In the transaction, once it holds the write lock: add the requests that queued while it waited
         (to `batch`, so a rerun keeps them), then accept them all."""
         if not stop:

@@ -26,8 +26,7 @@ from api.auth import Identity, InvalidToken, TokenPolicy, verify_token
 from broker.connection import queue_depth
 from core import clock
 from core.settings import Settings
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import db, operator, queries
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import Overview, overview
 from jobstore.records import Attempt, Job
@@ -194,7 +193,7 @@ def job_page(request: Request, job_id: str) -> Response:
 
 
 def _job_and_attempts(conn: Connection, job_id: str) -> tuple[Job, list[Attempt]] | None:
-    job = store.get_job(conn, job_id)
+    job = queries.get_job(conn, job_id)
     return None if job is None else (job, queries.attempts_of(conn, job_id))
 
 
@@ -232,7 +231,7 @@ async def requeue(request: Request, job_id: str) -> Response:
         return refused
     form = await _form(request)
     engine, now = _engine(request), clock.now()
-    message = await run_in_threadpool(_apply, engine, "requeued", store.requeue, job_id, now)
+    message = await run_in_threadpool(_apply, engine, "requeued", operator.requeue, job_id, now)
     return _redirect_back(request, form.get("back"), message)
 
 
@@ -251,7 +250,7 @@ async def resolve(request: Request, job_id: str) -> Response:
         message = Flash("error", f"Say how you know, in 1 to {MAX_NOTE_CHARS} characters.")
     else:
         message = await run_in_threadpool(
-            _apply, _engine(request), "resolved", store.resolve, job_id, State(outcome), note, clock.now()
+            _apply, _engine(request), "resolved", operator.resolve, job_id, State(outcome), note, clock.now()
         )
     return _redirect_back(request, form.get("back"), message)
 

@@ -8,8 +8,7 @@ from enum import StrEnum
 from sqlalchemy import Engine
 
 from core import clock
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, fenced, queries
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
@@ -27,10 +26,10 @@ class Handback(StrEnum):
 
 
 def hand_back(engine: Engine, claim: Claim) -> Handback:
-    """Release `claim` through `jobs.release` under its fence. Only RELEASED means the caller must stop the
+    """Release `claim` through `fenced.release` under its fence. Only RELEASED means the caller must stop the
     attempt; on MUST_FINISH it must let the attempt finish and commit."""
     try:
-        db.transact(engine, store.release, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
+        db.transact(engine, fenced.release, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
     except Fenced:
         return _why_refused(engine, claim)
     except db.StoreUnavailable as exc:
@@ -41,7 +40,7 @@ def hand_back(engine: Engine, claim: Claim) -> Handback:
 
 def _why_refused(engine: Engine, claim: Claim) -> Handback:
     try:
-        job = db.read(engine, store.get_job, claim.job_id)
+        job = db.read(engine, queries.get_job, claim.job_id)
     except db.StoreUnavailable:
         return Handback.UNREACHABLE
     ours = job is not None and job.state is State.RUNNING and job.epoch == claim.epoch

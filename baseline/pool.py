@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine
 from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
 from core import clock
+from core.backoff import Backoff
 from core.settings import Settings
 from handlers.runner import (
     AttemptOutcome,
@@ -28,8 +29,7 @@ from handlers.runner import (
     discard_uncommitted,
     run_attempt,
 )
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db
 from jobstore.records import Claim
 from jobstore.states import State
 
@@ -232,15 +232,16 @@ class ClaimPool:
 
 
 def claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
-    """`jobs.claim_next` at the time the transaction runs (a retried transaction reads the clock again)."""
-    return store.claim_next(conn, worker, clock.now(), lease_seconds)
+    """`claiming.claim_next` at the time the transaction runs (a retried transaction reads the clock
+    again)."""
+    return claiming.claim_next(conn, worker, clock.now(), lease_seconds)
 
 
 def commit_and_claim_next(
     conn: Connection,
     claim: Claim,
     outcome: AttemptOutcome,
-    backoff: store.Backoff,
+    backoff: Backoff,
     *,
     next_worker: str | None,
     lease_seconds: float,
@@ -251,4 +252,4 @@ def commit_and_claim_next(
     state = commit_outcome(conn, claim, outcome, now, backoff)
     if next_worker is None:
         return state, None
-    return state, store.claim_next(conn, next_worker, now, lease_seconds)
+    return state, claiming.claim_next(conn, next_worker, now, lease_seconds)

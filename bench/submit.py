@@ -17,8 +17,7 @@ from sqlalchemy import Connection, Engine
 
 from api.auth import issue_token
 from core import clock
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake
 
 KIND = "noop"
 OWNER = "bench"
@@ -55,12 +54,12 @@ class Tally:
 def _accept_batch(conn: Connection, tenant: str, count: int, max_attempts: int) -> None:
     """`count` accepts in the caller's transaction, as the API's group commit writes them."""
     request = {"tenant": tenant, "owner": OWNER, "kind": KIND, "payload": {}, "max_attempts": max_attempts}
-    store.accept_many(conn, [request | {"operation_key": _key(), "now": clock.now()} for _ in range(count)])
+    intake.accept_many(conn, [request | {"operation_key": _key(), "now": clock.now()} for _ in range(count)])
 
 
 @dataclass
 class StoreSubmitter:
-    """Accepts jobs in this process, `jobs.accept` inside `db.transact`, `batch` accepts per transaction."""
+    """Accepts jobs in this process, `intake.accept` inside `db.transact`, `batch` accepts per transaction."""
 
     engine: Engine
     max_attempts: int

@@ -20,8 +20,7 @@ from consumer.link import BrokerLink
 from consumer.pipeline import Pipeline
 from core import clock, faults
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db
 from jobstore.records import Claim
 
 log = logging.getLogger(__name__)
@@ -109,4 +108,4 @@ class DegradedMode:
 
 
 def _claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
-    return store.claim_next(conn, worker, clock.now(), lease_seconds)
+    return claiming.claim_next(conn, worker, clock.now(), lease_seconds)

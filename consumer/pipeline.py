@@ -31,12 +31,11 @@ from consumer.budget import AHEAD_SECONDS, ClaimBudget
 from consumer.link import Delivery
 from consumer.rounds import STOP, Finished, Round, Running, release_one, take_batch, take_waiting, write_round
 from core import faults
+from core.backoff import Backoff, compute_backoff
 from core.settings import Settings
 from handlers.base import JobError
 from handlers.runner import AttemptOutcome, LeaseKeeper, StoreContext, discard_uncommitted, run_attempt
-from jobstore import db
-from jobstore import jobs as store
-from jobstore.decisions import compute_backoff
+from jobstore import claiming, db
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
@@ -92,7 +91,7 @@ class Pipeline:
         self._keeper = keeper
         self._acker = acker
         self._worker = worker
-        self._backoff = store.Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
+        self._backoff = Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Delivery | Finished | STOP
         self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Running | STOP
         self._running: dict[str, Running] = {}
@@ -304,7 +303,7 @@ class Pipeline:
         for f, state in zip(finished, states, strict=True):
             discard_uncommitted(self._settings, f.running.claim, f.outcome, state)
 
-    def _claimed(self, deliveries: list[Delivery], claims: list[store.ClaimResult]) -> None:
+    def _claimed(self, deliveries: list[Delivery], claims: list[claiming.ClaimResult]) -> None:
         refused = []
         for delivery, result in zip(deliveries, claims, strict=True):
             if result.claim is None:
@@ -363,7 +362,7 @@ class Pipeline:
         return True
 
     def release_running(self) -> list[Running]:
-        """Give every job still running back to the queue (`jobs.release`: queued again with a new outbox
+        """Give every job still running back to the queue (`fenced.release`: queued again with a new outbox
         row) and ack its delivery. Returns the jobs the store refused to release: those started an external
         effect and must be finished, not repeated (or their lease is already gone)."""
         kept: list[Running] = []

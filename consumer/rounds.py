@@ -14,8 +14,9 @@ from sqlalchemy import Connection
 
 from consumer.link import Delivery
 from core import clock
+from core.backoff import Backoff
 from handlers.runner import AttemptOutcome, Held, commit_outcome
-from jobstore import jobs as store
+from jobstore import claiming, fenced
 from jobstore.records import Claim
 from jobstore.states import State
 
@@ -56,17 +57,17 @@ class Round:
 
 def claim_all(
     conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float
-) -> list[store.ClaimResult]:
+) -> list[claiming.ClaimResult]:
     """Claim each job in the caller's transaction; a second delivery of one job sees it leased."""
-    return store.claim_many(conn, job_ids, worker, clock.now(), lease_seconds)
+    return claiming.claim_many(conn, job_ids, worker, clock.now(), lease_seconds)
 
 
-def commit_all(conn: Connection, finished: Sequence[Finished], backoff: store.Backoff) -> list[State | None]:
+def commit_all(conn: Connection, finished: Sequence[Finished], backoff: Backoff) -> list[State | None]:
     """Commit every outcome under its own fence in the caller's transaction; a fenced one writes nothing
-    (None) and does not disturb the others. Successes are completed together (`jobs.complete_many`)."""
+    (None) and does not disturb the others. Successes are completed together (`fenced.complete_many`)."""
     now = clock.now()
     succeeded = [f for f in finished if _succeeded(f.outcome)]
-    completed = store.complete_many(conn, [_finishing(f) for f in succeeded], now)
+    completed = fenced.complete_many(conn, [_finishing(f) for f in succeeded], now)
     states = dict(zip([id(f) for f in succeeded], completed, strict=True))
     return [
         states[id(f)] if id(f) in states else commit_outcome(conn, f.running.claim, f.outcome, now, backoff)
@@ -79,10 +80,10 @@ def _succeeded(outcome: AttemptOutcome) -> bool:
     return outcome.output is not None and not outcome.cancelled and not outcome.lease_lost
 
 
-def _finishing(f: Finished) -> store.Finishing:
+def _finishing(f: Finished) -> fenced.Completion:
     assert f.outcome.output is not None
     claim = f.running.claim
-    return store.Finishing(claim.job_id, claim.epoch, claim.attempt_id, f.outcome.output)
+    return fenced.Completion(claim.job_id, claim.epoch, claim.attempt_id, f.outcome.output)
 
 
 def write_round(
@@ -91,14 +92,14 @@ def write_round(
     job_ids: Sequence[str],
     worker: str,
     lease_seconds: float,
-    backoff: store.Backoff,
-) -> tuple[list[State | None], list[store.ClaimResult]]:
+    backoff: Backoff,
+) -> tuple[list[State | None], list[claiming.ClaimResult]]:
     """One round of the store writer: commit the finished outcomes, then claim the delivered jobs."""
     return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
 
 
 def release_one(conn: Connection, claim: Claim) -> None:
-    store.release(conn, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
+    fenced.release(conn, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
 
 
 def take_batch(

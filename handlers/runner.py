@@ -21,11 +21,11 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, Engine
 
 from core import clock
+from core.backoff import Backoff
 from core.settings import Settings
 from handlers.base import Cancelled, JobError, LeaseLost, PermanentError
 from handlers.registry import KINDS
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, fenced
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
@@ -96,7 +96,7 @@ class LeaseKeeper:
         now, renewed_at = clock.now(), time.monotonic()
         for held in current:
             try:
-                held.cancel_requested = store.renew_lease(
+                held.cancel_requested = fenced.renew_lease(
                     conn, held.claim.job_id, held.claim.epoch, now, self._lease
                 )
             except Fenced:
@@ -141,11 +141,11 @@ class StoreContext:
             raise Cancelled(self.job_id)
 
     def save_checkpoint(self, data: dict[str, Any]) -> None:
-        self._fenced(store.save_checkpoint, self.job_id, self.epoch, data, clock.now())
+        self._fenced(fenced.save_checkpoint, self.job_id, self.epoch, data, clock.now())
         self.checkpoint = data
 
     def mark_external_started(self) -> None:
-        self._fenced(store.mark_external_started, self.job_id, self.epoch, self.attempt_id, clock.now())
+        self._fenced(fenced.mark_external_started, self.job_id, self.epoch, self.attempt_id, clock.now())
 
     def record_execution(self, event: str, **fields: Any) -> None:
         record_execution(self.settings, self.claim, event, **fields)
@@ -231,19 +231,19 @@ def _first_error(exc: ValidationError) -> str:
 
 
 def commit_outcome(
-    conn: Connection, claim: Claim, outcome: AttemptOutcome, now: float, backoff: store.Backoff
+    conn: Connection, claim: Claim, outcome: AttemptOutcome, now: float, backoff: Backoff
 ) -> State | None:
     """Write the attempt's outcome under the fence. None when the worker was fenced out (nothing written)."""
     if outcome.lease_lost:
         return None
     try:
         if outcome.output is not None and not outcome.cancelled:
-            return store.complete(conn, claim.job_id, claim.epoch, claim.attempt_id, outcome.output, now)
+            return fenced.complete(conn, claim.job_id, claim.epoch, claim.attempt_id, outcome.output, now)
         if outcome.cancelled:
             error = JobError("cancelled", "cancelled while running")
         else:
             error = outcome.error or JobError("handler_error", "no output")
-        decision = store.fail(
+        decision = fenced.fail(
             conn,
             claim.job_id,
             claim.epoch,
@@ -276,8 +276,8 @@ def discard_uncommitted(
         log.warning("job %s attempt %s: uncommitted output kept: %s", claim.job_id, claim.attempt_id, exc)
 
 
-def backoff_of(settings: Settings) -> store.Backoff:
-    return store.Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
+def backoff_of(settings: Settings) -> Backoff:
+    return Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
 
 
 def execute(engine: Engine, settings: Settings, keeper: LeaseKeeper, claim: Claim) -> State | None:

@@ -1,25 +1,14 @@
-"""Pure decisions: backoff, retry-or-dead, cancel-vs-complete, what a sweep does to an expired lease.
+"""Pure decisions: retry-or-dead, cancel-vs-complete, what a sweep does to an expired lease.
 
-The store applies them inside its guarded transactions; they take plain values and do no I/O.
+The store applies them inside its guarded transactions; they take plain values and do no I/O. (Backoff, which
+the relays and the consumer use too, is `core.backoff`.)
 """
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from jobstore.states import State
-
-
-def compute_backoff(attempts: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Seconds to wait before the next attempt: exponential in `attempts` (>= 1), capped, with full jitter
-    over the upper half so delays still grow from one attempt to the next."""
-    if attempts < 1 or base <= 0:
-        return 0.0
-    # The exponent is bounded so a large attempt count gives the cap, not an OverflowError.
-    ceiling = min(cap, base * 2.0 ** min(attempts - 1, 64))
-    jitter = (rng or random).random()
-    return ceiling * (0.5 + 0.5 * jitter)
 
 
 @dataclass(frozen=True)
@@ -57,7 +46,10 @@ def decide_failure(
 def decide_completion(*, cancel_requested: bool, external_started: bool = False) -> State:
     """A finished attempt commits `succeeded` unless a cancel request was committed first. An attempt that
     started an external effect (an e-mail went out) ends `succeeded` even then: calling it `cancelled` would
-    claim the effect did not happen. `jobs.complete` applies this rule in its guarded UPDATE."""
+    claim the effect did not happen.
+
+    This function is the rule itself, not a description of it: the guarded UPDATE of `fenced.complete` is
+    built from its truth table (`fenced._outcomes`), so the SQL cannot say otherwise."""
     if cancel_requested and not external_started:
         return State.CANCELLED
     return State.SUCCEEDED

@@ -9,7 +9,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, and_, func, or_, select
+from sqlalchemy import Connection, and_, bindparam, func, or_, select
 
 from jobstore.records import Attempt, Job
 from jobstore.schema import attempts, jobs
@@ -56,6 +56,19 @@ def _position(cursor: str) -> tuple[float, str]:
 class Page:
     items: list[Job]
     next_cursor: str | None
+
+
+_BY_ID = select(jobs).where(jobs.c.id == bindparam("b_id"))
+_BY_ID_AND_TENANT = _BY_ID.where(jobs.c.tenant == bindparam("b_tenant"))
+
+
+def get_job(conn: Connection, job_id: str, *, tenant: str | None = None) -> Job | None:
+    """The job, or None when it does not exist or belongs to another tenant."""
+    if tenant is None:
+        row = conn.execute(_BY_ID, {"b_id": job_id}).mappings().first()
+    else:
+        row = conn.execute(_BY_ID_AND_TENANT, {"b_id": job_id, "b_tenant": tenant}).mappings().first()
+    return Job.from_row(row) if row else None
 
 
 def list_jobs(

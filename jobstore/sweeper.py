@@ -9,22 +9,23 @@ from enum import StrEnum
 
 from sqlalchemy import Connection, Exists, and_, or_, select, update
 
+from core.backoff import Backoff
+from jobstore import fenced
 from jobstore import outbox as outbox_rows
 from jobstore.decisions import Decision, decide_expired_lease
-from jobstore.jobs import Backoff, apply_decision
 from jobstore.records import Job
-from jobstore.schema import attempts, jobs, outbox
-from jobstore.states import State
+from jobstore.schema import jobs, outbox, state_in
+from jobstore.states import EXPIRE_LEASE, EXPIRE_QUEUED, State
 
 
 def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int = 500) -> Counter[str]:
     """Settle up to `limit` overdue jobs; returns how many went to each state."""
     settled: Counter[str] = Counter()
     overdue_running = and_(
-        jobs.c.state == State.RUNNING.value,
+        state_in(EXPIRE_LEASE.sources),
         or_(jobs.c.lease_expires_at <= now, jobs.c.deadline_at <= now),
     )
-    overdue_queued = and_(jobs.c.state == State.QUEUED.value, jobs.c.deadline_at <= now)
+    overdue_queued = and_(state_in(EXPIRE_QUEUED.sources), jobs.c.deadline_at <= now)
     rows = conn.execute(
         select(jobs).where(or_(overdue_running, overdue_queued)).order_by(jobs.c.id).limit(limit)
     ).mappings()
@@ -36,7 +37,7 @@ def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int 
             jobs.c.state == job.state.value,
             overdue_running if job.state is State.RUNNING else overdue_queued,
         )
-        if apply_decision(conn, job, decision, now, guard=guard):
+        if fenced.apply_decision(conn, job, decision, now, guard=guard):
             _close_attempt(conn, job, decision, now)
             settled[decision.state.value] += 1
     return settled
@@ -59,12 +60,8 @@ def _decide(job: Job, now: float, backoff: Backoff) -> Decision:
 def _close_attempt(conn: Connection, job: Job, decision: Decision, now: float) -> None:
     if job.state is not State.RUNNING:
         return
-    conn.execute(
-        update(attempts)
-        .where(attempts.c.job_id == job.id, attempts.c.epoch == job.epoch, attempts.c.outcome == "running")
-        .values(
-            outcome="lost", ended_at=now, error_code=decision.error_code, error_message=decision.error_message
-        )
+    fenced.lose_running_attempts(
+        conn, [job.id], now, code=decision.error_code, message=decision.error_message
     )
 
 

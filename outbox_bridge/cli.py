@@ -16,8 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from broker.connection import queue_depth
 from core import clock
 from core.settings import Settings, load
-from jobstore import db, migrate, queries
-from jobstore import jobs as store
+from jobstore import db, migrate, operator, queries
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import overview
 from jobstore.records import Job
@@ -272,7 +271,7 @@ def jobs_list(
 def jobs_show(job_id: str) -> None:
     """Show one job and its attempts."""
     _, engine = _engine()
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     if job is None:
         err.print(f"no job {job_id}")
         raise typer.Exit(1)
@@ -313,7 +312,7 @@ def _operate(action: str, fn: Callable[..., Job], *args: object) -> None:
 @jobs_app.command("requeue")
 def jobs_requeue(job_id: str) -> None:
     """Put a dead or unknown job back in the queue with a fresh attempt budget."""
-    _operate("requeued", store.requeue, job_id, clock.now())
+    _operate("requeued", operator.requeue, job_id, clock.now())
 
 
 class Resolution(StrEnum):
@@ -328,7 +327,7 @@ def jobs_resolve(
     note: Annotated[str, typer.Option(help="How you know.")] = "checked by operator",
 ) -> None:
     """Settle an unknown job as succeeded or failed."""
-    _operate("resolved", store.resolve, job_id, State(outcome.value), note, clock.now())
+    _operate("resolved", operator.resolve, job_id, State(outcome.value), note, clock.now())
 
 
 def main() -> None:

@@ -27,7 +27,6 @@ from sqlalchemy.engine import make_url
 from api.auth import TokenPolicy, secret_weakness
 from core.settings import Settings
 from jobstore import db, queries
-from jobstore import jobs as store
 from jobstore.records import Job
 from jobstore.states import TERMINAL, State
 from outbox_bridge.stack import Stack, broker_answers, free_port
@@ -58,7 +57,7 @@ def run(settings: Settings, *, broker: str, keep_running: bool) -> int:
 
 
 def _jobs_of(conn: Connection, ids: Iterable[str]) -> list[Job | None]:
-    return [store.get_job(conn, job_id) for job_id in ids]
+    return [queries.get_job(conn, job_id) for job_id in ids]
 
 
 def _no_broker_message(url: str) -> str:

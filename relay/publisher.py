@@ -30,9 +30,9 @@ from sqlalchemy import Engine
 
 from broker.connection import BROKER_ERRORS, connection_parameters, describe
 from core import clock, faults
+from core.backoff import compute_backoff
 from core.settings import Settings
 from jobstore import db
-from jobstore.decisions import compute_backoff
 from jobstore.outbox import Lease
 from relay import ledger
 from relay.deadletters import Checked, DeadLetterCheck

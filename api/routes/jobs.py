@@ -19,8 +19,7 @@ from core import clock, faults
 from core.settings import Settings
 from handlers.base import Kind
 from handlers.registry import KINDS
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import db, operator, queries
 from jobstore.errors import JobNotFound
 from jobstore.records import Attempt, Job
 from jobstore.states import State
@@ -114,7 +113,7 @@ def list_jobs(
 @router.get("/{job_id}", response_model=JobView, summary="Read a job", responses=problems(401, 404, 503))
 def read_job(job_id: str, identity: IdentityDep, engine: EngineDep) -> Response:
     """The job view; 404 for an unknown id and for another tenant's job alike."""
-    job = db.read(engine, store.get_job, job_id, tenant=identity.tenant)
+    job = db.read(engine, queries.get_job, job_id, tenant=identity.tenant)
     if job is None:
         raise JobNotFound(job_id)
     return _json(JobView.of(job))
@@ -137,13 +136,13 @@ def cancel_job(job_id: str, identity: IdentityDep, engine: EngineDep) -> Respons
     """Queued: `cancelled` at once (200). Running: cancel requested (202). Finished: unchanged (200), so a
     committed result stands."""
     outcome, job = db.transact(engine, _cancel, job_id, clock.now(), identity.tenant)
-    status = 202 if outcome is store.CancelOutcome.REQUESTED else 200
+    status = 202 if outcome is operator.CancelOutcome.REQUESTED else 200
     return _json(JobView.of(job), status)
 
 
-def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[store.CancelOutcome, Job]:
-    outcome = store.request_cancel(conn, job_id, now, tenant=tenant)
-    job = store.get_job(conn, job_id, tenant=tenant)
+def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[operator.CancelOutcome, Job]:
+    outcome = operator.request_cancel(conn, job_id, now, tenant=tenant)
+    job = queries.get_job(conn, job_id, tenant=tenant)
     assert job is not None  # request_cancel raised JobNotFound otherwise
     return outcome, job
 
@@ -180,7 +179,7 @@ def job_result(job_id: str, identity: IdentityDep, settings: SettingsDep, engine
 
 
 def _result_of(conn: Connection, job_id: str, tenant: str) -> tuple[Job | None, Attempt | None]:
-    job = store.get_job(conn, job_id, tenant=tenant)
+    job = queries.get_job(conn, job_id, tenant=tenant)
     if job is None:
         return None, None
     return job, queries.committed_result(conn, job_id, tenant=tenant)

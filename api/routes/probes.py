@@ -11,7 +11,6 @@ from api.openapi import problems
 from api.schemas import Status
 from core import clock
 from jobstore import db, outbox, queries
-from jobstore import jobs as store
 from jobstore.outbox import Backlog
 
 router = APIRouter(tags=["operations"])
@@ -28,7 +27,7 @@ async def healthz() -> Status:
 
 @router.get("/readyz", response_model=Status, summary="The store is reachable", responses=problems(503))
 def readyz(engine: EngineDep) -> Status:
-    db.read(engine, store.get_job, PROBE_ID)
+    db.read(engine, queries.get_job, PROBE_ID)
     return Status(status="ready")
 
 

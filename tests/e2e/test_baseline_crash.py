@@ -13,8 +13,7 @@ from sqlalchemy import Engine
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import db, intake, queries
 from jobstore.records import Job
 from jobstore.states import State
 from tests.conftest import make_settings
@@ -41,7 +40,7 @@ def executions(settings: Settings) -> list[dict[str, Any]]:
 def accept_sleep(engine: Engine, seconds: float) -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="crash",
         owner="tester",
         kind="sleep",
@@ -54,7 +53,7 @@ def accept_sleep(engine: Engine, seconds: float) -> str:
 
 
 def job_state(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     return job
 

@@ -13,8 +13,7 @@ from sqlalchemy import Connection, Engine, func, select
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import db, intake, queries
 from jobstore.schema import attempts, jobs
 from tests.conftest import make_settings
 from tests.support.procs import Proc, start, wait_for
@@ -37,7 +36,7 @@ def settings(tmp_path: Path) -> Settings:
 def _accept_noops(conn: Connection, first: int, count: int) -> None:
     now = clock.now()
     for n in range(first, first + count):
-        store.accept(
+        intake.accept(
             conn,
             tenant="drain",
             owner="tester",

@@ -13,8 +13,7 @@ from sqlalchemy import Engine
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import db, intake, queries
 from jobstore.records import Job
 from jobstore.states import State
 from tests.conftest import make_settings
@@ -34,7 +33,7 @@ def settings(tmp_path: Path) -> Settings:
 def accept(engine: Engine, kind: str, payload: dict[str, float], key: str) -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="shutdown",
         owner="tester",
         kind=kind,
@@ -54,7 +53,7 @@ def started(settings: Settings) -> list[str]:
 
 
 def job(engine: Engine, job_id: str) -> Job:
-    found = db.read(engine, store.get_job, job_id)
+    found = db.read(engine, queries.get_job, job_id)
     assert found is not None
     return found
 

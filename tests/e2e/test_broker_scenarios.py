@@ -31,8 +31,7 @@ from broker import topology
 from broker.message import JobMessage
 from core import clock
 from core.settings import Settings
-from jobstore import db, outbox, queries
-from jobstore import jobs as store
+from jobstore import db, intake, outbox, queries
 from jobstore.records import Attempt, Job
 from jobstore.states import TERMINAL, State
 from tests.conftest import SharedBroker, make_settings
@@ -109,13 +108,13 @@ class Stack:
         def write(conn: Any) -> list[str]:
             now = clock.now()
             return [
-                store.accept(
+                intake.accept(
                     conn,
                     tenant="acme",
                     owner="alice",
                     kind=kind,
                     payload=payload,
-                    operation_key=store.new_id(),
+                    operation_key=intake.new_id(),
                     now=now,
                     max_attempts=self.settings.max_attempts,
                 ).job.id
@@ -125,7 +124,7 @@ class Stack:
         return db.transact(self.engine, write)
 
     def job(self, job_id: str) -> Job:
-        found = db.read(self.engine, store.get_job, job_id)
+        found = db.read(self.engine, queries.get_job, job_id)
         assert found is not None
         return found
 
@@ -138,7 +137,7 @@ class Stack:
 
     def wait_terminal(self, ids: list[str], timeout: float) -> None:
         def done() -> bool:
-            found = db.read(self.engine, lambda conn: [store.get_job(conn, i) for i in ids])
+            found = db.read(self.engine, lambda conn: [queries.get_job(conn, i) for i in ids])
             return all(j is not None and j.state in TERMINAL for j in found)
 
         self.wait(done, timeout, f"{len(ids)} jobs terminal")
@@ -153,7 +152,7 @@ class Stack:
     @staticmethod
     def submit(client: httpx.Client, kind: str, payload: dict[str, Any]) -> httpx.Response:
         return client.post(
-            "/jobs", json={"kind": kind, "payload": payload}, headers={"Idempotency-Key": store.new_id()}
+            "/jobs", json={"kind": kind, "payload": payload}, headers={"Idempotency-Key": intake.new_id()}
         )
 
     # The broker.

@@ -16,9 +16,9 @@ from playwright.sync_api import Page, sync_playwright
 from sqlalchemy import Connection, Engine, func, select
 
 from api.auth import issue_token
+from core.backoff import Backoff
 from core.settings import Settings
-from jobstore import db, sweeper
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator, queries, sweeper
 from jobstore.records import Claim, Job
 from jobstore.schema import outbox
 from jobstore.states import State
@@ -38,7 +38,7 @@ CHROMIUM_ARGS = [
 ]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 WORKER = "seed-worker"
-BACKOFF = store.Backoff(0.05, 0.5)
+BACKOFF = Backoff(0.05, 0.5)
 
 
 @dataclass
@@ -54,7 +54,7 @@ class Seeded:
 
 
 def _accept(conn: Connection, key: str, kind: str, payload: dict[str, object], now: float) -> str:
-    accepted = store.accept(
+    accepted = intake.accept(
         conn,
         tenant="acme",
         owner="ana",
@@ -68,7 +68,7 @@ def _accept(conn: Connection, key: str, kind: str, payload: dict[str, object], n
 
 
 def _claim(engine: Engine, job_id: str, now: float, lease: float = 600.0) -> Claim:
-    result = db.transact(engine, store.claim, job_id, WORKER, now, lease)
+    result = db.transact(engine, claiming.claim, job_id, WORKER, now, lease)
     assert result.claim is not None, result
     return result.claim
 
@@ -76,7 +76,7 @@ def _claim(engine: Engine, job_id: str, now: float, lease: float = 600.0) -> Cla
 def _fail(engine: Engine, claim: Claim, now: float, *, permanent: bool, code: str) -> State:
     decision = db.transact(
         engine,
-        store.fail,
+        fenced.fail,
         claim.job_id,
         claim.epoch,
         claim.attempt_id,
@@ -105,16 +105,18 @@ def seed_store(engine: Engine) -> Seeded:
     _claim(engine, new(State.RUNNING, "export", {"rows": 1000, "chunk": 100}), t + 1)
     for _ in range(2):
         c = _claim(engine, new(State.SUCCEEDED, "noop", {}), t + 2)
-        db.transact(engine, store.complete, c.job_id, c.epoch, c.attempt_id, {"ok": True}, t + 3)
+        db.transact(engine, fenced.complete, c.job_id, c.epoch, c.attempt_id, {"ok": True}, t + 3)
     c = _claim(engine, new(State.FAILED, "document", {"document": ""}), t + 4)
     assert _fail(engine, c, t + 5, permanent=True, code="invalid_payload") is State.FAILED
-    db.transact(engine, store.request_cancel, new(State.CANCELLED, "export", {"rows": 9, "chunk": 9}), t + 6)
+    db.transact(
+        engine, operator.request_cancel, new(State.CANCELLED, "export", {"rows": 9, "chunk": 9}), t + 6
+    )
     for _ in range(2):
         _exhaust(engine, new(State.DEAD, "export", {"rows": 5, "chunk": 5}), t + 7)
     for _ in range(2):
         job_id = new(State.UNKNOWN, "notify", {"to": "ops@example.com", "message": "hi"})
         c = _claim(engine, job_id, t + 20, lease=5.0)
-        db.transact(engine, store.mark_external_started, job_id, c.epoch, c.attempt_id, t + 21)
+        db.transact(engine, fenced.mark_external_started, job_id, c.epoch, c.attempt_id, t + 21)
     settled = db.transact(engine, sweeper.sweep_expired, t + 30, backoff=BACKOFF)
     assert settled == {"unknown": 2}, settled
     finished = sum(len(by_state[s]) for s in State if s not in (State.QUEUED, State.RUNNING))
@@ -136,7 +138,7 @@ def pending_outbox_rows(conn: Connection, now: float) -> int:
 
 
 def stored(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None, job_id
     return job
 

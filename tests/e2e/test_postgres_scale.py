@@ -21,8 +21,7 @@ from sqlalchemy import Connection, func, select
 
 from core import clock
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake
 from jobstore.schema import jobs, outbox
 from jobstore.states import TERMINAL, State
 from tests.conftest import make_settings
@@ -111,8 +110,8 @@ def broker(settings: Settings) -> Iterator[Any]:
 
 def accept_noops(conn: Connection, count: int, now: float) -> list[str]:
     return [
-        store.accept(
-            conn, tenant="acme", owner="ann", kind="noop", payload={}, operation_key=store.new_id(),
+        intake.accept(
+            conn, tenant="acme", owner="ann", kind="noop", payload={}, operation_key=intake.new_id(),
             now=now, max_attempts=3,
         ).job.id
         for _ in range(count)

@@ -12,8 +12,7 @@ from sqlalchemy import Engine
 
 from core import clock
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, queries
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support import procs
@@ -43,7 +42,7 @@ def broker(settings: Settings, rabbitmq_url: str) -> Iterator[Broker]:
 
 
 def _state(engine: Engine, job_id: str) -> State:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     return job.state
 
@@ -54,7 +53,7 @@ def test_relay_started_while_the_broker_refuses_keeps_sweeping_and_drains_when_i
     proxy.refuse()
     job_ids = seed_jobs(engine, 200)
     # A worker took one job and vanished: its lease runs out while the broker is away.
-    db.transact(engine, store.claim, job_ids[0], "vanished-worker", clock.now(), 0.5)
+    db.transact(engine, claiming.claim, job_ids[0], "vanished-worker", clock.now(), 0.5)
     relay = procs.start(["relay"], settings, tmp_path / "logs", "relay")
     try:
         procs.wait_for(lambda: _state(engine, job_ids[0]) is State.QUEUED, 15, what="the expired lease swept")

@@ -21,8 +21,7 @@ from api.app import create_app
 from api.auth import issue_token
 from api.committer import GroupCommitter, accept_all
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake
 from jobstore.errors import IdempotencyConflict, Unstorable
 from jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
@@ -54,10 +53,10 @@ def test_a_conflicting_key_in_a_batch_refuses_only_its_own_request(
     batch = [request("a", 1), request("b", 1), request("a", 2), request("a", 1)]
     outcomes = db.transact(engine, accept_all, batch)
     first, second, conflict, repeat = outcomes
-    assert isinstance(first, store.Accepted) and first.created
-    assert isinstance(second, store.Accepted) and second.created
+    assert isinstance(first, intake.Accepted) and first.created
+    assert isinstance(second, intake.Accepted) and second.created
     assert isinstance(conflict, IdempotencyConflict) and conflict.job_id == first.job.id
-    assert isinstance(repeat, store.Accepted) and not repeat.created and repeat.job.id == first.job.id
+    assert isinstance(repeat, intake.Accepted) and not repeat.created and repeat.job.id == first.job.id
     assert counts(engine) == (2, 2)
 
 
@@ -158,12 +157,12 @@ def test_a_request_the_store_refuses_fails_alone_and_the_rest_of_its_batch_commi
     finally:
         committer.close()
 
-    assert isinstance(opened, store.Accepted) and opened.created
+    assert isinstance(opened, intake.Accepted) and opened.created
     for tenant, outcome in zip(tenants, outcomes, strict=True):
         if tenant in refused:
             assert isinstance(outcome, Unstorable), outcome
         else:
-            assert isinstance(outcome, store.Accepted) and outcome.created, outcome
+            assert isinstance(outcome, intake.Accepted) and outcome.created, outcome
     assert sizes == [1, len(tenants)] + [1] * len(tenants), "one batch, then each request on its own"
     good = len(tenants) - len(refused)
     assert counts(engine) == (1 + good, 1 + good)

@@ -14,8 +14,7 @@ from api.app import create_app
 from api.auth import issue_token
 from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, queries
 
 
 @pytest.fixture
@@ -38,9 +37,9 @@ def submit(client: TestClient, auth: dict[str, str], kind: str, payload: dict[st
 
 
 def succeed(engine: Engine, clock: FakeClock, job_id: str, output: dict[str, Any]) -> None:
-    taken = db.transact(engine, store.claim, job_id, "test-worker", clock.now(), 30.0).claim
+    taken = db.transact(engine, claiming.claim, job_id, "test-worker", clock.now(), 30.0).claim
     assert taken is not None
-    db.transact(engine, store.complete, job_id, taken.epoch, taken.attempt_id, output, clock.now())
+    db.transact(engine, fenced.complete, job_id, taken.epoch, taken.attempt_id, output, clock.now())
 
 
 def answers(client: TestClient, auth: dict[str, str], engine: Engine, clock: FakeClock) -> dict[str, Any]:
@@ -109,7 +108,7 @@ def test_an_unexpected_error_carries_the_headers_too(
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(store, "get_job", broken)
+    monkeypatch.setattr(queries, "get_job", broken)
     response = client.get("/jobs/some-id", headers=auth)
     assert response.status_code == 503
     assert response.headers["x-content-type-options"] == "nosniff"

@@ -12,10 +12,10 @@ from sqlalchemy import Engine, func, select
 
 from api.app import create_app
 from api.auth import issue_token
+from core.backoff import Backoff
 from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, queries
 from jobstore.records import Claim
 from jobstore.schema import jobs, outbox
 
@@ -65,13 +65,13 @@ def submit(client: TestClient, headers: dict[str, str], kind: str = "noop", **pa
 
 
 def claim(engine: Engine, job_id: str, clock: FakeClock, lease: float = 30.0) -> Claim:
-    taken = db.transact(engine, store.claim, job_id, "test-worker", clock.now(), lease).claim
+    taken = db.transact(engine, claiming.claim, job_id, "test-worker", clock.now(), lease).claim
     assert taken is not None
     return taken
 
 
 def complete(engine: Engine, taken: Claim, clock: FakeClock, output: dict[str, Any]) -> None:
-    db.transact(engine, store.complete, taken.job_id, taken.epoch, taken.attempt_id, output, clock.now())
+    db.transact(engine, fenced.complete, taken.job_id, taken.epoch, taken.attempt_id, output, clock.now())
 
 
 def test_a_new_job_is_committed_with_its_outbox_row_and_answered_202_with_its_location(
@@ -183,7 +183,7 @@ def test_owner_fields_in_the_body_are_ignored_in_favour_of_the_token(
 ) -> None:
     body = {"kind": "noop", "payload": {}, "tenant": "globex", "owner": "mallory", "user": "mallory"}
     view = client.post("/jobs", json=body, headers=auth("acme", "alice", key="k-1")).json()
-    job = db.read(engine, store.get_job, view["id"])
+    job = db.read(engine, queries.get_job, view["id"])
     assert job is not None
     assert (job.tenant, job.owner) == ("acme", "alice")
 
@@ -285,7 +285,7 @@ def test_a_failed_job_shows_its_error_and_has_no_result(
     taken = claim(engine, view["id"], clock)
     db.transact(
         engine,
-        store.fail,
+        fenced.fail,
         taken.job_id,
         taken.epoch,
         taken.attempt_id,
@@ -293,7 +293,7 @@ def test_a_failed_job_shows_its_error_and_has_no_result(
         message="rows must be positive",
         permanent=True,
         now=clock.now(),
-        backoff=store.Backoff(0.0, 0.0),
+        backoff=Backoff(0.0, 0.0),
     )
     failed = client.get(f"/jobs/{view['id']}", headers=auth()).json()
     assert failed["state"] == "failed"

@@ -15,9 +15,9 @@ from sqlalchemy import Engine
 
 from api.app import create_app
 from api.auth import issue_token
+from core.backoff import Backoff
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake
 from tests.conftest import make_settings
 
 EXAMPLES = 100
@@ -36,7 +36,7 @@ def _seed(engine: Engine, app_settings: Settings) -> None:
     accepted = [
         db.transact(
             engine,
-            store.accept,
+            intake.accept,
             tenant="acme",
             owner="alice",
             kind="noop",
@@ -49,16 +49,16 @@ def _seed(engine: Engine, app_settings: Settings) -> None:
         for n in range(3)
     ]
     for index, accepted_job in enumerate(accepted[1:]):
-        claim = db.transact(engine, store.claim, accepted_job.job.id, "seed-worker", now + 10, 30.0).claim
+        claim = db.transact(engine, claiming.claim, accepted_job.job.id, "seed-worker", now + 10, 30.0).claim
         assert claim is not None
         if index == 0:
             db.transact(
-                engine, store.complete, claim.job_id, claim.epoch, claim.attempt_id, {"ok": 1}, now + 11
+                engine, fenced.complete, claim.job_id, claim.epoch, claim.attempt_id, {"ok": 1}, now + 11
             )
         else:
             db.transact(
                 engine,
-                store.fail,
+                fenced.fail,
                 claim.job_id,
                 claim.epoch,
                 claim.attempt_id,
@@ -66,7 +66,7 @@ def _seed(engine: Engine, app_settings: Settings) -> None:
                 message="seeded failure",
                 permanent=True,
                 now=now + 11,
-                backoff=store.Backoff(0.0, 0.0),
+                backoff=Backoff(0.0, 0.0),
             )
 
 

@@ -14,8 +14,7 @@ from api.app import create_app
 from api.auth import issue_token
 from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, queries
 from jobstore.states import State
 
 
@@ -34,9 +33,9 @@ def a_job(client: TestClient, settings: Settings, engine: Engine, clock: FakeClo
     """Tenant A's job, succeeded with a committed result."""
     headers = {**bearer(settings, "tenant-a"), "Idempotency-Key": "a-1"}
     job_id: str = client.post("/jobs", json={"kind": "noop", "payload": {}}, headers=headers).json()["id"]
-    claim = db.transact(engine, store.claim, job_id, "worker", clock.now(), 30.0).claim
+    claim = db.transact(engine, claiming.claim, job_id, "worker", clock.now(), 30.0).claim
     assert claim is not None
-    db.transact(engine, store.complete, job_id, claim.epoch, claim.attempt_id, {"secret": "a"}, clock.now())
+    db.transact(engine, fenced.complete, job_id, claim.epoch, claim.attempt_id, {"secret": "a"}, clock.now())
     return job_id
 
 
@@ -65,7 +64,7 @@ def test_another_tenants_cancel_changes_nothing(
     headers = {**bearer(settings, "tenant-a"), "Idempotency-Key": "a-2"}
     job_id = client.post("/jobs", json={"kind": "noop", "payload": {}}, headers=headers).json()["id"]
     assert client.post(f"/jobs/{job_id}/cancel", headers=bearer(settings, "tenant-b")).status_code == 404
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     assert job.state is State.QUEUED and not job.cancel_requested
 

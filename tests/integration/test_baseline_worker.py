@@ -29,8 +29,7 @@ from baseline.worker import RELEASE_SETTLE_SECONDS, BaselineProcess
 from core import clock
 from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, queries
 from jobstore.records import Claim, Job
 from jobstore.states import State
 from tests.conftest import make_settings
@@ -46,7 +45,7 @@ def settings(tmp_path: Path) -> Settings:
 def accept(engine: Engine, kind: str = "noop", payload: dict[str, Any] | None = None, key: str = "k") -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind=kind,
@@ -59,13 +58,13 @@ def accept(engine: Engine, kind: str = "noop", payload: dict[str, Any] | None = 
 
 
 def claim(engine: Engine, worker: str = "elsewhere") -> Claim:
-    taken = db.transact(engine, store.claim_next, worker, clock.now(), 30.0)
+    taken = db.transact(engine, claiming.claim_next, worker, clock.now(), 30.0)
     assert taken is not None
     return taken
 
 
 def job(engine: Engine, job_id: str) -> Job:
-    found = db.read(engine, store.get_job, job_id)
+    found = db.read(engine, queries.get_job, job_id)
     assert found is not None
     return found
 
@@ -261,7 +260,7 @@ def test_a_job_whose_external_effect_started_cannot_be_handed_back(
 ) -> None:
     job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
     taken = claim(engine)
-    db.transact(engine, store.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
+    db.transact(engine, fenced.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
 
     assert hand_back(engine, taken) is Handback.MUST_FINISH
     assert (job(engine, job_id).state, job(engine, job_id).attempts) == (State.RUNNING, 1)
@@ -270,7 +269,7 @@ def test_a_job_whose_external_effect_started_cannot_be_handed_back(
 def test_a_finished_job_is_no_longer_held_and_stays_finished(settings: Settings, engine: Engine) -> None:
     job_id = accept(engine)
     taken = claim(engine)
-    db.transact(engine, store.complete, job_id, taken.epoch, taken.attempt_id, {"ok": True}, clock.now())
+    db.transact(engine, fenced.complete, job_id, taken.epoch, taken.attempt_id, {"ok": True}, clock.now())
 
     assert hand_back(engine, taken) is Handback.NOT_HELD
     assert job(engine, job_id).state is State.SUCCEEDED
@@ -319,7 +318,7 @@ def test_the_worker_sweeps_a_lease_that_no_claim_may_take(
 ) -> None:
     job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
     taken = claim(engine, worker="vanished")
-    db.transact(engine, store.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
+    db.transact(engine, fenced.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
     clock.advance(31)
     fast = settings.model_copy(update={"sweep_interval_seconds": 0.05})
     with running(engine, fast) as process:

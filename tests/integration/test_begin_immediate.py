@@ -16,8 +16,7 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake
 from jobstore.schema import jobs
 from tests.conftest import make_settings
 
@@ -38,7 +37,7 @@ def count_jobs(conn: Connection) -> int:
 
 
 def accept(conn: Connection, key: str) -> None:
-    store.accept(
+    intake.accept(
         conn,
         tenant="acme",
         owner="alice",

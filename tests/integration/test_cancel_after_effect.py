@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator, queries
 from jobstore.decisions import decide_completion
 from jobstore.records import Claim
 from jobstore.states import State
@@ -17,36 +16,36 @@ NOW = 1_700_000_000.0
 
 def claimed(engine: Engine, key: str) -> Claim:
     job = db.transact(
-        engine, store.accept, tenant="acme", owner="ana", kind="notify",
+        engine, intake.accept, tenant="acme", owner="ana", kind="notify",
         payload={"to": "ops@example.com", "message": "hi"}, operation_key=key, now=NOW, max_attempts=3,
     ).job  # fmt: skip
-    claim = db.transact(engine, store.claim, job.id, "w", NOW + 1, 30.0).claim
+    claim = db.transact(engine, claiming.claim, job.id, "w", NOW + 1, 30.0).claim
     assert claim is not None
     return claim
 
 
 def complete(engine: Engine, claim: Claim) -> State:
     output = {"id": 1}
-    return db.transact(engine, store.complete, claim.job_id, claim.epoch, claim.attempt_id, output, NOW + 4)
+    return db.transact(engine, fenced.complete, claim.job_id, claim.epoch, claim.attempt_id, output, NOW + 4)
 
 
 def test_a_completion_after_a_started_effect_stands_even_when_a_cancel_was_requested(engine: Engine) -> None:
     claim = claimed(engine, "sent")
-    db.transact(engine, store.mark_external_started, claim.job_id, claim.epoch, claim.attempt_id, NOW + 2)
-    outcome = db.transact(engine, store.request_cancel, claim.job_id, NOW + 3)
-    assert outcome is store.CancelOutcome.REQUESTED
+    db.transact(engine, fenced.mark_external_started, claim.job_id, claim.epoch, claim.attempt_id, NOW + 2)
+    outcome = db.transact(engine, operator.request_cancel, claim.job_id, NOW + 3)
+    assert outcome is operator.CancelOutcome.REQUESTED
     state = complete(engine, claim)
     assert state is State.SUCCEEDED
-    job = db.read(engine, store.get_job, claim.job_id)
+    job = db.read(engine, queries.get_job, claim.job_id)
     assert job is not None and job.result_attempt_id == claim.attempt_id and job.cancel_requested
 
 
 def test_without_a_started_effect_the_committed_cancel_request_wins(engine: Engine) -> None:
     claim = claimed(engine, "not-sent")
-    db.transact(engine, store.request_cancel, claim.job_id, NOW + 3)
+    db.transact(engine, operator.request_cancel, claim.job_id, NOW + 3)
     state = complete(engine, claim)
     assert state is State.CANCELLED
-    job = db.read(engine, store.get_job, claim.job_id)
+    job = db.read(engine, queries.get_job, claim.job_id)
     assert job is not None and job.result_attempt_id is None
 
 

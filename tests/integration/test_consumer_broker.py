@@ -22,8 +22,7 @@ from core import clock
 from core.settings import Settings
 from handlers.base import JobContext, Kind
 from handlers.registry import KINDS
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import db, intake, queries
 from jobstore.schema import outbox
 from jobstore.states import State
 from tests.conftest import make_settings
@@ -86,13 +85,13 @@ def accept(engine: Engine, kind: str, payload: dict[str, Any], count: int = 1) -
     def write(conn: Any) -> list[str]:
         now = clock.now()
         return [
-            store.accept(
+            intake.accept(
                 conn,
                 tenant="t1",
                 owner="u1",
                 kind=kind,
                 payload=payload,
-                operation_key=store.new_id(),
+                operation_key=intake.new_id(),
                 now=now,
                 max_attempts=3,
             ).job.id
@@ -116,7 +115,7 @@ def states(engine: Engine) -> dict[str, int]:
 
 
 def job(engine: Engine, job_id: str) -> Any:
-    return db.read(engine, store.get_job, job_id)
+    return db.read(engine, queries.get_job, job_id)
 
 
 def wait_succeeded(engine: Engine, count: int, timeout: float = 20.0) -> None:

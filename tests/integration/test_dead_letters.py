@@ -17,8 +17,7 @@ from broker.connection import queue_depth
 from broker.message import JobMessage
 from core import clock
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake, operator, queries
 from jobstore.schema import outbox
 from jobstore.states import State
 from relay.deadletters import Checked, DeadLetterCheck
@@ -66,13 +65,13 @@ def accept(engine: Engine, *, published: bool) -> str:
 
     def write(conn: object) -> str:
         now = clock.now()
-        job_id = store.accept(
+        job_id = intake.accept(
             conn,  # type: ignore[arg-type]
             tenant="t1",
             owner="u1",
             kind="noop",
             payload={},
-            operation_key=store.new_id(),
+            operation_key=intake.new_id(),
             now=now,
             max_attempts=3,
         ).job.id
@@ -94,8 +93,8 @@ def test_each_dead_lettered_message_is_settled_from_the_store_and_only_undecodab
     lost = accept(engine, published=True)  # queued, its message went out and was dead-lettered
     announced = accept(engine, published=False)  # queued, a new delivery already waits for the relay
     finished = accept(engine, published=True)
-    db.transact(engine, store.request_cancel, finished, clock.now())
-    for job_id in (lost, announced, finished, store.new_id()):
+    db.transact(engine, operator.request_cancel, finished, clock.now())
+    for job_id in (lost, announced, finished, intake.new_id()):
         dead_letter(channel, settings, JobMessage(job_id).encode())
     dead_letter(channel, settings, GARBAGE)
 
@@ -122,7 +121,7 @@ def test_each_dead_lettered_message_is_settled_from_the_store_and_only_undecodab
     assert waiting_rows(engine, lost) == 1, "the lost job has a new delivery waiting for the relay"
     assert waiting_rows(engine, announced) == 1, "no second delivery for a job that already has one"
     assert waiting_rows(engine, finished) == 0
-    assert db.read(engine, store.get_job, finished).state is State.CANCELLED
+    assert db.read(engine, queries.get_job, finished).state is State.CANCELLED
     assert all(not c.verdicts for c in later), "nothing but the undecodable one stayed"
     parked: list[bytes] = []
 

@@ -14,8 +14,7 @@ from sqlalchemy import Engine
 
 from core.clock import FakeClock, now
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake
 from jobstore.states import State
 from tests.support.kinds import claim, committed_output, job_of, run
 from tests.support.procs import settings_env
@@ -26,11 +25,12 @@ INVOICE = "Invoice 2024-17\nCustomer: Acme Corp\nTotal: 1,200.00 EUR\nDue date: 
 WORKER = """
 import sys
 from handlers.runner import LeaseKeeper, execute
-from jobstore import db, jobs
+from jobstore import claiming, db
 from core import clock, settings
 cfg = settings.load()
 engine = db.make_engine(cfg)
-claimed = db.transact(engine, jobs.claim, sys.argv[1], "doomed-worker", clock.now(), cfg.lease_seconds).claim
+taken = db.transact(engine, claiming.claim, sys.argv[1], "doomed-worker", clock.now(), cfg.lease_seconds)
+claimed = taken.claim
 print(execute(engine, cfg, LeaseKeeper(engine, cfg).start(), claimed))
 """
 
@@ -38,7 +38,7 @@ print(execute(engine, cfg, LeaseKeeper(engine, cfg).start(), claimed))
 def submit(engine: Engine, payload: dict[str, Any], *, deadline_seconds: float | None = None) -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="document",

@@ -17,8 +17,7 @@ from core.settings import Settings
 from handlers.base import Cancelled
 from handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
 from handlers.runner import LeaseKeeper, StoreContext, execute
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import db, intake, operator, queries
 from jobstore.states import State
 from tests.support.kinds import claim, committed_output, job_of, run
 from tests.support.procs import wait_for
@@ -27,7 +26,7 @@ from tests.support.procs import wait_for
 def submit(engine: Engine, payload: dict[str, Any]) -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="export",
@@ -72,7 +71,7 @@ def test_an_export_cancelled_between_chunks_ends_cancelled_with_no_finished_file
     worker.start()
     try:
         wait_for(lambda: any(job_dir.glob("*.partial")), timeout=20, interval=0.002, what="a partial file")
-        assert db.transact(engine, store.request_cancel, job_id, now()) is store.CancelOutcome.REQUESTED
+        assert db.transact(engine, operator.request_cancel, job_id, now()) is operator.CancelOutcome.REQUESTED
     finally:
         worker.join(timeout=60)
     assert outcome == [State.CANCELLED]
@@ -86,7 +85,7 @@ def test_a_cancel_seen_only_at_the_commit_ends_cancelled_and_removes_the_finishe
 ) -> None:
     job_id = submit(engine, {"rows": 100, "chunk": 30})
     claimed = claim(engine, settings, job_id)
-    assert db.transact(engine, store.request_cancel, job_id, now()) is store.CancelOutcome.REQUESTED
+    assert db.transact(engine, operator.request_cancel, job_id, now()) is operator.CancelOutcome.REQUESTED
     # A keeper that never renews: the running code never hears of the cancel and finishes its file.
     keeper = LeaseKeeper(engine, settings)
     assert execute(engine, settings, keeper, claimed) is State.CANCELLED

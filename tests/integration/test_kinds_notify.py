@@ -18,8 +18,7 @@ from core.clock import FakeClock, now
 from core.settings import Settings
 from handlers.notify import StubProvider
 from handlers.runner import backoff_of
-from jobstore import db, queries, sweeper
-from jobstore import jobs as store
+from jobstore import claiming, db, intake, operator, queries, sweeper
 from jobstore.records import Attempt
 from jobstore.states import State
 from tests.support.kinds import claim, job_of, run
@@ -31,11 +30,12 @@ PAYLOAD = {"to": "ops@example.com", "message": "disk almost full on db-2"}
 WORKER = """
 import sys
 from handlers.runner import LeaseKeeper, execute
-from jobstore import db, jobs
+from jobstore import claiming, db
 from core import clock, settings
 cfg = settings.load()
 engine = db.make_engine(cfg)
-claimed = db.transact(engine, jobs.claim, sys.argv[1], "doomed-worker", clock.now(), cfg.lease_seconds).claim
+taken = db.transact(engine, claiming.claim, sys.argv[1], "doomed-worker", clock.now(), cfg.lease_seconds)
+claimed = taken.claim
 print(execute(engine, cfg, LeaseKeeper(engine, cfg).start(), claimed))
 """
 
@@ -43,7 +43,7 @@ print(execute(engine, cfg, LeaseKeeper(engine, cfg).start(), claimed))
 def submit(engine: Engine, key: str = "notify-key-1", tenant: str = "acme") -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant=tenant,
         owner="alice",
         kind="notify",
@@ -131,9 +131,9 @@ def test_a_worker_killed_after_the_call_ends_unknown_and_a_requeued_run_is_a_dup
 
     expire_leases_and_sweep(engine, settings, clock)
     assert job_of(engine, job_id).state is State.UNKNOWN
-    assert db.transact(engine, store.claim, job_id, "worker-1", now(), 30.0).claim is None
+    assert db.transact(engine, claiming.claim, job_id, "worker-1", now(), 30.0).claim is None
 
-    db.transact(engine, store.requeue, job_id, now())  # the operator decides to try again
+    db.transact(engine, operator.requeue, job_id, now())  # the operator decides to try again
     assert run(engine, settings, claim(engine, settings, job_id)) is State.SUCCEEDED
 
     attempt = db.read(engine, queries.committed_result, job_id)

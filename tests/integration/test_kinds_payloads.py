@@ -12,15 +12,14 @@ from sqlalchemy import Engine
 from core.clock import now
 from core.settings import Settings
 from handlers.runner import LeaseKeeper, execute
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import claiming, db, intake, queries
 from jobstore.states import State
 
 
 def run_to_end(engine: Engine, settings: Settings, kind: str, payload: dict[str, Any]) -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind=kind,
@@ -30,7 +29,7 @@ def run_to_end(engine: Engine, settings: Settings, kind: str, payload: dict[str,
         max_attempts=3,
     )
     job_id = accepted.job.id
-    claimed = db.transact(engine, store.claim, job_id, "worker-1", now(), settings.lease_seconds).claim
+    claimed = db.transact(engine, claiming.claim, job_id, "worker-1", now(), settings.lease_seconds).claim
     assert claimed is not None
     keeper = LeaseKeeper(engine, settings, interval=0.05).start()
     try:
@@ -62,7 +61,7 @@ def test_a_bad_payload_fails_permanently_with_a_clear_error(
     engine: Engine, settings: Settings, kind: str, payload: dict[str, Any], message: str
 ) -> None:
     job_id = run_to_end(engine, settings, kind, payload)
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     assert (job.state, job.attempts, job.error_code) == (State.FAILED, 1, "invalid_payload")
     assert job.error_message is not None and job.error_message.startswith(message)

@@ -15,8 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, func, select, text
 
 from core.settings import Settings
-from jobstore import db, migrate, queries
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, migrate, queries
 from jobstore.schema import metadata, outbox
 from jobstore.states import State
 from tests.conftest import make_settings
@@ -133,8 +132,8 @@ def test_data_written_at_the_first_released_schema_survives_the_upgrade_to_head(
 
     assert migrate.current_revision(bare_engine) == migrate.head_revision()
     assert schema_differences(bare_engine) == []
-    queued = db.read(bare_engine, store.get_job, "job-queued")
-    done = db.read(bare_engine, store.get_job, "job-done")
+    queued = db.read(bare_engine, queries.get_job, "job-queued")
+    done = db.read(bare_engine, queries.get_job, "job-done")
     assert queued is not None and done is not None
     assert (queued.state, queued.payload, queued.available_at) == (State.QUEUED, {"n": 1}, T0)
     assert (done.state, done.epoch, done.result_attempt_id) == (State.SUCCEEDED, 1, "attempt-done")
@@ -149,12 +148,12 @@ def test_the_store_keeps_working_on_data_migrated_from_the_first_release(bare_en
     migrate.upgrade(bare_engine)
     now = T0 + 10
 
-    claimed = db.transact(bare_engine, store.claim, "job-queued", "w-2", now, 30.0).claim
+    claimed = db.transact(bare_engine, claiming.claim, "job-queued", "w-2", now, 30.0).claim
     assert claimed is not None and claimed.epoch == 1
-    state = db.transact(bare_engine, store.complete, "job-queued", 1, claimed.attempt_id, {"n": 1}, now + 1)
+    state = db.transact(bare_engine, fenced.complete, "job-queued", 1, claimed.attempt_id, {"n": 1}, now + 1)
     assert state is State.SUCCEEDED
     accepted = db.transact(
-        bare_engine, store.accept, tenant="acme", owner="ann", kind="noop", payload={},
+        bare_engine, intake.accept, tenant="acme", owner="ann", kind="noop", payload={},
         operation_key="k-new", now=now, max_attempts=3,
     )  # fmt: skip
     assert accepted.created

@@ -8,8 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from core.clock import FakeClock
-from jobstore import db, outbox
-from jobstore import jobs as store
+from jobstore import db, intake, outbox
 from jobstore.schema import outbox as outbox_table
 
 RELAY_LEASE = 30.0
@@ -19,7 +18,7 @@ def new_job(engine: Engine, clock: FakeClock, key: str = "k") -> str:
     """A job, which brings its own outbox row due now."""
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="noop",

@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import Connection, Engine, select
 
 from core import clock
+from core.backoff import Backoff
 from core.settings import Settings
-from jobstore import db, outbox, sweeper
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator, outbox, sweeper
 from jobstore.errors import Fenced, IdempotencyConflict
 from jobstore.records import Claim
 from jobstore.schema import attempts, jobs
@@ -34,7 +34,7 @@ pytestmark = pytest.mark.databases("postgresql")
 T = TypeVar("T")
 THREADS = 8
 LEASE = 60.0
-BACKOFF = store.Backoff(base=0.02, cap=0.1)
+BACKOFF = Backoff(base=0.02, cap=0.1)
 
 
 @pytest.fixture
@@ -54,7 +54,7 @@ def pg_engine(pg_settings: Settings) -> Iterator[Engine]:
 def accept_many(conn: Connection, count: int, now: float, prefix: str = "k") -> list[str]:
     ids = []
     for i in range(count):
-        accepted = store.accept(
+        accepted = intake.accept(
             conn, tenant="acme", owner="ann", kind="noop", payload={"i": i},
             operation_key=f"{prefix}-{i}", now=now, max_attempts=3,
         )  # fmt: skip
@@ -95,7 +95,7 @@ def test_threads_racing_claim_next_claim_each_job_exactly_once(pg_engine: Engine
 
     def claim_until_empty(i: int) -> list[Claim]:
         taken = []
-        while (got := db.transact(pg_engine, store.claim_next, f"w{i}", clock.now(), LEASE)) is not None:
+        while (got := db.transact(pg_engine, claiming.claim_next, f"w{i}", clock.now(), LEASE)) is not None:
             taken.append(got)
         return taken
 
@@ -140,11 +140,11 @@ def test_claim_next_skips_a_job_another_transaction_has_locked(pg_engine: Engine
     claimed = while_locked(
         pg_engine,
         select(jobs.c.id).where(jobs.c.id == first),
-        lambda: db.transact(pg_engine, store.claim_next, "w1", clock.now(), LEASE),
+        lambda: db.transact(pg_engine, claiming.claim_next, "w1", clock.now(), LEASE),
     )
 
     assert claimed is not None and claimed.job_id == second
-    again = db.transact(pg_engine, store.claim_next, "w2", clock.now(), LEASE)
+    again = db.transact(pg_engine, claiming.claim_next, "w2", clock.now(), LEASE)
     assert again is not None and again.job_id == first, "once released, the skipped job is claimed"
 
 
@@ -188,9 +188,9 @@ def test_racing_accepts_with_one_key_create_one_job(pg_engine: Engine) -> None:
     retries_before = db.stats.snapshot()["retries"]
     for key in range(20):
 
-        def submit(_: int, key: int = key) -> store.Accepted:
+        def submit(_: int, key: int = key) -> intake.Accepted:
             return db.transact(
-                pg_engine, store.accept, tenant="acme", owner="ann", kind="noop", payload={"n": key},
+                pg_engine, intake.accept, tenant="acme", owner="ann", kind="noop", payload={"n": key},
                 operation_key=f"key-{key}", now=clock.now(), max_attempts=3,
             )  # fmt: skip
 
@@ -211,8 +211,8 @@ def test_racing_accepts_with_one_key_and_different_payloads_leave_one_job_and_co
         def submit(i: int, key: int = key) -> str:
             try:
                 accepted = db.transact(
-                    pg_engine, store.accept, tenant="acme", owner="ann", kind="noop", payload={"side": i % 2},
-                    operation_key=f"key-{key}", now=clock.now(), max_attempts=3,
+                    pg_engine, intake.accept, tenant="acme", owner="ann", kind="noop",
+                    payload={"side": i % 2}, operation_key=f"key-{key}", now=clock.now(), max_attempts=3,
                 )  # fmt: skip
             except IdempotencyConflict as exc:
                 return f"conflict:{exc.job_id}:{i % 2}"
@@ -246,7 +246,7 @@ class Workload:
     def consumer(self, i: int) -> None:
         rng = random.Random(i)
         while self.going():
-            got = db.transact(self.engine, store.claim_next, f"c{i}", clock.now(), 0.3)
+            got = db.transact(self.engine, claiming.claim_next, f"c{i}", clock.now(), 0.3)
             if got is None:
                 time.sleep(0.01)
                 continue
@@ -262,11 +262,11 @@ class Workload:
         now = clock.now()
         if rng.random() < 0.3:
             db.transact(
-                self.engine, store.fail, got.job_id, got.epoch, got.attempt_id,
+                self.engine, fenced.fail, got.job_id, got.epoch, got.attempt_id,
                 code="flaky", message="try again", permanent=False, now=now, backoff=BACKOFF,
             )  # fmt: skip
         else:
-            db.transact(self.engine, store.complete, got.job_id, got.epoch, got.attempt_id, {}, now)
+            db.transact(self.engine, fenced.complete, got.job_id, got.epoch, got.attempt_id, {}, now)
 
     def relay(self, i: int) -> None:
         while self.going():
@@ -279,7 +279,7 @@ class Workload:
     def canceller(self, i: int) -> None:
         rng = random.Random(100 + i)
         while self.going():
-            db.transact(self.engine, store.request_cancel, rng.choice(self.ids), clock.now())
+            db.transact(self.engine, operator.request_cancel, rng.choice(self.ids), clock.now())
             time.sleep(0.02)
 
     def sweeper(self, _: int) -> None:

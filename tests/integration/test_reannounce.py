@@ -7,8 +7,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, func, select, update
 
 from core.settings import Settings
-from jobstore import db, sweeper
-from jobstore import jobs as store
+from jobstore import claiming, db, intake, sweeper
 from jobstore import outbox as rows
 from jobstore.schema import outbox
 from relay.housekeeping import sweep_and_prune
@@ -19,7 +18,7 @@ AFTER = 300.0
 
 def accept(engine: Engine, key: str) -> str:
     return db.transact(
-        engine, store.accept, tenant="acme", owner="ana", kind="noop", payload={}, operation_key=key,
+        engine, intake.accept, tenant="acme", owner="ana", kind="noop", payload={}, operation_key=key,
         now=NOW, max_attempts=3,
     ).job.id  # fmt: skip
 
@@ -52,7 +51,7 @@ def test_a_queued_job_whose_delivery_was_lost_is_announced_again_once_per_period
 def test_a_job_with_a_delivery_waiting_or_running_is_not_announced_again(engine: Engine) -> None:
     waiting = accept(engine, "waiting")
     running = accept(engine, "running")
-    db.transact(engine, store.claim, running, "w", NOW + 1, 10 * AFTER)
+    db.transact(engine, claiming.claim, running, "w", NOW + 1, 10 * AFTER)
     db.transact(engine, rows.drop_pending, running)
     assert reannounce(engine, NOW + 10 * AFTER) == 0
     assert pending(engine, waiting) == 1

@@ -16,8 +16,7 @@ from sqlalchemy import Connection, Engine
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, outbox, wakeup
-from jobstore import jobs as store
+from jobstore import db, intake, outbox, queries, wakeup
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished
@@ -45,7 +44,7 @@ def broker(settings: Settings, rabbitmq_url: str) -> Iterator[Broker]:
 def accept(engine: Engine, key: str) -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="noop",
@@ -145,7 +144,7 @@ def test_a_commit_that_adds_outbox_rows_rings_and_a_rolled_back_one_does_not(
 
         with pytest.raises(RuntimeError):
             db.transact(engine, add_then_fail)
-        db.transact(engine, lambda conn: store.get_job(conn, job_id))
+        db.transact(engine, lambda conn: queries.get_job(conn, job_id))
         assert doorbell.take() is None, "a rolled-back or rowless transaction rang"
     finally:
         doorbell.close()

@@ -34,9 +34,9 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import Connection, select
 
+from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import db, sweeper
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator, sweeper
 from jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
 from jobstore.errors import Fenced, IdempotencyConflict
 from jobstore.records import Attempt, Claim, Job
@@ -81,9 +81,9 @@ def read_views(conn: Connection, job_ids: list[str] | None = None) -> dict[str, 
     return {job_id: JobView(job, tuple(tries[job_id]), tuple(rows[job_id])) for job_id, job in found.items()}
 
 
-def _fail(permanent: bool) -> Callable[[Connection, Claim, float, store.Backoff], object]:
-    def write(conn: Connection, held: Claim, now: float, backoff: store.Backoff) -> object:
-        return store.fail(
+def _fail(permanent: bool) -> Callable[[Connection, Claim, float, Backoff], object]:
+    def write(conn: Connection, held: Claim, now: float, backoff: Backoff) -> object:
+        return fenced.fail(
             conn,
             held.job_id,
             held.epoch,
@@ -99,25 +99,25 @@ def _fail(permanent: bool) -> Callable[[Connection, Claim, float, store.Backoff]
 
 
 # Every write a worker makes under its fence.
-WRITES: dict[str, Callable[[Connection, Claim, float, store.Backoff], object]] = {
-    "renew_lease": lambda conn, held, now, _: store.renew_lease(conn, held.job_id, held.epoch, now, LEASE),
-    "mark_external_started": lambda conn, held, now, _: store.mark_external_started(
+WRITES: dict[str, Callable[[Connection, Claim, float, Backoff], object]] = {
+    "renew_lease": lambda conn, held, now, _: fenced.renew_lease(conn, held.job_id, held.epoch, now, LEASE),
+    "mark_external_started": lambda conn, held, now, _: fenced.mark_external_started(
         conn, held.job_id, held.epoch, held.attempt_id, now
     ),
-    "save_checkpoint": lambda conn, held, now, _: store.save_checkpoint(
+    "save_checkpoint": lambda conn, held, now, _: fenced.save_checkpoint(
         conn, held.job_id, held.epoch, {"epoch": held.epoch}, now
     ),
-    "complete": lambda conn, held, now, _: store.complete(
+    "complete": lambda conn, held, now, _: fenced.complete(
         conn, held.job_id, held.epoch, held.attempt_id, {"by": held.worker, "epoch": held.epoch}, now
     ),
     "fail_transient": _fail(permanent=False),
     "fail_permanent": _fail(permanent=True),
-    "release": lambda conn, held, now, _: store.release(conn, held.job_id, held.epoch, held.attempt_id, now),
+    "release": lambda conn, held, now, _: fenced.release(conn, held.job_id, held.epoch, held.attempt_id, now),
 }
 
 
 def write_or_fenced(
-    conn: Connection, write: Callable[..., object], held: Claim, now: float, backoff: store.Backoff
+    conn: Connection, write: Callable[..., object], held: Claim, now: float, backoff: Backoff
 ) -> tuple[bool, object]:
     """Run a worker write and commit whatever it did, even when it was fenced: so a comparison of the rows
     shows what the guard itself wrote, not what a rollback undid."""
@@ -190,7 +190,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.engine = db.make_engine(self.settings)
         db.init_schema(self.settings, self.engine)
         self.clock = FakeClock()
-        self.backoff = store.Backoff(base=2.0, cap=8.0, rng=random.Random(0))
+        self.backoff = Backoff(base=2.0, cap=8.0, rng=random.Random(0))
         self.keys: dict[str, tuple[str, str]] = {}  # idempotency key -> (job id, fingerprint)
         self.last_seen: dict[str, Job] = {}
         self.external_marks: set[tuple[str, int]] = set()  # (job id, epoch) whose mark committed
@@ -229,11 +229,11 @@ class StoreMachine(RuleBasedStateMachine):
         """A client submits; mostly the same request again under a used key, sometimes a different one
         (another payload or deadline)."""
         operation_key, payload = f"key-{key}", {"variant": min(variant, 1)}
-        print_ = store.fingerprint("noop", payload, deadline)
+        print_ = intake.fingerprint("noop", payload, deadline)
         try:
             accepted = db.transact(
                 self.engine,
-                store.accept,
+                intake.accept,
                 tenant="acme",
                 owner="alice",
                 kind="noop",
@@ -263,11 +263,14 @@ class StoreMachine(RuleBasedStateMachine):
         if claimed is not None and self.has_claims():
             job_id = self.recall(claimed).job_id
         before = self.view(job_id).job
-        outcome = db.transact(self.engine, store.request_cancel, job_id, self.now)
+        outcome = db.transact(self.engine, operator.request_cancel, job_id, self.now)
         after = self.view(job_id).job
-        expected = {State.QUEUED: store.CancelOutcome.CANCELLED, State.RUNNING: store.CancelOutcome.REQUESTED}
-        assert outcome is expected.get(before.state, store.CancelOutcome.UNCHANGED)
-        if outcome is store.CancelOutcome.UNCHANGED:
+        expected = {
+            State.QUEUED: operator.CancelOutcome.CANCELLED,
+            State.RUNNING: operator.CancelOutcome.REQUESTED,
+        }
+        assert outcome is expected.get(before.state, operator.CancelOutcome.UNCHANGED)
+        if outcome is operator.CancelOutcome.UNCHANGED:
             assert after == before
 
     # Workers
@@ -275,7 +278,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(job_id=job_ids, worker=st.sampled_from(WORKERS))
     def claim(self, job_id: str, worker: str) -> None:
         before = self.view(job_id)
-        result = db.transact(self.engine, store.claim, job_id, worker, self.now, LEASE)
+        result = db.transact(self.engine, claiming.claim, job_id, worker, self.now, LEASE)
         after = self.view(job_id)
         assert (result.claim is not None) == claimable(before.job, self.now)
         if result.claim is None:
@@ -288,7 +291,7 @@ class StoreMachine(RuleBasedStateMachine):
     def claim_next(self, worker: str) -> None:
         before = db.read(self.engine, read_views)
         waiting = [v.job for v in before.values() if claimable(v.job, self.now)]
-        held = db.transact(self.engine, store.claim_next, worker, self.now, LEASE)
+        held = db.transact(self.engine, claiming.claim_next, worker, self.now, LEASE)
         if held is None:
             assert not waiting
             return

@@ -9,8 +9,7 @@ from sqlalchemy import Connection, Engine, func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from core.clock import FakeClock
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake, queries
 from jobstore.errors import IdempotencyConflict
 from jobstore.schema import jobs, outbox
 from jobstore.states import State
@@ -25,10 +24,10 @@ def accept(
     kind: str = "noop",
     payload: dict[str, Any] | None = None,
     deadline_seconds: float | None = None,
-) -> store.Accepted:
+) -> intake.Accepted:
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant=tenant,
         owner="alice",
         kind=kind,
@@ -96,7 +95,7 @@ def test_no_rows_survive_when_the_callers_transaction_fails_after_accept(
     engine: Engine, clock: FakeClock
 ) -> None:
     def accept_then_fail(conn: Connection) -> None:
-        store.accept(
+        intake.accept(
             conn,
             tenant="acme",
             owner="alice",
@@ -146,12 +145,12 @@ def test_the_idempotency_key_is_scoped_to_the_tenant(engine: Engine, clock: Fake
 
 
 def test_the_fingerprint_ignores_key_order_but_not_values() -> None:
-    assert store.fingerprint("noop", {"a": 1, "b": 2}) == store.fingerprint("noop", {"b": 2, "a": 1})
-    assert store.fingerprint("noop", {"a": 1}) != store.fingerprint("noop", {"a": "1"})
-    assert store.fingerprint("noop", {"a": 1}) != store.fingerprint("sleep", {"a": 1})
-    assert store.fingerprint("noop", {}, 60) != store.fingerprint("noop", {}, 61)
-    assert store.fingerprint("noop", {}, 60) != store.fingerprint("noop", {})
-    assert store.fingerprint("noop", {}, 60) == store.fingerprint("noop", {}, 60.0)
+    assert intake.fingerprint("noop", {"a": 1, "b": 2}) == intake.fingerprint("noop", {"b": 2, "a": 1})
+    assert intake.fingerprint("noop", {"a": 1}) != intake.fingerprint("noop", {"a": "1"})
+    assert intake.fingerprint("noop", {"a": 1}) != intake.fingerprint("sleep", {"a": 1})
+    assert intake.fingerprint("noop", {}, 60) != intake.fingerprint("noop", {}, 61)
+    assert intake.fingerprint("noop", {}, 60) != intake.fingerprint("noop", {})
+    assert intake.fingerprint("noop", {}, 60) == intake.fingerprint("noop", {}, 60.0)
 
 
 def test_the_same_key_with_another_deadline_is_a_conflict(engine: Engine, clock: FakeClock) -> None:
@@ -183,28 +182,28 @@ def test_a_batch_of_accepts_answers_each_request_as_accepts_one_after_another_wo
         request("new-2", {"n": 3}, now),  # then a conflict with the job of this batch
         request("new-1", {"n": 1}, now, tenant="other"),  # keys are per tenant
     ]
-    outcomes = db.transact(engine, store.accept_many, batch)
+    outcomes = db.transact(engine, intake.accept_many, batch)
 
     first, again, conflict, second, second_again, second_conflict, other = outcomes
-    assert isinstance(first, store.Accepted) and first.created
-    assert isinstance(again, store.Accepted) and not again.created and again.job.id == earlier.job.id
+    assert isinstance(first, intake.Accepted) and first.created
+    assert isinstance(again, intake.Accepted) and not again.created and again.job.id == earlier.job.id
     assert isinstance(conflict, IdempotencyConflict) and conflict.job_id == earlier.job.id
-    assert isinstance(second, store.Accepted) and second.created
-    assert isinstance(second_again, store.Accepted) and not second_again.created
+    assert isinstance(second, intake.Accepted) and second.created
+    assert isinstance(second_again, intake.Accepted) and not second_again.created
     assert second_again.job.id == second.job.id
     assert isinstance(second_conflict, IdempotencyConflict) and second_conflict.job_id == second.job.id
-    assert isinstance(other, store.Accepted) and other.created and other.job.tenant == "other"
+    assert isinstance(other, intake.Accepted) and other.created and other.job.tenant == "other"
 
     created = [first, second, other]
     assert count(engine, jobs) == 1 + len(created)
     rows = db.read(engine, lambda conn: conn.execute(select(outbox.c.job_id, outbox.c.available_at)).all())
     assert sorted(rows) == sorted([(earlier.job.id, now), *[(a.job.id, now) for a in created]])
     for accepted in created:
-        stored = db.read(engine, store.get_job, accepted.job.id)
+        stored = db.read(engine, queries.get_job, accepted.job.id)
         assert stored == accepted.job
         assert stored is not None and stored.state is State.QUEUED and stored.payload == accepted.job.payload
 
 
 def test_an_empty_batch_writes_nothing(engine: Engine) -> None:
-    assert db.transact(engine, store.accept_many, []) == []
+    assert db.transact(engine, intake.accept_many, []) == []
     assert count(engine, jobs) == count(engine, outbox) == 0

@@ -8,8 +8,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 from core.clock import FakeClock
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator
 from jobstore.records import Claim, dumps
 from jobstore.schema import attempts, jobs
 from jobstore.states import State
@@ -20,7 +19,7 @@ LEASE = 30.0
 def accept(engine: Engine, clock: FakeClock, key: str) -> str:
     accepted = db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="noop",
@@ -33,12 +32,12 @@ def accept(engine: Engine, clock: FakeClock, key: str) -> str:
 
 
 def claim_many(engine: Engine, clock: FakeClock, job_ids: list[str], worker: str = "w") -> list[Any]:
-    return db.transact(engine, store.claim_many, job_ids, worker, clock.now(), LEASE)
+    return db.transact(engine, claiming.claim_many, job_ids, worker, clock.now(), LEASE)
 
 
 def complete_many(engine: Engine, clock: FakeClock, claims: list[Claim]) -> list[State | None]:
-    finishing = [store.Finishing(c.job_id, c.epoch, c.attempt_id, {"done": c.job_id}) for c in claims]
-    return db.transact(engine, store.complete_many, finishing, clock.now())
+    finishing = [fenced.Completion(c.job_id, c.epoch, c.attempt_id, {"done": c.job_id}) for c in claims]
+    return db.transact(engine, fenced.complete_many, finishing, clock.now())
 
 
 def attempt_rows(engine: Engine) -> dict[tuple[str, int], tuple[str, str, str | None]]:
@@ -67,9 +66,9 @@ def test_claim_many_takes_each_claimable_job_once_and_says_why_it_refused_the_ot
     assert [r.refusal for r in results] == [
         None,
         None,
-        store.Refusal.LEASED,
-        store.Refusal.NOT_FOUND,
-        store.Refusal.TERMINAL,
+        claiming.Refusal.LEASED,
+        claiming.Refusal.NOT_FOUND,
+        claiming.Refusal.TERMINAL,
     ]
     claims = [r.claim for r in results[:2]]
     assert [(c.job_id, c.epoch, c.attempts, c.worker) for c in claims if c] == [
@@ -101,11 +100,11 @@ def test_complete_many_completes_each_under_its_own_fence_and_leaves_the_fenced_
     claims = {c.job_id: c for c in (r.claim for r in claim_many(engine, clock, [ok, stale, cancel])) if c}
     clock.advance(LEASE / 2)
     for c in (claims[ok], claims[cancel]):
-        db.transact(engine, store.renew_lease, c.job_id, c.epoch, clock.now(), LEASE)
+        db.transact(engine, fenced.renew_lease, c.job_id, c.epoch, clock.now(), LEASE)
     clock.advance(LEASE / 2 + 1)  # the stale one's lease runs out and another worker takes it
     (taken_over,) = [r.claim for r in claim_many(engine, clock, [stale], worker="other")]
     assert taken_over is not None
-    db.transact(engine, store.request_cancel, cancel, clock.now())
+    db.transact(engine, operator.request_cancel, cancel, clock.now())
 
     states = complete_many(engine, clock, [claims[ok], claims[stale], claims[cancel]])
 

@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator, queries
 from jobstore.errors import JobNotFound
 from jobstore.records import Claim, Job
 from jobstore.schema import jobs, outbox
@@ -21,7 +21,7 @@ LEASE = 30.0
 def accept(engine: Engine, clock: FakeClock, tenant: str = "acme") -> str:
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant=tenant,
         owner="alice",
         kind="noop",
@@ -33,17 +33,19 @@ def accept(engine: Engine, clock: FakeClock, tenant: str = "acme") -> str:
 
 
 def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, "w1", clock.now(), LEASE)
+    result = db.transact(engine, claiming.claim, job_id, "w1", clock.now(), LEASE)
     assert result.claim is not None, result
     return result.claim
 
 
-def cancel(engine: Engine, clock: FakeClock, job_id: str, tenant: str | None = None) -> store.CancelOutcome:
-    return db.transact(engine, store.request_cancel, job_id, clock.now(), tenant=tenant)
+def cancel(
+    engine: Engine, clock: FakeClock, job_id: str, tenant: str | None = None
+) -> operator.CancelOutcome:
+    return db.transact(engine, operator.request_cancel, job_id, clock.now(), tenant=tenant)
 
 
 def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     return job
 
@@ -64,13 +66,13 @@ def test_cancel_of_a_queued_job_cancels_it_at_once_and_drops_its_pending_deliver
 ) -> None:
     job_id = accept(engine, clock)
     clock.advance(1)
-    assert cancel(engine, clock, job_id) is store.CancelOutcome.CANCELLED
+    assert cancel(engine, clock, job_id) is operator.CancelOutcome.CANCELLED
     job = job_row(engine, job_id)
     assert (job.state, job.cancel_requested, job.error_code) == (State.CANCELLED, True, "cancelled")
     assert (job.finished_at, job.epoch, job.attempts) == (clock.now(), 0, 0)
     assert pending_outbox(engine, job_id) == 0
-    refused = db.transact(engine, store.claim, job_id, "w1", clock.now(), LEASE)
-    assert (refused.claim, refused.refusal) == (None, store.Refusal.TERMINAL)
+    refused = db.transact(engine, claiming.claim, job_id, "w1", clock.now(), LEASE)
+    assert (refused.claim, refused.refusal) == (None, claiming.Refusal.TERMINAL)
 
 
 def test_cancel_of_a_running_job_is_requested_and_the_job_keeps_running(
@@ -78,7 +80,7 @@ def test_cancel_of_a_running_job_is_requested_and_the_job_keeps_running(
 ) -> None:
     job_id = accept(engine, clock)
     held = claim(engine, clock, job_id)
-    assert cancel(engine, clock, job_id) is store.CancelOutcome.REQUESTED
+    assert cancel(engine, clock, job_id) is operator.CancelOutcome.REQUESTED
     job = job_row(engine, job_id)
     assert (job.state, job.cancel_requested, job.epoch, job.lease_owner) == (
         State.RUNNING,
@@ -92,7 +94,7 @@ def test_cancel_of_a_running_job_is_requested_and_the_job_keeps_running(
 def test_a_repeated_cancel_of_a_running_job_stays_a_request(engine: Engine, clock: FakeClock) -> None:
     job_id = accept(engine, clock)
     claim(engine, clock, job_id)
-    assert [cancel(engine, clock, job_id) for _ in range(2)] == [store.CancelOutcome.REQUESTED] * 2
+    assert [cancel(engine, clock, job_id) for _ in range(2)] == [operator.CancelOutcome.REQUESTED] * 2
     assert job_row(engine, job_id).state is State.RUNNING
 
 
@@ -101,10 +103,10 @@ def test_cancel_of_a_succeeded_job_leaves_the_committed_result_standing(
 ) -> None:
     job_id = accept(engine, clock)
     held = claim(engine, clock, job_id)
-    db.transact(engine, store.complete, job_id, held.epoch, held.attempt_id, {"rows": 3}, clock.now())
+    db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {"rows": 3}, clock.now())
     before = rows(engine)
     clock.advance(1)
-    assert cancel(engine, clock, job_id) is store.CancelOutcome.UNCHANGED
+    assert cancel(engine, clock, job_id) is operator.CancelOutcome.UNCHANGED
     assert rows(engine) == before
     result = db.read(engine, queries.committed_result, job_id)
     assert result is not None and result.output == {"rows": 3}
@@ -121,7 +123,7 @@ def test_cancel_of_an_otherwise_finished_job_changes_nothing(
         held = claim(engine, clock, job_id)
         db.transact(
             engine,
-            store.fail,
+            fenced.fail,
             job_id,
             held.epoch,
             held.attempt_id,
@@ -129,11 +131,11 @@ def test_cancel_of_an_otherwise_finished_job_changes_nothing(
             message="no",
             permanent=True,
             now=clock.now(),
-            backoff=store.Backoff(1.0, 1.0),
+            backoff=Backoff(1.0, 1.0),
         )
     before = rows(engine)
     clock.advance(1)
-    assert cancel(engine, clock, job_id) is store.CancelOutcome.UNCHANGED
+    assert cancel(engine, clock, job_id) is operator.CancelOutcome.UNCHANGED
     assert rows(engine) == before
 
 
@@ -158,4 +160,4 @@ def test_cancel_of_another_tenants_job_is_not_found_and_changes_nothing(
 
 def test_cancel_by_the_owning_tenant_is_applied(engine: Engine, clock: FakeClock) -> None:
     job_id = accept(engine, clock, tenant="acme")
-    assert cancel(engine, clock, job_id, tenant="acme") is store.CancelOutcome.CANCELLED
+    assert cancel(engine, clock, job_id, tenant="acme") is operator.CancelOutcome.CANCELLED

@@ -7,15 +7,16 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator, queries
+from jobstore import outbox as outbox_rows
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, outbox
 from jobstore.states import State
 
 LEASE = 30.0
-BACKOFF = store.Backoff(base=5.0, cap=60.0)
+BACKOFF = Backoff(base=5.0, cap=60.0)
 
 
 def accept(
@@ -23,7 +24,7 @@ def accept(
 ) -> Job:
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="noop",
@@ -35,8 +36,8 @@ def accept(
     ).job
 
 
-def claim(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> store.ClaimResult:
-    return db.transact(engine, store.claim, job_id, worker, clock.now(), LEASE)
+def claim(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> claiming.ClaimResult:
+    return db.transact(engine, claiming.claim, job_id, worker, clock.now(), LEASE)
 
 
 def claimed(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> Claim:
@@ -46,7 +47,7 @@ def claimed(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -
 
 
 def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     return job
 
@@ -69,8 +70,8 @@ def pending_outbox(engine: Engine) -> list[str]:
 
 
 def assert_refused(
-    engine: Engine, clock: FakeClock, job_id: str, refusal: store.Refusal
-) -> store.ClaimResult:
+    engine: Engine, clock: FakeClock, job_id: str, refusal: claiming.Refusal
+) -> claiming.ClaimResult:
     before = snapshot(engine)
     result = claim(engine, clock, job_id, worker="intruder")
     assert (result.claim, result.refusal) == (None, refusal)
@@ -94,14 +95,14 @@ def test_claim_takes_a_queued_job_with_the_next_epoch_a_lease_and_an_attempt_row
 
 
 def test_claim_of_an_unknown_job_is_refused_as_not_found(engine: Engine, clock: FakeClock) -> None:
-    assert_refused(engine, clock, "no-such-job", store.Refusal.NOT_FOUND)
+    assert_refused(engine, clock, "no-such-job", claiming.Refusal.NOT_FOUND)
 
 
 def test_claim_of_a_finished_job_is_refused_as_terminal(engine: Engine, clock: FakeClock) -> None:
     job = accept(engine, clock)
     got = claimed(engine, clock, job.id)
-    db.transact(engine, store.complete, job.id, got.epoch, got.attempt_id, {"ok": True}, clock.now())
-    result = assert_refused(engine, clock, job.id, store.Refusal.TERMINAL)
+    db.transact(engine, fenced.complete, job.id, got.epoch, got.attempt_id, {"ok": True}, clock.now())
+    result = assert_refused(engine, clock, job.id, claiming.Refusal.TERMINAL)
     assert result.state is State.SUCCEEDED
 
 
@@ -109,7 +110,7 @@ def test_claim_of_a_live_lease_is_refused_as_leased(engine: Engine, clock: FakeC
     job = accept(engine, clock)
     claimed(engine, clock, job.id, worker="w1")
     clock.advance(LEASE - 0.001)
-    result = assert_refused(engine, clock, job.id, store.Refusal.LEASED)
+    result = assert_refused(engine, clock, job.id, claiming.Refusal.LEASED)
     assert result.state is State.RUNNING
 
 
@@ -118,7 +119,7 @@ def test_claim_during_a_retry_backoff_is_refused_as_not_available(engine: Engine
     got = claimed(engine, clock, job.id)
     db.transact(
         engine,
-        store.fail,
+        fenced.fail,
         job.id,
         got.epoch,
         got.attempt_id,
@@ -128,7 +129,7 @@ def test_claim_during_a_retry_backoff_is_refused_as_not_available(engine: Engine
         now=clock.now(),
         backoff=BACKOFF,
     )
-    assert_refused(engine, clock, job.id, store.Refusal.NOT_AVAILABLE)
+    assert_refused(engine, clock, job.id, claiming.Refusal.NOT_AVAILABLE)
     clock.set(job_row(engine, job.id).available_at)
     assert claimed(engine, clock, job.id).epoch == 2
 
@@ -138,9 +139,9 @@ def test_claim_of_an_expired_lease_after_an_external_effect_needs_a_sweep(
 ) -> None:
     job = accept(engine, clock)
     got = claimed(engine, clock, job.id)
-    db.transact(engine, store.mark_external_started, job.id, got.epoch, got.attempt_id, clock.now())
+    db.transact(engine, fenced.mark_external_started, job.id, got.epoch, got.attempt_id, clock.now())
     clock.advance(LEASE)
-    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+    assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
 
 
 def test_claim_of_an_expired_lease_with_the_budget_spent_needs_a_sweep(
@@ -149,7 +150,7 @@ def test_claim_of_an_expired_lease_with_the_budget_spent_needs_a_sweep(
     job = accept(engine, clock, max_attempts=1)
     claimed(engine, clock, job.id)
     clock.advance(LEASE)
-    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+    assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
 
 
 def test_claim_of_an_expired_lease_with_a_cancel_request_needs_a_sweep(
@@ -157,15 +158,15 @@ def test_claim_of_an_expired_lease_with_a_cancel_request_needs_a_sweep(
 ) -> None:
     job = accept(engine, clock)
     claimed(engine, clock, job.id)
-    db.transact(engine, store.request_cancel, job.id, clock.now())
+    db.transact(engine, operator.request_cancel, job.id, clock.now())
     clock.advance(LEASE)
-    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+    assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
 
 
 def test_claim_of_a_queued_job_past_its_deadline_needs_a_sweep(engine: Engine, clock: FakeClock) -> None:
     job = accept(engine, clock, deadline=10)
     clock.advance(10)
-    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+    assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
 
 
 def test_claim_of_an_expired_lease_takes_over_with_the_next_epoch_and_the_old_attempt_is_lost(
@@ -189,7 +190,7 @@ def test_claim_of_an_expired_lease_takes_over_with_the_next_epoch_and_the_old_at
 def test_claim_checkpoint_carries_the_last_saved_progress(engine: Engine, clock: FakeClock) -> None:
     job = accept(engine, clock)
     first = claimed(engine, clock, job.id)
-    db.transact(engine, store.save_checkpoint, job.id, first.epoch, {"step": 2}, clock.now())
+    db.transact(engine, fenced.save_checkpoint, job.id, first.epoch, {"step": 2}, clock.now())
     clock.advance(LEASE)
     assert claimed(engine, clock, job.id).checkpoint == {"step": 2}
 
@@ -199,7 +200,7 @@ def test_claim_next_takes_the_oldest_available_job_first(engine: Engine, clock: 
     for key in ("a", "b", "c"):
         ids.append(accept(engine, clock, key).id)
         clock.advance(1)
-    taken = [db.transact(engine, store.claim_next, "w", clock.now(), LEASE) for _ in range(4)]
+    taken = [db.transact(engine, claiming.claim_next, "w", clock.now(), LEASE) for _ in range(4)]
     assert [c.job_id if c else None for c in taken] == [*ids, None]
 
 
@@ -208,7 +209,7 @@ def test_claim_next_skips_a_job_still_waiting_out_its_backoff(engine: Engine, cl
     got = claimed(engine, clock, waiting.id)
     db.transact(
         engine,
-        store.fail,
+        fenced.fail,
         waiting.id,
         got.epoch,
         got.attempt_id,
@@ -218,25 +219,25 @@ def test_claim_next_skips_a_job_still_waiting_out_its_backoff(engine: Engine, cl
         now=clock.now(),
         backoff=BACKOFF,
     )
-    assert db.transact(engine, store.claim_next, "w", clock.now(), LEASE) is None
+    assert db.transact(engine, claiming.claim_next, "w", clock.now(), LEASE) is None
     fresh = accept(engine, clock, "fresh")
-    taken = db.transact(engine, store.claim_next, "w", clock.now(), LEASE)
+    taken = db.transact(engine, claiming.claim_next, "w", clock.now(), LEASE)
     assert taken is not None and taken.job_id == fresh.id
 
 
 def test_claim_next_drops_only_the_claimed_jobs_pending_outbox_rows(engine: Engine, clock: FakeClock) -> None:
     first = accept(engine, clock, "first")
-    lease = db.transact(engine, store.outbox.lease_batch, now=clock.now(), limit=1, lease_seconds=LEASE)
+    lease = db.transact(engine, outbox_rows.lease_batch, now=clock.now(), limit=1, lease_seconds=LEASE)
     published = [row_id for row_id, _ in lease.rows]
-    db.transact(engine, store.outbox.mark_published, lease.token, published, clock.now())
+    db.transact(engine, outbox_rows.mark_published, lease.token, published, clock.now())
     db.transact(
-        engine, lambda conn: store.outbox.add(conn, first.id, available_at=clock.now(), now=clock.now())
+        engine, lambda conn: outbox_rows.add(conn, first.id, available_at=clock.now(), now=clock.now())
     )
     clock.advance(1)
     second = accept(engine, clock, "second")
     assert pending_outbox(engine) == [first.id, second.id]
 
-    taken = db.transact(engine, store.claim_next, "w", clock.now(), LEASE)
+    taken = db.transact(engine, claiming.claim_next, "w", clock.now(), LEASE)
 
     assert taken is not None and taken.job_id == first.id
     assert pending_outbox(engine) == [second.id]
@@ -247,9 +248,9 @@ def test_claim_next_drops_only_the_claimed_jobs_pending_outbox_rows(engine: Engi
 def test_claim_next_takes_over_an_expired_lease(engine: Engine, clock: FakeClock) -> None:
     job = accept(engine, clock)
     first = claimed(engine, clock, job.id, worker="w1")
-    assert db.transact(engine, store.claim_next, "w2", clock.now(), LEASE) is None
+    assert db.transact(engine, claiming.claim_next, "w2", clock.now(), LEASE) is None
     clock.advance(LEASE)
-    taken = db.transact(engine, store.claim_next, "w2", clock.now(), LEASE)
+    taken = db.transact(engine, claiming.claim_next, "w2", clock.now(), LEASE)
     assert taken is not None
     assert (taken.job_id, taken.epoch, taken.worker) == (job.id, first.epoch + 1, "w2")
 
@@ -262,4 +263,4 @@ def test_claim_counts_every_attempt_against_the_budget(
     for n in range(1, max_attempts + 1):
         assert claimed(engine, clock, job.id).attempts == n
         clock.advance(LEASE)
-    assert_refused(engine, clock, job.id, store.Refusal.NEEDS_SWEEP)
+    assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)

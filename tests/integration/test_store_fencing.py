@@ -12,22 +12,22 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, select
 
+from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.schema import attempts, jobs, outbox
 
 LEASE = 30.0
-BACKOFF = store.Backoff(base=5.0, cap=60.0)
+BACKOFF = Backoff(base=5.0, cap=60.0)
 
 WorkerWrite = Callable[[Connection, Claim, float], object]
 
 
 def _fail(permanent: bool) -> WorkerWrite:
     def write(conn: Connection, c: Claim, now: float) -> object:
-        return store.fail(
+        return fenced.fail(
             conn,
             c.job_id,
             c.epoch,
@@ -43,22 +43,22 @@ def _fail(permanent: bool) -> WorkerWrite:
 
 
 WRITES: dict[str, WorkerWrite] = {
-    "renew_lease": lambda conn, c, now: store.renew_lease(conn, c.job_id, c.epoch, now, LEASE),
-    "mark_external_started": lambda conn, c, now: store.mark_external_started(
+    "renew_lease": lambda conn, c, now: fenced.renew_lease(conn, c.job_id, c.epoch, now, LEASE),
+    "mark_external_started": lambda conn, c, now: fenced.mark_external_started(
         conn, c.job_id, c.epoch, c.attempt_id, now
     ),
-    "save_checkpoint": lambda conn, c, now: store.save_checkpoint(conn, c.job_id, c.epoch, {"step": 9}, now),
-    "complete": lambda conn, c, now: store.complete(conn, c.job_id, c.epoch, c.attempt_id, {"late": 1}, now),
+    "save_checkpoint": lambda conn, c, now: fenced.save_checkpoint(conn, c.job_id, c.epoch, {"step": 9}, now),
+    "complete": lambda conn, c, now: fenced.complete(conn, c.job_id, c.epoch, c.attempt_id, {"late": 1}, now),
     "fail_transient": _fail(permanent=False),
     "fail_permanent": _fail(permanent=True),
-    "release": lambda conn, c, now: store.release(conn, c.job_id, c.epoch, c.attempt_id, now),
+    "release": lambda conn, c, now: fenced.release(conn, c.job_id, c.epoch, c.attempt_id, now),
 }
 
 
 def accept(engine: Engine, clock: FakeClock, *, deadline: float | None = None) -> str:
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="noop",
@@ -71,7 +71,7 @@ def accept(engine: Engine, clock: FakeClock, *, deadline: float | None = None) -
 
 
 def claim(engine: Engine, clock: FakeClock, job_id: str, worker: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, worker, clock.now(), LEASE)
+    result = db.transact(engine, claiming.claim, job_id, worker, clock.now(), LEASE)
     assert result.claim is not None, result
     return result.claim
 
@@ -103,14 +103,14 @@ def passed_deadline(engine: Engine, clock: FakeClock) -> Claim:
 def finished(engine: Engine, clock: FakeClock) -> Claim:
     """The worker already completed the job and writes again (same epoch, lease cleared)."""
     held = claim(engine, clock, accept(engine, clock), "w1")
-    db.transact(engine, store.complete, held.job_id, held.epoch, held.attempt_id, {"done": 1}, clock.now())
+    db.transact(engine, fenced.complete, held.job_id, held.epoch, held.attempt_id, {"done": 1}, clock.now())
     return held
 
 
 def released(engine: Engine, clock: FakeClock) -> Claim:
     """The worker gave the job back: queued again at the same epoch, not claimed by anyone yet."""
     held = claim(engine, clock, accept(engine, clock), "w1")
-    db.transact(engine, store.release, held.job_id, held.epoch, held.attempt_id, clock.now())
+    db.transact(engine, fenced.release, held.job_id, held.epoch, held.attempt_id, clock.now())
     return held
 
 

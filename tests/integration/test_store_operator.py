@@ -8,22 +8,22 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import db, sweeper
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator, queries, sweeper
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.records import Claim, Job
 from jobstore.schema import jobs, outbox
 from jobstore.states import State
 
 LEASE = 30.0
-BACKOFF = store.Backoff(base=5.0, cap=60.0)
+BACKOFF = Backoff(base=5.0, cap=60.0)
 
 
 def accept(engine: Engine, clock: FakeClock, *, max_attempts: int = 3) -> str:
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="notify",
@@ -35,7 +35,7 @@ def accept(engine: Engine, clock: FakeClock, *, max_attempts: int = 3) -> str:
 
 
 def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, "w1", clock.now(), LEASE)
+    result = db.transact(engine, claiming.claim, job_id, "w1", clock.now(), LEASE)
     assert result.claim is not None, result
     return result.claim
 
@@ -43,7 +43,7 @@ def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
 def fail(engine: Engine, clock: FakeClock, held: Claim, *, permanent: bool) -> None:
     db.transact(
         engine,
-        store.fail,
+        fenced.fail,
         held.job_id,
         held.epoch,
         held.attempt_id,
@@ -64,7 +64,7 @@ def dead_job(engine: Engine, clock: FakeClock) -> str:
 def unknown_job(engine: Engine, clock: FakeClock) -> str:
     job_id = accept(engine, clock)
     held = claim(engine, clock, job_id)
-    db.transact(engine, store.mark_external_started, job_id, held.epoch, held.attempt_id, clock.now())
+    db.transact(engine, fenced.mark_external_started, job_id, held.epoch, held.attempt_id, clock.now())
     clock.advance(LEASE)
     assert db.transact(engine, sweeper.sweep_expired, clock.now(), backoff=BACKOFF) == {"unknown": 1}
     return job_id
@@ -83,7 +83,7 @@ def running_job(engine: Engine, clock: FakeClock) -> str:
 def succeeded_job(engine: Engine, clock: FakeClock) -> str:
     job_id = accept(engine, clock)
     held = claim(engine, clock, job_id)
-    db.transact(engine, store.complete, job_id, held.epoch, held.attempt_id, {"sent": True}, clock.now())
+    db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {"sent": True}, clock.now())
     return job_id
 
 
@@ -95,7 +95,7 @@ def failed_job(engine: Engine, clock: FakeClock) -> str:
 
 def cancelled_job(engine: Engine, clock: FakeClock) -> str:
     job_id = accept(engine, clock)
-    db.transact(engine, store.request_cancel, job_id, clock.now())
+    db.transact(engine, operator.request_cancel, job_id, clock.now())
     return job_id
 
 
@@ -111,7 +111,7 @@ NOT_RESOLVABLE: dict[str, JobIn] = {**NOT_REQUEUEABLE, "dead": dead_job}
 
 
 def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     return job
 
@@ -132,7 +132,7 @@ def test_requeue_of_a_dead_job_gives_a_fresh_budget_and_a_new_delivery(
     job_id = dead_job(engine, clock)
     died_at = job_row(engine, job_id)
     clock.advance(60)
-    job = db.transact(engine, store.requeue, job_id, clock.now())
+    job = db.transact(engine, operator.requeue, job_id, clock.now())
     assert (job.state, job.attempts, job.available_at, job.finished_at) == (
         State.QUEUED,
         0,
@@ -149,7 +149,7 @@ def test_requeue_of_a_dead_job_gives_a_fresh_budget_and_a_new_delivery(
 
 def test_requeue_of_an_unknown_job_forgets_the_external_mark(engine: Engine, clock: FakeClock) -> None:
     job_id = unknown_job(engine, clock)
-    job = db.transact(engine, store.requeue, job_id, clock.now())
+    job = db.transact(engine, operator.requeue, job_id, clock.now())
     assert (job.state, job.external_epoch, job.attempts) == (State.QUEUED, None, 0)
     again = claim(engine, clock, job_id)
     clock.advance(LEASE)
@@ -164,14 +164,14 @@ def test_requeue_of_a_job_that_is_neither_dead_nor_unknown_is_refused(
     job_id = NOT_REQUEUEABLE[state](engine, clock)
     before = snapshot(engine)
     with pytest.raises(InvalidTransition) as refused:
-        db.transact(engine, store.requeue, job_id, clock.now())
+        db.transact(engine, operator.requeue, job_id, clock.now())
     assert (refused.value.state, refused.value.action) == (state, "requeue")
     assert snapshot(engine) == before
 
 
 def test_requeue_of_an_unknown_id_is_not_found(engine: Engine, clock: FakeClock) -> None:
     with pytest.raises(JobNotFound):
-        db.transact(engine, store.requeue, "no-such-job", clock.now())
+        db.transact(engine, operator.requeue, "no-such-job", clock.now())
 
 
 # resolve
@@ -187,7 +187,7 @@ def test_resolve_settles_an_unknown_job_with_the_operators_note(
 ) -> None:
     job_id = unknown_job(engine, clock)
     clock.advance(5)
-    job = db.transact(engine, store.resolve, job_id, outcome, "provider log shows delivery", clock.now())
+    job = db.transact(engine, operator.resolve, job_id, outcome, "provider log shows delivery", clock.now())
     assert (job.state, job.error_code, job.finished_at) == (outcome, code, clock.now())
     assert job.error_message == "resolved by operator: provider log shows delivery"
     assert job_row(engine, job_id) == job
@@ -200,7 +200,7 @@ def test_resolve_of_a_job_that_is_not_unknown_is_refused(
     job_id = NOT_RESOLVABLE[state](engine, clock)
     before = snapshot(engine)
     with pytest.raises(InvalidTransition) as refused:
-        db.transact(engine, store.resolve, job_id, State.SUCCEEDED, "note", clock.now())
+        db.transact(engine, operator.resolve, job_id, State.SUCCEEDED, "note", clock.now())
     assert (refused.value.state, refused.value.action) == (state, "resolve")
     assert snapshot(engine) == before
 
@@ -212,10 +212,10 @@ def test_resolve_to_anything_but_succeeded_or_failed_is_rejected(
     job_id = unknown_job(engine, clock)
     before = snapshot(engine)
     with pytest.raises(ValueError, match="succeeded or failed"):
-        db.transact(engine, store.resolve, job_id, outcome, "note", clock.now())
+        db.transact(engine, operator.resolve, job_id, outcome, "note", clock.now())
     assert snapshot(engine) == before
 
 
 def test_resolve_of_an_unknown_id_is_not_found(engine: Engine, clock: FakeClock) -> None:
     with pytest.raises(JobNotFound):
-        db.transact(engine, store.resolve, "no-such-job", State.FAILED, "note", clock.now())
+        db.transact(engine, operator.resolve, "no-such-job", State.FAILED, "note", clock.now())

@@ -21,8 +21,7 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake, queries
 from jobstore.db import StoreUnavailable
 from jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
@@ -50,10 +49,10 @@ def sqlite_settings(directory: Path, **overrides: object) -> Settings:
     return make_settings(directory, database_url=f"sqlite:///{directory / 'jobs.db'}", **overrides)
 
 
-def accept(engine: Engine, key: str = "k") -> store.Accepted:
+def accept(engine: Engine, key: str = "k") -> intake.Accepted:
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="noop",
@@ -217,12 +216,12 @@ def test_a_store_directory_removed_under_a_running_engine_is_unavailable_until_i
     with pytest.raises(StoreUnavailable, match="no store at"):
         accept(engine, "while-gone")
     with pytest.raises(StoreUnavailable, match="no store at"):
-        db.read(engine, store.get_job, kept.job.id)
+        db.read(engine, queries.get_job, kept.job.id)
     assert not directory.exists(), "nothing re-created the store"
 
     directory.mkdir()
     (tmp_path / "backup.db").rename(directory / "jobs.db")
-    assert db.read(engine, store.get_job, kept.job.id) is not None
+    assert db.read(engine, queries.get_job, kept.job.id) is not None
     assert accept(engine, "after").created
     assert keys_in(directory / "jobs.db") == {"before", "after"}
 
@@ -249,8 +248,8 @@ def test_a_store_removed_while_a_transaction_commits_is_unavailable_not_a_lost_w
 ) -> None:
     engine, directory = store_dir
 
-    def accept_then_remove_the_store(conn: Connection) -> store.Accepted:
-        accepted = store.accept(
+    def accept_then_remove_the_store(conn: Connection) -> intake.Accepted:
+        accepted = intake.accept(
             conn, tenant="acme", owner="alice", kind="noop", payload={}, operation_key="doomed",
             now=time.time(), max_attempts=3,
         )  # fmt: skip
@@ -269,8 +268,8 @@ def test_a_transaction_that_committed_to_a_replaced_store_runs_again_on_the_new_
     backup(directory / "jobs.db", tmp_path / "backup.db")
     runs: list[str] = []
 
-    def accept_and_replace_the_store_once(conn: Connection) -> store.Accepted:
-        accepted = store.accept(
+    def accept_and_replace_the_store_once(conn: Connection) -> intake.Accepted:
+        accepted = intake.accept(
             conn, tenant="acme", owner="alice", kind="noop", payload={}, operation_key="k",
             now=time.time(), max_attempts=3,
         )  # fmt: skip
@@ -285,4 +284,4 @@ def test_a_transaction_that_committed_to_a_replaced_store_runs_again_on_the_new_
 
     assert len(runs) == 2 and accepted.job.id == runs[1]
     assert keys_in(directory / "jobs.db") == {"k"}
-    assert db.read(engine, store.get_job, accepted.job.id) is not None
+    assert db.read(engine, queries.get_job, accepted.job.id) is not None

@@ -8,22 +8,22 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import claiming, db, decisions, fenced, intake, operator, queries
 from jobstore.errors import Fenced
 from jobstore.records import Attempt, Claim, Job
 from jobstore.schema import outbox
 from jobstore.states import State
 
 LEASE = 30.0
-BACKOFF = store.Backoff(base=8.0, cap=60.0)
+BACKOFF = Backoff(base=8.0, cap=60.0)
 
 
 def accept(engine: Engine, clock: FakeClock, *, max_attempts: int = 3) -> str:
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="noop",
@@ -35,7 +35,7 @@ def accept(engine: Engine, clock: FakeClock, *, max_attempts: int = 3) -> str:
 
 
 def claim(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> Claim:
-    result = db.transact(engine, store.claim, job_id, worker, clock.now(), LEASE)
+    result = db.transact(engine, claiming.claim, job_id, worker, clock.now(), LEASE)
     assert result.claim is not None, result
     return result.claim
 
@@ -45,7 +45,7 @@ def running(engine: Engine, clock: FakeClock, *, max_attempts: int = 3) -> Claim
 
 
 def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     return job
 
@@ -60,10 +60,10 @@ def outbox_rows(engine: Engine, job_id: str) -> list[dict[str, Any]]:
     return db.read(engine, lambda conn: [dict(r) for r in conn.execute(query).mappings()])
 
 
-def fail(engine: Engine, clock: FakeClock, held: Claim, *, permanent: bool = False) -> store.Decision:
+def fail(engine: Engine, clock: FakeClock, held: Claim, *, permanent: bool = False) -> decisions.Decision:
     return db.transact(
         engine,
-        store.fail,
+        fenced.fail,
         held.job_id,
         held.epoch,
         held.attempt_id,
@@ -76,11 +76,11 @@ def fail(engine: Engine, clock: FakeClock, held: Claim, *, permanent: bool = Fal
 
 
 def complete(engine: Engine, clock: FakeClock, held: Claim, output: dict[str, Any]) -> State:
-    return db.transact(engine, store.complete, held.job_id, held.epoch, held.attempt_id, output, clock.now())
+    return db.transact(engine, fenced.complete, held.job_id, held.epoch, held.attempt_id, output, clock.now())
 
 
-def cancel(engine: Engine, clock: FakeClock, job_id: str) -> store.CancelOutcome:
-    return db.transact(engine, store.request_cancel, job_id, clock.now())
+def cancel(engine: Engine, clock: FakeClock, job_id: str) -> operator.CancelOutcome:
+    return db.transact(engine, operator.request_cancel, job_id, clock.now())
 
 
 # renew_lease, mark_external_started, save_checkpoint
@@ -89,7 +89,7 @@ def cancel(engine: Engine, clock: FakeClock, job_id: str) -> store.CancelOutcome
 def test_renew_lease_extends_the_lease_from_now(engine: Engine, clock: FakeClock) -> None:
     held = running(engine, clock)
     clock.advance(LEASE - 1)
-    cancel_requested = db.transact(engine, store.renew_lease, held.job_id, held.epoch, clock.now(), LEASE)
+    cancel_requested = db.transact(engine, fenced.renew_lease, held.job_id, held.epoch, clock.now(), LEASE)
     assert cancel_requested is False
     assert job_row(engine, held.job_id).lease_expires_at == clock.now() + LEASE
 
@@ -98,14 +98,14 @@ def test_renew_lease_carries_a_committed_cancel_request_back_to_the_worker(
     engine: Engine, clock: FakeClock
 ) -> None:
     held = running(engine, clock)
-    assert cancel(engine, clock, held.job_id) is store.CancelOutcome.REQUESTED
-    assert db.transact(engine, store.renew_lease, held.job_id, held.epoch, clock.now(), LEASE) is True
+    assert cancel(engine, clock, held.job_id) is operator.CancelOutcome.REQUESTED
+    assert db.transact(engine, fenced.renew_lease, held.job_id, held.epoch, clock.now(), LEASE) is True
 
 
 def test_mark_external_started_records_the_epoch_and_the_attempt(engine: Engine, clock: FakeClock) -> None:
     held = running(engine, clock)
     clock.advance(2)
-    db.transact(engine, store.mark_external_started, held.job_id, held.epoch, held.attempt_id, clock.now())
+    db.transact(engine, fenced.mark_external_started, held.job_id, held.epoch, held.attempt_id, clock.now())
     assert job_row(engine, held.job_id).external_epoch == held.epoch
     assert attempt_row(engine, held).external_started_at == clock.now()
 
@@ -113,7 +113,7 @@ def test_mark_external_started_records_the_epoch_and_the_attempt(engine: Engine,
 def test_save_checkpoint_keeps_the_latest_progress_and_its_epoch(engine: Engine, clock: FakeClock) -> None:
     held = running(engine, clock)
     for step in (1, 2):
-        db.transact(engine, store.save_checkpoint, held.job_id, held.epoch, {"step": step}, clock.now())
+        db.transact(engine, fenced.save_checkpoint, held.job_id, held.epoch, {"step": step}, clock.now())
     job = job_row(engine, held.job_id)
     assert (job.checkpoint, job.checkpoint_epoch) == ({"step": 2}, held.epoch)
 
@@ -226,7 +226,7 @@ def test_release_gives_the_job_back_at_once_without_counting_the_attempt(
 ) -> None:
     held = running(engine, clock)
     clock.advance(1)
-    db.transact(engine, store.release, held.job_id, held.epoch, held.attempt_id, clock.now())
+    db.transact(engine, fenced.release, held.job_id, held.epoch, held.attempt_id, clock.now())
     job = job_row(engine, held.job_id)
     assert (job.state, job.attempts, job.epoch, job.available_at) == (
         State.QUEUED,
@@ -243,9 +243,9 @@ def test_release_gives_the_job_back_at_once_without_counting_the_attempt(
 
 def test_release_after_an_external_effect_started_is_refused(engine: Engine, clock: FakeClock) -> None:
     held = running(engine, clock)
-    db.transact(engine, store.mark_external_started, held.job_id, held.epoch, held.attempt_id, clock.now())
+    db.transact(engine, fenced.mark_external_started, held.job_id, held.epoch, held.attempt_id, clock.now())
     with pytest.raises(Fenced):
-        db.transact(engine, store.release, held.job_id, held.epoch, held.attempt_id, clock.now())
+        db.transact(engine, fenced.release, held.job_id, held.epoch, held.attempt_id, clock.now())
     assert job_row(engine, held.job_id).state is State.RUNNING
 
 
@@ -254,7 +254,7 @@ def test_release_after_a_cancel_request_ends_cancelled_instead_of_stuck_in_the_q
 ) -> None:
     held = running(engine, clock)
     cancel(engine, clock, held.job_id)
-    db.transact(engine, store.release, held.job_id, held.epoch, held.attempt_id, clock.now())
+    db.transact(engine, fenced.release, held.job_id, held.epoch, held.attempt_id, clock.now())
     job = job_row(engine, held.job_id)
     assert (job.state, job.error_code, job.finished_at) == (State.CANCELLED, "cancelled", clock.now())
     assert [r["published_at"] is None for r in outbox_rows(engine, held.job_id)] == [True]

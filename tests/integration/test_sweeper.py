@@ -9,16 +9,16 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import db, queries, sweeper
-from jobstore import jobs as store
+from jobstore import claiming, db, fenced, intake, operator, queries, sweeper
 from jobstore.errors import Fenced
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, outbox
 from jobstore.states import State
 
 LEASE = 30.0
-BACKOFF = store.Backoff(base=4.0, cap=60.0)
+BACKOFF = Backoff(base=4.0, cap=60.0)
 
 
 def accept(
@@ -26,7 +26,7 @@ def accept(
 ) -> str:
     return db.transact(
         engine,
-        store.accept,
+        intake.accept,
         tenant="acme",
         owner="alice",
         kind="noop",
@@ -39,7 +39,7 @@ def accept(
 
 
 def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, "w1", clock.now(), LEASE)
+    result = db.transact(engine, claiming.claim, job_id, "w1", clock.now(), LEASE)
     assert result.claim is not None, result
     return result.claim
 
@@ -49,7 +49,7 @@ def sweep(engine: Engine, clock: FakeClock, limit: int = 500) -> Counter[str]:
 
 
 def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     return job
 
@@ -102,7 +102,7 @@ def test_an_expired_lease_after_an_external_effect_started_is_unknown_and_never_
 ) -> None:
     job_id = accept(engine, clock)
     held = claim(engine, clock, job_id)
-    db.transact(engine, store.mark_external_started, job_id, held.epoch, held.attempt_id, clock.now())
+    db.transact(engine, fenced.mark_external_started, job_id, held.epoch, held.attempt_id, clock.now())
     clock.advance(LEASE)
     assert sweep(engine, clock) == {"unknown": 1}
     job = job_row(engine, job_id)
@@ -116,10 +116,10 @@ def test_an_external_mark_of_an_earlier_epoch_does_not_make_a_later_expiry_unkno
 ) -> None:
     job_id = accept(engine, clock)
     first = claim(engine, clock, job_id)
-    db.transact(engine, store.mark_external_started, job_id, first.epoch, first.attempt_id, clock.now())
+    db.transact(engine, fenced.mark_external_started, job_id, first.epoch, first.attempt_id, clock.now())
     db.transact(
         engine,
-        store.fail,
+        fenced.fail,
         job_id,
         first.epoch,
         first.attempt_id,
@@ -148,7 +148,7 @@ def test_an_expired_lease_of_the_last_attempt_is_dead(engine: Engine, clock: Fak
 def test_an_expired_lease_with_a_cancel_request_is_cancelled(engine: Engine, clock: FakeClock) -> None:
     job_id = accept(engine, clock)
     claim(engine, clock, job_id)
-    db.transact(engine, store.request_cancel, job_id, clock.now())
+    db.transact(engine, operator.request_cancel, job_id, clock.now())
     clock.advance(LEASE)
     assert sweep(engine, clock) == {"cancelled": 1}
     assert job_row(engine, job_id).state is State.CANCELLED
@@ -166,7 +166,7 @@ def test_a_running_job_past_its_deadline_is_dead_even_with_a_live_lease(
         "deadline_exceeded",
     )
     with pytest.raises(Fenced):
-        db.transact(engine, store.complete, job_id, held.epoch, held.attempt_id, {"late": 1}, clock.now())
+        db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {"late": 1}, clock.now())
 
 
 def test_a_queued_job_past_its_deadline_is_dead_without_an_attempt(engine: Engine, clock: FakeClock) -> None:
@@ -189,12 +189,12 @@ def test_a_lease_renewed_just_in_time_is_not_swept(engine: Engine, clock: FakeCl
     job_id = accept(engine, clock)
     held = claim(engine, clock, job_id)
     clock.set(held.lease_expires_at - 0.001)
-    db.transact(engine, store.renew_lease, job_id, held.epoch, clock.now(), LEASE)
+    db.transact(engine, fenced.renew_lease, job_id, held.epoch, clock.now(), LEASE)
     clock.set(held.lease_expires_at)
     before = snapshot(engine)
     assert sweep(engine, clock) == {}
     assert snapshot(engine) == before
-    assert db.transact(engine, store.complete, job_id, held.epoch, held.attempt_id, {}, clock.now()) == (
+    assert db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {}, clock.now()) == (
         State.SUCCEEDED
     )
 
@@ -216,7 +216,7 @@ def test_the_swept_worker_is_fenced_out_and_the_next_claim_gets_a_new_epoch(
     clock.advance(LEASE)
     sweep(engine, clock)
     with pytest.raises(Fenced):
-        db.transact(engine, store.complete, job_id, held.epoch, held.attempt_id, {"late": 1}, clock.now())
+        db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {"late": 1}, clock.now())
     clock.set(job_row(engine, job_id).available_at)
     assert claim(engine, clock, job_id).epoch == held.epoch + 1
 

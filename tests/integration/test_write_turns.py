@@ -19,8 +19,7 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake
 from jobstore.schema import jobs
 from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
@@ -33,7 +32,7 @@ WRITERS, WRITES = 3, 40
 
 
 def accept(conn: Connection, key: str) -> None:
-    store.accept(
+    intake.accept(
         conn,
         tenant="acme",
         owner="alice",

@@ -9,14 +9,13 @@ from sqlalchemy import Engine
 from core.clock import now
 from core.settings import Settings
 from handlers.runner import LeaseKeeper, execute
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import claiming, db, queries
 from jobstore.records import Claim, Job
 from jobstore.states import State
 
 
 def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, "worker-1", now(), settings.lease_seconds)
+    result = db.transact(engine, claiming.claim, job_id, "worker-1", now(), settings.lease_seconds)
     assert result.claim is not None, result.refusal
     return result.claim
 
@@ -31,7 +30,7 @@ def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:
 
 
 def job_of(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
+    job = db.read(engine, queries.get_job, job_id)
     assert job is not None
     return job
 

@@ -16,8 +16,7 @@ from broker import topology
 from broker.message import JobMessage
 from core import clock
 from core.settings import Settings
-from jobstore import db
-from jobstore import jobs as store
+from jobstore import db, intake
 from jobstore.schema import jobs, outbox
 from jobstore.states import State
 from relay.publisher import WRITE_BACK_GRACE_SECONDS, Relay
@@ -25,7 +24,7 @@ from relay.publisher import WRITE_BACK_GRACE_SECONDS, Relay
 
 def _insert_jobs(conn: Connection, count: int, spread_seconds: float) -> list[str]:
     now = clock.now()
-    ids = [store.new_id() for _ in range(count)]
+    ids = [intake.new_id() for _ in range(count)]
     conn.execute(
         insert(jobs),
         [
@@ -34,7 +33,7 @@ def _insert_jobs(conn: Connection, count: int, spread_seconds: float) -> list[st
                 "tenant": "relay-tests",
                 "owner": "tester",
                 "operation_key": f"op-{job_id}",
-                "fingerprint": store.fingerprint("noop", {}),
+                "fingerprint": intake.fingerprint("noop", {}),
                 "kind": "noop",
                 "payload": "{}",
                 "state": State.QUEUED.value,

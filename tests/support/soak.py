@@ -23,8 +23,7 @@ import httpx
 from sqlalchemy import Engine, select
 
 from handlers.export import HEADER
-from jobstore import db, queries
-from jobstore import jobs as store
+from jobstore import db, intake, queries
 from jobstore.records import Job
 from jobstore.schema import jobs
 from jobstore.states import ACTIVE, State
@@ -135,7 +134,7 @@ class Clients:
             n = 0
             while not self._stop.is_set():
                 kind = rng.choices(kinds, weights)[0]
-                request = Submitted(store.new_id(), kind, payload_of(kind, rng, n))
+                request = Submitted(intake.new_id(), kind, payload_of(kind, rng, n))
                 with self._lock:
                     self.requests.append(request)
                 self._submit(client, request, f"client {client_no} request {n}")

@@ -9,13 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobstore.decisions import (
-    Decision,
-    compute_backoff,
-    decide_completion,
-    decide_expired_lease,
-    decide_failure,
-)
+from core.backoff import compute_backoff
+from jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
 from jobstore.states import State
 
 

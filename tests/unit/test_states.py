@@ -17,7 +17,7 @@ from jobstore.states import (
     can_transition,
 )
 
-# Every state change the guarded transitions in jobstore/jobs.py and jobstore/sweeper.py make, by name.
+# Every state change the guarded transitions in jobstore/{claiming,fenced,operator,sweeper}.py make, by name.
 # (A claim of an expired lease keeps the job `running` under a new epoch: no state change, so not listed.)
 STORE_MOVES: list[tuple[str, State, State]] = [
     ("claim", State.QUEUED, State.RUNNING),

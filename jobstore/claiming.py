@@ -1,0 +1,207 @@
+"""Claiming: a worker takes a job for one attempt (epoch + 1, attempts + 1, a lease and an attempt row), or
+is told why it cannot. One guarded UPDATE decides; a job is never taken twice."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Float,
+    and_,
+    bindparam,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+
+from jobstore import fenced, outbox, queries
+from jobstore.intake import new_id
+from jobstore.records import Claim, Job
+from jobstore.schema import attempts, jobs, state_in
+from jobstore.states import CLAIM, HELD, TERMINAL, State
+
+
+class Refusal(StrEnum):
+    """Why a claim took nothing."""
+
+    NOT_FOUND = "not_found"
+    TERMINAL = "terminal"  # finished already: a duplicate delivery
+    LEASED = "leased"  # another live worker holds it
+    NOT_AVAILABLE = "not_available"  # waiting out a retry backoff; its own outbox row will deliver it
+    NEEDS_SWEEP = "needs_sweep"  # expired with an external effect, out of budget or past its deadline
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    claim: Claim | None = None
+    refusal: Refusal | None = None
+    state: State | None = None
+
+
+def _claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
+    queued = and_(state_in(CLAIM.sources), jobs.c.available_at <= now)
+    # A held job whose worker let the lease run out is taken again (it stays running, under a new epoch),
+    # unless that worker had started an external effect: that one is the sweeper's, to end `unknown`.
+    expired = and_(
+        state_in(HELD),
+        jobs.c.lease_expires_at <= now,
+        or_(jobs.c.external_epoch.is_(None), jobs.c.external_epoch != jobs.c.epoch),
+    )
+    return and_(
+        or_(queued, expired),
+        jobs.c.attempts < jobs.c.max_attempts,
+        jobs.c.cancel_requested == false(),
+        or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > now),
+    )
+
+
+# Hot statements are built once with bound parameters: building a statement costs far more than running it.
+_NOW = bindparam("b_now", type_=Float)
+_IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
+
+
+def _claim_statement(which: ColumnElement[bool]) -> Any:
+    return (
+        update(jobs)
+        .where(which, _claimable(_NOW))
+        .values(
+            state=State.RUNNING.value,
+            epoch=jobs.c.epoch + 1,
+            attempts=jobs.c.attempts + 1,
+            lease_owner=bindparam("b_worker"),
+            lease_expires_at=bindparam("b_lease_until", type_=Float),
+            updated_at=_NOW,
+            started_at=func.coalesce(jobs.c.started_at, _NOW),
+        )
+        .returning(*jobs.c)
+    )
+
+
+_CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
+_CLAIM_MANY = _claim_statement(jobs.c.id.in_(_IDS))
+_INSERT_ATTEMPT = insert(attempts)
+
+
+def _attempt_row(job: Job, attempt_id: str, worker: str, now: float) -> dict[str, Any]:
+    return {"id": attempt_id, "job_id": job.id, "epoch": job.epoch, "worker": worker, "started_at": now,
+            "outcome": "running"}  # fmt: skip
+
+
+def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds: float) -> ClaimResult:
+    """Take `job_id` for `worker`: epoch + 1, attempts + 1, a new lease and a new attempt row.
+
+    Only a queued, available job (or a running one whose lease expired with no external effect started)
+    within its budget and deadline is taken; otherwise the result says why not."""
+    params = {"b_id": job_id, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
+    row = conn.execute(_CLAIM, params).mappings().first()
+    if row is None:
+        return _refusal(conn, job_id, now)
+    job = Job.from_row(row)
+    _lose_previous(conn, [job], now)
+    attempt_id = new_id()
+    conn.execute(_INSERT_ATTEMPT, _attempt_row(job, attempt_id, worker, now))
+    return ClaimResult(claim=_as_claim(job, attempt_id, worker), state=State.RUNNING)
+
+
+def claim_many(
+    conn: Connection, job_ids: Sequence[str], worker: str, now: float, lease_seconds: float
+) -> list[ClaimResult]:
+    """`claim` for each of `job_ids`, with the same guard, as if one after another in this order, but in a
+    few statements whatever their number. A job named twice is taken once and refused as leased after."""
+    taken = _take_many(conn, list(dict.fromkeys(job_ids)), worker, now, lease_seconds)
+    results = []
+    for job_id in job_ids:
+        if job_id not in taken:
+            results.append(_refusal(conn, job_id, now))
+        elif (held := taken[job_id]) is not None:
+            results.append(ClaimResult(claim=held, state=State.RUNNING))
+            taken[job_id] = None  # a second delivery of it finds it leased, by this very claim
+        else:
+            results.append(ClaimResult(refusal=Refusal.LEASED, state=State.RUNNING))
+    return results
+
+
+def _take_many(
+    conn: Connection, job_ids: list[str], worker: str, now: float, lease_seconds: float
+) -> dict[str, Claim | None]:
+    """The claims of those of `job_ids` that were claimable, by job id."""
+    if not job_ids:
+        return {}
+    params = {"b_ids": job_ids, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
+    taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY, params).mappings()]
+    _lose_previous(conn, taken, now)
+    fresh = {job.id: _as_claim(job, new_id(), worker) for job in taken}
+    if fresh:
+        conn.execute(
+            _INSERT_ATTEMPT, [_attempt_row(job, fresh[job.id].attempt_id, worker, now) for job in taken]
+        )
+    claims: dict[str, Claim | None] = dict(fresh)
+    return claims
+
+
+def _lose_previous(conn: Connection, taken: Sequence[Job], now: float) -> None:
+    """The previous attempt, if its worker vanished, ends as lost when the job is claimed again. A first
+    claim (epoch 1) has no previous attempt, so it costs no statement."""
+    again = [job.id for job in taken if job.epoch > 1]
+    if again:
+        fenced.lose_running_attempts(conn, again, now)
+
+
+def _as_claim(job: Job, attempt_id: str, worker: str) -> Claim:
+    assert job.lease_expires_at is not None
+    return Claim(
+        job_id=job.id,
+        attempt_id=attempt_id,
+        epoch=job.epoch,
+        attempts=job.attempts,
+        worker=worker,
+        kind=job.kind,
+        payload=job.payload,
+        tenant=job.tenant,
+        owner=job.owner,
+        operation_key=job.operation_key,
+        deadline_at=job.deadline_at,
+        lease_expires_at=job.lease_expires_at,
+        checkpoint=job.checkpoint,
+        created_at=job.created_at,
+    )
+
+
+def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
+    job = queries.get_job(conn, job_id)
+    if job is None:
+        return ClaimResult(refusal=Refusal.NOT_FOUND)
+    if job.state in TERMINAL:
+        return ClaimResult(refusal=Refusal.TERMINAL, state=job.state)
+    if job.state is State.RUNNING and (job.lease_expires_at or 0) > now:
+        return ClaimResult(refusal=Refusal.LEASED, state=job.state)
+    if job.state is State.QUEUED and job.available_at > now:
+        return ClaimResult(refusal=Refusal.NOT_AVAILABLE, state=job.state)
+    return ClaimResult(refusal=Refusal.NEEDS_SWEEP, state=job.state)
+
+
+_NEXT = select(jobs.c.id).where(_claimable(_NOW)).order_by(jobs.c.available_at).limit(1)
+_NEXT_SKIP_LOCKED = _NEXT.with_for_update(skip_locked=True)
+
+
+def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) -> Claim | None:
+    """The baseline's path: claim the oldest claimable job, or None when there is none.
+
+    Pending outbox rows of the claimed job are dropped: the job is already in a worker's hands."""
+    candidate = _NEXT_SKIP_LOCKED if conn.dialect.name == "postgresql" else _NEXT
+    job_id = conn.execute(candidate, {"b_now": now}).scalar()
+    if job_id is None:
+        return None
+    result = claim(conn, job_id, worker, now, lease_seconds)
+    if result.claim is not None:
+        outbox.drop_pending(conn, job_id)
+    return result.claim

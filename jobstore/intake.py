@@ -1,0 +1,153 @@
+"""Taking jobs in: a job row and its outbox row written together, once per tenant + idempotency key."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, insert, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import IntegrityError
+
+from jobstore import outbox
+from jobstore.db import Retry
+from jobstore.errors import IdempotencyConflict
+from jobstore.records import Job, dumps
+from jobstore.schema import jobs
+from jobstore.states import State
+
+
+def fingerprint(kind: str, payload: Any, deadline_seconds: float | None = None) -> str:
+    """The identity of a request under an idempotency key: its kind, its payload (the caller passes it
+    validated and normalised) and its deadline, canonically encoded. An unset field is left out, so a request
+    that does not use a field keeps the fingerprint it had before the field existed."""
+    request: dict[str, Any] = {"kind": kind, "payload": payload}
+    if deadline_seconds is not None:
+        request["deadline_seconds"] = float(deadline_seconds)
+    return hashlib.sha256(dumps(request).encode()).hexdigest()
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+@dataclass(frozen=True)
+class Accepted:
+    job: Job
+    created: bool
+
+
+def accept(
+    conn: Connection,
+    *,
+    tenant: str,
+    owner: str,
+    kind: str,
+    payload: dict[str, Any],
+    operation_key: str,
+    now: float,
+    max_attempts: int,
+    deadline_seconds: float | None = None,
+) -> Accepted:
+    """Write the job row and its outbox row together. The same tenant + key with the same request (kind,
+    payload, deadline: `fingerprint`) returns the existing job (`created=False`); with a different one,
+    `IdempotencyConflict`."""
+    request = {
+        "tenant": tenant, "owner": owner, "kind": kind, "payload": payload, "operation_key": operation_key,
+        "now": now, "max_attempts": max_attempts, "deadline_seconds": deadline_seconds,
+    }  # fmt: skip
+    (outcome,) = accept_many(conn, [request])
+    if isinstance(outcome, IdempotencyConflict):
+        raise outcome
+    return outcome
+
+
+def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Accepted | IdempotencyConflict]:
+    """`accept` for each request (its keyword arguments), in order, in the caller's transaction. A
+    conflicting key is that request's outcome alone (nothing is written for it); a key twice in one batch
+    is accepted once, as two accepts one after the other would be. The new jobs' outbox rows are written
+    with one multi-row insert, and on SQLite the new jobs too (`_take_keys`)."""
+    rows = [_job_row(**request) for request in requests]
+    created = _take_keys(conn, rows)
+    outbox.add_many(conn, [(row["id"], row["available_at"]) for row in rows if row["id"] in created])
+    outcomes: list[Accepted | IdempotencyConflict] = []
+    for row, request in zip(rows, requests, strict=True):
+        if row["id"] in created:
+            job = Job(**{**row, "payload": request["payload"], "state": State.QUEUED})
+            outcomes.append(Accepted(job, created=True))
+            continue
+        try:
+            outcomes.append(_existing(conn, row["tenant"], row["operation_key"], row["fingerprint"]))
+        except IdempotencyConflict as conflict:
+            outcomes.append(conflict)
+    return outcomes
+
+
+def _job_row(
+    tenant: str,
+    owner: str,
+    kind: str,
+    payload: dict[str, Any],
+    operation_key: str,
+    now: float,
+    max_attempts: int,
+    deadline_seconds: float | None = None,
+) -> dict[str, Any]:
+    """The row of a newly accepted job."""
+    return {
+        "id": new_id(), "tenant": tenant, "owner": owner, "operation_key": operation_key,
+        "fingerprint": fingerprint(kind, payload, deadline_seconds), "kind": kind, "payload": dumps(payload),
+        "state": State.QUEUED.value, "epoch": 0, "attempts": 0, "max_attempts": max_attempts,
+        "lease_owner": None, "lease_expires_at": None, "available_at": now,
+        "deadline_at": None if deadline_seconds is None else now + deadline_seconds,
+        "cancel_requested": False, "external_epoch": None, "checkpoint": None, "checkpoint_epoch": None,
+        "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
+        "updated_at": now, "started_at": None, "finished_at": None,
+    }  # fmt: skip
+
+
+def _take_keys(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
+    """Insert the job rows whose tenant + key is free; the ids of those inserted. SQLite, one writer at a
+    time, inserts them all in one statement that skips taken keys (the common case costs one statement, not
+    two per job). PostgreSQL looks each key up first; when a concurrent accept of the same key wins, ours
+    fails on the unique key and the transaction runs again."""
+    if not rows:
+        return set()
+    try:
+        if conn.dialect.name == "sqlite" and conn.dialect.insert_executemany_returning:
+            return {str(r[0]) for r in conn.execute(_INSERT_NEW_KEY, rows)}
+        taken = set()
+        for row in rows:
+            if _find_by_key(conn, row["tenant"], row["operation_key"]) is None:
+                conn.execute(_INSERT_JOB, row)
+                taken.add(row["id"])
+        return taken
+    except IntegrityError as exc:  # read the winner's row on the rerun
+        raise Retry("idempotency key raced") from exc
+
+
+def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) -> Accepted:
+    existing = _find_by_key(conn, tenant, operation_key)
+    assert existing is not None, "the key was found taken in this transaction"
+    if existing.fingerprint != print_:
+        raise IdempotencyConflict(existing.id)
+    return Accepted(existing, created=False)
+
+
+_INSERT_JOB = insert(jobs)
+_INSERT_NEW_KEY = (
+    sqlite_insert(jobs)
+    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
+    .returning(jobs.c.id)
+)
+_BY_KEY = select(jobs).where(
+    jobs.c.tenant == bindparam("b_tenant"), jobs.c.operation_key == bindparam("b_key")
+)
+
+
+def _find_by_key(conn: Connection, tenant: str, operation_key: str) -> Job | None:
+    row = conn.execute(_BY_KEY, {"b_tenant": tenant, "b_key": operation_key}).mappings().first()
+    return Job.from_row(row) if row else None
