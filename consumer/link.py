@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -29,6 +28,7 @@ import pika.exceptions
 from broker import topology
 from broker.connection import BROKER_ERRORS, connection_parameters
 from broker.message import JobMessage, UndecodableMessage
+from core.backoff import Backoff, Streak
 from core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -59,11 +59,6 @@ def heartbeat_seconds(lease_seconds: float) -> int:
     that stops answering (paused, hung) loses its connection after about that long, and the broker gives
     what it held, run or not yet, to the others: about when the sweeper would free the jobs it was running."""
     return int(min(HEARTBEAT_MAX_SECONDS, max(HEARTBEAT_MIN_SECONDS, lease_seconds)))
-
-
-def reconnect_pause(previous: float) -> float:
-    """The next pause between connection attempts: doubling from 0.1 s, capped at 2 s, jittered."""
-    return min(RECONNECT_MAX_PAUSE, max(RECONNECT_FIRST_PAUSE, previous * 2))
 
 
 class BrokerLink:
@@ -148,24 +143,22 @@ class BrokerLink:
     # The link's thread.
 
     def _loop(self) -> None:
-        pause = 0.0
+        pauses = Streak(Backoff(RECONNECT_FIRST_PAUSE, RECONNECT_MAX_PAUSE))
         while not self._closing.is_set() and self._consuming:
             try:
                 self._connect()
             except BROKER_ERRORS as exc:
                 log.warning("cannot reach the broker: %r", exc)
-                pause = reconnect_pause(pause)
             except Exception:
                 log.exception("connecting to the broker failed unexpectedly")
-                pause = reconnect_pause(pause)
             else:
                 self._serve_until_lost()
-                pause = RECONNECT_FIRST_PAUSE
+                pauses.reset()  # it was up: the first reconnect comes soon
             finally:
                 self._disconnect()
             if not self._consuming:
                 break  # shutting down: acks for the old channel can never be sent on a new one
-            self._closing.wait(pause * (0.5 + random.random() / 2))
+            self._closing.wait(pauses.failed())
 
     def _serve_until_lost(self) -> None:
         try:

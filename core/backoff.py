@@ -28,3 +28,30 @@ class Backoff:
 
     def seconds(self, attempts: int) -> float:
         return compute_backoff(attempts, base=self.base, cap=self.cap, rng=self.rng)
+
+
+# Enough doublings to reach any cap from any base this project uses.
+_AT_CAP = 64
+
+
+@dataclass
+class Streak:
+    """Failures in a row (or empty polls, or lost connections) and the pause the next one earns: about
+    `backoff.base` after the first, doubling with each one after it, never more than `backoff.cap`, jittered
+    as `compute_backoff` is. `reset()` after a success starts over."""
+
+    backoff: Backoff
+    count: int = 0
+
+    def failed(self) -> float:
+        """One more failure in a row: the pause to take now."""
+        self.count += 1
+        return self.backoff.seconds(self.count)
+
+    def at_cap(self) -> float:
+        """Jump to the longest pause, and keep it for every failure until `reset()`."""
+        self.count = max(self.count, _AT_CAP)
+        return self.backoff.seconds(self.count)
+
+    def reset(self) -> None:
+        self.count = 0

@@ -17,7 +17,6 @@ file there, the caller gets `StoreUnavailable`.
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 import weakref
@@ -30,6 +29,7 @@ from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from core.backoff import Backoff, Streak
 from core.settings import Settings
 from jobstore import storefile, wakeup
 from jobstore.turns import WriteTurn, shared_turn
@@ -38,6 +38,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SLOW_LOCK_WAIT = 0.005
+# A busy store's transaction is tried again after 0.2 ms, doubling to 4 ms, until its timeout.
+RETRY_PAUSES = Backoff(0.0002, 0.004)
 
 
 class StoreUnavailable(Exception):
@@ -249,7 +251,7 @@ def _retrying(
     started: float,
     timeout: float,
 ) -> tuple[T, float | None]:
-    pause = 0.0002
+    pauses = Streak(RETRY_PAUSES)
     while True:
         attempt_started = time.monotonic()
         try:
@@ -263,8 +265,7 @@ def _retrying(
             if waited >= timeout:
                 raise StoreUnavailable(f"store busy for {waited:.1f}s") from exc
             stats.add(retries=1)
-            time.sleep(pause * (0.5 + random.random()))
-            pause = min(pause * 2, 0.004)
+            time.sleep(pauses.failed())
             continue
         waited = attempt_started - started
         if write:
