@@ -24,7 +24,6 @@ from sqlalchemy import Engine
 
 from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
-from baseline.turns import WriteTurn
 from baseline.worker import RELEASE_SETTLE_SECONDS, BaselineProcess
 from core import clock
 from core.clock import FakeClock
@@ -33,6 +32,7 @@ from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.records import Claim, Job
 from jobstore.states import State
+from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 
