@@ -11,41 +11,13 @@ from core.clock import FakeClock
 from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.errors import JobNotFound
-from jobstore.records import Claim, Job
 from jobstore.schema import jobs, outbox
 from jobstore.states import State
-
-LEASE = 30.0
-
-
-def accept(engine: Engine, clock: FakeClock, tenant: str = "acme") -> str:
-    return db.transact(
-        engine,
-        store.accept,
-        tenant=tenant,
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key="k",
-        now=clock.now(),
-        max_attempts=3,
-    ).job.id
-
-
-def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
-    result = db.transact(engine, store.claim, job_id, "w1", clock.now(), LEASE)
-    assert result.claim is not None, result
-    return result.claim
+from tests.support.store import LEASE, claimed, job_row, new_job
 
 
 def cancel(engine: Engine, clock: FakeClock, job_id: str, tenant: str | None = None) -> store.CancelOutcome:
     return db.transact(engine, store.request_cancel, job_id, clock.now(), tenant=tenant)
-
-
-def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, store.get_job, job_id)
-    assert job is not None
-    return job
 
 
 def rows(engine: Engine) -> list[dict[str, Any]]:
@@ -62,7 +34,7 @@ def pending_outbox(engine: Engine, job_id: str) -> int:
 def test_cancel_of_a_queued_job_cancels_it_at_once_and_drops_its_pending_delivery(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
+    job_id = new_job(engine)
     clock.advance(1)
     assert cancel(engine, clock, job_id) is store.CancelOutcome.CANCELLED
     job = job_row(engine, job_id)
@@ -76,8 +48,8 @@ def test_cancel_of_a_queued_job_cancels_it_at_once_and_drops_its_pending_deliver
 def test_cancel_of_a_running_job_is_requested_and_the_job_keeps_running(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     assert cancel(engine, clock, job_id) is store.CancelOutcome.REQUESTED
     job = job_row(engine, job_id)
     assert (job.state, job.cancel_requested, job.epoch, job.lease_owner) == (
@@ -90,8 +62,8 @@ def test_cancel_of_a_running_job_is_requested_and_the_job_keeps_running(
 
 
 def test_a_repeated_cancel_of_a_running_job_stays_a_request(engine: Engine, clock: FakeClock) -> None:
-    job_id = accept(engine, clock)
-    claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    claimed(engine, job_id)
     assert [cancel(engine, clock, job_id) for _ in range(2)] == [store.CancelOutcome.REQUESTED] * 2
     assert job_row(engine, job_id).state is State.RUNNING
 
@@ -99,8 +71,8 @@ def test_a_repeated_cancel_of_a_running_job_stays_a_request(engine: Engine, cloc
 def test_cancel_of_a_succeeded_job_leaves_the_committed_result_standing(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     db.transact(engine, store.complete, job_id, held.epoch, held.attempt_id, {"rows": 3}, clock.now())
     before = rows(engine)
     clock.advance(1)
@@ -114,11 +86,11 @@ def test_cancel_of_a_succeeded_job_leaves_the_committed_result_standing(
 def test_cancel_of_an_otherwise_finished_job_changes_nothing(
     engine: Engine, clock: FakeClock, ending: str
 ) -> None:
-    job_id = accept(engine, clock)
+    job_id = new_job(engine)
     if ending == "cancelled":
         cancel(engine, clock, job_id)
     else:
-        held = claim(engine, clock, job_id)
+        held = claimed(engine, job_id)
         db.transact(
             engine,
             store.fail,
@@ -146,9 +118,9 @@ def test_cancel_of_an_unknown_job_is_not_found(engine: Engine, clock: FakeClock)
 def test_cancel_of_another_tenants_job_is_not_found_and_changes_nothing(
     engine: Engine, clock: FakeClock, running: bool
 ) -> None:
-    job_id = accept(engine, clock, tenant="acme")
+    job_id = new_job(engine, tenant="acme")
     if running:
-        claim(engine, clock, job_id)
+        claimed(engine, job_id)
     before = rows(engine)
     with pytest.raises(JobNotFound):
         cancel(engine, clock, job_id, tenant="globex")
@@ -157,5 +129,5 @@ def test_cancel_of_another_tenants_job_is_not_found_and_changes_nothing(
 
 
 def test_cancel_by_the_owning_tenant_is_applied(engine: Engine, clock: FakeClock) -> None:
-    job_id = accept(engine, clock, tenant="acme")
+    job_id = new_job(engine, tenant="acme")
     assert cancel(engine, clock, job_id, tenant="acme") is store.CancelOutcome.CANCELLED
