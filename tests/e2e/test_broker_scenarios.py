@@ -29,7 +29,6 @@ import pytest
 from api.auth import issue_token
 from broker import topology
 from broker.message import JobMessage
-from core import clock
 from core.settings import Settings
 from jobstore import db, outbox, queries
 from jobstore import jobs as store
@@ -39,6 +38,7 @@ from tests.conftest import SharedBroker, make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants, read_starts, running_without_live_lease
 from tests.support.procs import BIN, Proc, free_port, settings_env, start, wait_for, wait_http
+from tests.support.store import new_jobs
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -106,23 +106,9 @@ class Stack:
     # The store.
 
     def accept(self, kind: str, payload: dict[str, Any], count: int = 1) -> list[str]:
-        def write(conn: Any) -> list[str]:
-            now = clock.now()
-            return [
-                store.accept(
-                    conn,
-                    tenant="acme",
-                    owner="alice",
-                    kind=kind,
-                    payload=payload,
-                    operation_key=store.new_id(),
-                    now=now,
-                    max_attempts=self.settings.max_attempts,
-                ).job.id
-                for _ in range(count)
-            ]
-
-        return db.transact(self.engine, write)
+        return new_jobs(
+            self.engine, count, kind=kind, payload=payload, max_attempts=self.settings.max_attempts
+        )
 
     def job(self, job_id: str) -> Job:
         found = db.read(self.engine, store.get_job, job_id)

@@ -17,9 +17,9 @@ from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
 from jobstore import db
-from jobstore import jobs as store
 from jobstore.schema import jobs
 from tests.conftest import make_settings
+from tests.support.store import add_job
 
 # What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
 pytestmark = pytest.mark.databases("sqlite")
@@ -37,19 +37,6 @@ def count_jobs(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(jobs)).scalar_one())
 
 
-def accept(conn: Connection, key: str) -> None:
-    store.accept(
-        conn,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key=key,
-        now=time.time(),
-        max_attempts=3,
-    )
-
-
 def hold_transaction(settings: Settings, write: bool, entered: Event, release: Event) -> None:
     """Process A: open a `db.transact` (or a `db.read`), say so, and do nothing until told; then a write
     transaction accepts one job and commits."""
@@ -60,7 +47,7 @@ def hold_transaction(settings: Settings, write: bool, entered: Event, release: E
         if not release.wait(WAIT):
             raise TimeoutError("never released")
         if write:
-            accept(conn, "from-process-a")
+            add_job(conn, "from-process-a")
 
     try:
         (db.transact if write else db.read)(engine, body)
@@ -121,7 +108,7 @@ def test_a_second_writer_cannot_start_its_body_until_the_first_commits(
         def second_writer(conn: Connection) -> int:
             bodies_started.append(time.monotonic())
             seen = count_jobs(conn)
-            accept(conn, "from-process-b")
+            add_job(conn, "from-process-b")
             return seen
 
         released_at = time.monotonic() + HOLD
@@ -186,7 +173,7 @@ def test_a_read_transaction_held_open_elsewhere_does_not_block_a_writer(
 ) -> None:
     with OtherProcess(store_settings, write=False):
         retries_before = db.stats.snapshot()["retries"]
-        db.transact(sqlite_engine, accept, "while-a-reads")
+        db.transact(sqlite_engine, add_job, "while-a-reads")
         assert db.stats.snapshot()["retries"] == retries_before, "the writer waited for a lock"
     assert db.read(sqlite_engine, count_jobs) == 1
 

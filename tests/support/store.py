@@ -56,6 +56,14 @@ def new_job(engine: Engine, key: str = "k", **fields: Any) -> str:
     return accept(engine, key, **fields).job.id
 
 
+def new_jobs(engine: Engine, count: int = 1, **fields: Any) -> list[str]:
+    """The ids of `count` new jobs, each under a fresh key, accepted in one transaction at one `now`."""
+    fields.setdefault("now", clock.now())
+    return db.transact(
+        engine, lambda conn: [add_job(conn, store.new_id(), **fields).job.id for _ in range(count)]
+    )
+
+
 def claimed(
     engine: Engine, job_id: str, worker: str = "w1", *, lease: float = LEASE, now: float | None = None
 ) -> Claim:
