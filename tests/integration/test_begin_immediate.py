@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Engine, func, select
 from core.settings import Settings
 from jobstore import db
 from jobstore.schema import jobs
-from tests.conftest import make_settings
+from tests.conftest import sqlite_settings
 from tests.support.store import add_job
 
 # What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
@@ -26,11 +26,6 @@ pytestmark = pytest.mark.databases("sqlite")
 
 HOLD = 0.6  # how long the other process keeps its transaction open once the test is ready
 WAIT = 30.0  # bound on every wait for the other process
-
-
-def sqlite_settings(directory: Path, **overrides: object) -> Settings:
-    """Settings for a SQLite file of this test's own in `directory`."""
-    return make_settings(directory, database_url=f"sqlite:///{directory / 'jobs.db'}", **overrides)
 
 
 def count_jobs(conn: Connection) -> int:

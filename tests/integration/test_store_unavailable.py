@@ -25,7 +25,7 @@ from jobstore import db
 from jobstore import jobs as store
 from jobstore.db import StoreUnavailable
 from jobstore.schema import jobs, outbox
-from tests.conftest import make_settings
+from tests.conftest import make_settings, sqlite_settings
 from tests.support.store import accept
 
 # What this file shows is about SQLite itself: once, on SQLite.
@@ -44,11 +44,6 @@ print("locked", flush=True)
 sys.stdin.readline()
 conn.execute("ROLLBACK")
 """
-
-
-def sqlite_settings(directory: Path, **overrides: object) -> Settings:
-    """Settings for a SQLite file of this test's own in `directory`."""
-    return make_settings(directory, database_url=f"sqlite:///{directory / 'jobs.db'}", **overrides)
 
 
 def counts(conn: Connection) -> tuple[int, int]:
