@@ -13,16 +13,17 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
-from api.auth import Identity, InvalidToken, TokenPolicy, verify_token
+from api.auth import Identity, InvalidToken
+from api.deps import BearerDep, EngineDep, SettingsDep, token_identity
 from broker.connection import queue_depth
 from core import clock
 from core.settings import Settings
@@ -48,27 +49,29 @@ router = APIRouter(prefix="/ui", include_in_schema=False)
 # --- who is asking ---------------------------------------------------------------------------------------
 
 
-def presented_token(request: Request) -> str | None:
-    """The bearer token from the Authorization header, else from the dashboard's session cookie."""
-    scheme, _, value = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() == "bearer" and value.strip():
-        return value.strip()
-    return request.cookies.get(SESSION_COOKIE) or None
-
-
-def _identity(request: Request, token: str | None) -> Identity | None:
+def _identity(settings: Settings, token: str | None) -> Identity | None:
+    """Who `token` names if the deployment accepts it (the api's own check); None for none or a bad one."""
     if not token:
         return None
     try:
-        return verify_token(TokenPolicy.of(_settings(request)), token)
+        return token_identity(settings, token)
     except InvalidToken:
         return None
 
 
-def refusal(request: Request) -> Response | None:
+async def _visitor(request: Request, settings: SettingsDep, credentials: BearerDep) -> Identity | None:
+    """Who is asking: the bearer token from the Authorization header (read as the api's routes read it), else
+    the one in the dashboard's session cookie; None when neither is a token the deployment accepts."""
+    token = credentials.credentials if credentials is not None else request.cookies.get(SESSION_COOKIE)
+    return _identity(settings, token)
+
+
+VisitorDep = Annotated[Identity | None, Depends(_visitor)]
+
+
+def refusal(request: Request, identity: Identity | None) -> Response | None:
     """None for an operator. Otherwise what a non-operator gets: the sign-in form with 401 for a missing,
     invalid or expired token, a plain 404 for a valid token without the operator role."""
-    identity = _identity(request, presented_token(request))
     if identity is None:
         return _login_page(request, status_code=401)
     if not identity.operator:
@@ -87,19 +90,9 @@ def _not_found(request: Request) -> Response:
     return templates.TemplateResponse(request, "not_found.html", {}, status_code=404)
 
 
-def _settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
 def _dead_letters(settings: Settings) -> int | None:
     """How many messages wait in `jobs.dead`; None when the broker does not answer within a second."""
     return queue_depth(settings, settings.dead_letter_queue, timeout=1.0)
-
-
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
 
 
 # --- sign in and out -------------------------------------------------------------------------------------
@@ -112,11 +105,11 @@ def login_form(request: Request) -> Response:
 
 
 @router.post("/login")
-async def login(request: Request) -> Response:
+async def login(request: Request, settings: SettingsDep) -> Response:
     """Verify the posted token; an operator's becomes the session cookie and goes to /ui (303). Anything
     else gets the form again with 401 and no cookie."""
     token = (await _form(request)).get("token", "").strip()
-    identity = _identity(request, token)
+    identity = _identity(settings, token)
     if identity is None:
         return _login_page(request, status_code=401, error="That token is invalid or has expired.")
     if not identity.operator:
@@ -151,15 +144,15 @@ def _set_cookie(request: Request, response: Response, name: str, value: str) -> 
 
 @router.get("")
 @router.get("/")
-def dashboard(request: Request) -> Response:
+def dashboard(request: Request, visitor: VisitorDep, settings: SettingsDep, engine: EngineDep) -> Response:
     """The overview: counts by state, outbox backlog, throughput, recent jobs, and the dead and unknown
     lists with their actions. Refreshes itself every few seconds (`?refresh=0` pauses it)."""
-    refused = refusal(request)
+    refused = refusal(request, visitor)
     if refused is not None:
         return refused
     now = clock.now()
     try:
-        view = db.read(_engine(request), overview, now)
+        view = db.read(engine, overview, now)
     except db.StoreUnavailable as exc:
         return _unavailable(request, exc)
     refresh = refresh_seconds(request.query_params.get("refresh"))
@@ -169,20 +162,20 @@ def dashboard(request: Request) -> Response:
         "counts": [(state, view.counts.get(state.value, 0)) for state in State],
         "total": sum(view.counts.values()),
         "chart": throughput_chart(view, now),
-        "dead_letters": _dead_letters(_settings(request)),
+        "dead_letters": _dead_letters(settings),
     }
     return _with_flash(request, templates.TemplateResponse(request, "dashboard.html", context))
 
 
 @router.get("/jobs/{job_id}")
-def job_page(request: Request, job_id: str) -> Response:
+def job_page(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
     """One job with every attempt (epoch, worker, outcome, external effect), and its actions."""
-    refused = refusal(request)
+    refused = refusal(request, visitor)
     if refused is not None:
         return refused
     now = clock.now()
     try:
-        found = db.read(_engine(request), _job_and_attempts, job_id)
+        found = db.read(engine, _job_and_attempts, job_id)
     except db.StoreUnavailable as exc:
         return _unavailable(request, exc)
     if found is None:
@@ -223,23 +216,22 @@ def _unavailable(request: Request, exc: Exception) -> Response:
 
 
 @router.post("/jobs/{job_id}/requeue")
-async def requeue(request: Request, job_id: str) -> Response:
+async def requeue(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
     """`outbox-bridge jobs requeue` from the page: a dead or unknown job goes back to the queue with a fresh
     budget. Redirects back (303) with a flash saying what happened, including a refusal."""
-    refused = refusal(request)
+    refused = refusal(request, visitor)
     if refused is not None:
         return refused
     form = await _form(request)
-    engine, now = _engine(request), clock.now()
-    message = await run_in_threadpool(_apply, engine, "requeued", operator.requeue, job_id, now)
+    message = await run_in_threadpool(_apply, engine, "requeued", operator.requeue, job_id, clock.now())
     return _redirect_back(request, form.get("back"), message)
 
 
 @router.post("/jobs/{job_id}/resolve")
-async def resolve(request: Request, job_id: str) -> Response:
+async def resolve(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
     """`outbox-bridge jobs resolve` from the page: settle an unknown job as succeeded or failed, with a note
     saying how the operator knows. Redirects back (303) with a flash."""
-    refused = refusal(request)
+    refused = refusal(request, visitor)
     if refused is not None:
         return refused
     form = await _form(request)
@@ -250,7 +242,7 @@ async def resolve(request: Request, job_id: str) -> Response:
         message = Flash("error", f"Say how you know, in 1 to {MAX_NOTE_CHARS} characters.")
     else:
         message = await run_in_threadpool(
-            _apply, _engine(request), "resolved", operator.resolve, job_id, State(outcome), note, clock.now()
+            _apply, engine, "resolved", operator.resolve, job_id, State(outcome), note, clock.now()
         )
     return _redirect_back(request, form.get("back"), message)
 

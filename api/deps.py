@@ -45,16 +45,22 @@ MetricsDep = Annotated[Metrics, Depends(_metrics)]
 CommitterDep = Annotated[GroupCommitter, Depends(_committer)]
 
 
-async def _identity(
-    settings: SettingsDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
-) -> Identity:
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
+
+
+def token_identity(settings: Settings, token: str) -> Identity:
+    """The tenant and user of `token` if the deployment's `TokenPolicy` accepts it, else `InvalidToken` saying
+    why not. The routes' bearer tokens and the dashboard's (header or session cookie) are checked here."""
+    return verify_token(TokenPolicy.of(settings), token)
+
+
+async def _identity(settings: SettingsDep, credentials: BearerDep) -> Identity:
     """The caller's tenant and user, from a token the deployment's `TokenPolicy` accepts; 401 without one,
     saying why the token is not accepted."""
     if credentials is None:
         raise UNAUTHORIZED.error("Send Authorization: Bearer <token>.", headers=BEARER_CHALLENGE)
     try:
-        return verify_token(TokenPolicy.of(settings), credentials.credentials)
+        return token_identity(settings, credentials.credentials)
     except InvalidToken as exc:
         raise UNAUTHORIZED.error(
             f"The bearer token is not accepted: {exc}.", headers=INVALID_TOKEN_CHALLENGE

@@ -10,12 +10,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
 from sqlalchemy import Engine, create_engine, func, select
 
 from jobstore.schema import jobs, outbox
 from jobstore.states import TERMINAL, State
+
+if TYPE_CHECKING:
+    import numpy as np
 
 TERMINAL_VALUES = [s.value for s in TERMINAL]
 PERCENTILES = (50, 95, 99)
@@ -86,6 +89,8 @@ class StoreWatch:
                 raise KeyboardInterrupt
 
     def timings(self, tenant: str) -> Timings:
+        import numpy as np
+
         query = select(jobs.c.created_at, jobs.c.started_at, jobs.c.finished_at).where(
             jobs.c.tenant == tenant, jobs.c.state == State.SUCCEEDED.value
         )
@@ -104,6 +109,8 @@ def percentiles_ms(seconds: np.ndarray) -> dict[str, float | None]:
     found: dict[str, float | None] = dict.fromkeys([*(f"p{p}" for p in PERCENTILES), "max"])
     if len(seconds) == 0:
         return found
+    import numpy as np
+
     ms = seconds * 1000.0
     found.update({f"p{p}": round(float(np.percentile(ms, p)), 3) for p in PERCENTILES})
     found["max"] = round(float(ms.max()), 3)
@@ -114,6 +121,8 @@ def cdf_ms(seconds: np.ndarray, points: int = 201) -> list[float]:
     """The distribution as `points` evenly spaced quantiles (0 to 100 %), in milliseconds, for the plots."""
     if len(seconds) == 0:
         return []
+    import numpy as np
+
     quantiles = np.linspace(0, 100, points)
     return [round(float(v), 3) for v in np.percentile(seconds * 1000.0, quantiles)]
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from bench.observe import StoreWatch
 from bench.phases import Run
 from bench.proxy import BrokerProxy
 from bench.submit import Tally, open_loop
+
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_MARGIN_SECONDS = 3.0  # offered load before the outage and after it: as long as the outage, at most this
 SAMPLE_SECONDS = 0.25

@@ -5,18 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt
-
 from bench.report import label
 from bench.targets import HTTP_JOBS_PER_SECOND, STORE_JOBS_PER_SECOND, figure
 
 Result = dict[str, Any]
 PATH_LABELS = {"store": "submitted through the store", "http": "submitted through HTTP (POST /jobs)"}
 TARGETS = {"store": STORE_JOBS_PER_SECOND, "http": HTTP_JOBS_PER_SECOND}
+
+
+def _pyplot() -> Any:
+    """matplotlib's pyplot on the file-only Agg backend (matplotlib comes with the `bench` extra)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
 
 
 def draw(results: Result, out: Path, suffix: str) -> list[Path]:
@@ -36,7 +40,7 @@ def _latency_cdf(runs: list[Result], phase: str, path: Path) -> Path | None:
     curves = [(name, cdf) for name, cdf in curves if cdf]
     if not curves:
         return None
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    fig, axes = _pyplot().subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, which, title in zip(
         axes,
         ("accept_to_start", "accept_to_succeeded"),
@@ -62,7 +66,7 @@ def _throughput(runs: list[Result], path: Path) -> Path | None:
     bars = {p: [figure(r, f"burst_{p}", "jobs_per_second") or 0 for r in runs] for p in ("store", "http")}
     if not any(v for values in bars.values() for v in values):
         return None
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = _pyplot().subplots(figsize=(9, 4.5))
     width = 0.38
     for offset, (path_name, values) in zip((-width / 2, width / 2), bars.items(), strict=True):
         xs = [i + offset for i in range(len(names))]
@@ -90,7 +94,7 @@ def _outage(run: Result, path: Path) -> Path | None:
     o = run["phases"]["outage"]
     rows = o["timeline"]
     t = [r[0] for r in rows]
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig, ax = _pyplot().subplots(figsize=(9, 4))
     ax.plot(t, [r[1] for r in rows], label="accepted (202)")
     ax.plot(t, [r[2] for r in rows], label="succeeded")
     ax.plot(t, [r[3] for r in rows], label="outbox rows pending")
@@ -111,5 +115,5 @@ def _save(fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _pyplot().close(fig)
     return path

@@ -159,6 +159,13 @@ def demo(
 )
 def bench(ctx: typer.Context) -> None:
     """Benchmark the broker path against the SQLite-only baseline (see `outbox-bridge bench --help`)."""
+    # The benchmark is imported here only: no other command, and no runtime module, loads `bench` or the
+    # numpy and matplotlib of its optional extra.
+    from bench import INSTALL_HINT, missing_extras
+
+    missing = missing_extras()
+    if missing:
+        _refuse(f"bench needs {' and '.join(missing)}, from the bench extra: {INSTALL_HINT}")
     from bench.runner import main
 
     raise typer.Exit(main(ctx.args))

@@ -52,6 +52,11 @@ def make_settings(tmp: Path, **overrides: object) -> Settings:
     return Settings(**values)  # type: ignore[arg-type]
 
 
+def sqlite_settings(directory: Path, **overrides: object) -> Settings:
+    """`make_settings` for a SQLite file of the test's own in `directory`, whatever store it runs on."""
+    return make_settings(directory, database_url=f"sqlite:///{directory / 'jobs.db'}", **overrides)
+
+
 DATABASES = [d.strip() for d in os.environ.get("TEST_DATABASES", "sqlite").split(",") if d.strip()]
 POSTGRES_ADMIN_URL = os.environ.get(
     "TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"

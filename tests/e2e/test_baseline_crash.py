@@ -11,13 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from core import clock
 from core.settings import Settings
-from jobstore import db, intake, queries
-from jobstore.records import Job
+from jobstore import db, queries
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support.procs import Proc, start, wait_for
+from tests.support.store import job_row, new_job
 
 pytestmark = pytest.mark.slow
 
@@ -37,32 +36,11 @@ def executions(settings: Settings) -> list[dict[str, Any]]:
     return [entry for entry in map(json.loads, lines) if entry["event"] == "start"]
 
 
-def accept_sleep(engine: Engine, seconds: float) -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant="crash",
-        owner="tester",
-        kind="sleep",
-        payload={"seconds": seconds},
-        operation_key="sleep-1",
-        now=clock.now(),
-        max_attempts=3,
-    )
-    return accepted.job.id
-
-
-def job_state(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, queries.get_job, job_id)
-    assert job is not None
-    return job
-
-
 @pytest.mark.timeout(90)
 def test_job_of_a_killed_worker_is_finished_by_another_under_a_higher_epoch(
     settings: Settings, engine: Engine, tmp_path: Path
 ) -> None:
-    job_id = accept_sleep(engine, SLEEP_SECONDS)
+    job_id = new_job(engine, "sleep-1", kind="sleep", payload={"seconds": SLEEP_SECONDS})
     procs: list[Proc] = []
     try:
         first = start(["worker"], settings, tmp_path / "logs", "first")
@@ -70,18 +48,18 @@ def test_job_of_a_killed_worker_is_finished_by_another_under_a_higher_epoch(
         wait_for(lambda: len(executions(settings)) == 1, 30, what="the first worker to start the job")
         first.signal(signal.SIGKILL)
         assert first.wait(10) == -signal.SIGKILL
-        assert job_state(engine, job_id).state is State.RUNNING
+        assert job_row(engine, job_id).state is State.RUNNING
 
         second = start(["worker"], settings, tmp_path / "logs", "second")
         procs.append(second)
-        wait_for(lambda: job_state(engine, job_id).state is State.SUCCEEDED, 30, what="the job to succeed")
+        wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 30, what="the job to succeed")
         assert second.terminate(30) == 0
     finally:
         for proc in procs:
             if proc.alive():
                 proc.kill()
 
-    job = job_state(engine, job_id)
+    job = job_row(engine, job_id)
     assert (job.state, job.epoch, job.attempts) == (State.SUCCEEDED, 2, 2)
     tries = db.read(engine, queries.attempts_of, job_id)
     assert [(a.epoch, a.outcome) for a in tries] == [(1, "lost"), (2, "succeeded")]

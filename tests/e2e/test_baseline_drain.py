@@ -13,10 +13,11 @@ from sqlalchemy import Connection, Engine, func, select
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, intake, queries
+from jobstore import db, queries
 from jobstore.schema import attempts, jobs
 from tests.conftest import make_settings
 from tests.support.procs import Proc, start, wait_for
+from tests.support.store import add_job
 
 pytestmark = pytest.mark.slow
 
@@ -36,16 +37,7 @@ def settings(tmp_path: Path) -> Settings:
 def _accept_noops(conn: Connection, first: int, count: int) -> None:
     now = clock.now()
     for n in range(first, first + count):
-        intake.accept(
-            conn,
-            tenant="drain",
-            owner="tester",
-            kind="noop",
-            payload={"n": n},
-            operation_key=f"noop-{n}",
-            now=now,
-            max_attempts=3,
-        )
+        add_job(conn, f"noop-{n}", payload={"n": n}, now=now)
 
 
 def accept_backlog(engine: Engine, count: int) -> None:

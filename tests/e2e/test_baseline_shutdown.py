@@ -11,13 +11,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from core import clock
 from core.settings import Settings
-from jobstore import db, intake, queries
-from jobstore.records import Job
+from jobstore import db, queries
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support.procs import Proc, start, wait_for
+from tests.support.store import job_row, new_job
 
 pytestmark = pytest.mark.slow
 
@@ -30,32 +29,11 @@ def settings(tmp_path: Path) -> Settings:
     return make_settings(tmp_path)
 
 
-def accept(engine: Engine, kind: str, payload: dict[str, float], key: str) -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant="shutdown",
-        owner="tester",
-        kind=kind,
-        payload=payload,
-        operation_key=key,
-        now=clock.now(),
-        max_attempts=3,
-    )
-    return accepted.job.id
-
-
 def started(settings: Settings) -> list[str]:
     log = settings.execution_log
     assert log is not None
     lines = log.read_text().splitlines() if log.exists() else []
     return [entry["job_id"] for entry in map(json.loads, lines) if entry["event"] == "start"]
-
-
-def job(engine: Engine, job_id: str) -> Job:
-    found = db.read(engine, queries.get_job, job_id)
-    assert found is not None
-    return found
 
 
 def start_worker_running(settings: Settings, tmp_path: Path, job_id: str) -> Proc:
@@ -85,15 +63,15 @@ def test_sigterm_lets_the_running_job_finish_and_claims_nothing_more(
     settings: Settings, engine: Engine, tmp_path: Path
 ) -> None:
     assert settings.shutdown_grace_seconds >= 20
-    running = accept(engine, "sleep", {"seconds": 2.5}, "sleep")
+    running = new_job(engine, "sleep", kind="sleep", payload={"seconds": 2.5})
     worker = start_worker_running(settings, tmp_path, running)
-    waiting = accept(engine, "noop", {}, "noop")
+    waiting = new_job(engine, "noop", kind="noop", payload={})
 
     code, _ = stop(worker, signal.SIGTERM, 30)
 
     assert code == 0
-    assert job(engine, running).state is State.SUCCEEDED
-    assert (job(engine, waiting).state, job(engine, waiting).epoch) == (State.QUEUED, 0)
+    assert job_row(engine, running).state is State.SUCCEEDED
+    assert (job_row(engine, waiting).state, job_row(engine, waiting).epoch) == (State.QUEUED, 0)
     assert started(settings) == [running]
     output = worker.log_path.read_text()
     assert "SIGTERM received" in output
@@ -106,14 +84,14 @@ def test_a_job_still_running_after_the_grace_period_is_released_uncounted(
     settings: Settings, engine: Engine, tmp_path: Path, sig: signal.Signals
 ) -> None:
     settings = settings.model_copy(update={"shutdown_grace_seconds": GRACE_SECONDS})
-    job_id = accept(engine, "sleep", {"seconds": 60}, "long-sleep")
+    job_id = new_job(engine, "long-sleep", kind="sleep", payload={"seconds": 60})
     worker = start_worker_running(settings, tmp_path, job_id)
 
     code, took = stop(worker, sig, 20)
 
     assert code == 0
     assert took < 10, f"the worker took {took:.1f}s to stop; it should not wait for the 60s job"
-    released = job(engine, job_id)
+    released = job_row(engine, job_id)
     assert (released.state, released.attempts, released.epoch) == (State.QUEUED, 0, 1)
     assert released.lease_owner is None
     assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["released"]
@@ -129,7 +107,7 @@ def test_a_second_signal_cuts_the_grace_period_short(
     settings: Settings, engine: Engine, tmp_path: Path
 ) -> None:
     assert settings.shutdown_grace_seconds >= 20
-    job_id = accept(engine, "sleep", {"seconds": 60}, "long-sleep")
+    job_id = new_job(engine, "long-sleep", kind="sleep", payload={"seconds": 60})
     worker = start_worker_running(settings, tmp_path, job_id)
     worker.signal(signal.SIGTERM)
     wait_for(lambda: "stopping: no new claims" in worker.output(), 10, what="the worker to start stopping")
@@ -138,4 +116,4 @@ def test_a_second_signal_cuts_the_grace_period_short(
 
     assert code == 0
     assert took < 10, f"the worker took {took:.1f}s after the second signal; it should cut the grace short"
-    assert (job(engine, job_id).state, job(engine, job_id).attempts) == (State.QUEUED, 0)
+    assert (job_row(engine, job_id).state, job_row(engine, job_id).attempts) == (State.QUEUED, 0)

@@ -29,7 +29,6 @@ import pytest
 from api.auth import issue_token
 from broker import topology
 from broker.message import JobMessage
-from core import clock
 from core.settings import Settings
 from jobstore import db, intake, outbox, queries
 from jobstore.records import Attempt, Job
@@ -38,6 +37,7 @@ from tests.conftest import SharedBroker, make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants, read_starts, running_without_live_lease
 from tests.support.procs import BIN, Proc, free_port, settings_env, start, wait_for, wait_http
+from tests.support.store import new_jobs
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]
 
@@ -105,23 +105,9 @@ class Stack:
     # The store.
 
     def accept(self, kind: str, payload: dict[str, Any], count: int = 1) -> list[str]:
-        def write(conn: Any) -> list[str]:
-            now = clock.now()
-            return [
-                intake.accept(
-                    conn,
-                    tenant="acme",
-                    owner="alice",
-                    kind=kind,
-                    payload=payload,
-                    operation_key=intake.new_id(),
-                    now=now,
-                    max_attempts=self.settings.max_attempts,
-                ).job.id
-                for _ in range(count)
-            ]
-
-        return db.transact(self.engine, write)
+        return new_jobs(
+            self.engine, count, kind=kind, payload=payload, max_attempts=self.settings.max_attempts
+        )
 
     def job(self, job_id: str) -> Job:
         found = db.read(self.engine, queries.get_job, job_id)

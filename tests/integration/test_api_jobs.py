@@ -15,9 +15,10 @@ from api.auth import issue_token
 from core.backoff import Backoff
 from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import claiming, db, fenced, queries
+from jobstore import db, fenced, queries
 from jobstore.records import Claim
 from jobstore.schema import jobs, outbox
+from tests.support.store import claimed
 
 VIEW_KEYS = {
     "id",
@@ -62,12 +63,6 @@ def counts(engine: Engine) -> tuple[int, int]:
 
 def submit(client: TestClient, headers: dict[str, str], kind: str = "noop", **payload: Any) -> Any:
     return client.post("/jobs", json={"kind": kind, "payload": payload}, headers=headers)
-
-
-def claim(engine: Engine, job_id: str, clock: FakeClock, lease: float = 30.0) -> Claim:
-    taken = db.transact(engine, claiming.claim, job_id, "test-worker", clock.now(), lease).claim
-    assert taken is not None
-    return taken
 
 
 def complete(engine: Engine, taken: Claim, clock: FakeClock, output: dict[str, Any]) -> None:
@@ -222,7 +217,7 @@ def test_listing_filters_by_state_and_defaults_to_twenty(
 ) -> None:
     for n in range(22):
         submit(client, auth(key=f"k-{n}"), n=n)
-    claim(engine, submit(client, auth(key="running"), n=99).json()["id"], clock)
+    claimed(engine, submit(client, auth(key="running"), n=99).json()["id"], "test-worker")
     assert len(client.get("/jobs", headers=auth()).json()["items"]) == 20
     running = client.get("/jobs", params={"state": "running"}, headers=auth()).json()
     assert [item["state"] for item in running["items"]] == ["running"]
@@ -244,7 +239,7 @@ def test_cancelling_a_running_job_is_202_with_the_request_recorded(
     client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
 ) -> None:
     view = submit(client, auth(key="k-1")).json()
-    claim(engine, view["id"], clock)
+    claimed(engine, view["id"], "test-worker")
     response = client.post(f"/jobs/{view['id']}/cancel", headers=auth())
     assert response.status_code == 202
     assert response.json()["state"] == "running"
@@ -255,7 +250,7 @@ def test_cancelling_a_finished_job_leaves_its_committed_result_standing(
     client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
 ) -> None:
     view = submit(client, auth(key="k-1")).json()
-    complete(engine, claim(engine, view["id"], clock), clock, {"ok": True})
+    complete(engine, claimed(engine, view["id"], "test-worker"), clock, {"ok": True})
     response = client.post(f"/jobs/{view['id']}/cancel", headers=auth())
     assert response.status_code == 200
     assert response.json()["state"] == "succeeded"
@@ -271,7 +266,7 @@ def test_a_result_is_404_until_the_job_has_succeeded_then_the_json_output(
     waiting = client.get(url, headers=auth())
     assert waiting.status_code == 404
     assert waiting.json()["type"] == "urn:outbox-bridge:problem:result-not-ready"
-    complete(engine, claim(engine, view["id"], clock), clock, {"answer": 42})
+    complete(engine, claimed(engine, view["id"], "test-worker"), clock, {"answer": 42})
     done = client.get(url, headers=auth())
     assert done.status_code == 200
     assert done.json() == {"answer": 42}
@@ -282,7 +277,7 @@ def test_a_failed_job_shows_its_error_and_has_no_result(
     client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
 ) -> None:
     view = submit(client, auth(key="k-1")).json()
-    taken = claim(engine, view["id"], clock)
+    taken = claimed(engine, view["id"], "test-worker")
     db.transact(
         engine,
         fenced.fail,
@@ -318,10 +313,10 @@ def test_a_file_result_streams_only_the_committed_attempts_file(
     clock: FakeClock,
 ) -> None:
     view = submit(client, auth(key="k-1")).json()
-    stale = claim(engine, view["id"], clock, lease=5)
+    stale = claimed(engine, view["id"], "test-worker", lease=5)
     _write_result(settings, stale, b"id\nstale\n")  # written, never committed: its lease runs out
     clock.advance(10)
-    fresh = claim(engine, view["id"], clock)
+    fresh = claimed(engine, view["id"], "test-worker")
     content = b"id,value\n" + b"".join(b"%d,%d\n" % (n, n * n) for n in range(20_000))
     complete(engine, fresh, clock, _write_result(settings, fresh, content))
     response = client.get(f"/jobs/{view['id']}/result", headers=auth())
@@ -341,7 +336,10 @@ def test_a_result_path_that_leads_outside_the_results_directory_is_never_served(
     secret.write_text("not yours")
     view = submit(client, auth(key="k-1")).json()
     complete(
-        engine, claim(engine, view["id"], clock), clock, {"path": "../secret.txt", "media_type": "text/csv"}
+        engine,
+        claimed(engine, view["id"], "test-worker"),
+        clock,
+        {"path": "../secret.txt", "media_type": "text/csv"},
     )
     response = client.get(f"/jobs/{view['id']}/result", headers=auth())
     assert response.status_code == 404

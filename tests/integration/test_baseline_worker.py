@@ -17,23 +17,23 @@ import time
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine
 
 from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
-from baseline.turns import WriteTurn
 from baseline.worker import RELEASE_SETTLE_SECONDS, BaselineProcess
 from core import clock
 from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import claiming, db, fenced, intake, queries
-from jobstore.records import Claim, Job
+from jobstore import claiming, db, fenced, queries
+from jobstore.records import Claim
 from jobstore.states import State
+from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
+from tests.support.store import job_row, new_job
 
 
 @pytest.fixture
@@ -42,31 +42,10 @@ def settings(tmp_path: Path) -> Settings:
     return make_settings(tmp_path)
 
 
-def accept(engine: Engine, kind: str = "noop", payload: dict[str, Any] | None = None, key: str = "k") -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind=kind,
-        payload=payload or {},
-        operation_key=key,
-        now=clock.now(),
-        max_attempts=3,
-    )
-    return accepted.job.id
-
-
 def claim(engine: Engine, worker: str = "elsewhere") -> Claim:
     taken = db.transact(engine, claiming.claim_next, worker, clock.now(), 30.0)
     assert taken is not None
     return taken
-
-
-def job(engine: Engine, job_id: str) -> Job:
-    found = db.read(engine, queries.get_job, job_id)
-    assert found is not None
-    return found
 
 
 @contextmanager
@@ -188,8 +167,10 @@ def test_workers_pause_on_a_removed_store_say_why_once_and_resume_once_it_is_res
     db.init_schema(settings, engine)
     caplog.set_level(logging.INFO)
     with running(engine, settings) as process:
-        before = accept(engine, key="before")
-        wait_for(lambda: job(engine, before).state is State.SUCCEEDED, 10, what="the first job to succeed")
+        before = new_job(engine, "before")
+        wait_for(
+            lambda: job_row(engine, before).state is State.SUCCEEDED, 10, what="the first job to succeed"
+        )
         with closing(sqlite3.connect(directory / "jobs.db")) as live:
             with closing(sqlite3.connect(tmp_path / "backup.db")) as copy:
                 live.backup(copy)
@@ -200,8 +181,8 @@ def test_workers_pause_on_a_removed_store_say_why_once_and_resume_once_it_is_res
 
         directory.mkdir()
         (tmp_path / "backup.db").rename(directory / "jobs.db")
-        after = accept(engine, key="after")
-        wait_for(lambda: job(engine, after).state is State.SUCCEEDED, 10, what="a job after the restore")
+        after = new_job(engine, "after")
+        wait_for(lambda: job_row(engine, after).state is State.SUCCEEDED, 10, what="a job after the restore")
         # one thread may run the job while the other still sleeps its pause: wait for each to try again
         wait_for(
             lambda: caplog.text.count("the store answers again") == 2, 10, what="both threads to try again"
@@ -228,8 +209,8 @@ def test_workers_outlast_a_store_locked_past_its_timeout(
         time.sleep(1.0)  # five store timeouts' worth: every claiming thread gives up at least once
         locker.execute("ROLLBACK")
         locker.close()
-        job_id = accept(engine)
-        wait_for(lambda: job(engine, job_id).state is State.SUCCEEDED, 10, what="the job to succeed")
+        job_id = new_job(engine)
+        wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job to succeed")
         assert process.pool.running() == 2
         assert process.shutdown() == 0
     engine.dispose()
@@ -241,11 +222,11 @@ def test_workers_outlast_a_store_locked_past_its_timeout(
 def test_a_handed_back_job_is_queued_again_with_its_attempt_uncounted(
     settings: Settings, engine: Engine
 ) -> None:
-    job_id = accept(engine)
+    job_id = new_job(engine)
     taken = claim(engine)
 
     assert hand_back(engine, taken) is Handback.RELEASED
-    released = job(engine, job_id)
+    released = job_row(engine, job_id)
     assert (released.state, released.attempts, released.epoch, released.lease_owner) == (
         State.QUEUED,
         0,
@@ -258,41 +239,41 @@ def test_a_handed_back_job_is_queued_again_with_its_attempt_uncounted(
 def test_a_job_whose_external_effect_started_cannot_be_handed_back(
     settings: Settings, engine: Engine
 ) -> None:
-    job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
+    job_id = new_job(engine, kind="notify", payload={"to": "a@example.com", "message": "hi"})
     taken = claim(engine)
     db.transact(engine, fenced.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
 
     assert hand_back(engine, taken) is Handback.MUST_FINISH
-    assert (job(engine, job_id).state, job(engine, job_id).attempts) == (State.RUNNING, 1)
+    assert (job_row(engine, job_id).state, job_row(engine, job_id).attempts) == (State.RUNNING, 1)
 
 
 def test_a_finished_job_is_no_longer_held_and_stays_finished(settings: Settings, engine: Engine) -> None:
-    job_id = accept(engine)
+    job_id = new_job(engine)
     taken = claim(engine)
     db.transact(engine, fenced.complete, job_id, taken.epoch, taken.attempt_id, {"ok": True}, clock.now())
 
     assert hand_back(engine, taken) is Handback.NOT_HELD
-    assert job(engine, job_id).state is State.SUCCEEDED
+    assert job_row(engine, job_id).state is State.SUCCEEDED
 
 
 def test_stopping_waits_for_an_external_call_in_flight_to_finish(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, shutdown_grace_seconds=0.2, lease_seconds=5.0)
     engine = db.make_engine(settings)
     db.init_schema(settings, engine)
-    job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
+    job_id = new_job(engine, kind="notify", payload={"to": "a@example.com", "message": "hi"})
     with provider_held(settings), running(engine, settings, concurrency=1) as process:
-        wait_for(lambda: job(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
+        wait_for(lambda: job_row(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
         stopped: list[int] = []
         stopper = threading.Thread(target=lambda: stopped.append(process.shutdown()))
         stopper.start()
         # Past the grace period and the settling time given to released jobs: this one is waited for.
         time.sleep(RELEASE_SETTLE_SECONDS + 0.5)
-        assert job(engine, job_id).state is State.RUNNING
+        assert job_row(engine, job_id).state is State.RUNNING
         assert stopper.is_alive()
     stopper.join(10)
     engine.dispose()
     assert stopped == [0]
-    assert job(engine, job_id).state is State.SUCCEEDED
+    assert job_row(engine, job_id).state is State.SUCCEEDED
     assert process.pool.tally.snapshot() == {"succeeded": 1}
 
 
@@ -302,10 +283,10 @@ def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
     settings = make_settings(tmp_path, shutdown_grace_seconds=0.2, lease_seconds=1.0)
     engine = db.make_engine(settings)
     db.init_schema(settings, engine)
-    job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
+    job_id = new_job(engine, kind="notify", payload={"to": "a@example.com", "message": "hi"})
     caplog.set_level(logging.INFO)
     with provider_held(settings), running(engine, settings, concurrency=1) as process:
-        wait_for(lambda: job(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
+        wait_for(lambda: job_row(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
         assert process.shutdown() == 1
     assert process.pool.join(10)
     engine.dispose()
@@ -316,13 +297,15 @@ def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
 def test_the_worker_sweeps_a_lease_that_no_claim_may_take(
     settings: Settings, engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, "notify", {"to": "a@example.com", "message": "hi"})
+    job_id = new_job(engine, kind="notify", payload={"to": "a@example.com", "message": "hi"})
     taken = claim(engine, worker="vanished")
     db.transact(engine, fenced.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
     clock.advance(31)
     fast = settings.model_copy(update={"sweep_interval_seconds": 0.05})
     with running(engine, fast) as process:
-        wait_for(lambda: job(engine, job_id).state is State.UNKNOWN, 10, what="the sweeper to settle the job")
+        wait_for(
+            lambda: job_row(engine, job_id).state is State.UNKNOWN, 10, what="the sweeper to settle the job"
+        )
         assert process.shutdown() == 0
     assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["lost"]
     assert process.pool.tally.snapshot() == {}

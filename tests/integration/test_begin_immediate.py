@@ -16,9 +16,10 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
-from jobstore import db, intake
+from jobstore import db
 from jobstore.schema import jobs
-from tests.conftest import make_settings
+from tests.conftest import sqlite_settings
+from tests.support.store import add_job
 
 # What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
 pytestmark = pytest.mark.databases("sqlite")
@@ -27,26 +28,8 @@ HOLD = 0.6  # how long the other process keeps its transaction open once the tes
 WAIT = 30.0  # bound on every wait for the other process
 
 
-def sqlite_settings(directory: Path, **overrides: object) -> Settings:
-    """Settings for a SQLite file of this test's own in `directory`."""
-    return make_settings(directory, database_url=f"sqlite:///{directory / 'jobs.db'}", **overrides)
-
-
 def count_jobs(conn: Connection) -> int:
     return int(conn.execute(select(func.count()).select_from(jobs)).scalar_one())
-
-
-def accept(conn: Connection, key: str) -> None:
-    intake.accept(
-        conn,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key=key,
-        now=time.time(),
-        max_attempts=3,
-    )
 
 
 def hold_transaction(settings: Settings, write: bool, entered: Event, release: Event) -> None:
@@ -59,7 +42,7 @@ def hold_transaction(settings: Settings, write: bool, entered: Event, release: E
         if not release.wait(WAIT):
             raise TimeoutError("never released")
         if write:
-            accept(conn, "from-process-a")
+            add_job(conn, "from-process-a")
 
     try:
         (db.transact if write else db.read)(engine, body)
@@ -120,7 +103,7 @@ def test_a_second_writer_cannot_start_its_body_until_the_first_commits(
         def second_writer(conn: Connection) -> int:
             bodies_started.append(time.monotonic())
             seen = count_jobs(conn)
-            accept(conn, "from-process-b")
+            add_job(conn, "from-process-b")
             return seen
 
         released_at = time.monotonic() + HOLD
@@ -185,7 +168,7 @@ def test_a_read_transaction_held_open_elsewhere_does_not_block_a_writer(
 ) -> None:
     with OtherProcess(store_settings, write=False):
         retries_before = db.stats.snapshot()["retries"]
-        db.transact(sqlite_engine, accept, "while-a-reads")
+        db.transact(sqlite_engine, add_job, "while-a-reads")
         assert db.stats.snapshot()["retries"] == retries_before, "the writer waited for a lock"
     assert db.read(sqlite_engine, count_jobs) == 1
 

@@ -6,22 +6,20 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from jobstore import claiming, db, fenced, intake, operator, queries
+from jobstore import db, fenced, operator, queries
 from jobstore.decisions import decide_completion
 from jobstore.records import Claim
 from jobstore.states import State
+from tests.support.store import claimed, new_job
 
 NOW = 1_700_000_000.0
 
 
-def claimed(engine: Engine, key: str) -> Claim:
-    job = db.transact(
-        engine, intake.accept, tenant="acme", owner="ana", kind="notify",
-        payload={"to": "ops@example.com", "message": "hi"}, operation_key=key, now=NOW, max_attempts=3,
-    ).job  # fmt: skip
-    claim = db.transact(engine, claiming.claim, job.id, "w", NOW + 1, 30.0).claim
-    assert claim is not None
-    return claim
+def claimed_notify(engine: Engine, key: str) -> Claim:
+    """A notify job accepted at NOW and claimed by w a second later."""
+    payload = {"to": "ops@example.com", "message": "hi"}
+    job_id = new_job(engine, key, owner="ana", kind="notify", payload=payload, now=NOW)
+    return claimed(engine, job_id, "w", now=NOW + 1)
 
 
 def complete(engine: Engine, claim: Claim) -> State:
@@ -30,7 +28,7 @@ def complete(engine: Engine, claim: Claim) -> State:
 
 
 def test_a_completion_after_a_started_effect_stands_even_when_a_cancel_was_requested(engine: Engine) -> None:
-    claim = claimed(engine, "sent")
+    claim = claimed_notify(engine, "sent")
     db.transact(engine, fenced.mark_external_started, claim.job_id, claim.epoch, claim.attempt_id, NOW + 2)
     outcome = db.transact(engine, operator.request_cancel, claim.job_id, NOW + 3)
     assert outcome is operator.CancelOutcome.REQUESTED
@@ -41,7 +39,7 @@ def test_a_completion_after_a_started_effect_stands_even_when_a_cancel_was_reque
 
 
 def test_without_a_started_effect_the_committed_cancel_request_wins(engine: Engine) -> None:
-    claim = claimed(engine, "not-sent")
+    claim = claimed_notify(engine, "not-sent")
     db.transact(engine, operator.request_cancel, claim.job_id, NOW + 3)
     state = complete(engine, claim)
     assert state is State.CANCELLED

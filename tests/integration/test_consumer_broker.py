@@ -18,17 +18,17 @@ from sqlalchemy import Engine, select
 from broker import topology
 from broker.message import JobMessage
 from consumer.main import Consumer
-from core import clock
 from core.settings import Settings
 from handlers.base import JobContext, Kind
 from handlers.registry import KINDS
-from jobstore import db, intake, queries
+from jobstore import db, queries
 from jobstore.schema import outbox
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants, read_starts
 from tests.support.procs import wait_for
+from tests.support.store import new_jobs
 
 pytestmark = pytest.mark.broker
 
@@ -81,26 +81,6 @@ def via(broker: Broker, **changes: Any) -> Settings:
     return broker.settings.model_copy(update=changes)
 
 
-def accept(engine: Engine, kind: str, payload: dict[str, Any], count: int = 1) -> list[str]:
-    def write(conn: Any) -> list[str]:
-        now = clock.now()
-        return [
-            intake.accept(
-                conn,
-                tenant="t1",
-                owner="u1",
-                kind=kind,
-                payload=payload,
-                operation_key=intake.new_id(),
-                now=now,
-                max_attempts=3,
-            ).job.id
-            for _ in range(count)
-        ]
-
-    return db.transact(engine, write)
-
-
 @contextmanager
 def consuming(engine: Engine, settings: Settings, concurrency: int = 4) -> Iterator[Consumer]:
     consumer = Consumer(engine, settings, concurrency=concurrency).start()
@@ -124,7 +104,7 @@ def wait_succeeded(engine: Engine, count: int, timeout: float = 20.0) -> None:
 
 def test_published_jobs_run_once_and_every_delivery_is_acked(broker: Broker) -> None:
     engine = broker.engine
-    ids = accept(engine, "noop", {}, 60)
+    ids = new_jobs(engine, 60, kind="noop", payload={})
     with consuming(engine, broker.settings) as consumer:
         for job_id in ids:
             broker.publish(job_id)
@@ -138,7 +118,7 @@ def test_outcomes_finishing_together_are_committed_in_shared_transactions(
     broker: Broker,
 ) -> None:
     engine = broker.engine
-    ids = accept(engine, "sleep", {"seconds": 0.3}, 40)
+    ids = new_jobs(engine, 40, kind="sleep", payload={"seconds": 0.3})
     with consuming(engine, broker.settings, concurrency=20) as consumer:
         for job_id in ids:
             broker.publish(job_id)
@@ -151,7 +131,7 @@ def test_outcomes_finishing_together_are_committed_in_shared_transactions(
 
 def test_duplicate_delivery_after_commit_is_acked_without_rerun(broker: Broker) -> None:
     engine = broker.engine
-    [job_id] = accept(engine, "noop", {})
+    [job_id] = new_jobs(engine, kind="noop", payload={})
     with consuming(engine, broker.settings) as consumer:
         broker.publish(job_id)
         wait_succeeded(engine, 1)
@@ -166,7 +146,7 @@ def test_undecodable_message_is_dead_lettered_and_nothing_else_is_disturbed(
     broker: Broker,
 ) -> None:
     engine = broker.engine
-    ids = accept(engine, "noop", {}, 3)
+    ids = new_jobs(engine, 3, kind="noop", payload={})
     with consuming(engine, broker.settings):
         broker.publish(ids[0])
         broker.publish("poison", body=b"\x00not json")
@@ -186,7 +166,7 @@ def test_heartbeats_keep_flowing_while_a_job_outlasts_several_heartbeat_timeouts
     url = broker.settings.rabbitmq_url
     settings = via(broker, rabbitmq_url=url + ("&" if "?" in url else "?") + "heartbeat=1")
     engine = broker.engine
-    [job_id] = accept(engine, "sleep", {"seconds": 4.0})
+    [job_id] = new_jobs(engine, kind="sleep", payload={"seconds": 4.0})
     with consuming(engine, settings) as consumer:
         broker.publish(job_id)
         wait_succeeded(engine, 1, timeout=15)
@@ -202,7 +182,7 @@ def test_ack_for_a_delivery_from_a_lost_connection_is_never_sent_on_the_new_one(
     with FaultProxy((upstream.hostname or "127.0.0.1", upstream.port or 5672)) as proxy:
         settings = via(broker, rabbitmq_url=proxy.url_for(broker.settings.rabbitmq_url))
         engine = broker.engine
-        [job_id] = accept(engine, "sleep", {"seconds": 1.5})
+        [job_id] = new_jobs(engine, kind="sleep", payload={"seconds": 1.5})
         with consuming(engine, settings) as consumer:
             wait_for(consumer.link.connected, 10, what="the consumer connected")
             broker.publish(job_id)
@@ -228,14 +208,14 @@ def test_degraded_mode_runs_accepted_jobs_while_the_broker_is_unreachable_then_r
             broker, rabbitmq_url=proxy.url_for(broker.settings.rabbitmq_url), degraded_after_seconds=0.5
         )
         engine = broker.engine
-        offline = accept(engine, "noop", {}, 5)
+        offline = new_jobs(engine, 5, kind="noop", payload={})
         with consuming(engine, settings) as consumer:
             wait_succeeded(engine, 5)
             assert consumer.degraded.claimed == 5
             assert consumer.pipeline.counts["claimed"] == 0
             proxy.listen()
             wait_for(lambda: not consumer.degraded.active, 15, what="degraded mode left")
-            online = accept(engine, "noop", {}, 1)
+            online = new_jobs(engine, 1, kind="noop", payload={})
             broker.publish(online[0])
             wait_succeeded(engine, 6)
             assert consumer.pipeline.counts["claimed"] == 1
@@ -245,7 +225,7 @@ def test_degraded_mode_runs_accepted_jobs_while_the_broker_is_unreachable_then_r
 
 def test_connected_consumer_never_reads_the_jobs_table(broker: Broker) -> None:
     engine = broker.engine
-    accept(engine, "noop", {}, 3)  # claimable work in the table, never published
+    new_jobs(engine, 3, kind="noop", payload={})  # claimable work in the table, never published
     with consuming(engine, via(broker, degraded_after_seconds=1.0)) as consumer:
         wait_for(consumer.link.connected, 10, what="the consumer connected")
         before = db.stats.snapshot()
@@ -258,7 +238,7 @@ def test_connected_consumer_never_reads_the_jobs_table(broker: Broker) -> None:
 def test_shutdown_releases_a_job_that_outlasts_the_grace_period(broker: Broker) -> None:
     settings = via(broker, shutdown_grace_seconds=0.5)
     engine = broker.engine
-    [job_id] = accept(engine, "sleep", {"seconds": 60})
+    [job_id] = new_jobs(engine, kind="sleep", payload={"seconds": 60})
     consumer = Consumer(engine, settings, concurrency=2).start()
     broker.publish(job_id)
     wait_for(lambda: job_id in read_starts(settings), 10, what="the job started")
@@ -292,7 +272,7 @@ def test_shutdown_waits_for_a_job_whose_external_effect_started(
         broker, shutdown_grace_seconds=0.3, allowed_kinds=(*broker.settings.allowed_kinds, "external")
     )
     engine = broker.engine
-    [job_id] = accept(engine, "external", {"seconds": 1.5})
+    [job_id] = new_jobs(engine, kind="external", payload={"seconds": 1.5})
     consumer = Consumer(engine, settings, concurrency=2).start()
     broker.publish(job_id)
     wait_for(lambda: job_id in read_starts(settings), 10, what="the job started")
@@ -315,8 +295,8 @@ def test_a_live_consumer_never_gives_a_delivery_back_under_a_mix_of_short_and_lo
     }
     strict = Broker(via(broker, delivery_limit=1, **names), broker.engine)
     engine = broker.engine
-    short = accept(engine, "noop", {}, 240)
-    long = accept(engine, "sleep", {"seconds": 0.08}, 40)
+    short = new_jobs(engine, 240, kind="noop", payload={})
+    long = new_jobs(engine, 40, kind="sleep", payload={"seconds": 0.08})
     order = [*short[:60], *[job_id for pair in zip(short[60:100], long, strict=True) for job_id in pair]]
     order += short[100:]
     requeued: list[str] = []

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pika
 import pytest
-from sqlalchemy import Engine, select, update
+from sqlalchemy import Connection, Engine, select, update
 
 from broker import topology
 from broker.connection import queue_depth
@@ -24,6 +24,7 @@ from relay.deadletters import Checked, DeadLetterCheck
 from tests.conftest import make_settings
 from tests.support.procs import BIN, settings_env, wait_for
 from tests.support.relay_harness import running_relay
+from tests.support.store import add_job
 
 pytestmark = pytest.mark.broker
 
@@ -60,23 +61,14 @@ def depth(channel: pika.adapters.blocking_connection.BlockingChannel, queue: str
     return int(channel.queue_declare(queue, passive=True).method.message_count)
 
 
-def accept(engine: Engine, *, published: bool) -> str:
+def queued(engine: Engine, *, published: bool) -> str:
     """A queued job; its outbox row already published (its message went out) or still waiting."""
 
-    def write(conn: object) -> str:
+    def write(conn: Connection) -> str:
         now = clock.now()
-        job_id = intake.accept(
-            conn,  # type: ignore[arg-type]
-            tenant="t1",
-            owner="u1",
-            kind="noop",
-            payload={},
-            operation_key=intake.new_id(),
-            now=now,
-            max_attempts=3,
-        ).job.id
+        job_id = add_job(conn, intake.new_id(), now=now).job.id
         if published:
-            conn.execute(update(outbox).where(outbox.c.job_id == job_id).values(published_at=now))  # type: ignore[attr-defined]
+            conn.execute(update(outbox).where(outbox.c.job_id == job_id).values(published_at=now))
         return job_id
 
     return db.transact(engine, write)
@@ -90,9 +82,9 @@ def waiting_rows(engine: Engine, job_id: str) -> int:
 def test_each_dead_lettered_message_is_settled_from_the_store_and_only_undecodable_ones_stay(
     settings: Settings, engine: Engine, channel: pika.adapters.blocking_connection.BlockingChannel
 ) -> None:
-    lost = accept(engine, published=True)  # queued, its message went out and was dead-lettered
-    announced = accept(engine, published=False)  # queued, a new delivery already waits for the relay
-    finished = accept(engine, published=True)
+    lost = queued(engine, published=True)  # queued, its message went out and was dead-lettered
+    announced = queued(engine, published=False)  # queued, a new delivery already waits for the relay
+    finished = queued(engine, published=True)
     db.transact(engine, operator.request_cancel, finished, clock.now())
     for job_id in (lost, announced, finished, intake.new_id()):
         dead_letter(channel, settings, JobMessage(job_id).encode())
@@ -137,7 +129,7 @@ def test_each_dead_lettered_message_is_settled_from_the_store_and_only_undecodab
 def test_a_running_relay_publishes_a_dead_lettered_job_again_within_seconds(
     settings: Settings, engine: Engine, channel: pika.adapters.blocking_connection.BlockingChannel
 ) -> None:
-    lost = accept(engine, published=True)
+    lost = queued(engine, published=True)
     dead_letter(channel, settings, JobMessage(lost).encode())
     with running_relay(settings, engine):
         wait_for(lambda: depth(channel, settings.queue) == 1, 10, what="the job published again")
@@ -173,6 +165,6 @@ def test_a_relay_survives_an_error_raised_out_of_its_event_loop_and_publishes_on
         wait_for(lambda: relay.connected, 10, what="the relay connected")
         relay.ioloop.add_callback_threadsafe(boom)
         wait_for(lambda: relay.connected, 10, what="the relay connected again")
-        job_id = accept(engine, published=False)
+        job_id = queued(engine, published=False)
         wait_for(lambda: depth(channel, settings.queue) == 1, 10, what="the job published")
     assert waiting_rows(engine, job_id) == 0

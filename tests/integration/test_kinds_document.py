@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from core.clock import FakeClock, now
+from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import db, intake
 from jobstore.states import State
-from tests.support.kinds import claim, committed_output, job_of, run
+from tests.support.kinds import claim, committed_output, run
 from tests.support.procs import settings_env
+from tests.support.store import job_row, new_job
 
 INVOICE = "Invoice 2024-17\nCustomer: Acme Corp\nTotal: 1,200.00 EUR\nDue date: 2024-07-01\n\nPay in 30 days."
 
@@ -36,19 +36,7 @@ print(execute(engine, cfg, LeaseKeeper(engine, cfg).start(), claimed))
 
 
 def submit(engine: Engine, payload: dict[str, Any], *, deadline_seconds: float | None = None) -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="document",
-        payload=payload,
-        operation_key=str(uuid.uuid4()),
-        now=now(),
-        max_attempts=3,
-        deadline_seconds=deadline_seconds,
-    )
-    return accepted.job.id
+    return new_job(engine, str(uuid.uuid4()), kind="document", payload=payload, deadline=deadline_seconds)
 
 
 def executed_steps(settings: Settings) -> list[tuple[int, int, str]]:
@@ -75,7 +63,7 @@ def test_a_job_asked_to_email_succeeds_with_send_email_rejected_and_its_reason_r
     ]
     assert output["draft"].startswith("Invoice 2024-17 Customer: Acme Corp")
     assert output["resumed_from_step"] is None
-    job = job_of(engine, job_id)
+    job = job_row(engine, job_id)
     assert job.error_code is None and job.checkpoint is not None
     assert job.checkpoint["rejected"] == output["rejected"]
 
@@ -115,7 +103,7 @@ def test_a_second_attempt_resumes_from_the_checkpoint_without_redoing_finished_s
         timeout=60,
     )
     assert killed.returncode == -9, killed.stderr.decode()[-2000:]
-    first = job_of(engine, job_id)
+    first = job_row(engine, job_id)
     assert (first.state, first.epoch, first.checkpoint_epoch) == (State.RUNNING, 1, 1)
     assert first.checkpoint is not None and first.checkpoint["step_index"] == 0
 

@@ -17,25 +17,15 @@ from core.settings import Settings
 from handlers.base import Cancelled
 from handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
 from handlers.runner import LeaseKeeper, StoreContext, execute
-from jobstore import db, intake, operator, queries
+from jobstore import db, operator, queries
 from jobstore.states import State
-from tests.support.kinds import claim, committed_output, job_of, run
+from tests.support.kinds import claim, committed_output, run
 from tests.support.procs import wait_for
+from tests.support.store import job_row, new_job
 
 
 def submit(engine: Engine, payload: dict[str, Any]) -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="export",
-        payload=payload,
-        operation_key=str(uuid.uuid4()),
-        now=now(),
-        max_attempts=3,
-    )
-    return accepted.job.id
+    return new_job(engine, str(uuid.uuid4()), kind="export", payload=payload)
 
 
 def test_an_export_writes_a_read_only_file_that_the_committed_output_names(
@@ -75,7 +65,7 @@ def test_an_export_cancelled_between_chunks_ends_cancelled_with_no_finished_file
     finally:
         worker.join(timeout=60)
     assert outcome == [State.CANCELLED]
-    job = job_of(engine, job_id)
+    job = job_row(engine, job_id)
     assert (job.state, job.error_code, job.result_attempt_id) == (State.CANCELLED, "cancelled", None)
     assert list(job_dir.iterdir()) == []
 
@@ -89,7 +79,7 @@ def test_a_cancel_seen_only_at_the_commit_ends_cancelled_and_removes_the_finishe
     # A keeper that never renews: the running code never hears of the cancel and finishes its file.
     keeper = LeaseKeeper(engine, settings)
     assert execute(engine, settings, keeper, claimed) is State.CANCELLED
-    job = job_of(engine, job_id)
+    job = job_row(engine, job_id)
     assert (job.state, job.result_attempt_id) == (State.CANCELLED, None)
     assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["cancelled"]
     assert list((settings.results_dir / job_id).iterdir()) == []

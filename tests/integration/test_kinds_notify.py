@@ -18,11 +18,12 @@ from core.clock import FakeClock, now
 from core.settings import Settings
 from handlers.notify import StubProvider
 from handlers.runner import backoff_of
-from jobstore import claiming, db, intake, operator, queries, sweeper
+from jobstore import claiming, db, operator, queries, sweeper
 from jobstore.records import Attempt
 from jobstore.states import State
-from tests.support.kinds import claim, job_of, run
+from tests.support.kinds import claim, run
 from tests.support.procs import settings_env
+from tests.support.store import job_row, new_job
 
 PAYLOAD = {"to": "ops@example.com", "message": "disk almost full on db-2"}
 
@@ -41,18 +42,7 @@ print(execute(engine, cfg, LeaseKeeper(engine, cfg).start(), claimed))
 
 
 def submit(engine: Engine, key: str = "notify-key-1", tenant: str = "acme") -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant=tenant,
-        owner="alice",
-        kind="notify",
-        payload=PAYLOAD,
-        operation_key=key,
-        now=now(),
-        max_attempts=3,
-    )
-    return accepted.job.id
+    return new_job(engine, key, tenant=tenant, kind="notify", payload=PAYLOAD)
 
 
 def run_until_killed(settings: Settings, job_id: str, fault_point: str) -> None:
@@ -101,7 +91,7 @@ def test_a_notification_is_sent_once_with_the_jobs_operation_key(engine: Engine,
         "duplicate": False,
     }
     assert attempt.external_started_at is not None
-    assert job_of(engine, job_id).external_epoch == 1
+    assert job_row(engine, job_id).external_epoch == 1
 
 
 def test_a_worker_killed_after_marking_has_marked_the_effect_and_not_called_the_provider(
@@ -110,14 +100,14 @@ def test_a_worker_killed_after_marking_has_marked_the_effect_and_not_called_the_
     job_id = submit(engine)
     run_until_killed(settings, job_id, "notify.after_external_started")
 
-    job = job_of(engine, job_id)
+    job = job_row(engine, job_id)
     (attempt,) = attempts_of(engine, job_id)
     assert (job.state, job.epoch, job.external_epoch) == (State.RUNNING, 1, 1)
     assert attempt.external_started_at is not None
     assert provider_lines(settings) == []
 
     expire_leases_and_sweep(engine, settings, clock)
-    job = job_of(engine, job_id)
+    job = job_row(engine, job_id)
     assert (job.state, job.error_code) == (State.UNKNOWN, "outcome_unknown")
 
 
@@ -130,7 +120,7 @@ def test_a_worker_killed_after_the_call_ends_unknown_and_a_requeued_run_is_a_dup
     assert (first["job_id"], first["epoch"], first["duplicate"]) == (job_id, 1, False)
 
     expire_leases_and_sweep(engine, settings, clock)
-    assert job_of(engine, job_id).state is State.UNKNOWN
+    assert job_row(engine, job_id).state is State.UNKNOWN
     assert db.transact(engine, claiming.claim, job_id, "worker-1", now(), 30.0).claim is None
 
     db.transact(engine, operator.requeue, job_id, now())  # the operator decides to try again
@@ -156,7 +146,7 @@ def test_a_fenced_worker_never_calls_the_provider(
     clock.advance(settings.lease_seconds + 1)  # the worker stalled past its lease
 
     assert run(engine, settings, claimed) is None
-    job = job_of(engine, job_id)
+    job = job_row(engine, job_id)
     assert (job.state, job.external_epoch) == (State.RUNNING, None)
     assert provider_lines(settings) == []
 

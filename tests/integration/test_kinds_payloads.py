@@ -9,33 +9,16 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from core.clock import now
 from core.settings import Settings
-from handlers.runner import LeaseKeeper, execute
-from jobstore import claiming, db, intake, queries
+from jobstore import db, queries
 from jobstore.states import State
+from tests.support.kinds import claim, run
+from tests.support.store import job_row, new_job
 
 
 def run_to_end(engine: Engine, settings: Settings, kind: str, payload: dict[str, Any]) -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind=kind,
-        payload=payload,
-        operation_key=str(uuid.uuid4()),
-        now=now(),
-        max_attempts=3,
-    )
-    job_id = accepted.job.id
-    claimed = db.transact(engine, claiming.claim, job_id, "worker-1", now(), settings.lease_seconds).claim
-    assert claimed is not None
-    keeper = LeaseKeeper(engine, settings, interval=0.05).start()
-    try:
-        execute(engine, settings, keeper, claimed)
-    finally:
-        keeper.stop()
+    job_id = new_job(engine, str(uuid.uuid4()), kind=kind, payload=payload)
+    run(engine, settings, claim(engine, settings, job_id))
     return job_id
 
 
@@ -61,8 +44,7 @@ def test_a_bad_payload_fails_permanently_with_a_clear_error(
     engine: Engine, settings: Settings, kind: str, payload: dict[str, Any], message: str
 ) -> None:
     job_id = run_to_end(engine, settings, kind, payload)
-    job = db.read(engine, queries.get_job, job_id)
-    assert job is not None
+    job = job_row(engine, job_id)
     assert (job.state, job.attempts, job.error_code) == (State.FAILED, 1, "invalid_payload")
     assert job.error_message is not None and job.error_message.startswith(message)
     assert db.read(engine, queries.committed_result, job_id) is None

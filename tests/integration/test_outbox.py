@@ -8,25 +8,11 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from core.clock import FakeClock
-from jobstore import db, intake, outbox
+from jobstore import db, outbox
 from jobstore.schema import outbox as outbox_table
+from tests.support.store import new_job
 
 RELAY_LEASE = 30.0
-
-
-def new_job(engine: Engine, clock: FakeClock, key: str = "k") -> str:
-    """A job, which brings its own outbox row due now."""
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key=key,
-        now=clock.now(),
-        max_attempts=3,
-    ).job.id
 
 
 def add_row(engine: Engine, clock: FakeClock, job_id: str, *, due_in: float = 0.0) -> None:
@@ -61,7 +47,7 @@ def published(engine: Engine) -> list[int]:
 def test_a_lease_takes_due_rows_oldest_first_up_to_its_limit(engine: Engine, clock: FakeClock) -> None:
     job_ids = []
     for key in ("a", "b", "c"):
-        job_ids.append(new_job(engine, clock, key))
+        job_ids.append(new_job(engine, key))
         clock.advance(1)
     held = lease(engine, clock, limit=2)
     assert [job for _, job in held.rows] == job_ids[:2]
@@ -74,7 +60,7 @@ def test_a_lease_takes_due_rows_oldest_first_up_to_its_limit(engine: Engine, clo
 
 def test_consecutive_leases_take_disjoint_rows(engine: Engine, clock: FakeClock) -> None:
     for key in ("a", "b", "c"):
-        new_job(engine, clock, key)
+        new_job(engine, key)
     first, second, third = lease(engine, clock, limit=2), lease(engine, clock, limit=2), lease(engine, clock)
     assert len(first.rows) == 2 and len(second.rows) == 1 and third.rows == ()
     assert not set(ids(first)) & set(ids(second))
@@ -82,7 +68,7 @@ def test_consecutive_leases_take_disjoint_rows(engine: Engine, clock: FakeClock)
 
 
 def test_a_lease_skips_rows_not_yet_due(engine: Engine, clock: FakeClock) -> None:
-    job_id = new_job(engine, clock)
+    job_id = new_job(engine)
     add_row(engine, clock, job_id, due_in=10)
     assert len(lease(engine, clock).rows) == 1
     clock.advance(10)
@@ -90,7 +76,7 @@ def test_a_lease_skips_rows_not_yet_due(engine: Engine, clock: FakeClock) -> Non
 
 
 def test_the_holder_marks_its_rows_published_once(engine: Engine, clock: FakeClock) -> None:
-    new_job(engine, clock)
+    new_job(engine)
     held = lease(engine, clock)
     clock.advance(1)
     assert mark(engine, clock, held) == 1
@@ -103,8 +89,8 @@ def test_the_holder_marks_its_rows_published_once(engine: Engine, clock: FakeClo
 def test_a_stale_relay_token_cannot_mark_rows_another_lease_took_over(
     engine: Engine, clock: FakeClock
 ) -> None:
-    new_job(engine, clock, "a")
-    new_job(engine, clock, "b")
+    new_job(engine, "a")
+    new_job(engine, "b")
     stalled = lease(engine, clock)
     clock.advance(RELAY_LEASE)
     taken_over = lease(engine, clock)
@@ -117,16 +103,16 @@ def test_a_stale_relay_token_cannot_mark_rows_another_lease_took_over(
 
 
 def test_a_token_marks_only_rows_of_its_own_lease(engine: Engine, clock: FakeClock) -> None:
-    new_job(engine, clock, "a")
+    new_job(engine, "a")
     mine = lease(engine, clock)
-    new_job(engine, clock, "b")
+    new_job(engine, "b")
     theirs = lease(engine, clock)
     assert mark(engine, clock, mine, ids(mine) + ids(theirs)) == 1
     assert published(engine) == ids(mine)
 
 
 def test_marking_nothing_writes_nothing(engine: Engine, clock: FakeClock) -> None:
-    new_job(engine, clock)
+    new_job(engine)
     held = lease(engine, clock)
     before = rows(engine)
     assert mark(engine, clock, held, []) == 0
@@ -135,7 +121,7 @@ def test_marking_nothing_writes_nothing(engine: Engine, clock: FakeClock) -> Non
 
 
 def test_released_rows_come_back_at_the_retry_time(engine: Engine, clock: FakeClock) -> None:
-    new_job(engine, clock)
+    new_job(engine)
     held = lease(engine, clock)
     assert db.transact(engine, outbox.release, held.token, ids(held), retry_at=clock.now() + 5) == 1
     [row] = rows(engine)
@@ -148,7 +134,7 @@ def test_released_rows_come_back_at_the_retry_time(engine: Engine, clock: FakeCl
 
 
 def test_a_stale_token_cannot_release_rows_another_lease_took_over(engine: Engine, clock: FakeClock) -> None:
-    new_job(engine, clock)
+    new_job(engine)
     stalled = lease(engine, clock)
     clock.advance(RELAY_LEASE)
     taken_over = lease(engine, clock)
@@ -159,14 +145,14 @@ def test_a_stale_token_cannot_release_rows_another_lease_took_over(engine: Engin
 
 
 def test_prune_deletes_only_rows_published_before_the_cutoff(engine: Engine, clock: FakeClock) -> None:
-    new_job(engine, clock, "old")
+    new_job(engine, "old")
     old = lease(engine, clock)
     mark(engine, clock, old)
     clock.advance(100)
-    new_job(engine, clock, "recent")
+    new_job(engine, "recent")
     recent = lease(engine, clock)
     mark(engine, clock, recent)
-    new_job(engine, clock, "pending")
+    new_job(engine, "pending")
     assert db.transact(engine, outbox.prune_published, older_than=clock.now()) == 1
     remaining = rows(engine)
     assert [r["id"] for r in remaining] == [*ids(recent), remaining[-1]["id"]]
@@ -175,7 +161,7 @@ def test_prune_deletes_only_rows_published_before_the_cutoff(engine: Engine, clo
 
 def test_prune_deletes_at_most_its_limit(engine: Engine, clock: FakeClock) -> None:
     for key in ("a", "b", "c"):
-        new_job(engine, clock, key)
+        new_job(engine, key)
     mark(engine, clock, lease(engine, clock))
     clock.advance(1)
     assert db.transact(engine, outbox.prune_published, older_than=clock.now(), limit=2) == 2
@@ -187,12 +173,12 @@ def test_the_backlog_counts_due_unpublished_rows_and_the_oldest_wait(
     engine: Engine, clock: FakeClock
 ) -> None:
     assert db.read(engine, outbox.backlog, clock.now()) == outbox.Backlog(pending=0, oldest_age_seconds=0.0)
-    done = new_job(engine, clock, "done")
+    done = new_job(engine, "done")
     mark(engine, clock, lease(engine, clock))
     clock.advance(2)
-    new_job(engine, clock, "waiting")
+    new_job(engine, "waiting")
     add_row(engine, clock, done, due_in=60)
     clock.advance(3)
-    new_job(engine, clock, "leased")
+    new_job(engine, "leased")
     lease(engine, clock, limit=1)
     assert db.read(engine, outbox.backlog, clock.now()) == outbox.Backlog(pending=2, oldest_age_seconds=3.0)

@@ -7,20 +7,14 @@ from __future__ import annotations
 from sqlalchemy import Engine, func, select, update
 
 from core.settings import Settings
-from jobstore import claiming, db, intake, sweeper
+from jobstore import claiming, db, sweeper
 from jobstore import outbox as rows
 from jobstore.schema import outbox
 from relay.housekeeping import sweep_and_prune
+from tests.support.store import new_job
 
 NOW = 1_700_000_000.0
 AFTER = 300.0
-
-
-def accept(engine: Engine, key: str) -> str:
-    return db.transact(
-        engine, intake.accept, tenant="acme", owner="ana", kind="noop", payload={}, operation_key=key,
-        now=NOW, max_attempts=3,
-    ).job.id  # fmt: skip
 
 
 def publish_everything(engine: Engine) -> None:
@@ -38,7 +32,7 @@ def reannounce(engine: Engine, now: float) -> int:
 
 
 def test_a_queued_job_whose_delivery_was_lost_is_announced_again_once_per_period(engine: Engine) -> None:
-    job_id = accept(engine, "lost")
+    job_id = new_job(engine, "lost", now=NOW)
     publish_everything(engine)
     assert reannounce(engine, NOW + AFTER - 1) == 0  # not long enough yet
     assert reannounce(engine, NOW + AFTER + 1) == 1
@@ -49,8 +43,8 @@ def test_a_queued_job_whose_delivery_was_lost_is_announced_again_once_per_period
 
 
 def test_a_job_with_a_delivery_waiting_or_running_is_not_announced_again(engine: Engine) -> None:
-    waiting = accept(engine, "waiting")
-    running = accept(engine, "running")
+    waiting = new_job(engine, "waiting", now=NOW)
+    running = new_job(engine, "running", now=NOW)
     db.transact(engine, claiming.claim, running, "w", NOW + 1, 10 * AFTER)
     db.transact(engine, rows.drop_pending, running)
     assert reannounce(engine, NOW + 10 * AFTER) == 0
@@ -59,7 +53,7 @@ def test_a_job_with_a_delivery_waiting_or_running_is_not_announced_again(engine:
 
 
 def test_the_relay_housekeeping_announces_lost_deliveries(settings: Settings, engine: Engine) -> None:
-    job_id = accept(engine, "lost")
+    job_id = new_job(engine, "lost", now=NOW)
     publish_everything(engine)
     soon = settings.model_copy(update={"reannounce_after_seconds": 0.001})
     kept = sweep_and_prune(engine, soon)

@@ -16,10 +16,11 @@ from sqlalchemy import Connection, Engine
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, intake, outbox, queries, wakeup
+from jobstore import db, outbox, queries, wakeup
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished
+from tests.support.store import new_job
 
 # Doorbells sit beside a SQLite file; a PostgreSQL store is polled.
 pytestmark = pytest.mark.databases("sqlite")
@@ -41,21 +42,6 @@ def broker(settings: Settings, rabbitmq_url: str) -> Iterator[Broker]:
     broker.cleanup()
 
 
-def accept(engine: Engine, key: str) -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key=key,
-        now=clock.now(),
-        max_attempts=3,
-    )
-    return accepted.job.id
-
-
 def idle_relay_settled() -> None:
     """Give a relay that just connected time to find the outbox empty and fall back to its poll."""
     time.sleep(0.5)
@@ -69,7 +55,7 @@ def test_a_committed_job_is_published_at_once_not_at_the_next_poll(
         wait_for(lambda: relay.connected, 15, what="relay connected")
         idle_relay_settled()
         started = time.monotonic()
-        accept(engine, "rung")
+        new_job(engine, "rung")
         wait_for(lambda: unpublished(engine) == 0, 15, interval=0.005, what="the job published")
         took = time.monotonic() - started
     assert took < POLL / 2, f"published after {took:.2f}s: the relay waited for its poll"
@@ -80,7 +66,7 @@ def test_a_committed_job_is_published_at_once_not_at_the_next_poll(
 def test_a_row_announced_for_later_is_published_when_it_comes_due(
     settings: Settings, engine: Engine, broker: Broker
 ) -> None:
-    job_id = accept(engine, "later")
+    job_id = new_job(engine, "later")
     with running_relay(settings, engine) as relay:
         wait_for(lambda: unpublished(engine) == 0, 15, what="the first row published")
         idle_relay_settled()
@@ -135,7 +121,7 @@ def test_a_commit_that_adds_outbox_rows_rings_and_a_rolled_back_one_does_not(
     doorbell = wakeup.Doorbell.open(wakeup.directory_for(database))
     assert doorbell is not None
     try:
-        job_id = accept(engine, "rings")
+        job_id = new_job(engine, "rings")
         assert doorbell.take() is not None
 
         def add_then_fail(conn: Connection) -> None:

@@ -13,30 +13,7 @@ from jobstore import db, intake, queries
 from jobstore.errors import IdempotencyConflict
 from jobstore.schema import jobs, outbox
 from jobstore.states import State
-
-
-def accept(
-    engine: Engine,
-    clock: FakeClock,
-    *,
-    key: str = "key-1",
-    tenant: str = "acme",
-    kind: str = "noop",
-    payload: dict[str, Any] | None = None,
-    deadline_seconds: float | None = None,
-) -> intake.Accepted:
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant=tenant,
-        owner="alice",
-        kind=kind,
-        payload={"n": 1} if payload is None else payload,
-        operation_key=key,
-        now=clock.now(),
-        max_attempts=3,
-        deadline_seconds=deadline_seconds,
-    )
+from tests.support.store import accept, add_job
 
 
 def count(engine: Engine, table: Any) -> int:
@@ -46,7 +23,7 @@ def count(engine: Engine, table: Any) -> int:
 
 
 def test_a_new_job_is_queued_and_available_at_once(engine: Engine, clock: FakeClock) -> None:
-    accepted = accept(engine, clock)
+    accepted = accept(engine, payload={"n": 1})
     job = accepted.job
     assert accepted.created
     assert (job.state, job.epoch, job.attempts, job.max_attempts) == (State.QUEUED, 0, 0, 3)
@@ -56,11 +33,11 @@ def test_a_new_job_is_queued_and_available_at_once(engine: Engine, clock: FakeCl
 
 
 def test_a_deadline_is_counted_from_acceptance(engine: Engine, clock: FakeClock) -> None:
-    assert accept(engine, clock, deadline_seconds=90).job.deadline_at == clock.now() + 90
+    assert accept(engine, deadline=90).job.deadline_at == clock.now() + 90
 
 
 def test_the_job_row_and_its_outbox_row_are_written_together(engine: Engine, clock: FakeClock) -> None:
-    job = accept(engine, clock).job
+    job = accept(engine).job
     rows = db.read(engine, lambda conn: conn.execute(select(outbox)).mappings().all())
     assert [(r["job_id"], r["available_at"], r["published_at"]) for r in rows] == [
         (job.id, clock.now(), None)
@@ -87,7 +64,7 @@ def test_no_job_row_survives_when_its_outbox_row_cannot_be_written(engine: Engin
 
     db.transact(engine, refuse_outbox_rows)
     with pytest.raises(DBAPIError, match="outbox refused"):
-        accept(engine, clock)
+        accept(engine)
     assert count(engine, jobs) == 0
 
 
@@ -95,16 +72,7 @@ def test_no_rows_survive_when_the_callers_transaction_fails_after_accept(
     engine: Engine, clock: FakeClock
 ) -> None:
     def accept_then_fail(conn: Connection) -> None:
-        intake.accept(
-            conn,
-            tenant="acme",
-            owner="alice",
-            kind="noop",
-            payload={},
-            operation_key="k",
-            now=clock.now(),
-            max_attempts=3,
-        )
+        add_job(conn)
         raise RuntimeError("the caller failed after accepting")
 
     with pytest.raises(RuntimeError):
@@ -115,9 +83,9 @@ def test_no_rows_survive_when_the_callers_transaction_fails_after_accept(
 def test_the_same_key_and_payload_return_the_same_job_without_a_second_row(
     engine: Engine, clock: FakeClock
 ) -> None:
-    first = accept(engine, clock, payload={"a": 1, "b": [1, 2]})
+    first = accept(engine, payload={"a": 1, "b": [1, 2]})
     clock.advance(5)
-    again = accept(engine, clock, payload={"b": [1, 2], "a": 1})
+    again = accept(engine, payload={"b": [1, 2], "a": 1})
     assert not again.created
     assert again.job == first.job
     assert (count(engine, jobs), count(engine, outbox)) == (1, 1)
@@ -129,16 +97,16 @@ def test_the_same_key_and_payload_return_the_same_job_without_a_second_row(
 def test_the_same_key_with_a_different_request_is_an_idempotency_conflict(
     engine: Engine, clock: FakeClock, kind: str, payload: dict[str, Any]
 ) -> None:
-    first = accept(engine, clock, payload={"n": 1})
+    first = accept(engine, payload={"n": 1})
     with pytest.raises(IdempotencyConflict) as conflict:
-        accept(engine, clock, kind=kind, payload=payload)
+        accept(engine, kind=kind, payload=payload)
     assert conflict.value.job_id == first.job.id
     assert (count(engine, jobs), count(engine, outbox)) == (1, 1)
 
 
 def test_the_idempotency_key_is_scoped_to_the_tenant(engine: Engine, clock: FakeClock) -> None:
-    ours = accept(engine, clock, tenant="acme", key="shared", payload={"n": 1})
-    theirs = accept(engine, clock, tenant="globex", key="shared", payload={"n": 2})
+    ours = accept(engine, tenant="acme", key="shared", payload={"n": 1})
+    theirs = accept(engine, tenant="globex", key="shared", payload={"n": 2})
     assert ours.created and theirs.created
     assert ours.job.id != theirs.job.id
     assert (count(engine, jobs), count(engine, outbox)) == (2, 2)
@@ -154,11 +122,11 @@ def test_the_fingerprint_ignores_key_order_but_not_values() -> None:
 
 
 def test_the_same_key_with_another_deadline_is_a_conflict(engine: Engine, clock: FakeClock) -> None:
-    original = accept(engine, clock, tenant="acme", key="k", payload={}, deadline_seconds=60)
-    again = accept(engine, clock, tenant="acme", key="k", payload={}, deadline_seconds=60)
+    original = accept(engine, tenant="acme", key="k", payload={}, deadline=60)
+    again = accept(engine, tenant="acme", key="k", payload={}, deadline=60)
     assert again.job.id == original.job.id and not again.created
     with pytest.raises(IdempotencyConflict):
-        accept(engine, clock, tenant="acme", key="k", payload={}, deadline_seconds=120)
+        accept(engine, tenant="acme", key="k", payload={}, deadline=120)
 
 
 def request(key: str, payload: dict[str, Any], now: float, tenant: str = "acme") -> dict[str, Any]:
@@ -171,7 +139,7 @@ def request(key: str, payload: dict[str, Any], now: float, tenant: str = "acme")
 def test_a_batch_of_accepts_answers_each_request_as_accepts_one_after_another_would(
     engine: Engine, clock: FakeClock
 ) -> None:
-    earlier = accept(engine, clock, key="known", payload={"n": 0})
+    earlier = accept(engine, key="known", payload={"n": 0})
     now = clock.now()
     batch = [
         request("new-1", {"n": 1}, now),

@@ -8,27 +8,13 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 from core.clock import FakeClock
-from jobstore import claiming, db, fenced, intake, operator
+from jobstore import claiming, db, fenced, operator
 from jobstore.records import Claim, dumps
 from jobstore.schema import attempts, jobs
 from jobstore.states import State
+from tests.support.store import new_job
 
 LEASE = 30.0
-
-
-def accept(engine: Engine, clock: FakeClock, key: str) -> str:
-    accepted = db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={"key": key},
-        operation_key=key,
-        now=clock.now(),
-        max_attempts=3,
-    )
-    return accepted.job.id
 
 
 def claim_many(engine: Engine, clock: FakeClock, job_ids: list[str], worker: str = "w") -> list[Any]:
@@ -56,7 +42,7 @@ def result_pointer(engine: Engine, job_id: str) -> str | None:
 def test_claim_many_takes_each_claimable_job_once_and_says_why_it_refused_the_others(
     engine: Engine, clock: FakeClock
 ) -> None:
-    first, second, done = (accept(engine, clock, key) for key in ("a", "b", "c"))
+    first, second, done = (new_job(engine, key) for key in ("a", "b", "c"))
     (finished,) = [r.claim for r in claim_many(engine, clock, [done])]
     assert finished is not None
     assert complete_many(engine, clock, [finished]) == [State.SUCCEEDED]
@@ -82,7 +68,7 @@ def test_claim_many_takes_each_claimable_job_once_and_says_why_it_refused_the_ot
 def test_claim_many_of_an_expired_lease_ends_the_previous_attempt_as_lost(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock, "a")
+    job_id = new_job(engine, "a")
     (old,) = [r.claim for r in claim_many(engine, clock, [job_id], worker="gone")]
     assert old is not None
     clock.advance(LEASE + 1)
@@ -96,7 +82,7 @@ def test_claim_many_of_an_expired_lease_ends_the_previous_attempt_as_lost(
 def test_complete_many_completes_each_under_its_own_fence_and_leaves_the_fenced_one_untouched(
     engine: Engine, clock: FakeClock
 ) -> None:
-    ok, stale, cancel = (accept(engine, clock, key) for key in ("ok", "stale", "cancel"))
+    ok, stale, cancel = (new_job(engine, key) for key in ("ok", "stale", "cancel"))
     claims = {c.job_id: c for c in (r.claim for r in claim_many(engine, clock, [ok, stale, cancel])) if c}
     clock.advance(LEASE / 2)
     for c in (claims[ok], claims[cancel]):

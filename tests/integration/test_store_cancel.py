@@ -9,45 +9,17 @@ from sqlalchemy import Engine, select
 
 from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import claiming, db, fenced, intake, operator, queries
+from jobstore import claiming, db, fenced, operator, queries
 from jobstore.errors import JobNotFound
-from jobstore.records import Claim, Job
 from jobstore.schema import jobs, outbox
 from jobstore.states import State
-
-LEASE = 30.0
-
-
-def accept(engine: Engine, clock: FakeClock, tenant: str = "acme") -> str:
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant=tenant,
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key="k",
-        now=clock.now(),
-        max_attempts=3,
-    ).job.id
-
-
-def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
-    result = db.transact(engine, claiming.claim, job_id, "w1", clock.now(), LEASE)
-    assert result.claim is not None, result
-    return result.claim
+from tests.support.store import LEASE, claimed, job_row, new_job
 
 
 def cancel(
     engine: Engine, clock: FakeClock, job_id: str, tenant: str | None = None
 ) -> operator.CancelOutcome:
     return db.transact(engine, operator.request_cancel, job_id, clock.now(), tenant=tenant)
-
-
-def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, queries.get_job, job_id)
-    assert job is not None
-    return job
 
 
 def rows(engine: Engine) -> list[dict[str, Any]]:
@@ -64,7 +36,7 @@ def pending_outbox(engine: Engine, job_id: str) -> int:
 def test_cancel_of_a_queued_job_cancels_it_at_once_and_drops_its_pending_delivery(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
+    job_id = new_job(engine)
     clock.advance(1)
     assert cancel(engine, clock, job_id) is operator.CancelOutcome.CANCELLED
     job = job_row(engine, job_id)
@@ -78,8 +50,8 @@ def test_cancel_of_a_queued_job_cancels_it_at_once_and_drops_its_pending_deliver
 def test_cancel_of_a_running_job_is_requested_and_the_job_keeps_running(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     assert cancel(engine, clock, job_id) is operator.CancelOutcome.REQUESTED
     job = job_row(engine, job_id)
     assert (job.state, job.cancel_requested, job.epoch, job.lease_owner) == (
@@ -92,8 +64,8 @@ def test_cancel_of_a_running_job_is_requested_and_the_job_keeps_running(
 
 
 def test_a_repeated_cancel_of_a_running_job_stays_a_request(engine: Engine, clock: FakeClock) -> None:
-    job_id = accept(engine, clock)
-    claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    claimed(engine, job_id)
     assert [cancel(engine, clock, job_id) for _ in range(2)] == [operator.CancelOutcome.REQUESTED] * 2
     assert job_row(engine, job_id).state is State.RUNNING
 
@@ -101,8 +73,8 @@ def test_a_repeated_cancel_of_a_running_job_stays_a_request(engine: Engine, cloc
 def test_cancel_of_a_succeeded_job_leaves_the_committed_result_standing(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {"rows": 3}, clock.now())
     before = rows(engine)
     clock.advance(1)
@@ -116,11 +88,11 @@ def test_cancel_of_a_succeeded_job_leaves_the_committed_result_standing(
 def test_cancel_of_an_otherwise_finished_job_changes_nothing(
     engine: Engine, clock: FakeClock, ending: str
 ) -> None:
-    job_id = accept(engine, clock)
+    job_id = new_job(engine)
     if ending == "cancelled":
         cancel(engine, clock, job_id)
     else:
-        held = claim(engine, clock, job_id)
+        held = claimed(engine, job_id)
         db.transact(
             engine,
             fenced.fail,
@@ -148,9 +120,9 @@ def test_cancel_of_an_unknown_job_is_not_found(engine: Engine, clock: FakeClock)
 def test_cancel_of_another_tenants_job_is_not_found_and_changes_nothing(
     engine: Engine, clock: FakeClock, running: bool
 ) -> None:
-    job_id = accept(engine, clock, tenant="acme")
+    job_id = new_job(engine, tenant="acme")
     if running:
-        claim(engine, clock, job_id)
+        claimed(engine, job_id)
     before = rows(engine)
     with pytest.raises(JobNotFound):
         cancel(engine, clock, job_id, tenant="globex")
@@ -159,5 +131,5 @@ def test_cancel_of_another_tenants_job_is_not_found_and_changes_nothing(
 
 
 def test_cancel_by_the_owning_tenant_is_applied(engine: Engine, clock: FakeClock) -> None:
-    job_id = accept(engine, clock, tenant="acme")
+    job_id = new_job(engine, tenant="acme")
     assert cancel(engine, clock, job_id, tenant="acme") is operator.CancelOutcome.CANCELLED

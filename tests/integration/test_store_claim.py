@@ -2,66 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from sqlalchemy import Engine, select
 
 from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import claiming, db, fenced, intake, operator, queries
+from jobstore import claiming, db, fenced, operator
 from jobstore import outbox as outbox_rows
-from jobstore.records import Claim, Job
-from jobstore.schema import attempts, jobs, outbox
+from jobstore.schema import attempts, outbox
 from jobstore.states import State
+from tests.support.store import LEASE, accept, claimed, every_row, job_row, new_job
 
-LEASE = 30.0
 BACKOFF = Backoff(base=5.0, cap=60.0)
-
-
-def accept(
-    engine: Engine, clock: FakeClock, key: str = "k", *, max_attempts: int = 3, deadline: float | None = None
-) -> Job:
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={"key": key},
-        operation_key=key,
-        now=clock.now(),
-        max_attempts=max_attempts,
-        deadline_seconds=deadline,
-    ).job
 
 
 def claim(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> claiming.ClaimResult:
     return db.transact(engine, claiming.claim, job_id, worker, clock.now(), LEASE)
-
-
-def claimed(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> Claim:
-    result = claim(engine, clock, job_id, worker)
-    assert result.claim is not None, result
-    return result.claim
-
-
-def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, queries.get_job, job_id)
-    assert job is not None
-    return job
-
-
-def snapshot(engine: Engine) -> dict[str, list[dict[str, Any]]]:
-    """Every row of every table, to show that a refusal changed nothing."""
-
-    def dump(conn: Any) -> dict[str, list[dict[str, Any]]]:
-        return {
-            t.name: [dict(r) for r in conn.execute(select(t).order_by(*t.primary_key)).mappings()]
-            for t in (jobs, attempts, outbox)
-        }
-
-    return db.read(engine, dump)
 
 
 def pending_outbox(engine: Engine) -> list[str]:
@@ -72,19 +28,19 @@ def pending_outbox(engine: Engine) -> list[str]:
 def assert_refused(
     engine: Engine, clock: FakeClock, job_id: str, refusal: claiming.Refusal
 ) -> claiming.ClaimResult:
-    before = snapshot(engine)
+    before = every_row(engine)
     result = claim(engine, clock, job_id, worker="intruder")
     assert (result.claim, result.refusal) == (None, refusal)
-    assert snapshot(engine) == before
+    assert every_row(engine) == before
     return result
 
 
 def test_claim_takes_a_queued_job_with_the_next_epoch_a_lease_and_an_attempt_row(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job = accept(engine, clock)
+    job = accept(engine).job
     clock.advance(1)
-    got = claimed(engine, clock, job.id, worker="w1")
+    got = claimed(engine, job.id, worker="w1")
     row = job_row(engine, job.id)
     assert (got.epoch, got.attempts, got.worker, got.lease_expires_at) == (1, 1, "w1", clock.now() + LEASE)
     assert (row.state, row.epoch, row.attempts, row.lease_owner) == (State.RUNNING, 1, 1, "w1")
@@ -99,24 +55,24 @@ def test_claim_of_an_unknown_job_is_refused_as_not_found(engine: Engine, clock: 
 
 
 def test_claim_of_a_finished_job_is_refused_as_terminal(engine: Engine, clock: FakeClock) -> None:
-    job = accept(engine, clock)
-    got = claimed(engine, clock, job.id)
+    job = accept(engine).job
+    got = claimed(engine, job.id)
     db.transact(engine, fenced.complete, job.id, got.epoch, got.attempt_id, {"ok": True}, clock.now())
     result = assert_refused(engine, clock, job.id, claiming.Refusal.TERMINAL)
     assert result.state is State.SUCCEEDED
 
 
 def test_claim_of_a_live_lease_is_refused_as_leased(engine: Engine, clock: FakeClock) -> None:
-    job = accept(engine, clock)
-    claimed(engine, clock, job.id, worker="w1")
+    job = accept(engine).job
+    claimed(engine, job.id, worker="w1")
     clock.advance(LEASE - 0.001)
     result = assert_refused(engine, clock, job.id, claiming.Refusal.LEASED)
     assert result.state is State.RUNNING
 
 
 def test_claim_during_a_retry_backoff_is_refused_as_not_available(engine: Engine, clock: FakeClock) -> None:
-    job = accept(engine, clock)
-    got = claimed(engine, clock, job.id)
+    job = accept(engine).job
+    got = claimed(engine, job.id)
     db.transact(
         engine,
         fenced.fail,
@@ -131,14 +87,14 @@ def test_claim_during_a_retry_backoff_is_refused_as_not_available(engine: Engine
     )
     assert_refused(engine, clock, job.id, claiming.Refusal.NOT_AVAILABLE)
     clock.set(job_row(engine, job.id).available_at)
-    assert claimed(engine, clock, job.id).epoch == 2
+    assert claimed(engine, job.id).epoch == 2
 
 
 def test_claim_of_an_expired_lease_after_an_external_effect_needs_a_sweep(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job = accept(engine, clock)
-    got = claimed(engine, clock, job.id)
+    job = accept(engine).job
+    got = claimed(engine, job.id)
     db.transact(engine, fenced.mark_external_started, job.id, got.epoch, got.attempt_id, clock.now())
     clock.advance(LEASE)
     assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
@@ -147,8 +103,8 @@ def test_claim_of_an_expired_lease_after_an_external_effect_needs_a_sweep(
 def test_claim_of_an_expired_lease_with_the_budget_spent_needs_a_sweep(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job = accept(engine, clock, max_attempts=1)
-    claimed(engine, clock, job.id)
+    job = accept(engine, max_attempts=1).job
+    claimed(engine, job.id)
     clock.advance(LEASE)
     assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
 
@@ -156,15 +112,15 @@ def test_claim_of_an_expired_lease_with_the_budget_spent_needs_a_sweep(
 def test_claim_of_an_expired_lease_with_a_cancel_request_needs_a_sweep(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job = accept(engine, clock)
-    claimed(engine, clock, job.id)
+    job = accept(engine).job
+    claimed(engine, job.id)
     db.transact(engine, operator.request_cancel, job.id, clock.now())
     clock.advance(LEASE)
     assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
 
 
 def test_claim_of_a_queued_job_past_its_deadline_needs_a_sweep(engine: Engine, clock: FakeClock) -> None:
-    job = accept(engine, clock, deadline=10)
+    job = accept(engine, deadline=10).job
     clock.advance(10)
     assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
 
@@ -172,10 +128,10 @@ def test_claim_of_a_queued_job_past_its_deadline_needs_a_sweep(engine: Engine, c
 def test_claim_of_an_expired_lease_takes_over_with_the_next_epoch_and_the_old_attempt_is_lost(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job = accept(engine, clock)
-    first = claimed(engine, clock, job.id, worker="w1")
+    job = accept(engine).job
+    first = claimed(engine, job.id, worker="w1")
     clock.advance(LEASE)
-    second = claimed(engine, clock, job.id, worker="w2")
+    second = claimed(engine, job.id, worker="w2")
     assert (second.epoch, second.attempts) == (first.epoch + 1, 2)
     outcomes = db.read(
         engine,
@@ -188,25 +144,25 @@ def test_claim_of_an_expired_lease_takes_over_with_the_next_epoch_and_the_old_at
 
 
 def test_claim_checkpoint_carries_the_last_saved_progress(engine: Engine, clock: FakeClock) -> None:
-    job = accept(engine, clock)
-    first = claimed(engine, clock, job.id)
+    job = accept(engine).job
+    first = claimed(engine, job.id)
     db.transact(engine, fenced.save_checkpoint, job.id, first.epoch, {"step": 2}, clock.now())
     clock.advance(LEASE)
-    assert claimed(engine, clock, job.id).checkpoint == {"step": 2}
+    assert claimed(engine, job.id).checkpoint == {"step": 2}
 
 
 def test_claim_next_takes_the_oldest_available_job_first(engine: Engine, clock: FakeClock) -> None:
     ids = []
     for key in ("a", "b", "c"):
-        ids.append(accept(engine, clock, key).id)
+        ids.append(new_job(engine, key))
         clock.advance(1)
     taken = [db.transact(engine, claiming.claim_next, "w", clock.now(), LEASE) for _ in range(4)]
     assert [c.job_id if c else None for c in taken] == [*ids, None]
 
 
 def test_claim_next_skips_a_job_still_waiting_out_its_backoff(engine: Engine, clock: FakeClock) -> None:
-    waiting = accept(engine, clock, "waiting")
-    got = claimed(engine, clock, waiting.id)
+    waiting = accept(engine, "waiting").job
+    got = claimed(engine, waiting.id)
     db.transact(
         engine,
         fenced.fail,
@@ -220,13 +176,13 @@ def test_claim_next_skips_a_job_still_waiting_out_its_backoff(engine: Engine, cl
         backoff=BACKOFF,
     )
     assert db.transact(engine, claiming.claim_next, "w", clock.now(), LEASE) is None
-    fresh = accept(engine, clock, "fresh")
+    fresh = accept(engine, "fresh").job
     taken = db.transact(engine, claiming.claim_next, "w", clock.now(), LEASE)
     assert taken is not None and taken.job_id == fresh.id
 
 
 def test_claim_next_drops_only_the_claimed_jobs_pending_outbox_rows(engine: Engine, clock: FakeClock) -> None:
-    first = accept(engine, clock, "first")
+    first = accept(engine, "first").job
     lease = db.transact(engine, outbox_rows.lease_batch, now=clock.now(), limit=1, lease_seconds=LEASE)
     published = [row_id for row_id, _ in lease.rows]
     db.transact(engine, outbox_rows.mark_published, lease.token, published, clock.now())
@@ -234,7 +190,7 @@ def test_claim_next_drops_only_the_claimed_jobs_pending_outbox_rows(engine: Engi
         engine, lambda conn: outbox_rows.add(conn, first.id, available_at=clock.now(), now=clock.now())
     )
     clock.advance(1)
-    second = accept(engine, clock, "second")
+    second = accept(engine, "second").job
     assert pending_outbox(engine) == [first.id, second.id]
 
     taken = db.transact(engine, claiming.claim_next, "w", clock.now(), LEASE)
@@ -246,8 +202,8 @@ def test_claim_next_drops_only_the_claimed_jobs_pending_outbox_rows(engine: Engi
 
 
 def test_claim_next_takes_over_an_expired_lease(engine: Engine, clock: FakeClock) -> None:
-    job = accept(engine, clock)
-    first = claimed(engine, clock, job.id, worker="w1")
+    job = accept(engine).job
+    first = claimed(engine, job.id, worker="w1")
     assert db.transact(engine, claiming.claim_next, "w2", clock.now(), LEASE) is None
     clock.advance(LEASE)
     taken = db.transact(engine, claiming.claim_next, "w2", clock.now(), LEASE)
@@ -259,8 +215,8 @@ def test_claim_next_takes_over_an_expired_lease(engine: Engine, clock: FakeClock
 def test_claim_counts_every_attempt_against_the_budget(
     engine: Engine, clock: FakeClock, max_attempts: int
 ) -> None:
-    job = accept(engine, clock, max_attempts=max_attempts)
+    job = accept(engine, max_attempts=max_attempts).job
     for n in range(1, max_attempts + 1):
-        assert claimed(engine, clock, job.id).attempts == n
+        assert claimed(engine, job.id).attempts == n
         clock.advance(LEASE)
     assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)

@@ -7,19 +7,17 @@ before and after shows what the guard itself wrote (nothing), not what a rollbac
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine
 
 from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import claiming, db, fenced, intake
+from jobstore import db, fenced
 from jobstore.errors import Fenced
 from jobstore.records import Claim
-from jobstore.schema import attempts, jobs, outbox
+from tests.support.store import LEASE, claimed, every_row, new_job
 
-LEASE = 30.0
 BACKOFF = Backoff(base=5.0, cap=60.0)
 
 WorkerWrite = Callable[[Connection, Claim, float], object]
@@ -55,46 +53,25 @@ WRITES: dict[str, WorkerWrite] = {
 }
 
 
-def accept(engine: Engine, clock: FakeClock, *, deadline: float | None = None) -> str:
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key="k",
-        now=clock.now(),
-        max_attempts=3,
-        deadline_seconds=deadline,
-    ).job.id
-
-
-def claim(engine: Engine, clock: FakeClock, job_id: str, worker: str) -> Claim:
-    result = db.transact(engine, claiming.claim, job_id, worker, clock.now(), LEASE)
-    assert result.claim is not None, result
-    return result.claim
-
-
 def stale_epoch(engine: Engine, clock: FakeClock) -> Claim:
     """w1's lease ran out and w2 took the job over: w1 still holds epoch 1, the job is at epoch 2."""
-    job_id = accept(engine, clock)
-    old = claim(engine, clock, job_id, "w1")
+    job_id = new_job(engine)
+    old = claimed(engine, job_id, "w1")
     clock.advance(LEASE + 1)
-    assert claim(engine, clock, job_id, "w2").epoch == old.epoch + 1
+    assert claimed(engine, job_id, "w2").epoch == old.epoch + 1
     return old
 
 
 def expired_lease(engine: Engine, clock: FakeClock) -> Claim:
     """The lease ends exactly now; nobody else has claimed the job yet."""
-    held = claim(engine, clock, accept(engine, clock), "w1")
+    held = claimed(engine, new_job(engine), "w1")
     clock.set(held.lease_expires_at)
     return held
 
 
 def passed_deadline(engine: Engine, clock: FakeClock) -> Claim:
     """The lease is still alive but the job's deadline has passed."""
-    held = claim(engine, clock, accept(engine, clock, deadline=10), "w1")
+    held = claimed(engine, new_job(engine, deadline=10), "w1")
     clock.advance(10)
     assert clock.now() < held.lease_expires_at
     return held
@@ -102,14 +79,14 @@ def passed_deadline(engine: Engine, clock: FakeClock) -> Claim:
 
 def finished(engine: Engine, clock: FakeClock) -> Claim:
     """The worker already completed the job and writes again (same epoch, lease cleared)."""
-    held = claim(engine, clock, accept(engine, clock), "w1")
+    held = claimed(engine, new_job(engine), "w1")
     db.transact(engine, fenced.complete, held.job_id, held.epoch, held.attempt_id, {"done": 1}, clock.now())
     return held
 
 
 def released(engine: Engine, clock: FakeClock) -> Claim:
     """The worker gave the job back: queued again at the same epoch, not claimed by anyone yet."""
-    held = claim(engine, clock, accept(engine, clock), "w1")
+    held = claimed(engine, new_job(engine), "w1")
     db.transact(engine, fenced.release, held.job_id, held.epoch, held.attempt_id, clock.now())
     return held
 
@@ -121,16 +98,6 @@ LOST: dict[str, Callable[[Engine, FakeClock], Claim]] = {
     "no_longer_running_finished": finished,
     "no_longer_running_released": released,
 }
-
-
-def snapshot(engine: Engine) -> dict[str, list[dict[str, Any]]]:
-    def dump(conn: Connection) -> dict[str, list[dict[str, Any]]]:
-        return {
-            t.name: [dict(r) for r in conn.execute(select(t).order_by(*t.primary_key)).mappings()]
-            for t in (jobs, attempts, outbox)
-        }
-
-    return db.read(engine, dump)
 
 
 def write_and_commit_if_fenced(conn: Connection, write: WorkerWrite, held: Claim, now: float) -> str:
@@ -148,16 +115,16 @@ def test_a_worker_write_that_lost_its_fence_is_refused_and_writes_nothing(
     engine: Engine, clock: FakeClock, write: str, lost: str
 ) -> None:
     held = LOST[lost](engine, clock)
-    before = snapshot(engine)
+    before = every_row(engine)
     outcome = db.transact(engine, write_and_commit_if_fenced, WRITES[write], held, clock.now())
     assert outcome == "fenced"
-    assert snapshot(engine) == before
+    assert every_row(engine) == before
 
 
 @pytest.mark.parametrize("write", list(WRITES))
 def test_a_worker_write_just_before_the_lease_ends_is_accepted(
     engine: Engine, clock: FakeClock, write: str
 ) -> None:
-    held = claim(engine, clock, accept(engine, clock), "w1")
+    held = claimed(engine, new_job(engine), "w1")
     clock.set(held.lease_expires_at - 0.001)
     assert db.transact(engine, write_and_commit_if_fenced, WRITES[write], held, clock.now()) == "written"

@@ -3,41 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
 
 from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import claiming, db, fenced, intake, operator, queries, sweeper
+from jobstore import db, fenced, operator, sweeper
 from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.records import Claim, Job
-from jobstore.schema import jobs, outbox
+from jobstore.records import Claim
+from jobstore.schema import outbox
 from jobstore.states import State
+from tests.support.store import LEASE, claimed, every_row, job_row, new_job
 
-LEASE = 30.0
 BACKOFF = Backoff(base=5.0, cap=60.0)
-
-
-def accept(engine: Engine, clock: FakeClock, *, max_attempts: int = 3) -> str:
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="notify",
-        payload={"to": "ops"},
-        operation_key="k",
-        now=clock.now(),
-        max_attempts=max_attempts,
-    ).job.id
-
-
-def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
-    result = db.transact(engine, claiming.claim, job_id, "w1", clock.now(), LEASE)
-    assert result.claim is not None, result
-    return result.claim
 
 
 def fail(engine: Engine, clock: FakeClock, held: Claim, *, permanent: bool) -> None:
@@ -56,14 +35,14 @@ def fail(engine: Engine, clock: FakeClock, held: Claim, *, permanent: bool) -> N
 
 
 def dead_job(engine: Engine, clock: FakeClock) -> str:
-    job_id = accept(engine, clock, max_attempts=1)
-    fail(engine, clock, claim(engine, clock, job_id), permanent=False)
+    job_id = new_job(engine, max_attempts=1)
+    fail(engine, clock, claimed(engine, job_id), permanent=False)
     return job_id
 
 
 def unknown_job(engine: Engine, clock: FakeClock) -> str:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     db.transact(engine, fenced.mark_external_started, job_id, held.epoch, held.attempt_id, clock.now())
     clock.advance(LEASE)
     assert db.transact(engine, sweeper.sweep_expired, clock.now(), backoff=BACKOFF) == {"unknown": 1}
@@ -71,30 +50,30 @@ def unknown_job(engine: Engine, clock: FakeClock) -> str:
 
 
 def queued_job(engine: Engine, clock: FakeClock) -> str:
-    return accept(engine, clock)
+    return new_job(engine)
 
 
 def running_job(engine: Engine, clock: FakeClock) -> str:
-    job_id = accept(engine, clock)
-    claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    claimed(engine, job_id)
     return job_id
 
 
 def succeeded_job(engine: Engine, clock: FakeClock) -> str:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {"sent": True}, clock.now())
     return job_id
 
 
 def failed_job(engine: Engine, clock: FakeClock) -> str:
-    job_id = accept(engine, clock)
-    fail(engine, clock, claim(engine, clock, job_id), permanent=True)
+    job_id = new_job(engine)
+    fail(engine, clock, claimed(engine, job_id), permanent=True)
     return job_id
 
 
 def cancelled_job(engine: Engine, clock: FakeClock) -> str:
-    job_id = accept(engine, clock)
+    job_id = new_job(engine)
     db.transact(engine, operator.request_cancel, job_id, clock.now())
     return job_id
 
@@ -108,19 +87,6 @@ NOT_REQUEUEABLE: dict[str, JobIn] = {
     "cancelled": cancelled_job,
 }
 NOT_RESOLVABLE: dict[str, JobIn] = {**NOT_REQUEUEABLE, "dead": dead_job}
-
-
-def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, queries.get_job, job_id)
-    assert job is not None
-    return job
-
-
-def snapshot(engine: Engine) -> list[dict[str, Any]]:
-    def dump(conn: Any) -> list[dict[str, Any]]:
-        return [dict(r) for t in (jobs, outbox) for r in conn.execute(select(t)).mappings()]
-
-    return db.read(engine, dump)
 
 
 # requeue
@@ -143,7 +109,7 @@ def test_requeue_of_a_dead_job_gives_a_fresh_budget_and_a_new_delivery(
     assert job.epoch == died_at.epoch, "a requeue never moves the epoch back"
     due = select(outbox.c.available_at).where(outbox.c.job_id == job_id, outbox.c.published_at.is_(None))
     assert clock.now() in db.read(engine, lambda conn: list(conn.execute(due).scalars()))
-    again = claim(engine, clock, job_id)
+    again = claimed(engine, job_id)
     assert (again.epoch, again.attempts) == (died_at.epoch + 1, 1)
 
 
@@ -151,7 +117,7 @@ def test_requeue_of_an_unknown_job_forgets_the_external_mark(engine: Engine, clo
     job_id = unknown_job(engine, clock)
     job = db.transact(engine, operator.requeue, job_id, clock.now())
     assert (job.state, job.external_epoch, job.attempts) == (State.QUEUED, None, 0)
-    again = claim(engine, clock, job_id)
+    again = claimed(engine, job_id)
     clock.advance(LEASE)
     assert db.transact(engine, sweeper.sweep_expired, clock.now(), backoff=BACKOFF) == {"queued": 1}
     assert again.epoch == 2
@@ -162,11 +128,11 @@ def test_requeue_of_a_job_that_is_neither_dead_nor_unknown_is_refused(
     engine: Engine, clock: FakeClock, state: str
 ) -> None:
     job_id = NOT_REQUEUEABLE[state](engine, clock)
-    before = snapshot(engine)
+    before = every_row(engine)
     with pytest.raises(InvalidTransition) as refused:
         db.transact(engine, operator.requeue, job_id, clock.now())
     assert (refused.value.state, refused.value.action) == (state, "requeue")
-    assert snapshot(engine) == before
+    assert every_row(engine) == before
 
 
 def test_requeue_of_an_unknown_id_is_not_found(engine: Engine, clock: FakeClock) -> None:
@@ -198,11 +164,11 @@ def test_resolve_of_a_job_that_is_not_unknown_is_refused(
     engine: Engine, clock: FakeClock, state: str
 ) -> None:
     job_id = NOT_RESOLVABLE[state](engine, clock)
-    before = snapshot(engine)
+    before = every_row(engine)
     with pytest.raises(InvalidTransition) as refused:
         db.transact(engine, operator.resolve, job_id, State.SUCCEEDED, "note", clock.now())
     assert (refused.value.state, refused.value.action) == (state, "resolve")
-    assert snapshot(engine) == before
+    assert every_row(engine) == before
 
 
 @pytest.mark.parametrize("outcome", [State.QUEUED, State.CANCELLED, State.DEAD, State.UNKNOWN])
@@ -210,10 +176,10 @@ def test_resolve_to_anything_but_succeeded_or_failed_is_rejected(
     engine: Engine, clock: FakeClock, outcome: State
 ) -> None:
     job_id = unknown_job(engine, clock)
-    before = snapshot(engine)
+    before = every_row(engine)
     with pytest.raises(ValueError, match="succeeded or failed"):
         db.transact(engine, operator.resolve, job_id, outcome, "note", clock.now())
-    assert snapshot(engine) == before
+    assert every_row(engine) == before
 
 
 def test_resolve_of_an_unknown_id_is_not_found(engine: Engine, clock: FakeClock) -> None:

@@ -24,7 +24,8 @@ from core.settings import Settings
 from jobstore import db, intake, queries
 from jobstore.db import StoreUnavailable
 from jobstore.schema import jobs, outbox
-from tests.conftest import make_settings
+from tests.conftest import make_settings, sqlite_settings
+from tests.support.store import accept
 
 # What this file shows is about SQLite itself: once, on SQLite.
 pytestmark = pytest.mark.databases("sqlite")
@@ -42,25 +43,6 @@ print("locked", flush=True)
 sys.stdin.readline()
 conn.execute("ROLLBACK")
 """
-
-
-def sqlite_settings(directory: Path, **overrides: object) -> Settings:
-    """Settings for a SQLite file of this test's own in `directory`."""
-    return make_settings(directory, database_url=f"sqlite:///{directory / 'jobs.db'}", **overrides)
-
-
-def accept(engine: Engine, key: str = "k") -> intake.Accepted:
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key=key,
-        now=time.time(),
-        max_attempts=3,
-    )
 
 
 def counts(conn: Connection) -> tuple[int, int]:

@@ -10,44 +10,19 @@ from sqlalchemy import Engine, select
 
 from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import claiming, db, decisions, fenced, intake, operator, queries
+from jobstore import db, decisions, fenced, operator, queries
 from jobstore.errors import Fenced
-from jobstore.records import Attempt, Claim, Job
+from jobstore.records import Attempt, Claim
 from jobstore.schema import outbox
 from jobstore.states import State
+from tests.support.store import LEASE, claimed, job_row, new_job
 
-LEASE = 30.0
 BACKOFF = Backoff(base=8.0, cap=60.0)
 
 
-def accept(engine: Engine, clock: FakeClock, *, max_attempts: int = 3) -> str:
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key="k",
-        now=clock.now(),
-        max_attempts=max_attempts,
-    ).job.id
-
-
-def claim(engine: Engine, clock: FakeClock, job_id: str, worker: str = "w1") -> Claim:
-    result = db.transact(engine, claiming.claim, job_id, worker, clock.now(), LEASE)
-    assert result.claim is not None, result
-    return result.claim
-
-
-def running(engine: Engine, clock: FakeClock, *, max_attempts: int = 3) -> Claim:
-    return claim(engine, clock, accept(engine, clock, max_attempts=max_attempts))
-
-
-def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, queries.get_job, job_id)
-    assert job is not None
-    return job
+def running(engine: Engine, *, max_attempts: int = 3) -> Claim:
+    """A new job, claimed by w1."""
+    return claimed(engine, new_job(engine, max_attempts=max_attempts))
 
 
 def attempt_row(engine: Engine, held: Claim) -> Attempt:
@@ -87,7 +62,7 @@ def cancel(engine: Engine, clock: FakeClock, job_id: str) -> operator.CancelOutc
 
 
 def test_renew_lease_extends_the_lease_from_now(engine: Engine, clock: FakeClock) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     clock.advance(LEASE - 1)
     cancel_requested = db.transact(engine, fenced.renew_lease, held.job_id, held.epoch, clock.now(), LEASE)
     assert cancel_requested is False
@@ -97,13 +72,13 @@ def test_renew_lease_extends_the_lease_from_now(engine: Engine, clock: FakeClock
 def test_renew_lease_carries_a_committed_cancel_request_back_to_the_worker(
     engine: Engine, clock: FakeClock
 ) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     assert cancel(engine, clock, held.job_id) is operator.CancelOutcome.REQUESTED
     assert db.transact(engine, fenced.renew_lease, held.job_id, held.epoch, clock.now(), LEASE) is True
 
 
 def test_mark_external_started_records_the_epoch_and_the_attempt(engine: Engine, clock: FakeClock) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     clock.advance(2)
     db.transact(engine, fenced.mark_external_started, held.job_id, held.epoch, held.attempt_id, clock.now())
     assert job_row(engine, held.job_id).external_epoch == held.epoch
@@ -111,7 +86,7 @@ def test_mark_external_started_records_the_epoch_and_the_attempt(engine: Engine,
 
 
 def test_save_checkpoint_keeps_the_latest_progress_and_its_epoch(engine: Engine, clock: FakeClock) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     for step in (1, 2):
         db.transact(engine, fenced.save_checkpoint, held.job_id, held.epoch, {"step": step}, clock.now())
     job = job_row(engine, held.job_id)
@@ -122,7 +97,7 @@ def test_save_checkpoint_keeps_the_latest_progress_and_its_epoch(engine: Engine,
 
 
 def test_complete_binds_the_result_pointer_and_succeeded_together(engine: Engine, clock: FakeClock) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     clock.advance(3)
     assert complete(engine, clock, held, {"rows": 10}) is State.SUCCEEDED
     job = job_row(engine, held.job_id)
@@ -142,7 +117,7 @@ def test_complete_binds_the_result_pointer_and_succeeded_together(engine: Engine
 def test_complete_after_a_committed_cancel_request_ends_cancelled_without_a_result(
     engine: Engine, clock: FakeClock
 ) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     cancel(engine, clock, held.job_id)
     assert complete(engine, clock, held, {"rows": 10}) is State.CANCELLED
     job = job_row(engine, held.job_id)
@@ -152,10 +127,10 @@ def test_complete_after_a_committed_cancel_request_ends_cancelled_without_a_resu
 
 
 def test_complete_after_a_retry_clears_the_earlier_error(engine: Engine, clock: FakeClock) -> None:
-    first = running(engine, clock)
+    first = running(engine)
     fail(engine, clock, first)
     clock.set(job_row(engine, first.job_id).available_at)
-    second = claim(engine, clock, first.job_id)
+    second = claimed(engine, first.job_id)
     complete(engine, clock, second, {"ok": True})
     job = job_row(engine, first.job_id)
     assert (job.state, job.result_attempt_id, job.error_code) == (State.SUCCEEDED, second.attempt_id, None)
@@ -168,7 +143,7 @@ def test_complete_after_a_retry_clears_the_earlier_error(engine: Engine, clock: 
 def test_transient_failure_queues_a_retry_after_the_backoff_with_an_outbox_row_due_then(
     engine: Engine, clock: FakeClock
 ) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     decision = fail(engine, clock, held)
     job = job_row(engine, held.job_id)
     assert decision.state is State.QUEUED and decision.retry_in is not None
@@ -186,10 +161,10 @@ def test_transient_failure_queues_a_retry_after_the_backoff_with_an_outbox_row_d
 def test_transient_failure_of_the_last_attempt_is_dead_without_a_new_outbox_row(
     engine: Engine, clock: FakeClock
 ) -> None:
-    held = running(engine, clock, max_attempts=2)
+    held = running(engine, max_attempts=2)
     fail(engine, clock, held)
     clock.set(job_row(engine, held.job_id).available_at)
-    last = claim(engine, clock, held.job_id)
+    last = claimed(engine, held.job_id)
     assert last.attempts == 2
     rows_before = len(outbox_rows(engine, held.job_id))
     assert fail(engine, clock, last).state is State.DEAD
@@ -200,7 +175,7 @@ def test_transient_failure_of_the_last_attempt_is_dead_without_a_new_outbox_row(
 
 
 def test_permanent_failure_is_failed_with_the_error_kept(engine: Engine, clock: FakeClock) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     assert fail(engine, clock, held, permanent=True).state is State.FAILED
     job = job_row(engine, held.job_id)
     assert (job.state, job.error_code, job.error_message) == (State.FAILED, "flaky", "upstream timed out")
@@ -211,7 +186,7 @@ def test_permanent_failure_is_failed_with_the_error_kept(engine: Engine, clock: 
 def test_transient_failure_after_a_cancel_request_is_cancelled_not_retried(
     engine: Engine, clock: FakeClock
 ) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     cancel(engine, clock, held.job_id)
     assert fail(engine, clock, held).state is State.CANCELLED
     assert job_row(engine, held.job_id).state is State.CANCELLED
@@ -224,7 +199,7 @@ def test_transient_failure_after_a_cancel_request_is_cancelled_not_retried(
 def test_release_gives_the_job_back_at_once_without_counting_the_attempt(
     engine: Engine, clock: FakeClock
 ) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     clock.advance(1)
     db.transact(engine, fenced.release, held.job_id, held.epoch, held.attempt_id, clock.now())
     job = job_row(engine, held.job_id)
@@ -237,12 +212,12 @@ def test_release_gives_the_job_back_at_once_without_counting_the_attempt(
     assert (job.lease_owner, job.lease_expires_at) == (None, None)
     assert outbox_rows(engine, held.job_id)[-1]["available_at"] == clock.now()
     assert attempt_row(engine, held).outcome == "released"
-    again = claim(engine, clock, held.job_id, worker="w2")
+    again = claimed(engine, held.job_id, worker="w2")
     assert (again.epoch, again.attempts) == (held.epoch + 1, 1)
 
 
 def test_release_after_an_external_effect_started_is_refused(engine: Engine, clock: FakeClock) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     db.transact(engine, fenced.mark_external_started, held.job_id, held.epoch, held.attempt_id, clock.now())
     with pytest.raises(Fenced):
         db.transact(engine, fenced.release, held.job_id, held.epoch, held.attempt_id, clock.now())
@@ -252,7 +227,7 @@ def test_release_after_an_external_effect_started_is_refused(engine: Engine, clo
 def test_release_after_a_cancel_request_ends_cancelled_instead_of_stuck_in_the_queue(
     engine: Engine, clock: FakeClock
 ) -> None:
-    held = running(engine, clock)
+    held = running(engine)
     cancel(engine, clock, held.job_id)
     db.transact(engine, fenced.release, held.job_id, held.epoch, held.attempt_id, clock.now())
     job = job_row(engine, held.job_id)

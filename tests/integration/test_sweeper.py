@@ -4,54 +4,23 @@ deadline die; a lease renewed in time is left alone."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine, select
 
 from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import claiming, db, fenced, intake, operator, queries, sweeper
+from jobstore import db, fenced, operator, queries, sweeper
 from jobstore.errors import Fenced
-from jobstore.records import Claim, Job
-from jobstore.schema import attempts, jobs, outbox
+from jobstore.schema import outbox
 from jobstore.states import State
+from tests.support.store import LEASE, claimed, every_row, job_row, new_job
 
-LEASE = 30.0
 BACKOFF = Backoff(base=4.0, cap=60.0)
-
-
-def accept(
-    engine: Engine, clock: FakeClock, key: str = "k", *, max_attempts: int = 3, deadline: float | None = None
-) -> str:
-    return db.transact(
-        engine,
-        intake.accept,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key=key,
-        now=clock.now(),
-        max_attempts=max_attempts,
-        deadline_seconds=deadline,
-    ).job.id
-
-
-def claim(engine: Engine, clock: FakeClock, job_id: str) -> Claim:
-    result = db.transact(engine, claiming.claim, job_id, "w1", clock.now(), LEASE)
-    assert result.claim is not None, result
-    return result.claim
 
 
 def sweep(engine: Engine, clock: FakeClock, limit: int = 500) -> Counter[str]:
     return db.transact(engine, sweeper.sweep_expired, clock.now(), backoff=BACKOFF, limit=limit)
-
-
-def job_row(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, queries.get_job, job_id)
-    assert job is not None
-    return job
 
 
 def outcomes(engine: Engine, job_id: str) -> list[tuple[str, str | None]]:
@@ -67,21 +36,11 @@ def pending_deliveries(engine: Engine, job_id: str) -> list[float]:
     return db.read(engine, lambda conn: list(conn.execute(query).scalars()))
 
 
-def snapshot(engine: Engine) -> dict[str, list[dict[str, Any]]]:
-    def dump(conn: Any) -> dict[str, list[dict[str, Any]]]:
-        return {
-            t.name: [dict(r) for r in conn.execute(select(t).order_by(*t.primary_key)).mappings()]
-            for t in (jobs, attempts, outbox)
-        }
-
-    return db.read(engine, dump)
-
-
 def test_an_expired_lease_is_queued_again_after_a_backoff_with_a_delivery_due_then(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     clock.set(held.lease_expires_at)
     assert sweep(engine, clock) == {"queued": 1}
     job = job_row(engine, job_id)
@@ -100,8 +59,8 @@ def test_an_expired_lease_is_queued_again_after_a_backoff_with_a_delivery_due_th
 def test_an_expired_lease_after_an_external_effect_started_is_unknown_and_never_retried(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     db.transact(engine, fenced.mark_external_started, job_id, held.epoch, held.attempt_id, clock.now())
     clock.advance(LEASE)
     assert sweep(engine, clock) == {"unknown": 1}
@@ -114,8 +73,8 @@ def test_an_expired_lease_after_an_external_effect_started_is_unknown_and_never_
 def test_an_external_mark_of_an_earlier_epoch_does_not_make_a_later_expiry_unknown(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
-    first = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    first = claimed(engine, job_id)
     db.transact(engine, fenced.mark_external_started, job_id, first.epoch, first.attempt_id, clock.now())
     db.transact(
         engine,
@@ -130,14 +89,14 @@ def test_an_external_mark_of_an_earlier_epoch_does_not_make_a_later_expiry_unkno
         backoff=BACKOFF,
     )
     clock.set(job_row(engine, job_id).available_at)
-    claim(engine, clock, job_id)
+    claimed(engine, job_id)
     clock.advance(LEASE)
     assert sweep(engine, clock) == {"queued": 1}
 
 
 def test_an_expired_lease_of_the_last_attempt_is_dead(engine: Engine, clock: FakeClock) -> None:
-    job_id = accept(engine, clock, max_attempts=1)
-    claim(engine, clock, job_id)
+    job_id = new_job(engine, max_attempts=1)
+    claimed(engine, job_id)
     clock.advance(LEASE)
     assert sweep(engine, clock) == {"dead": 1}
     job = job_row(engine, job_id)
@@ -146,8 +105,8 @@ def test_an_expired_lease_of_the_last_attempt_is_dead(engine: Engine, clock: Fak
 
 
 def test_an_expired_lease_with_a_cancel_request_is_cancelled(engine: Engine, clock: FakeClock) -> None:
-    job_id = accept(engine, clock)
-    claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    claimed(engine, job_id)
     db.transact(engine, operator.request_cancel, job_id, clock.now())
     clock.advance(LEASE)
     assert sweep(engine, clock) == {"cancelled": 1}
@@ -157,8 +116,8 @@ def test_an_expired_lease_with_a_cancel_request_is_cancelled(engine: Engine, clo
 def test_a_running_job_past_its_deadline_is_dead_even_with_a_live_lease(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock, deadline=10)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine, deadline=10)
+    held = claimed(engine, job_id)
     clock.advance(10)
     assert sweep(engine, clock) == {"dead": 1}
     assert (job_row(engine, job_id).state, job_row(engine, job_id).error_code) == (
@@ -170,8 +129,8 @@ def test_a_running_job_past_its_deadline_is_dead_even_with_a_live_lease(
 
 
 def test_a_queued_job_past_its_deadline_is_dead_without_an_attempt(engine: Engine, clock: FakeClock) -> None:
-    late = accept(engine, clock, "late", deadline=10)
-    patient = accept(engine, clock, "patient", deadline=100)
+    late = new_job(engine, "late", deadline=10)
+    patient = new_job(engine, "patient", deadline=100)
     clock.advance(10)
     assert sweep(engine, clock) == {"dead": 1}
     job = job_row(engine, late)
@@ -186,53 +145,53 @@ def test_a_queued_job_past_its_deadline_is_dead_without_an_attempt(engine: Engin
 
 
 def test_a_lease_renewed_just_in_time_is_not_swept(engine: Engine, clock: FakeClock) -> None:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     clock.set(held.lease_expires_at - 0.001)
     db.transact(engine, fenced.renew_lease, job_id, held.epoch, clock.now(), LEASE)
     clock.set(held.lease_expires_at)
-    before = snapshot(engine)
+    before = every_row(engine)
     assert sweep(engine, clock) == {}
-    assert snapshot(engine) == before
+    assert every_row(engine) == before
     assert db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {}, clock.now()) == (
         State.SUCCEEDED
     )
 
 
 def test_live_leases_and_waiting_jobs_are_left_alone(engine: Engine, clock: FakeClock) -> None:
-    claim(engine, clock, accept(engine, clock, "running"))
-    accept(engine, clock, "queued", deadline=60)
+    claimed(engine, new_job(engine, "running"))
+    new_job(engine, "queued", deadline=60)
     clock.advance(LEASE - 0.001)
-    before = snapshot(engine)
+    before = every_row(engine)
     assert sweep(engine, clock) == {}
-    assert snapshot(engine) == before
+    assert every_row(engine) == before
 
 
 def test_the_swept_worker_is_fenced_out_and_the_next_claim_gets_a_new_epoch(
     engine: Engine, clock: FakeClock
 ) -> None:
-    job_id = accept(engine, clock)
-    held = claim(engine, clock, job_id)
+    job_id = new_job(engine)
+    held = claimed(engine, job_id)
     clock.advance(LEASE)
     sweep(engine, clock)
     with pytest.raises(Fenced):
         db.transact(engine, fenced.complete, job_id, held.epoch, held.attempt_id, {"late": 1}, clock.now())
     clock.set(job_row(engine, job_id).available_at)
-    assert claim(engine, clock, job_id).epoch == held.epoch + 1
+    assert claimed(engine, job_id).epoch == held.epoch + 1
 
 
 def test_a_second_sweep_settles_nothing_more(engine: Engine, clock: FakeClock) -> None:
-    claim(engine, clock, accept(engine, clock))
+    claimed(engine, new_job(engine))
     clock.advance(LEASE)
     assert sweep(engine, clock) == {"queued": 1}
-    before = snapshot(engine)
+    before = every_row(engine)
     assert sweep(engine, clock) == {}
-    assert snapshot(engine) == before
+    assert every_row(engine) == before
 
 
 def test_a_sweep_settles_at_most_its_limit(engine: Engine, clock: FakeClock) -> None:
     for key in ("a", "b", "c"):
-        claim(engine, clock, accept(engine, clock, key))
+        claimed(engine, new_job(engine, key))
     clock.advance(LEASE)
     assert sweep(engine, clock, limit=2) == {"queued": 2}
     assert sweep(engine, clock, limit=2) == {"queued": 1}

@@ -19,29 +19,17 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
-from jobstore import db, intake
+from jobstore import db
 from jobstore.schema import jobs
 from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
+from tests.support.store import add_job
 
 # Write turns exist for SQLite's single write lock: these tests run on SQLite only.
 pytestmark = pytest.mark.databases("sqlite")
 
 WAIT = 30.0  # bound on every wait for another process or thread
 WRITERS, WRITES = 3, 40
-
-
-def accept(conn: Connection, key: str) -> None:
-    intake.accept(
-        conn,
-        tenant="acme",
-        owner="alice",
-        kind="noop",
-        payload={},
-        operation_key=key,
-        now=time.time(),
-        max_attempts=3,
-    )
 
 
 def count_jobs(conn: Connection) -> int:
@@ -53,7 +41,7 @@ def write_many(settings: Settings, name: str, results: Any) -> None:
     engine = db.make_engine(settings)
     try:
         for i in range(WRITES):
-            db.transact(engine, accept, f"{name}-{i}")
+            db.transact(engine, add_job, f"{name}-{i}")
         results.put(db.stats.snapshot())
     finally:
         engine.dispose()
@@ -145,7 +133,7 @@ def test_a_turn_never_given_back_delays_a_writer_by_at_most_the_lock_timeout(tmp
         try:
             assert holder.stdout.readline() == "held\n"
             started = time.monotonic()
-            db.transact(engine, accept, "behind-a-stuck-turn")
+            db.transact(engine, add_job, "behind-a-stuck-turn")
             waited = time.monotonic() - started
         finally:
             holder.stdin.close()

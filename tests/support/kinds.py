@@ -6,18 +6,17 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from core.clock import now
 from core.settings import Settings
 from handlers.runner import LeaseKeeper, execute
-from jobstore import claiming, db, queries
-from jobstore.records import Claim, Job
+from jobstore import db, queries
+from jobstore.records import Claim
 from jobstore.states import State
+from tests.support.store import claimed
 
 
 def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:
-    result = db.transact(engine, claiming.claim, job_id, "worker-1", now(), settings.lease_seconds)
-    assert result.claim is not None, result.refusal
-    return result.claim
+    """The job claimed by worker-1 for the deployment's lease."""
+    return claimed(engine, job_id, "worker-1", lease=settings.lease_seconds)
 
 
 def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:
@@ -27,12 +26,6 @@ def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:
         return execute(engine, settings, keeper, claimed)
     finally:
         keeper.stop()
-
-
-def job_of(engine: Engine, job_id: str) -> Job:
-    job = db.read(engine, queries.get_job, job_id)
-    assert job is not None
-    return job
 
 
 def committed_output(engine: Engine, job_id: str) -> dict[str, Any]:

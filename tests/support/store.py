@@ -1,0 +1,92 @@
+"""Jobs put into a test's store and read back, one call each: the store's own transitions (`accept`, `claim`)
+with the arguments a test does not care about filled in. A test names only what it is about.
+
+`now` defaults to the installed clock (`core.clock.now()`): the `clock` fixture's `FakeClock` in a test that
+asks for it, the system clock otherwise. Ids and keys repeat on purpose: `accept` with the same key twice is
+the same job, as the store's idempotency says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Engine, select
+
+from core import clock
+from jobstore import claiming, db, intake, queries
+from jobstore.records import Claim, Job
+from jobstore.schema import attempts, jobs, outbox
+
+LEASE = 30.0  # the lease `claimed` takes unless told otherwise
+
+
+def add_job(
+    conn: Connection,
+    key: str = "k",
+    *,
+    tenant: str = "acme",
+    owner: str = "alice",
+    kind: str = "noop",
+    payload: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    deadline: float | None = None,
+    now: float | None = None,
+) -> intake.Accepted:
+    """`accept` in the caller's transaction: operation key `key`, an empty payload unless given."""
+    return intake.accept(
+        conn,
+        tenant=tenant,
+        owner=owner,
+        kind=kind,
+        payload={} if payload is None else payload,
+        operation_key=key,
+        now=clock.now() if now is None else now,
+        max_attempts=max_attempts,
+        deadline_seconds=deadline,
+    )
+
+
+def accept(engine: Engine, key: str = "k", **fields: Any) -> intake.Accepted:
+    """`add_job` (with the same keyword arguments) in a transaction of its own."""
+    return db.transact(engine, add_job, key, **fields)
+
+
+def new_job(engine: Engine, key: str = "k", **fields: Any) -> str:
+    """The id of the job `accept` wrote (or found, for a key already taken)."""
+    return accept(engine, key, **fields).job.id
+
+
+def new_jobs(engine: Engine, count: int = 1, **fields: Any) -> list[str]:
+    """The ids of `count` new jobs, each under a fresh key, accepted in one transaction at one `now`."""
+    fields.setdefault("now", clock.now())
+    return db.transact(
+        engine, lambda conn: [add_job(conn, intake.new_id(), **fields).job.id for _ in range(count)]
+    )
+
+
+def claimed(
+    engine: Engine, job_id: str, worker: str = "w1", *, lease: float = LEASE, now: float | None = None
+) -> Claim:
+    """`claim` of `job_id` by `worker`, which must succeed."""
+    result = db.transact(engine, claiming.claim, job_id, worker, clock.now() if now is None else now, lease)
+    assert result.claim is not None, result
+    return result.claim
+
+
+def job_row(engine: Engine, job_id: str) -> Job:
+    """The job as the store has it now; it must exist."""
+    job = db.read(engine, queries.get_job, job_id)
+    assert job is not None, f"no job {job_id}"
+    return job
+
+
+def every_row(engine: Engine) -> dict[str, list[dict[str, Any]]]:
+    """Every row of the jobs, attempts and outbox tables, by primary key: compare two of them to show that a
+    refused call wrote nothing."""
+
+    def dump(conn: Connection) -> dict[str, list[dict[str, Any]]]:
+        return {
+            t.name: [dict(r) for r in conn.execute(select(t).order_by(*t.primary_key)).mappings()]
+            for t in (jobs, attempts, outbox)
+        }
+
+    return db.read(engine, dump)
