@@ -18,20 +18,13 @@ from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
 from core import clock
 from core.settings import Settings
-from handlers.runner import (
-    AttemptOutcome,
-    Held,
-    LeaseKeeper,
-    StoreContext,
-    backoff_of,
-    commit_outcome,
-    discard_uncommitted,
-    run_attempt,
-)
 from jobstore import db
 from jobstore import jobs as store
 from jobstore.records import Claim
 from jobstore.states import State
+from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.commit import backoff_of, commit_outcome
+from worker.lease import Held, LeaseKeeper
 
 log = logging.getLogger(__name__)
 

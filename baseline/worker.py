@@ -23,9 +23,9 @@ from baseline.handback import Handback
 from baseline.pool import ClaimPool
 from baseline.sweeping import SweepLoop
 from core.settings import Settings
-from handlers.runner import LeaseKeeper
 from jobstore import db
 from jobstore.schema import jobs
+from worker.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

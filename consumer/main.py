@@ -27,8 +27,8 @@ from consumer.degraded import DegradedMode
 from consumer.link import BrokerLink, Delivery
 from consumer.pipeline import Pipeline
 from core.settings import Settings
-from handlers.runner import LeaseKeeper
 from jobstore import db, migrate
+from worker.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

@@ -33,13 +33,14 @@ from consumer.rounds import STOP, Finished, Round, Running, release_one, take_ba
 from core import faults
 from core.settings import Settings
 from handlers.base import JobError
-from handlers.runner import AttemptOutcome, LeaseKeeper, StoreContext, discard_uncommitted, run_attempt
 from jobstore import db
 from jobstore import jobs as store
 from jobstore.decisions import compute_backoff
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
+from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.lease import LeaseKeeper
 
 log = logging.getLogger(__name__)
 

@@ -14,10 +14,12 @@ from sqlalchemy import Connection
 
 from consumer.link import Delivery
 from core import clock
-from handlers.runner import AttemptOutcome, Held, commit_outcome
 from jobstore import jobs as store
 from jobstore.records import Claim
 from jobstore.states import State
+from worker.attempt import AttemptOutcome
+from worker.commit import commit_outcome
+from worker.lease import Held
 
 STOP: Any = object()
 MAX_BATCH = 512

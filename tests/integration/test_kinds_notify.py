@@ -17,20 +17,21 @@ from sqlalchemy import Engine
 from core.clock import FakeClock, now
 from core.settings import Settings
 from handlers.notify import StubProvider
-from handlers.runner import backoff_of
 from jobstore import db, queries, sweeper
 from jobstore import jobs as store
 from jobstore.records import Attempt
 from jobstore.states import State
 from tests.support.kinds import claim, job_of, run
 from tests.support.procs import settings_env
+from worker.commit import backoff_of
 
 PAYLOAD = {"to": "ops@example.com", "message": "disk almost full on db-2"}
 
 # Claims one job and runs it with the real runner, in a process of its own (killed by an armed fault point).
 WORKER = """
 import sys
-from handlers.runner import LeaseKeeper, execute
+from worker.lease import LeaseKeeper
+from tests.support.kinds import execute
 from jobstore import db, jobs
 from core import clock, settings
 cfg = settings.load()

@@ -11,10 +11,11 @@ from sqlalchemy import Engine
 
 from core.clock import now
 from core.settings import Settings
-from handlers.runner import LeaseKeeper, execute
 from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.states import State
+from tests.support.kinds import execute
+from worker.lease import LeaseKeeper
 
 
 def run_to_end(engine: Engine, settings: Settings, kind: str, payload: dict[str, Any]) -> str:

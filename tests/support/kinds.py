@@ -1,4 +1,4 @@
-"""Running one claimed job through the real runner against a real store, for the job kinds' tests."""
+"""Running one claimed job through the real worker runtime against a real store, for the job kinds' tests."""
 
 from __future__ import annotations
 
@@ -8,17 +8,33 @@ from sqlalchemy import Engine
 
 from core.clock import now
 from core.settings import Settings
-from handlers.runner import LeaseKeeper, execute
 from jobstore import db, queries
 from jobstore import jobs as store
 from jobstore.records import Claim, Job
 from jobstore.states import State
+from worker.attempt import StoreContext, discard_uncommitted, run_attempt
+from worker.commit import backoff_of, commit_outcome
+from worker.lease import LeaseKeeper
 
 
 def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:
     result = db.transact(engine, store.claim, job_id, "worker-1", now(), settings.lease_seconds)
     assert result.claim is not None, result.refusal
     return result.claim
+
+
+def execute(engine: Engine, settings: Settings, keeper: LeaseKeeper, claimed: Claim) -> State | None:
+    """Run a claimed job to its committed outcome with the pieces both worker modes run: hold its lease,
+    run the attempt, commit the outcome, discard an uncommitted output. Returns the committed state, or None
+    when fenced out."""
+    held = keeper.hold(claimed)
+    try:
+        outcome = run_attempt(StoreContext(engine, settings, claimed, held))
+        state = db.transact(engine, commit_outcome, claimed, outcome, now(), backoff_of(settings))
+        discard_uncommitted(settings, claimed, outcome, state)
+        return state
+    finally:
+        keeper.drop(claimed.job_id)
 
 
 def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:
