@@ -1,6 +1,7 @@
 """The claiming threads: each polls the jobs table for the oldest claimable job and runs it to its committed
-outcome with the shared runner (`run_attempt`, then `commit_outcome` under the fence), so the baseline runs
-exactly what the broker consumers run."""
+outcome with the shared worker runtime (`worker.attempt.run_attempt`, then the completer,
+`worker.commit.commit_outcomes`, under the fence), so the baseline runs exactly what the broker consumers
+run."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from jobstore import jobs as store
 from jobstore.records import Claim
 from jobstore.states import State
 from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
-from worker.commit import backoff_of, commit_outcome
+from worker.commit import backoff_of, commit_outcomes
 from worker.lease import Held, LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -241,7 +242,7 @@ def commit_and_claim_next(
     """Commit `outcome` under its fence (None when fenced out: nothing written) and, when `next_worker` is
     given, claim the next job for it in the same transaction: one write transaction per job, not two."""
     now = clock.now()
-    state = commit_outcome(conn, claim, outcome, now, backoff)
+    [state] = commit_outcomes(conn, [(claim, outcome)], now, backoff)
     if next_worker is None:
         return state, None
     return state, store.claim_next(conn, next_worker, now, lease_seconds)

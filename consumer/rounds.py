@@ -18,7 +18,7 @@ from jobstore import jobs as store
 from jobstore.records import Claim
 from jobstore.states import State
 from worker.attempt import AttemptOutcome
-from worker.commit import commit_outcome
+from worker.commit import commit_outcomes
 from worker.lease import Held
 
 STOP: Any = object()
@@ -64,27 +64,10 @@ def claim_all(
 
 
 def commit_all(conn: Connection, finished: Sequence[Finished], backoff: store.Backoff) -> list[State | None]:
-    """Commit every outcome under its own fence in the caller's transaction; a fenced one writes nothing
-    (None) and does not disturb the others. Successes are completed together (`jobs.complete_many`)."""
-    now = clock.now()
-    succeeded = [f for f in finished if _succeeded(f.outcome)]
-    completed = store.complete_many(conn, [_finishing(f) for f in succeeded], now)
-    states = dict(zip([id(f) for f in succeeded], completed, strict=True))
-    return [
-        states[id(f)] if id(f) in states else commit_outcome(conn, f.running.claim, f.outcome, now, backoff)
-        for f in finished
-    ]
-
-
-def _succeeded(outcome: AttemptOutcome) -> bool:
-    """What `commit_outcome` would complete: output, and neither a cancel nor a lost lease."""
-    return outcome.output is not None and not outcome.cancelled and not outcome.lease_lost
-
-
-def _finishing(f: Finished) -> store.Finishing:
-    assert f.outcome.output is not None
-    claim = f.running.claim
-    return store.Finishing(claim.job_id, claim.epoch, claim.attempt_id, f.outcome.output)
+    """Commit every finished outcome through the completer (`worker.commit.commit_outcomes`), in the
+    caller's transaction: a fenced one writes nothing (None) and does not disturb the others."""
+    outcomes = [(f.running.claim, f.outcome) for f in finished]
+    return commit_outcomes(conn, outcomes, clock.now(), backoff)
 
 
 def write_round(

@@ -13,7 +13,7 @@ from jobstore import jobs as store
 from jobstore.records import Claim, Job
 from jobstore.states import State
 from worker.attempt import StoreContext, discard_uncommitted, run_attempt
-from worker.commit import backoff_of, commit_outcome
+from worker.commit import backoff_of, commit_outcomes
 from worker.lease import LeaseKeeper
 
 
@@ -30,7 +30,7 @@ def execute(engine: Engine, settings: Settings, keeper: LeaseKeeper, claimed: Cl
     held = keeper.hold(claimed)
     try:
         outcome = run_attempt(StoreContext(engine, settings, claimed, held))
-        state = db.transact(engine, commit_outcome, claimed, outcome, now(), backoff_of(settings))
+        [state] = db.transact(engine, commit_outcomes, [(claimed, outcome)], now(), backoff_of(settings))
         discard_uncommitted(settings, claimed, outcome, state)
         return state
     finally:
