@@ -24,8 +24,10 @@ from jobstore import jobs as store
 from jobstore.records import Claim
 from jobstore.states import State
 from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.claiming import claim_next
 from worker.commit import backoff_of, commit_outcomes
 from worker.lease import Held, LeaseKeeper
+from worker.patience import retry_while_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -196,26 +198,26 @@ class ClaimPool:
         """Commit the outcome under its fence (and claim the next job unless stopping). A busy store does
         not throw finished work away: the commit is tried again (the fence makes a late one harmless) until
         it lands, the lease is known lost, or `lease_seconds` have passed; then `StoreUnavailable`."""
-        give_up_at = time.monotonic() + self._settings.lease_seconds
         backoff = backoff_of(self._settings)
-        while True:
+
+        def attempt() -> tuple[State | None, Claim | None]:
             next_worker = None if self._stopping.is_set() else worker
-            try:
-                return db.transact(
-                    self._engine,
-                    commit_and_claim_next,
-                    claim,
-                    outcome,
-                    backoff,
-                    next_worker=next_worker,
-                    lease_seconds=self._settings.lease_seconds,
-                )
-            except db.StoreUnavailable as exc:
-                if held.lost or time.monotonic() >= give_up_at:
-                    raise
-                log.warning(
-                    "job %s epoch %d: commit delayed (%s); trying again", claim.job_id, claim.epoch, exc
-                )
+            return db.transact(
+                self._engine,
+                commit_and_claim_next,
+                claim,
+                outcome,
+                backoff,
+                next_worker=next_worker,
+                lease_seconds=self._settings.lease_seconds,
+            )
+
+        def say_delayed(exc: db.StoreUnavailable, _pause: float) -> None:
+            log.warning("job %s epoch %d: commit delayed (%s); trying again", claim.job_id, claim.epoch, exc)
+
+        return retry_while_unavailable(
+            attempt, give_up_after=self._settings.lease_seconds, lost=lambda: held.lost, on_retry=say_delayed
+        )
 
     def _outcome_name(self, claim: Claim, state: State | None) -> str:
         if state is not None:
@@ -223,11 +225,6 @@ class ClaimPool:
         with self._lock:
             released = claim.job_id in self._released
         return Handback.RELEASED.value if released else "fenced"
-
-
-def claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
-    """`jobs.claim_next` at the time the transaction runs (a retried transaction reads the clock again)."""
-    return store.claim_next(conn, worker, clock.now(), lease_seconds)
 
 
 def commit_and_claim_next(

@@ -14,15 +14,14 @@ from __future__ import annotations
 import logging
 import threading
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from consumer.link import BrokerLink
 from consumer.pipeline import Pipeline
-from core import clock, faults
+from core import faults
 from core.settings import Settings
 from jobstore import db
-from jobstore import jobs as store
-from jobstore.records import Claim
+from worker.claiming import claim_next
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ class DegradedMode:
         if self._pipeline.in_flight() >= self._concurrency:
             return FULL_PAUSE
         try:
-            claim = db.transact(self._engine, _claim_next, self._worker, self._settings.lease_seconds)
+            claim = db.transact(self._engine, claim_next, self._worker, self._settings.lease_seconds)
         except db.StoreUnavailable as exc:
             log.warning("degraded mode: store unavailable: %s", exc)
             claim = None
@@ -106,7 +105,3 @@ class DegradedMode:
         self._pipeline.begin(claim, None)
         self.claimed += 1
         return 0.0
-
-
-def _claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
-    return store.claim_next(conn, worker, clock.now(), lease_seconds)

@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
@@ -41,6 +42,7 @@ from jobstore.records import Claim
 from jobstore.states import State
 from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
 from worker.lease import LeaseKeeper
+from worker.patience import retry_while_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,13 @@ MAX_HELD = 64
 # After a round the store took nothing from, its deliveries are tried again after this (doubling) pause.
 RETRY_FIRST_PAUSE = 0.05
 RETRY_MAX_PAUSE = 1.0
+# A round's write transaction, while the store is unavailable, is tried again after this (doubling) pause.
+WRITE_RETRY_FIRST_PAUSE = 0.05
+WRITE_RETRY_MAX_PAUSE = 1.0
+
+
+def _say_retrying(exc: db.StoreUnavailable, pause: float) -> None:
+    log.warning("store unavailable, retrying in %.2fs: %s", pause, exc)
 
 
 class Acker(Protocol):
@@ -339,18 +348,17 @@ class Pipeline:
     def _patiently(self, fn: Callable[..., T], *args: Any) -> T | None:
         """One write transaction, retried while the store is unavailable for up to a lease's length;
         None if it never went through."""
-        give_up_at = time.monotonic() + self._settings.lease_seconds
-        pause = 0.05
-        while True:
-            try:
-                return db.transact(self._engine, fn, *args)
-            except db.StoreUnavailable as exc:
-                if time.monotonic() + pause > give_up_at:
-                    log.error("store unavailable, giving up: %s", exc)
-                    return None
-                log.warning("store unavailable, retrying in %.2fs: %s", pause, exc)
-                time.sleep(pause)
-                pause = min(pause * 2, 1.0)
+        try:
+            return retry_while_unavailable(
+                partial(db.transact, self._engine, fn, *args),
+                give_up_after=self._settings.lease_seconds,
+                first_pause=WRITE_RETRY_FIRST_PAUSE,
+                next_pause=lambda pause: min(pause * 2, WRITE_RETRY_MAX_PAUSE),
+                on_retry=_say_retrying,
+            )
+        except db.StoreUnavailable as exc:
+            log.error("store unavailable, giving up: %s", exc)
+            return None
 
     # Shutting down.
 
