@@ -15,7 +15,6 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine
 
-from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
 from core import clock
 from core.settings import Settings
@@ -26,6 +25,7 @@ from jobstore.states import State
 from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
 from worker.claiming import claim_next
 from worker.commit import backoff_of, commit_outcomes
+from worker.handback import Handback, hand_back, hand_back_all
 from worker.lease import Held, LeaseKeeper
 from worker.patience import retry_while_unavailable
 
@@ -86,8 +86,6 @@ class ClaimPool:
         self._keeper = keeper
         self._stopping = stopping
         self.tally = Tally()
-        self._released: set[str] = set()
-        self._lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._loop, args=(name,), name=f"claim-{n}", daemon=True)
             for n, name in enumerate(worker_names(concurrency))
@@ -115,21 +113,9 @@ class ClaimPool:
         return self.running() == 0
 
     def hand_back_held(self) -> Counter[Handback]:
-        """Give back every job still held (see `hand_back`); a released job's running attempt is told its
-        lease is gone, so it stops at its next check without writing anything."""
-        results: Counter[Handback] = Counter()
-        for held in self._keeper.held():
-            with self._lock:
-                self._released.add(held.claim.job_id)
-            result = hand_back(self._engine, held.claim)
-            if result is Handback.RELEASED:
-                held.lost = True
-            else:
-                with self._lock:
-                    self._released.discard(held.claim.job_id)
-            log.info("job %s epoch %d: %s", held.claim.job_id, held.claim.epoch, result.value)
-            results[result] += 1
-        return results
+        """Give back every job still held (`worker.handback.hand_back_all`): a released job's running
+        attempt stops at its next check without writing anything."""
+        return hand_back_all(self._engine, self._keeper.held())
 
     def _loop(self, worker: str) -> None:
         backoff = IdleBackoff()
@@ -171,8 +157,8 @@ class ClaimPool:
         return None
 
     def _run(self, claim: Claim, worker: str) -> Claim | None:
-        """Run `claim` with the shared runner and commit its outcome; returns the next claim, taken in the
-        same transaction (see `commit_and_claim_next`), or None."""
+        """Run `claim` with the shared worker runtime and commit its outcome; returns the next claim, taken
+        in the same transaction (see `commit_and_claim_next`), or None."""
         held = self._keeper.hold(claim)
         try:
             outcome = run_attempt(StoreContext(self._engine, self._settings, claim, held))
@@ -189,7 +175,7 @@ class ClaimPool:
             return None
         finally:
             self._keeper.drop(claim.job_id)
-        self.tally.add(self._outcome_name(claim, state))
+        self.tally.add(_outcome_name(held, state))
         return next_claim
 
     def _commit(
@@ -219,12 +205,11 @@ class ClaimPool:
             attempt, give_up_after=self._settings.lease_seconds, lost=lambda: held.lost, on_retry=say_delayed
         )
 
-    def _outcome_name(self, claim: Claim, state: State | None) -> str:
-        if state is not None:
-            return state.value
-        with self._lock:
-            released = claim.job_id in self._released
-        return Handback.RELEASED.value if released else "fenced"
+
+def _outcome_name(held: Held, state: State | None) -> str:
+    if state is not None:
+        return state.value
+    return Handback.RELEASED.value if held.handed_back else "fenced"
 
 
 def commit_and_claim_next(

@@ -82,10 +82,6 @@ def write_round(
     return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
 
 
-def release_one(conn: Connection, claim: Claim) -> None:
-    store.release(conn, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
-
-
 def take_batch(
     source: queue.SimpleQueue[Any], limit: int = MAX_BATCH, timeout: float | None = None
 ) -> list[Any] | None:

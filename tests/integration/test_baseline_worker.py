@@ -22,10 +22,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from baseline.handback import Handback, hand_back
 from baseline.pacing import IdleBackoff
 from baseline.turns import WriteTurn
-from baseline.worker import RELEASE_SETTLE_SECONDS, BaselineProcess
+from baseline.worker import BaselineProcess
 from core import clock
 from core.clock import FakeClock
 from core.settings import Settings
@@ -35,6 +34,8 @@ from jobstore.records import Claim, Job
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
+from worker.handback import Handback, hand_back
+from worker.shutdown import RELEASE_SETTLE_SECONDS
 
 
 @pytest.fixture
