@@ -48,7 +48,7 @@ def worker_names(concurrency: int) -> list[str]:
     return [f"{prefix}/{n}" for n in range(concurrency)]
 
 
-class Tally:
+class OutcomeCounts:
     """Jobs this process ran, by what became of them; safe to add to from any thread."""
 
     def __init__(self) -> None:
@@ -85,7 +85,7 @@ class ClaimPool:
         self._settings = settings
         self._keeper = keeper
         self._stopping = stopping
-        self.tally = Tally()
+        self.tally = OutcomeCounts()
         self._threads = [
             threading.Thread(target=self._loop, args=(name,), name=f"claim-{n}", daemon=True)
             for n, name in enumerate(worker_names(concurrency))

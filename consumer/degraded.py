@@ -16,7 +16,7 @@ import threading
 
 from sqlalchemy import Engine
 
-from consumer.link import BrokerLink
+from consumer.link import DeliveryLink
 from consumer.pipeline import Pipeline
 from core import faults
 from core.settings import Settings
@@ -39,7 +39,7 @@ class DegradedMode:
         self,
         engine: Engine,
         settings: Settings,
-        link: BrokerLink,
+        link: DeliveryLink,
         pipeline: Pipeline,
         *,
         concurrency: int,

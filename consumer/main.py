@@ -23,7 +23,7 @@ from sqlalchemy import Engine
 
 from consumer.budget import ClaimBudget
 from consumer.degraded import DegradedMode
-from consumer.link import BrokerLink, Delivery
+from consumer.link import Delivery, DeliveryLink
 from consumer.pipeline import Pipeline
 from core.settings import Settings
 from jobstore import db
@@ -48,7 +48,7 @@ class Consumer:
         name = worker_name()
         self.keeper = LeaseKeeper(engine, settings)
         budget = ClaimBudget(concurrency, settings.consumer_prefetch)
-        self.link = BrokerLink(settings, budget.prefetch, self._offer)
+        self.link = DeliveryLink(settings, budget.prefetch, self._offer)
         self.pipeline = Pipeline(
             engine, settings, self.keeper, self.link, concurrency=concurrency, worker=name, budget=budget
         )
