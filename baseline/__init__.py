@@ -1,2 +1,3 @@
 """The SQLite-only baseline: worker processes that poll the jobs table with `BEGIN IMMEDIATE`, run what they
-claim with the same runner as the broker consumers, and sweep expired leases themselves."""
+claim with the same worker runtime as the broker consumers (`worker/`), and sweep expired leases themselves.
+"""

@@ -1,6 +1,7 @@
 """The claiming threads: each polls the jobs table for the oldest claimable job and runs it to its committed
-outcome with the shared runner (`run_attempt`, then `commit_outcome` under the fence), so the baseline runs
-exactly what the broker consumers run."""
+outcome with the shared worker runtime (`worker.attempt.run_attempt`, then the completer,
+`worker.commit.commit_outcomes`, under the fence), so the baseline runs exactly what the broker consumers
+run."""
 
 from __future__ import annotations
 
@@ -14,24 +15,19 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine
 
-from baseline.handback import Handback, hand_back
-from baseline.pacing import IdleBackoff
+from baseline.pacing import idle_pauses
 from core import clock
 from core.backoff import Backoff
 from core.settings import Settings
-from handlers.runner import (
-    AttemptOutcome,
-    Held,
-    LeaseKeeper,
-    StoreContext,
-    backoff_of,
-    commit_outcome,
-    discard_uncommitted,
-    run_attempt,
-)
 from jobstore import claiming, db
 from jobstore.records import Claim
 from jobstore.states import State
+from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.claiming import claim_next
+from worker.commit import backoff_of, commit_outcomes
+from worker.handback import Handback, hand_back, hand_back_all
+from worker.lease import Held, LeaseKeeper
+from worker.patience import retry_while_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +48,7 @@ def worker_names(concurrency: int) -> list[str]:
     return [f"{prefix}/{n}" for n in range(concurrency)]
 
 
-class Tally:
+class OutcomeCounts:
     """Jobs this process ran, by what became of them; safe to add to from any thread."""
 
     def __init__(self) -> None:
@@ -89,9 +85,7 @@ class ClaimPool:
         self._settings = settings
         self._keeper = keeper
         self._stopping = stopping
-        self.tally = Tally()
-        self._released: set[str] = set()
-        self._lock = threading.Lock()
+        self.tally = OutcomeCounts()
         self._threads = [
             threading.Thread(target=self._loop, args=(name,), name=f"claim-{n}", daemon=True)
             for n, name in enumerate(worker_names(concurrency))
@@ -119,24 +113,12 @@ class ClaimPool:
         return self.running() == 0
 
     def hand_back_held(self) -> Counter[Handback]:
-        """Give back every job still held (see `hand_back`); a released job's running attempt is told its
-        lease is gone, so it stops at its next check without writing anything."""
-        results: Counter[Handback] = Counter()
-        for held in self._keeper.held():
-            with self._lock:
-                self._released.add(held.claim.job_id)
-            result = hand_back(self._engine, held.claim)
-            if result is Handback.RELEASED:
-                held.lost = True
-            else:
-                with self._lock:
-                    self._released.discard(held.claim.job_id)
-            log.info("job %s epoch %d: %s", held.claim.job_id, held.claim.epoch, result.value)
-            results[result] += 1
-        return results
+        """Give back every job still held (`worker.handback.hand_back_all`): a released job's running
+        attempt stops at its next check without writing anything."""
+        return hand_back_all(self._engine, self._keeper.held())
 
     def _loop(self, worker: str) -> None:
-        backoff = IdleBackoff()
+        backoff = idle_pauses()
         claim: Claim | None = None
         unavailable = 0  # store calls in a row that found it unavailable
         while claim is not None or not self._stopping.is_set():
@@ -146,20 +128,20 @@ class ClaimPool:
                 unavailable += 1
                 _say_unavailable(worker, unavailable, exc)
                 claim = None
-                self._stopping.wait(backoff.unavailable())
+                self._stopping.wait(backoff.at_cap())
                 continue
             except Exception:  # a bug must not silently cost the process a thread
                 log.exception("%s: unexpected error; pausing", worker)
                 claim = None
-                self._stopping.wait(backoff.unavailable())
+                self._stopping.wait(backoff.at_cap())
                 continue
             if unavailable:
                 log.info("%s: the store answers again after %d tries", worker, unavailable)
                 unavailable = 0
             if claim is None:
-                self._stopping.wait(backoff.idle())
+                self._stopping.wait(backoff.failed())
             else:
-                backoff.worked()
+                backoff.reset()
                 claim = self._unless_stopping(claim)
 
     def _claim(self, worker: str) -> Claim | None:
@@ -175,8 +157,8 @@ class ClaimPool:
         return None
 
     def _run(self, claim: Claim, worker: str) -> Claim | None:
-        """Run `claim` with the shared runner and commit its outcome; returns the next claim, taken in the
-        same transaction (see `commit_and_claim_next`), or None."""
+        """Run `claim` with the shared worker runtime and commit its outcome; returns the next claim, taken
+        in the same transaction (see `commit_and_claim_next`), or None."""
         held = self._keeper.hold(claim)
         try:
             outcome = run_attempt(StoreContext(self._engine, self._settings, claim, held))
@@ -193,7 +175,7 @@ class ClaimPool:
             return None
         finally:
             self._keeper.drop(claim.job_id)
-        self.tally.add(self._outcome_name(claim, state))
+        self.tally.add(_outcome_name(held, state))
         return next_claim
 
     def _commit(
@@ -202,39 +184,32 @@ class ClaimPool:
         """Commit the outcome under its fence (and claim the next job unless stopping). A busy store does
         not throw finished work away: the commit is tried again (the fence makes a late one harmless) until
         it lands, the lease is known lost, or `lease_seconds` have passed; then `StoreUnavailable`."""
-        give_up_at = time.monotonic() + self._settings.lease_seconds
         backoff = backoff_of(self._settings)
-        while True:
+
+        def attempt() -> tuple[State | None, Claim | None]:
             next_worker = None if self._stopping.is_set() else worker
-            try:
-                return db.transact(
-                    self._engine,
-                    commit_and_claim_next,
-                    claim,
-                    outcome,
-                    backoff,
-                    next_worker=next_worker,
-                    lease_seconds=self._settings.lease_seconds,
-                )
-            except db.StoreUnavailable as exc:
-                if held.lost or time.monotonic() >= give_up_at:
-                    raise
-                log.warning(
-                    "job %s epoch %d: commit delayed (%s); trying again", claim.job_id, claim.epoch, exc
-                )
+            return db.transact(
+                self._engine,
+                commit_and_claim_next,
+                claim,
+                outcome,
+                backoff,
+                next_worker=next_worker,
+                lease_seconds=self._settings.lease_seconds,
+            )
 
-    def _outcome_name(self, claim: Claim, state: State | None) -> str:
-        if state is not None:
-            return state.value
-        with self._lock:
-            released = claim.job_id in self._released
-        return Handback.RELEASED.value if released else "fenced"
+        def say_delayed(exc: db.StoreUnavailable, _pause: float) -> None:
+            log.warning("job %s epoch %d: commit delayed (%s); trying again", claim.job_id, claim.epoch, exc)
+
+        return retry_while_unavailable(
+            attempt, give_up_after=self._settings.lease_seconds, lost=lambda: held.lost, on_retry=say_delayed
+        )
 
 
-def claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
-    """`claiming.claim_next` at the time the transaction runs (a retried transaction reads the clock
-    again)."""
-    return claiming.claim_next(conn, worker, clock.now(), lease_seconds)
+def _outcome_name(held: Held, state: State | None) -> str:
+    if state is not None:
+        return state.value
+    return Handback.RELEASED.value if held.handed_back else "fenced"
 
 
 def commit_and_claim_next(
@@ -249,7 +224,7 @@ def commit_and_claim_next(
     """Commit `outcome` under its fence (None when fenced out: nothing written) and, when `next_worker` is
     given, claim the next job for it in the same transaction: one write transaction per job, not two."""
     now = clock.now()
-    state = commit_outcome(conn, claim, outcome, now, backoff)
+    [state] = commit_outcomes(conn, [(claim, outcome)], now, backoff)
     if next_worker is None:
         return state, None
     return state, claiming.claim_next(conn, next_worker, now, lease_seconds)

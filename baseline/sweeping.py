@@ -13,8 +13,8 @@ from sqlalchemy import Engine
 from baseline.pacing import jittered
 from core import clock
 from core.settings import Settings
-from handlers.runner import backoff_of
 from jobstore import db, sweeper
+from worker.commit import backoff_of
 
 log = logging.getLogger(__name__)
 

@@ -14,14 +14,15 @@ from __future__ import annotations
 import logging
 import threading
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
-from consumer.link import BrokerLink
+from consumer.link import DeliveryLink
 from consumer.pipeline import Pipeline
-from core import clock, faults
+from core import faults
+from core.backoff import Backoff, Streak
 from core.settings import Settings
-from jobstore import claiming, db
-from jobstore.records import Claim
+from jobstore import db
+from worker.claiming import claim_next
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class DegradedMode:
         self,
         engine: Engine,
         settings: Settings,
-        link: BrokerLink,
+        link: DeliveryLink,
         pipeline: Pipeline,
         *,
         concurrency: int,
@@ -52,7 +53,7 @@ class DegradedMode:
         self._concurrency = concurrency
         self._worker = worker
         self._after = settings.degraded_after_seconds
-        self._idle = IDLE_FIRST_PAUSE
+        self._idle = Streak(Backoff(IDLE_FIRST_PAUSE, IDLE_MAX_PAUSE))
         self.active = False
         self.claimed = 0
         self._claimed_before = 0
@@ -93,19 +94,14 @@ class DegradedMode:
         if self._pipeline.in_flight() >= self._concurrency:
             return FULL_PAUSE
         try:
-            claim = db.transact(self._engine, _claim_next, self._worker, self._settings.lease_seconds)
+            claim = db.transact(self._engine, claim_next, self._worker, self._settings.lease_seconds)
         except db.StoreUnavailable as exc:
             log.warning("degraded mode: store unavailable: %s", exc)
             claim = None
         if claim is None:
-            pause, self._idle = self._idle, min(self._idle * 2, IDLE_MAX_PAUSE)
-            return pause
-        self._idle = IDLE_FIRST_PAUSE
+            return self._idle.failed()
+        self._idle.reset()
         faults.hit("consumer.after_claim")
         self._pipeline.begin(claim, None)
         self.claimed += 1
         return 0.0
-
-
-def _claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
-    return claiming.claim_next(conn, worker, clock.now(), lease_seconds)

@@ -1,6 +1,6 @@
 """The consumer's one broker connection, owned by one thread.
 
-pika is single-threaded, so a `BrokerLink` keeps its `BlockingConnection` on a thread of its own that does
+pika is single-threaded, so a `DeliveryLink` keeps its `BlockingConnection` on a thread of its own that does
 nothing but AMQP I/O: it dispatches deliveries, answers heartbeats (the loop never waits on a job or on
 the store), and runs the acks and nacks other threads hand it through `add_callback_threadsafe`.
 `BlockingConnection` is enough here: one consumer and a few thread-safe callbacks do not need the
@@ -61,7 +61,7 @@ def heartbeat_seconds(lease_seconds: float) -> int:
     return int(min(HEARTBEAT_MAX_SECONDS, max(HEARTBEAT_MIN_SECONDS, lease_seconds)))
 
 
-class BrokerLink:
+class DeliveryLink:
     """Consumes `settings.queue` with `prefetch` unacked deliveries at most, reconnecting with bounded
     backoff until closed. `on_delivery` is called on the link's thread for each decodable message; an
     undecodable one is rejected without requeue (dead-lettered) and logged.
@@ -93,7 +93,7 @@ class BrokerLink:
         self._consumer_tag: str | None = None
         self._thread = threading.Thread(target=self._loop, name="amqp-link", daemon=True)
 
-    def start(self) -> BrokerLink:
+    def start(self) -> DeliveryLink:
         self._thread.start()
         return self
 

@@ -23,22 +23,25 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
 from consumer.budget import AHEAD_SECONDS, ClaimBudget
 from consumer.link import Delivery
-from consumer.rounds import STOP, Finished, Round, Running, release_one, take_batch, take_waiting, write_round
+from consumer.rounds import STOP, Finished, Round, Running, take_batch, take_waiting, write_round
 from core import faults
 from core.backoff import Backoff, compute_backoff
 from core.settings import Settings
 from handlers.base import JobError
-from handlers.runner import AttemptOutcome, LeaseKeeper, StoreContext, discard_uncommitted, run_attempt
 from jobstore import claiming, db
-from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
+from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.handback import Handback, hand_back_all
+from worker.lease import Held, LeaseKeeper
+from worker.patience import retry_while_unavailable
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,12 @@ MAX_HELD = 64
 # After a round the store took nothing from, its deliveries are tried again after this (doubling) pause.
 RETRY_FIRST_PAUSE = 0.05
 RETRY_MAX_PAUSE = 1.0
+# A round's write transaction, while the store is unavailable, is tried again after this (doubling) pause.
+WRITE_RETRY_PAUSES = Backoff(0.05, 1.0)
+
+
+def _say_retrying(exc: db.StoreUnavailable, pause: float) -> None:
+    log.warning("store unavailable, retrying in %.2fs: %s", pause, exc)
 
 
 class Acker(Protocol):
@@ -337,49 +346,44 @@ class Pipeline:
     def _patiently(self, fn: Callable[..., T], *args: Any) -> T | None:
         """One write transaction, retried while the store is unavailable for up to a lease's length;
         None if it never went through."""
-        give_up_at = time.monotonic() + self._settings.lease_seconds
-        pause = 0.05
-        while True:
-            try:
-                return db.transact(self._engine, fn, *args)
-            except db.StoreUnavailable as exc:
-                if time.monotonic() + pause > give_up_at:
-                    log.error("store unavailable, giving up: %s", exc)
-                    return None
-                log.warning("store unavailable, retrying in %.2fs: %s", pause, exc)
-                time.sleep(pause)
-                pause = min(pause * 2, 1.0)
+        try:
+            return retry_while_unavailable(
+                partial(db.transact, self._engine, fn, *args),
+                give_up_after=self._settings.lease_seconds,
+                pauses=WRITE_RETRY_PAUSES,
+                on_retry=_say_retrying,
+            )
+        except db.StoreUnavailable as exc:
+            log.error("store unavailable, giving up: %s", exc)
+            return None
 
     # Shutting down.
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait until every claimed job's outcome is committed; False if some still run at `timeout`."""
+    def wait_idle(self, timeout: float, urgent: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until every claimed job's outcome is committed, at most `timeout` seconds or until
+        `urgent()`; False if some still run then."""
         deadline = time.monotonic() + timeout
         while self.in_flight():
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or urgent():
                 return False
             time.sleep(0.02)
         return True
 
-    def release_running(self) -> list[Running]:
-        """Give every job still running back to the queue (`fenced.release`: queued again with a new outbox
-        row) and ack its delivery. Returns the jobs the store refused to release: those started an external
-        effect and must be finished, not repeated (or their lease is already gone)."""
-        kept: list[Running] = []
+    def hand_back(self) -> Counter[Handback]:
+        """Give every job still running back to the queue (`worker.handback`: queued again with a new
+        outbox row) and ack the delivery of each one released. Returns what became of them: a job not
+        released (its external effect started, or its lease is already gone) runs on, to be finished."""
         released: list[Delivery] = []
-        for running in self.running():
-            try:
-                db.transact(self._engine, release_one, running.claim)
-            except (Fenced, db.StoreUnavailable) as exc:
-                log.info("job %s not released (%s): letting it finish", running.claim.job_id, exc)
-                kept.append(running)
-                continue
-            running.held.lost = True  # its code stops at the next check; what it returns is fenced out
-            if self._forget(running) and running.delivery is not None:
+
+        def forget(held: Held) -> None:
+            with self._lock:
+                running = self._running.get(held.claim.attempt_id)
+            if running is not None and self._forget(running) and running.delivery is not None:
                 released.append(running.delivery)
-            log.info("job %s released: queued again for another worker", running.claim.job_id)
+
+        handed = hand_back_all(self._engine, [running.held for running in self.running()], forget)
         self._acker.ack(released)
-        return kept
+        return handed
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the threads once the outcomes already finished are committed and acked."""

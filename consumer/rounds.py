@@ -15,10 +15,12 @@ from sqlalchemy import Connection
 from consumer.link import Delivery
 from core import clock
 from core.backoff import Backoff
-from handlers.runner import AttemptOutcome, Held, commit_outcome
-from jobstore import claiming, fenced
+from jobstore import claiming
 from jobstore.records import Claim
 from jobstore.states import State
+from worker.attempt import AttemptOutcome
+from worker.commit import commit_outcomes
+from worker.lease import Held
 
 STOP: Any = object()
 MAX_BATCH = 512
@@ -63,27 +65,10 @@ def claim_all(
 
 
 def commit_all(conn: Connection, finished: Sequence[Finished], backoff: Backoff) -> list[State | None]:
-    """Commit every outcome under its own fence in the caller's transaction; a fenced one writes nothing
-    (None) and does not disturb the others. Successes are completed together (`fenced.complete_many`)."""
-    now = clock.now()
-    succeeded = [f for f in finished if _succeeded(f.outcome)]
-    completed = fenced.complete_many(conn, [_finishing(f) for f in succeeded], now)
-    states = dict(zip([id(f) for f in succeeded], completed, strict=True))
-    return [
-        states[id(f)] if id(f) in states else commit_outcome(conn, f.running.claim, f.outcome, now, backoff)
-        for f in finished
-    ]
-
-
-def _succeeded(outcome: AttemptOutcome) -> bool:
-    """What `commit_outcome` would complete: output, and neither a cancel nor a lost lease."""
-    return outcome.output is not None and not outcome.cancelled and not outcome.lease_lost
-
-
-def _finishing(f: Finished) -> fenced.Completion:
-    assert f.outcome.output is not None
-    claim = f.running.claim
-    return fenced.Completion(claim.job_id, claim.epoch, claim.attempt_id, f.outcome.output)
+    """Commit every finished outcome through the completer (`worker.commit.commit_outcomes`), in the
+    caller's transaction: a fenced one writes nothing (None) and does not disturb the others."""
+    outcomes = [(f.running.claim, f.outcome) for f in finished]
+    return commit_outcomes(conn, outcomes, clock.now(), backoff)
 
 
 def write_round(
@@ -96,10 +81,6 @@ def write_round(
 ) -> tuple[list[State | None], list[claiming.ClaimResult]]:
     """One round of the store writer: commit the finished outcomes, then claim the delivered jobs."""
     return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
-
-
-def release_one(conn: Connection, claim: Claim) -> None:
-    fenced.release(conn, claim.job_id, claim.epoch, claim.attempt_id, clock.now())
 
 
 def take_batch(

@@ -1,1 +1,2 @@
-"""The job kinds, shared by the broker consumer and the SQLite-only baseline."""
+"""The job kinds, shared by the broker consumer and the SQLite-only baseline (which run them through
+`worker/`)."""

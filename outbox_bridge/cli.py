@@ -11,7 +11,6 @@ import typer
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
 from broker.connection import queue_depth
 from core import clock
@@ -21,6 +20,7 @@ from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import overview
 from jobstore.records import Job
 from jobstore.states import State
+from worker.readiness import store_not_ready
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
 db_app = typer.Typer(help="Create and migrate the store.")
@@ -51,13 +51,13 @@ def _require_current_store(settings: Settings) -> None:
     _require_sqlite_file(settings)
     engine = db.make_engine(settings)
     try:
-        migrate.check_current(engine)
-    except migrate.SchemaNotCurrent as exc:
-        _refuse(f"store at {url} is not migrated: {exc}")
-    except (db.StoreUnavailable, SQLAlchemyError) as exc:
-        _refuse(f"cannot reach the store at {url}: {_first_line(exc)}")
+        problem = store_not_ready(engine)
     finally:
         engine.dispose()
+    if problem is not None and problem.reachable:
+        _refuse(f"store at {url} is not migrated: {problem.reason}")
+    if problem is not None:
+        _refuse(f"cannot reach the store at {url}: {problem.reason}")
 
 
 def _require_sqlite_file(settings: Settings) -> None:
@@ -81,11 +81,6 @@ def _require_safe_secret(settings: Settings) -> None:
 def _refuse(message: str) -> NoReturn:
     err.print(f"outbox-bridge: {message}", markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(1)
-
-
-def _first_line(exc: Exception) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 @app.command()

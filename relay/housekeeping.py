@@ -11,8 +11,8 @@ from sqlalchemy import Engine
 
 from core import clock
 from core.settings import Settings
-from handlers.runner import backoff_of
 from jobstore import db, outbox, sweeper
+from worker.commit import backoff_of
 
 
 @dataclass(frozen=True)

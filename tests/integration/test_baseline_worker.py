@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from baseline.handback import Handback, hand_back
-from baseline.pacing import IdleBackoff
-from baseline.worker import RELEASE_SETTLE_SECONDS, BaselineProcess
+from baseline.pacing import FIRST_IDLE_PAUSE, MAX_IDLE_PAUSE, idle_pauses
+from baseline.worker import BaselineProcess
 from core import clock
+from core.backoff import Backoff, Streak
 from core.clock import FakeClock
 from core.settings import Settings
 from jobstore import claiming, db, fenced, queries
@@ -34,6 +34,8 @@ from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.store import job_row, new_job
+from worker.handback import Handback, hand_back
+from worker.shutdown import RELEASE_SETTLE_SECONDS
 
 
 @pytest.fixture
@@ -69,26 +71,26 @@ def provider_held(settings: Settings) -> Iterator[None]:
 
 
 def test_idle_pause_doubles_up_to_its_cap_and_starts_over_after_work() -> None:
-    backoff = IdleBackoff(first=0.001, cap=0.008, rng=random.Random(7))
+    backoff = Streak(Backoff(0.001, 0.008, random.Random(7)))
     expected = [0.001, 0.002, 0.004, 0.008, 0.008]
-    pauses = [backoff.idle() for _ in expected]
-    for pause, base in zip(pauses, expected, strict=True):
-        assert 0.75 * base <= pause <= 1.25 * base
-    backoff.worked()
-    assert backoff.idle() <= 1.25 * 0.001
+    pauses = [backoff.failed() for _ in expected]
+    for pause, ceiling in zip(pauses, expected, strict=True):
+        assert 0.5 * ceiling <= pause <= ceiling
+    backoff.reset()
+    assert backoff.failed() <= 0.001
 
 
 def test_an_unavailable_store_keeps_the_longest_pause_until_work_comes() -> None:
-    backoff = IdleBackoff(first=0.001, cap=0.064, rng=random.Random(3))
-    assert backoff.unavailable() >= 0.75 * 0.064
-    assert backoff.idle() >= 0.75 * 0.064
-    backoff.worked()
-    assert backoff.idle() <= 1.25 * 0.001
+    backoff = idle_pauses(random.Random(3))
+    assert backoff.at_cap() >= 0.5 * MAX_IDLE_PAUSE
+    assert backoff.failed() >= 0.5 * MAX_IDLE_PAUSE
+    backoff.reset()
+    assert backoff.failed() <= FIRST_IDLE_PAUSE
 
 
 def test_idle_pauses_of_two_processes_drift_apart() -> None:
-    one, other = IdleBackoff(rng=random.Random(1)), IdleBackoff(rng=random.Random(2))
-    assert [one.idle() for _ in range(8)] != [other.idle() for _ in range(8)]
+    one, other = idle_pauses(random.Random(1)), idle_pauses(random.Random(2))
+    assert [one.failed() for _ in range(8)] != [other.failed() for _ in range(8)]
 
 
 def hold_turn(turn: WriteTurn, seconds: float, spans: list[tuple[float, float]]) -> None:

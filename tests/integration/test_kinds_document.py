@@ -24,8 +24,10 @@ INVOICE = "Invoice 2024-17\nCustomer: Acme Corp\nTotal: 1,200.00 EUR\nDue date: 
 # Claims one job and runs it with the real runner, in a process of its own (killed by an armed fault point).
 WORKER = """
 import sys
-from handlers.runner import LeaseKeeper, execute
 from jobstore import claiming, db
+from worker.lease import LeaseKeeper
+from tests.support.kinds import execute
+from jobstore import db
 from core import clock, settings
 cfg = settings.load()
 engine = db.make_engine(cfg)

@@ -16,12 +16,13 @@ from core.clock import FakeClock, now
 from core.settings import Settings
 from handlers.base import Cancelled
 from handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
-from handlers.runner import LeaseKeeper, StoreContext, execute
 from jobstore import db, operator, queries
 from jobstore.states import State
-from tests.support.kinds import claim, committed_output, run
+from tests.support.kinds import claim, committed_output, execute, run
 from tests.support.procs import wait_for
 from tests.support.store import job_row, new_job
+from worker.attempt import StoreContext
+from worker.lease import LeaseKeeper
 
 
 def submit(engine: Engine, payload: dict[str, Any]) -> str:

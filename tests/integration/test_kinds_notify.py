@@ -17,21 +17,23 @@ from sqlalchemy import Engine
 from core.clock import FakeClock, now
 from core.settings import Settings
 from handlers.notify import StubProvider
-from handlers.runner import backoff_of
 from jobstore import claiming, db, operator, queries, sweeper
 from jobstore.records import Attempt
 from jobstore.states import State
 from tests.support.kinds import claim, run
 from tests.support.procs import settings_env
 from tests.support.store import job_row, new_job
+from worker.commit import backoff_of
 
 PAYLOAD = {"to": "ops@example.com", "message": "disk almost full on db-2"}
 
 # Claims one job and runs it with the real runner, in a process of its own (killed by an armed fault point).
 WORKER = """
 import sys
-from handlers.runner import LeaseKeeper, execute
 from jobstore import claiming, db
+from worker.lease import LeaseKeeper
+from tests.support.kinds import execute
+from jobstore import db
 from core import clock, settings
 cfg = settings.load()
 engine = db.make_engine(cfg)

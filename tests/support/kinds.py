@@ -1,4 +1,4 @@
-"""Running one claimed job through the real runner against a real store, for the job kinds' tests."""
+"""Running one claimed job through the real worker runtime against a real store, for the job kinds' tests."""
 
 from __future__ import annotations
 
@@ -6,17 +6,34 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from core.clock import now
 from core.settings import Settings
-from handlers.runner import LeaseKeeper, execute
 from jobstore import db, queries
 from jobstore.records import Claim
 from jobstore.states import State
 from tests.support.store import claimed
+from worker.attempt import StoreContext, discard_uncommitted, run_attempt
+from worker.commit import backoff_of, commit_outcomes
+from worker.lease import LeaseKeeper
 
 
 def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:
     """The job claimed by worker-1 for the deployment's lease."""
     return claimed(engine, job_id, "worker-1", lease=settings.lease_seconds)
+
+
+def execute(engine: Engine, settings: Settings, keeper: LeaseKeeper, taken: Claim) -> State | None:
+    """Run a claimed job to its committed outcome with the pieces both worker modes run: hold its lease,
+    run the attempt, commit the outcome, discard an uncommitted output. Returns the committed state, or None
+    when fenced out."""
+    held = keeper.hold(taken)
+    try:
+        outcome = run_attempt(StoreContext(engine, settings, taken, held))
+        [state] = db.transact(engine, commit_outcomes, [(taken, outcome)], now(), backoff_of(settings))
+        discard_uncommitted(settings, taken, outcome, state)
+        return state
+    finally:
+        keeper.drop(taken.job_id)
 
 
 def run(engine: Engine, settings: Settings, claimed: Claim) -> State | None:

@@ -1,27 +1,23 @@
-"""Running a claimed job: the same code for the broker consumer and the SQLite-only baseline.
+"""Running one claimed attempt: the same code for the broker consumer and the polling baseline.
 
-`run_attempt` executes the kind's code and returns what happened without writing the outcome;
-`commit_outcome` writes it under the fence, in the caller's transaction, so a caller may commit the
-outcomes of several jobs together; `discard_uncommitted` then removes what an output left on disk when
-the commit did not make it the job's result. A `LeaseKeeper` thread renews every lease the process holds
-in one transaction and carries cancel requests back to the running code."""
+`run_attempt` executes the kind's code with a `StoreContext` and returns what happened without writing the
+outcome (`worker.commit` writes it, under the fence, in the caller's transaction); `discard_uncommitted`
+then removes what an output left on disk when the commit did not make it the job's result."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from core import clock
-from core.backoff import Backoff
 from core.settings import Settings
 from handlers.base import Cancelled, JobError, LeaseLost, PermanentError
 from handlers.registry import KINDS
@@ -29,79 +25,9 @@ from jobstore import db, fenced
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
+from worker.lease import Held
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Held:
-    """A job this process is running, as the lease keeper sees it."""
-
-    claim: Claim
-    cancel_requested: bool = False
-    lost: bool = False
-    # When its lease was last taken or renewed (monotonic seconds).
-    renewed_at: float = field(default_factory=time.monotonic)
-
-
-class LeaseKeeper:
-    """Every `interval` seconds, renews together the held leases taken or renewed at least `interval` ago
-    (a job that finishes sooner is never renewed: its lease has most of its length left), carries cancel
-    requests back, and marks the leases it lost. A lease goes at most two intervals, at most two thirds of
-    its length, without renewal."""
-
-    def __init__(self, engine: Engine, settings: Settings, interval: float | None = None) -> None:
-        self._engine = engine
-        self._lease = settings.lease_seconds
-        self._interval = interval if interval is not None else min(1.0, settings.lease_seconds / 3)
-        self._held: dict[str, Held] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
-
-    def start(self) -> LeaseKeeper:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
-
-    def hold(self, claim: Claim) -> Held:
-        held = Held(claim)
-        with self._lock:
-            self._held[claim.job_id] = held
-        return held
-
-    def drop(self, job_id: str) -> None:
-        with self._lock:
-            self._held.pop(job_id, None)
-
-    def held(self) -> list[Held]:
-        with self._lock:
-            return list(self._held.values())
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            due = time.monotonic() - self._interval
-            current = [h for h in self.held() if not h.lost and h.renewed_at <= due]
-            if current:
-                try:
-                    db.transact(self._engine, self._renew_all, current)
-                except db.StoreUnavailable as exc:
-                    log.warning("lease renewal postponed: %s", exc)
-
-    def _renew_all(self, conn: Connection, current: list[Held]) -> None:
-        now, renewed_at = clock.now(), time.monotonic()
-        for held in current:
-            try:
-                held.cancel_requested = fenced.renew_lease(
-                    conn, held.claim.job_id, held.claim.epoch, now, self._lease
-                )
-            except Fenced:
-                held.lost = True
-            held.renewed_at = renewed_at
 
 
 @dataclass
@@ -230,35 +156,6 @@ def _first_error(exc: ValidationError) -> str:
     return f"{where}: {err['msg']}"
 
 
-def commit_outcome(
-    conn: Connection, claim: Claim, outcome: AttemptOutcome, now: float, backoff: Backoff
-) -> State | None:
-    """Write the attempt's outcome under the fence. None when the worker was fenced out (nothing written)."""
-    if outcome.lease_lost:
-        return None
-    try:
-        if outcome.output is not None and not outcome.cancelled:
-            return fenced.complete(conn, claim.job_id, claim.epoch, claim.attempt_id, outcome.output, now)
-        if outcome.cancelled:
-            error = JobError("cancelled", "cancelled while running")
-        else:
-            error = outcome.error or JobError("handler_error", "no output")
-        decision = fenced.fail(
-            conn,
-            claim.job_id,
-            claim.epoch,
-            claim.attempt_id,
-            code=error.code,
-            message=error.message,
-            permanent=outcome.permanent,
-            now=now,
-            backoff=backoff,
-        )
-        return decision.state
-    except Fenced:
-        return None
-
-
 def discard_uncommitted(
     settings: Settings, claim: Claim, outcome: AttemptOutcome, state: State | None
 ) -> None:
@@ -274,19 +171,3 @@ def discard_uncommitted(
         kind.discard(settings.results_dir, outcome.output)
     except (OSError, KeyError, TypeError) as exc:
         log.warning("job %s attempt %s: uncommitted output kept: %s", claim.job_id, claim.attempt_id, exc)
-
-
-def backoff_of(settings: Settings) -> Backoff:
-    return Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
-
-
-def execute(engine: Engine, settings: Settings, keeper: LeaseKeeper, claim: Claim) -> State | None:
-    """Run a claimed job to its committed outcome. Returns the committed state, or None if fenced out."""
-    held = keeper.hold(claim)
-    try:
-        outcome = run_attempt(StoreContext(engine, settings, claim, held))
-        state = db.transact(engine, commit_outcome, claim, outcome, clock.now(), backoff_of(settings))
-        discard_uncommitted(settings, claim, outcome, state)
-        return state
-    finally:
-        keeper.drop(claim.job_id)

@@ -1,8 +1,10 @@
-"""Giving a claimed job back unfinished when a worker stops before the job ends."""
+"""Giving claimed jobs back unfinished when a worker stops before they end: one way for both worker modes."""
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 
 from sqlalchemy import Engine
@@ -12,6 +14,7 @@ from jobstore import db, fenced, queries
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
+from worker.lease import Held
 
 log = logging.getLogger(__name__)
 
@@ -47,3 +50,27 @@ def _why_refused(engine: Engine, claim: Claim) -> Handback:
     if ours and job is not None and job.external_epoch == claim.epoch:
         return Handback.MUST_FINISH
     return Handback.NOT_HELD
+
+
+def _nothing(_held: Held) -> None:
+    return None
+
+
+def hand_back_all(
+    engine: Engine, held: Iterable[Held], on_released: Callable[[Held], None] = _nothing
+) -> Counter[Handback]:
+    """Give back each held job (`hand_back`) and count what became of them. A released job is marked lost,
+    so its running attempt stops at its next check and what it returns is fenced out; then
+    `on_released(held)`. A job not released keeps running: the caller lets it finish."""
+    results: Counter[Handback] = Counter()
+    for one in held:
+        one.handed_back = True  # before the release: an attempt fenced out by it knows why
+        result = hand_back(engine, one.claim)
+        if result is Handback.RELEASED:
+            one.lost = True
+            on_released(one)
+        else:
+            one.handed_back = False
+        log.info("job %s epoch %d: %s", one.claim.job_id, one.claim.epoch, result.value)
+        results[result] += 1
+    return results

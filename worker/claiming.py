@@ -1,0 +1,15 @@
+"""Claiming from the jobs table: the polling baseline's path, and the consumer's while the broker is down."""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from core import clock
+from jobstore import claiming
+from jobstore.records import Claim
+
+
+def claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
+    """`claiming.claim_next` at the time the transaction runs (a retried transaction reads the clock
+    again)."""
+    return claiming.claim_next(conn, worker, clock.now(), lease_seconds)

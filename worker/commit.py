@@ -1,0 +1,80 @@
+"""Committing attempt outcomes: the one completer both worker modes hand every outcome to.
+
+Each outcome is written under its own fence in the caller's transaction, so a caller may commit the
+outcomes of several jobs together (and claim more work in the same transaction); a fenced one writes
+nothing and does not disturb the others."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import Connection
+
+from core.backoff import Backoff
+from core.settings import Settings
+from handlers.base import JobError
+from jobstore import fenced
+from jobstore.errors import Fenced
+from jobstore.records import Claim
+from jobstore.states import State
+from worker.attempt import AttemptOutcome
+
+
+def commit_outcomes(
+    conn: Connection,
+    outcomes: Sequence[tuple[Claim, AttemptOutcome]],
+    now: float,
+    backoff: Backoff,
+) -> list[State | None]:
+    """Write each (claim, outcome) under its own fence in the caller's transaction: the successes
+    together (`fenced.complete_many`), every other outcome through `fenced.fail`. Returns the committed
+    state of each, in order; None where the worker was fenced out or had lost its lease (nothing
+    written for it)."""
+    succeeded = [i for i, (_, outcome) in enumerate(outcomes) if _succeeded(outcome)]
+    completed = fenced.complete_many(conn, [_finishing(*outcomes[i]) for i in succeeded], now)
+    states = dict(zip(succeeded, completed, strict=True))
+    return [
+        states[i] if i in states else _fail(conn, claim, outcome, now, backoff)
+        for i, (claim, outcome) in enumerate(outcomes)
+    ]
+
+
+def _succeeded(outcome: AttemptOutcome) -> bool:
+    """An output to publish: neither cancelled nor fenced out after the kind returned it."""
+    return outcome.output is not None and not outcome.cancelled and not outcome.lease_lost
+
+
+def _finishing(claim: Claim, outcome: AttemptOutcome) -> fenced.Completion:
+    assert outcome.output is not None
+    return fenced.Completion(claim.job_id, claim.epoch, claim.attempt_id, outcome.output)
+
+
+def _fail(
+    conn: Connection, claim: Claim, outcome: AttemptOutcome, now: float, backoff: Backoff
+) -> State | None:
+    """End an attempt that produced no result to publish; None when fenced out (nothing written)."""
+    if outcome.lease_lost:
+        return None
+    if outcome.cancelled:
+        error = JobError("cancelled", "cancelled while running")
+    else:
+        error = outcome.error or JobError("handler_error", "no output")
+    try:
+        decision = fenced.fail(
+            conn,
+            claim.job_id,
+            claim.epoch,
+            claim.attempt_id,
+            code=error.code,
+            message=error.message,
+            permanent=outcome.permanent,
+            now=now,
+            backoff=backoff,
+        )
+    except Fenced:
+        return None
+    return decision.state
+
+
+def backoff_of(settings: Settings) -> Backoff:
+    return Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
