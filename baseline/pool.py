@@ -23,11 +23,11 @@ from jobstore import claiming, db
 from jobstore.records import Claim
 from jobstore.states import State
 from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
-from worker.claiming import claim_next
 from worker.commit import backoff_of, commit_outcomes
 from worker.handback import Handback, hand_back, hand_back_all
 from worker.lease import Held, LeaseKeeper
 from worker.patience import retry_while_unavailable
+from worker.polling import claim_next
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from baseline.pool import ClaimPool
-from baseline.sweeping import SweepLoop
+from baseline.sweep_loop import SweepLoop
 from core.settings import Settings
 from jobstore import db
 from jobstore.records import Claim

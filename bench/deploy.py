@@ -1,5 +1,5 @@
 """One benchmarked deployment: a fresh store in a temporary directory and the real processes of one mode,
-started through `outbox_bridge.stack.Stack` and stopped (SIGTERM, then SIGKILL) when it closes.
+started through `launch.stack.Stack` and stopped (SIGTERM, then SIGKILL) when it closes.
 
 - broker mode: `api`, `relay` and C `consumer` processes;
 - sqlite mode: `api` and C `worker` processes (the SQLite-only baseline).
@@ -18,8 +18,8 @@ import pika
 from pika.exceptions import AMQPError
 
 from core.settings import Settings
-from jobstore import db
-from outbox_bridge.stack import Service, Stack, free_port
+from jobstore import db, migrate
+from launch.stack import Service, Stack, free_port
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Deployment:
     def start(self) -> None:
         engine = db.make_engine(self.settings)
         try:
-            db.init_schema(self.settings, engine)
+            migrate.init_schema(self.settings, engine)
         finally:
             engine.dispose()
         port = free_port()

@@ -22,7 +22,7 @@ from core import faults
 from core.backoff import Backoff, Streak
 from core.settings import Settings
 from jobstore import db
-from worker.claiming import claim_next
+from worker.polling import claim_next
 
 log = logging.getLogger(__name__)
 

@@ -10,9 +10,9 @@ that takes no turns holds the lock) itself, with short, jittered, bounded waits.
 COMMITTED, with serialization failures and deadlocks retried the same bounded way.
 
 A SQLite engine only ever uses the file its URL names now (`jobstore.storefile`): it never creates the
-file (only `init_schema` does), a pooled connection whose file was removed or replaced is opened again at
-its next checkout, and a write transaction that committed into a file no longer named runs again; with no
-file there, the caller gets `StoreUnavailable`.
+file (only `migrate.init_schema` does), a pooled connection whose file was removed or replaced is opened
+again at its next checkout, and a write transaction that committed into a file no longer named runs
+again; with no file there, the caller gets `StoreUnavailable`.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from core.backoff import Backoff, Streak
 from core.settings import Settings
-from jobstore import storefile, wakeup
+from jobstore import doorbells, storefile
 from jobstore.turns import WriteTurn, shared_turn
 
 P = ParamSpec("P")
@@ -122,7 +122,7 @@ def make_engine(settings: Settings, **kwargs: Any) -> Engine:
         database = sqlite_path(settings)
         if database is not None:
             _turns[engine] = shared_turn(turn_path(database))
-            _ringers[engine] = wakeup.Ringer(wakeup.directory_for(database))
+            _ringers[engine] = doorbells.Ringer(doorbells.directory_for(database))
             if not url.query.get("uri"):  # a URI names its own file and open mode
                 storefile.guard(engine, database)
     else:
@@ -158,7 +158,7 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
 # The write turn of each SQLite file engine, and what rings its relays after a commit that added outbox
 # rows (neither for PostgreSQL or an in-memory database).
 _turns: weakref.WeakKeyDictionary[Engine, WriteTurn] = weakref.WeakKeyDictionary()
-_ringers: weakref.WeakKeyDictionary[Engine, wakeup.Ringer] = weakref.WeakKeyDictionary()
+_ringers: weakref.WeakKeyDictionary[Engine, doorbells.Ringer] = weakref.WeakKeyDictionary()
 
 
 def turn_path(database: Path) -> Path:
@@ -171,19 +171,6 @@ def sqlite_path(settings: Settings) -> Path | None:
     if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
         return None
     return Path(url.database)
-
-
-def init_schema(settings: Settings, engine: Engine) -> None:
-    """Create the database file and its directory (SQLite) and the results directory, and migrate the
-    schema to the current revision; idempotent. The only place a SQLite store is created."""
-    path = sqlite_path(settings)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.touch(mode=0o644, exist_ok=True)  # SQLite takes an empty file for an empty database
-    settings.results_dir.mkdir(parents=True, exist_ok=True)
-    from jobstore.migrate import upgrade
-
-    upgrade(engine)
 
 
 def _is_retryable(exc: DBAPIError) -> bool:
@@ -285,10 +272,10 @@ def _attempt(
                 conn = conn.execution_options(sqlite_begin="DEFERRED")
             with conn.begin():
                 return fn(conn, *args, **kwargs), None
-        wakeup.forget(conn)
+        doorbells.forget(conn)
         with conn.begin():
             result = fn(conn, *args, **kwargs)
         if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
             conn.invalidate()
             raise Retry("the store's file was removed or replaced while a transaction committed to it")
-        return result, wakeup.noted(conn)
+        return result, doorbells.noted(conn)

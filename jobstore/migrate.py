@@ -8,6 +8,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
+from core.settings import Settings
 from jobstore import db
 
 
@@ -35,6 +36,17 @@ def current_revision(engine: Engine) -> str | None:
 
 def _revision(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
+
+
+def init_schema(settings: Settings, engine: Engine) -> None:
+    """Create the database file and its directory (SQLite) and the results directory, and migrate the
+    schema to the current revision; idempotent. The only place a SQLite store is created."""
+    path = db.sqlite_path(settings)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o644, exist_ok=True)  # SQLite takes an empty file for an empty database
+    settings.results_dir.mkdir(parents=True, exist_ok=True)
+    upgrade(engine)
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

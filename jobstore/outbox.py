@@ -23,7 +23,7 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import wakeup
+from jobstore import doorbells
 from jobstore.schema import outbox
 
 # Built once with bound parameters: building a statement costs far more than running it.
@@ -35,11 +35,11 @@ _IDS: BindParameter[int] = bindparam("b_ids", expanding=True)
 
 def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> None:
     """Queue a delivery of `job_id` that comes due at `available_at`; the relays are rung when the caller's
-    transaction commits (`jobstore.wakeup`)."""
+    transaction commits (`jobstore.doorbells`)."""
     conn.execute(
         _INSERT, {"job_id": job_id, "created_at": now, "available_at": available_at, "publish_attempts": 0}
     )
-    wakeup.note_outbox_row(conn, available_at)
+    doorbells.note_outbox_row(conn, available_at)
 
 
 def add_many(conn: Connection, deliveries: Sequence[tuple[str, float]]) -> None:
@@ -53,7 +53,7 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float]]) -> None:
             for job_id, at in deliveries
         ],
     )
-    wakeup.note_outbox_row(conn, min(at for _, at in deliveries))
+    doorbells.note_outbox_row(conn, min(at for _, at in deliveries))
 
 
 def drop_pending(conn: Connection, job_id: str) -> None:

@@ -3,7 +3,7 @@
 SQLite creates a missing file on connect, and a pooled connection keeps using the file it opened after that
 file was removed or replaced (`rm -rf` of its directory, a volume remounted over it, a restore that moved a
 backup into place): its writes then go where no one will read them. A guarded engine opens only a file that
-exists (`mode=rw`; `db.init_schema` alone creates one), remembers the device and inode of the file each
+exists (`mode=rw`; `migrate.init_schema` alone creates one), remembers the device and inode of the file each
 connection opened, and compares them with the path's at every checkout, where a connection whose file is
 no longer named is closed and opened again (or, with nothing there, fails). One `stat` per checkout, and one
 more after each write transaction's commit (`still_named`), which catches a removal during the transaction.

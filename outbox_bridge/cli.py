@@ -195,7 +195,7 @@ def db_init() -> None:
     """Create the database (file and directory for SQLite), the results directory, and migrate the schema."""
     settings = _settings()
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     out.print(f"store ready at schema {migrate.current_revision(engine)}: {_redacted(settings.database_url)}")
 
 

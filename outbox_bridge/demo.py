@@ -26,10 +26,10 @@ from sqlalchemy.engine import make_url
 
 from api.auth import TokenPolicy, secret_weakness
 from core.settings import Settings
-from jobstore import db, queries
+from jobstore import db, migrate, queries
 from jobstore.records import Job
 from jobstore.states import TERMINAL, State
-from outbox_bridge.stack import Stack, broker_answers, free_port
+from launch.stack import Stack, broker_answers, free_port
 
 console = Console()
 DEMO_DIR = Path("data/demo")
@@ -43,7 +43,7 @@ def run(settings: Settings, *, broker: str, keep_running: bool) -> int:
         return 1
     settings = _demo_settings(settings)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     port = 8000 if _port_free(8000) else free_port()
     with Stack(settings, DEMO_DIR / "logs") as stack:
         _start(stack, broker, port)

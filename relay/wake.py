@@ -1,5 +1,5 @@
 """When the relay leases again: at once when a writer rings its doorbell with rows due now, on a timer for
-rows announced to come due later, and on a slow poll for rows nobody announced (see `jobstore.wakeup`).
+rows announced to come due later, and on a slow poll for rows nobody announced (see `jobstore.doorbells`).
 
 Without a doorbell (a PostgreSQL store, or a directory the relay cannot write) the relay polls at
 `relay_poll_seconds`, as it always did."""
@@ -14,7 +14,7 @@ from pika.adapters.select_connection import IOLoop, PollEvents
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, wakeup
+from jobstore import db, doorbells
 
 # With a doorbell, the poll only finds rows no ring announced: written by a program that does not ring, or
 # left by a relay whose lease on them ran out.
@@ -26,9 +26,9 @@ class Wakeups:
 
     def __init__(self, settings: Settings, ioloop: IOLoop, wake: Callable[[], None]) -> None:
         database = db.sqlite_path(settings)
-        directory = wakeup.directory_for(database) if database else None
-        self._doorbell = wakeup.Doorbell.open(directory) if directory else None
-        self._ringer = wakeup.Ringer(directory) if directory and self._doorbell else None
+        directory = doorbells.directory_for(database) if database else None
+        self._doorbell = doorbells.Doorbell.open(directory) if directory else None
+        self._ringer = doorbells.Ringer(directory) if directory and self._doorbell else None
         self._ioloop = ioloop
         self._wake = wake
         self._timer: Any = None

@@ -19,7 +19,7 @@ from sqlalchemy import Engine
 from core import clock as clock_module
 from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import db
+from jobstore import db, migrate
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 RABBITMQ_IMAGE = "rabbitmq:3.13-management"
@@ -146,7 +146,7 @@ def settings(settings_factory: object) -> Settings:
 @pytest.fixture
 def engine(settings: Settings) -> Iterator[Engine]:
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     yield engine
     engine.dispose()
 

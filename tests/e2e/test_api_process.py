@@ -20,7 +20,7 @@ from sqlalchemy import Engine, func, select
 
 from api.auth import issue_token
 from core.settings import DEV_AUTH_SECRET, Settings
-from jobstore import db
+from jobstore import db, migrate
 from jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
 from tests.support import procs
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 def store(tmp_path: Path) -> Iterator[tuple[Settings, Engine]]:
     settings = make_settings(tmp_path, max_body_bytes=4096)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     yield settings, engine
     engine.dispose()
 
@@ -170,7 +170,7 @@ def test_sigterm_lets_a_submission_in_flight_commit_and_answer_then_exits_zero(
 ) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=20.0)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     base = start_api(settings, tmp_path, started, "api")
     holder = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # the submission will wait for this lock
@@ -211,7 +211,7 @@ def test_a_store_directory_removed_under_the_api_answers_503_and_no_202_job_is_m
     database = directory / "jobs.db"
     settings = make_settings(tmp_path, database_url=f"sqlite:///{database}")
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     engine.dispose()
     base = start_api(settings, tmp_path, started, "api")
     reader = headers(settings, "-")
@@ -256,7 +256,7 @@ def test_the_api_refuses_to_start_with_the_built_in_secret_unless_told_it_is_dev
 ) -> None:
     settings = make_settings(tmp_path, auth_secret=DEV_AUTH_SECRET, outbox_bridge_dev=False)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     engine.dispose()
     refused = procs.start(["api", "--port", str(procs.free_port())], settings, tmp_path / "logs", "refused")
     started.append(refused)

@@ -30,7 +30,7 @@ from api.auth import issue_token
 from broker import topology
 from broker.message import JobMessage
 from core.settings import Settings
-from jobstore import db, intake, outbox, queries
+from jobstore import db, intake, migrate, outbox, queries
 from jobstore.records import Attempt, Job
 from jobstore.states import TERMINAL, State
 from tests.conftest import SharedBroker, make_settings
@@ -59,7 +59,7 @@ class Stack:
     def __init__(self, tmp_path: Path, rabbitmq_url: str, **overrides: Any) -> None:
         self.settings = make_settings(tmp_path, rabbitmq_url=rabbitmq_url, **{**FAST, **overrides})
         self.engine = db.make_engine(self.settings)
-        db.init_schema(self.settings, self.engine)
+        migrate.init_schema(self.settings, self.engine)
         self.logs = tmp_path / "logs"
         self.procs: list[Proc] = []
         self._broker: pika.BlockingConnection | None = None

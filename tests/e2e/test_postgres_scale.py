@@ -21,7 +21,7 @@ from sqlalchemy import Connection, func, select
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, intake
+from jobstore import db, intake, migrate
 from jobstore.schema import jobs, outbox
 from jobstore.states import TERMINAL, State
 from tests.conftest import make_settings
@@ -49,7 +49,7 @@ class Fleet:
             shutdown_grace_seconds=5.0,
         )
         self.engine = db.make_engine(self.settings)
-        db.init_schema(self.settings, self.engine)
+        migrate.init_schema(self.settings, self.engine)
         self.logs = tmp_path / "logs"
         self.procs: list[Proc] = []
         self.ready_markers: dict[Proc, str] = {}

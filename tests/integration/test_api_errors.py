@@ -18,7 +18,7 @@ from sqlalchemy import Engine, event, func, select
 from api.app import create_app
 from api.auth import issue_token
 from core.settings import Settings
-from jobstore import db
+from jobstore import db, migrate
 from jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
 
@@ -137,7 +137,7 @@ def test_the_idempotency_key_is_required_and_at_most_255_chars(
 def test_a_kind_the_code_knows_but_the_deployment_does_not_allow_is_400(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, allowed_kinds=("noop",))
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     with TestClient(create_app(settings)) as client:
         response = post_raw(client, settings, json.dumps({"kind": "sleep", "payload": {"seconds": 1}}))
     assert assert_problem(response, 400, "unknown-kind")["detail"].endswith("kinds: noop.")
@@ -211,7 +211,7 @@ def test_a_streamed_body_without_a_length_is_cut_off_at_the_limit_with_413(
 def test_a_body_of_exactly_the_limit_is_accepted_and_one_byte_more_is_not(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, max_body_bytes=1024)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
 
     def body(size: int) -> bytes:
         empty = json.dumps({"kind": "noop", "payload": {"pad": ""}}).encode()
@@ -233,7 +233,7 @@ def _store_unavailable(response: Any) -> None:
 def test_a_store_locked_past_its_timeout_is_503_with_retry_after_and_nothing_written(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=0.3)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     holder = sqlite3.connect(tmp_path / "jobs.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -262,7 +262,7 @@ def test_a_store_in_a_missing_directory_is_503_and_the_process_stays_up(tmp_path
 def test_a_read_only_store_is_503_and_nothing_written(tmp_path: Path) -> None:
     writable = make_settings(tmp_path)
     engine = db.make_engine(writable)
-    db.init_schema(writable, engine)
+    migrate.init_schema(writable, engine)
     read_only = make_settings(
         tmp_path, database_url=f"sqlite:///file:{tmp_path / 'jobs.db'}?mode=ro&uri=true"
     )
@@ -276,7 +276,7 @@ def test_a_read_only_store_is_503_and_nothing_written(tmp_path: Path) -> None:
 def test_a_full_disk_is_503_and_nothing_written(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     app = create_app(settings)
 
     # SQLite's own page cap makes the file unable to grow: the same SQLITE_FULL a full disk gives.

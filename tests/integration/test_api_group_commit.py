@@ -21,7 +21,7 @@ from api.app import create_app
 from api.auth import issue_token
 from api.committer import GroupCommitter, accept_all
 from core.settings import Settings
-from jobstore import db, intake
+from jobstore import db, intake, migrate
 from jobstore.errors import IdempotencyConflict, Unstorable
 from jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
@@ -82,7 +82,7 @@ def _hold_write_lock(path: Path, seconds: float) -> None:
 def test_submissions_that_arrive_while_a_commit_waits_share_the_next_transaction(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=10.0)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     with TestClient(create_app(settings)) as client, ThreadPoolExecutor(1) as locker:
         # While another connection holds the write lock, the first batch waits and the rest queue behind it.
         held = locker.submit(_hold_write_lock, tmp_path / "jobs.db", 1.5)
@@ -102,7 +102,7 @@ def test_submissions_that_arrive_while_a_commit_waits_share_the_next_transaction
 def test_a_batch_that_cannot_commit_answers_every_request_503_and_writes_nothing(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=0.5)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     with TestClient(create_app(settings)) as client, ThreadPoolExecutor(1) as locker:
         held = locker.submit(_hold_write_lock, tmp_path / "jobs.db", 2.0)
         time.sleep(0.2)

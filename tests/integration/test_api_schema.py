@@ -17,7 +17,7 @@ from api.app import create_app
 from api.auth import issue_token
 from core.backoff import Backoff
 from core.settings import Settings
-from jobstore import claiming, db, fenced, intake
+from jobstore import claiming, db, fenced, intake, migrate
 from tests.conftest import make_settings
 
 EXAMPLES = 100
@@ -83,7 +83,7 @@ def api_token(app_settings: Settings) -> str:
 @pytest.fixture
 def api_schema(app_settings: Settings) -> Any:
     engine = db.make_engine(app_settings)
-    db.init_schema(app_settings, engine)
+    migrate.init_schema(app_settings, engine)
     _seed(engine, app_settings)
     engine.dispose()
     schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(app_settings))

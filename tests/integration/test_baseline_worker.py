@@ -27,7 +27,7 @@ from core import clock
 from core.backoff import Backoff, Streak
 from core.clock import FakeClock
 from core.settings import Settings
-from jobstore import claiming, db, fenced, queries
+from jobstore import claiming, db, fenced, migrate, queries
 from jobstore.records import Claim
 from jobstore.states import State
 from jobstore.turns import WriteTurn
@@ -166,7 +166,7 @@ def test_workers_pause_on_a_removed_store_say_why_once_and_resume_once_it_is_res
     directory = tmp_path / "store"
     settings = make_settings(tmp_path, database_url=f"sqlite:///{directory / 'jobs.db'}")
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     caplog.set_level(logging.INFO)
     with running(engine, settings) as process:
         before = new_job(engine, "before")
@@ -203,7 +203,7 @@ def test_workers_outlast_a_store_locked_past_its_timeout(
 ) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=0.2, sweep_interval_seconds=0.1)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     caplog.set_level(logging.WARNING)
     with running(engine, settings) as process:
         locker = sqlite3.connect(settings.database_url.removeprefix("sqlite:///"), isolation_level=None)
@@ -261,7 +261,7 @@ def test_a_finished_job_is_no_longer_held_and_stays_finished(settings: Settings,
 def test_stopping_waits_for_an_external_call_in_flight_to_finish(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, shutdown_grace_seconds=0.2, lease_seconds=5.0)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     job_id = new_job(engine, kind="notify", payload={"to": "a@example.com", "message": "hi"})
     with provider_held(settings), running(engine, settings, concurrency=1) as process:
         wait_for(lambda: job_row(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
@@ -284,7 +284,7 @@ def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
 ) -> None:
     settings = make_settings(tmp_path, shutdown_grace_seconds=0.2, lease_seconds=1.0)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     job_id = new_job(engine, kind="notify", payload={"to": "a@example.com", "message": "hi"})
     caplog.set_level(logging.INFO)
     with provider_held(settings), running(engine, settings, concurrency=1) as process:

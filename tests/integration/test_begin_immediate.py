@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
-from jobstore import db
+from jobstore import db, migrate
 from jobstore.schema import jobs
 from tests.conftest import sqlite_settings
 from tests.support.store import add_job
@@ -58,7 +58,7 @@ def store_settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def sqlite_engine(store_settings: Settings) -> Iterator[Engine]:
     engine = db.make_engine(store_settings)
-    db.init_schema(store_settings, engine)
+    migrate.init_schema(store_settings, engine)
     yield engine
     engine.dispose()
 
@@ -194,7 +194,7 @@ def test_sqlite_synchronous_normal_is_an_opt_in_from_the_environment(
     settings = sqlite_settings(tmp_path)
     engine = db.make_engine(settings)
     try:
-        db.init_schema(settings, engine)
+        migrate.init_schema(settings, engine)
         assert settings.sqlite_synchronous == "NORMAL"
         assert db.transact(engine, pragmas) == {
             "journal_mode": "wal",

@@ -21,7 +21,7 @@ from consumer.main import Consumer
 from core.settings import Settings
 from handlers.base import JobContext, Kind
 from handlers.registry import KINDS
-from jobstore import db, queries
+from jobstore import db, migrate, queries
 from jobstore.schema import outbox
 from jobstore.states import State
 from tests.conftest import make_settings
@@ -69,7 +69,7 @@ def broker(tmp_path: Path, rabbitmq_url: str) -> Iterator[Broker]:
         tmp_path, rabbitmq_url=rabbitmq_url, lease_seconds=3.0, shutdown_grace_seconds=5.0
     )
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     b = Broker(settings, engine)
     yield b
     b.close()

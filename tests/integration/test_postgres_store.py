@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine, select
 from core import clock
 from core.backoff import Backoff
 from core.settings import Settings
-from jobstore import claiming, db, fenced, intake, operator, outbox, sweeper
+from jobstore import claiming, db, fenced, intake, migrate, operator, outbox, sweeper
 from jobstore.errors import Fenced, IdempotencyConflict
 from jobstore.records import Claim
 from jobstore.schema import attempts, jobs
@@ -45,7 +45,7 @@ def pg_settings(tmp_path: Path, postgres_url: str) -> Settings:
 @pytest.fixture
 def pg_engine(pg_settings: Settings) -> Iterator[Engine]:
     engine = db.make_engine(pg_settings, pool_size=THREADS + 2, max_overflow=THREADS)
-    db.init_schema(pg_settings, engine)
+    migrate.init_schema(pg_settings, engine)
     assert engine.dialect.name == "postgresql"
     yield engine
     engine.dispose()

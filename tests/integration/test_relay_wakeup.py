@@ -1,4 +1,4 @@
-"""Relays woken by commits (jobstore/wakeup.py, relay/wake.py) on a real SQLite file and a real RabbitMQ: a
+"""Relays woken by commits (jobstore/doorbells.py, relay/wake.py) on a real SQLite file and a real RabbitMQ: a
 committed job is published without waiting for a poll, a row announced for later is published when it
 comes due, and an idle relay with a doorbell barely reads the store. Also the doorbell itself: the earliest
 of several rings, no ring for a rolled-back transaction, and a killed relay's doorbell skipped and removed."""
@@ -16,7 +16,7 @@ from sqlalchemy import Connection, Engine
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, outbox, queries, wakeup
+from jobstore import db, doorbells, outbox, queries
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished
@@ -99,11 +99,11 @@ def test_an_idle_relay_with_a_doorbell_reads_the_store_about_once_a_second(
 
 
 def test_a_doorbell_reports_the_earliest_of_several_rings(tmp_path: Path) -> None:
-    doorbell = wakeup.Doorbell.open(tmp_path / "relays")
+    doorbell = doorbells.Doorbell.open(tmp_path / "relays")
     assert doorbell is not None
     try:
         assert doorbell.take() is None
-        ringer = wakeup.Ringer(tmp_path / "relays")
+        ringer = doorbells.Ringer(tmp_path / "relays")
         for due in (30.0, 10.0, 20.0):
             ringer.ring(due)
         assert doorbell.take() == 10.0
@@ -118,7 +118,7 @@ def test_a_commit_that_adds_outbox_rows_rings_and_a_rolled_back_one_does_not(
 ) -> None:
     database = db.sqlite_path(settings)
     assert database is not None
-    doorbell = wakeup.Doorbell.open(wakeup.directory_for(database))
+    doorbell = doorbells.Doorbell.open(doorbells.directory_for(database))
     assert doorbell is not None
     try:
         job_id = new_job(engine, "rings")
@@ -142,8 +142,8 @@ def test_a_killed_relays_doorbell_is_skipped_and_removed_by_the_next_relay(tmp_p
     left = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     left.bind(str(directory / "relay-999999999"))
     left.close()  # the socket file stays, with nobody listening: as a SIGKILLed relay leaves it
-    wakeup.Ringer(directory).ring(1.0)  # refused, and not an error
-    doorbell = wakeup.Doorbell.open(directory)
+    doorbells.Ringer(directory).ring(1.0)  # refused, and not an error
+    doorbell = doorbells.Doorbell.open(directory)
     assert doorbell is not None
     try:
         assert os.listdir(directory) == [f"relay-{os.getpid()}"]

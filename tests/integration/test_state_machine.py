@@ -36,7 +36,7 @@ from sqlalchemy import Connection, select
 
 from core.backoff import Backoff
 from core.clock import FakeClock
-from jobstore import claiming, db, fenced, intake, operator, sweeper
+from jobstore import claiming, db, fenced, intake, migrate, operator, sweeper
 from jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
 from jobstore.errors import Fenced, IdempotencyConflict
 from jobstore.records import Attempt, Claim, Job
@@ -188,7 +188,7 @@ class StoreMachine(RuleBasedStateMachine):
             lease_seconds=LEASE,
         )
         self.engine = db.make_engine(self.settings)
-        db.init_schema(self.settings, self.engine)
+        migrate.init_schema(self.settings, self.engine)
         self.clock = FakeClock()
         self.backoff = Backoff(base=2.0, cap=8.0, rng=random.Random(0))
         self.keys: dict[str, tuple[str, str]] = {}  # idempotency key -> (job id, fingerprint)

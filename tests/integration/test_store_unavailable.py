@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
-from jobstore import db, intake, queries
+from jobstore import db, intake, migrate, queries
 from jobstore.db import StoreUnavailable
 from jobstore.schema import jobs, outbox
 from tests.conftest import make_settings, sqlite_settings
@@ -92,7 +92,7 @@ def test_a_missing_database_directory_is_store_unavailable_and_creates_nothing(t
 def test_a_read_only_database_file_is_store_unavailable_and_the_job_is_not_written(shared_dir: Path) -> None:
     settings = sqlite_settings(shared_dir, store_lock_timeout_seconds=1.0)
     setup = db.make_engine(settings)
-    db.init_schema(settings, setup)
+    migrate.init_schema(settings, setup)
     accept(setup, "before")
     setup.dispose()
     database = shared_dir / "jobs.db"
@@ -138,7 +138,7 @@ def write_lock_held_elsewhere(database: Path) -> Iterator[None]:
 def locked_store(tmp_path: Path) -> Iterator[tuple[Settings, Engine]]:
     settings = sqlite_settings(tmp_path, store_lock_timeout_seconds=0.4)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     yield settings, engine
     engine.dispose()
 
@@ -169,7 +169,7 @@ def store_dir(tmp_path: Path) -> Iterator[tuple[Engine, Path]]:
     directory = tmp_path / "store"
     settings = make_settings(tmp_path, database_url=f"sqlite:///{directory / 'jobs.db'}")
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     yield engine, directory
     engine.dispose()
 

@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select
 
 from core.settings import Settings
-from jobstore import db
+from jobstore import db, migrate
 from jobstore.schema import jobs
 from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
@@ -55,7 +55,7 @@ def store_settings(tmp_path: Path) -> Settings:
 @pytest.fixture
 def sqlite_engine(store_settings: Settings) -> Iterator[Engine]:
     engine = db.make_engine(store_settings)
-    db.init_schema(store_settings, engine)
+    migrate.init_schema(store_settings, engine)
     yield engine
     engine.dispose()
 
@@ -120,7 +120,7 @@ sys.stdin.readline()
 def test_a_turn_never_given_back_delays_a_writer_by_at_most_the_lock_timeout(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=0.5)
     engine = db.make_engine(settings)
-    db.init_schema(settings, engine)
+    migrate.init_schema(settings, engine)
     database = db.sqlite_path(settings)
     assert database is not None
     with subprocess.Popen(

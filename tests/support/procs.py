@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from core.settings import Settings
-from outbox_bridge.stack import settings_env, wait_ok
+from launch.stack import settings_env, wait_ok
 
 BIN = Path(sys.executable).parent / "outbox-bridge"
 
