@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from core.backoff import Backoff, Streak
 from core.settings import Settings
-from jobstore import doorbells, storefile
+from jobstore import doorbells, notifications, storefile
 from jobstore.turns import WriteTurn, shared_turn
 
 P = ParamSpec("P")
@@ -275,6 +275,7 @@ def _attempt(
         doorbells.forget(conn)
         with conn.begin():
             result = fn(conn, *args, **kwargs)
+            notifications.announce(conn)  # PostgreSQL: delivered to the listening relays as this commits
         if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
             conn.invalidate()
             raise Retry("the store's file was removed or replaced while a transaction committed to it")

@@ -7,8 +7,8 @@ at once and sets a timer for rows that come due later (a retry after its backoff
 
 Ringing never blocks a writer and never fails it: a full socket buffer means the relay is awake already,
 and a doorbell whose relay was killed refuses and is skipped. Relays still poll, rarely, for rows no ring
-announces (written by a program that does not ring, or whose relay's lease ran out). PostgreSQL stores are
-not rung: their relays poll at `relay_poll_seconds` (LISTEN/NOTIFY could replace that).
+announces (written by a program that does not ring, or whose relay's lease ran out). A PostgreSQL store's
+relays are woken by LISTEN/NOTIFY instead (`jobstore.notifications`), which reaches relays on every host.
 
 Socket paths are limited to 108 bytes, so sockets are addressed through a descriptor of their directory
 (`/proc/self/fd/N/name`): the directory may sit as deep as the database does.
@@ -50,6 +50,12 @@ def note_outbox_row(conn: Connection, available_at: float) -> None:
 def forget(conn: Connection) -> None:
     """Drop what an earlier transaction on this connection noted (it rolled back)."""
     conn.info.pop(_DUE_KEY, None)
+
+
+def pending(conn: Connection) -> float | None:
+    """The earliest due time the transaction running on `conn` has added so far, or None."""
+    due: float | None = conn.info.get(_DUE_KEY)
+    return due
 
 
 def noted(conn: Connection) -> float | None:

@@ -1,11 +1,15 @@
-"""When the relay leases again: at once when a writer rings its doorbell with rows due now, on a timer for
-rows announced to come due later, and on a slow poll for rows nobody announced (see `jobstore.doorbells`).
+"""When the relay leases again: at once when a writer's commit rings its doorbell with rows due now, on a
+timer for rows announced to come due later, and on a slow poll for rows nobody announced.
 
-Without a doorbell (a PostgreSQL store, or a directory the relay cannot write) the relay polls at
-`relay_poll_seconds`, as it always did."""
+The doorbell is a Unix socket beside a SQLite file (`jobstore.doorbells`) or, on PostgreSQL, a listening
+connection (`jobstore.notifications`). Without one (a directory the relay cannot write, a store it cannot
+listen on) the relay polls at `relay_poll_seconds`; a PostgreSQL listener that is lost is opened again
+every `RELISTEN_SECONDS`, and the relay leases once when it is back, for what it may have missed."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -15,48 +19,75 @@ from pika.adapters.select_connection import IOLoop, PollEvents
 from core import clock
 from core.settings import Settings
 from jobstore import db, doorbells
+from jobstore.notifications import Listener, ListenerLost
+
+log = logging.getLogger(__name__)
 
 # With a doorbell, the poll only finds rows no ring announced: written by a program that does not ring, or
 # left by a relay whose lease on them ran out.
 FALLBACK_POLL_SECONDS = 1.0
+RELISTEN_SECONDS = 5.0
 
 
 class Wakeups:
     """The relay's doorbell, on the relay's IOLoop: `wake()` runs on the loop when rows come due."""
 
     def __init__(self, settings: Settings, ioloop: IOLoop, wake: Callable[[], None]) -> None:
+        self._settings = settings
         database = db.sqlite_path(settings)
         directory = doorbells.directory_for(database) if database else None
         self._doorbell = doorbells.Doorbell.open(directory) if directory else None
         self._ringer = doorbells.Ringer(directory) if directory and self._doorbell else None
+        self._postgres = settings.database_url.startswith("postgresql")
+        self._listener: Listener | None = None
         self._ioloop = ioloop
         self._wake = wake
         self._timer: Any = None
         self._timer_at = math.inf
-        poll = settings.relay_poll_seconds
-        self.poll_seconds = max(poll, FALLBACK_POLL_SECONDS) if self._doorbell is not None else poll
+        self._relisten: Any = None
+        self._started = False
+
+    @property
+    def poll_seconds(self) -> float:
+        poll = self._settings.relay_poll_seconds
+        return max(poll, FALLBACK_POLL_SECONDS) if self.listening else poll
 
     @property
     def listening(self) -> bool:
-        return self._doorbell is not None
+        return self._doorbell is not None or self._listener is not None
 
     def start(self) -> None:
+        self._started = True
         if self._doorbell is not None:
             self._ioloop.add_handler(self._doorbell.fileno(), self._on_ring, PollEvents.READ)
+        elif self._postgres:
+            self._listen()
 
     def stop(self) -> None:
         """Stop listening and remove the doorbell; writers stop ringing it."""
+        self._started = False
         self._cancel_timer()
+        if self._relisten is not None:
+            self._ioloop.remove_timeout(self._relisten)
+            self._relisten = None
         if self._doorbell is not None:
             self._ioloop.remove_handler(self._doorbell.fileno())
             self._doorbell.close()
             self._doorbell = None
+        self._stop_listening()
 
     def ring_others(self) -> None:
         """Wake the other relays: this one found more due rows than it could lease at once, and they
         would otherwise find them only at their next poll."""
         if self._ringer is not None and self._doorbell is not None:
             self._ringer.ring(clock.now(), skip=self._doorbell.name)
+        elif self._listener is not None:
+            try:
+                self._listener.ring_others(clock.now())
+            except ListenerLost as exc:
+                self._lost(exc)
+                return
+            self._on_notified()  # what arrived while it rang was read off the socket already
 
     def due_at(self, at: float) -> None:
         """Rows come due at `at` (store clock): wake now, or keep one timer for the earliest such time."""
@@ -75,6 +106,45 @@ class Wakeups:
         due = self._doorbell.take()
         if due is not None:
             self.due_at(due)
+
+    # PostgreSQL: a listening connection, opened again when lost.
+
+    def _listen(self) -> None:
+        self._relisten = None
+        if not self._started:
+            return
+        self._listener = Listener.open(self._settings.database_url)
+        if self._listener is None:
+            self._relisten = self._ioloop.call_later(RELISTEN_SECONDS, self._listen)
+            return
+        self._ioloop.add_handler(self._listener.fileno(), self._on_notified, PollEvents.READ)
+        self._wake()  # rows committed while nobody listened were announced to no one
+
+    def _on_notified(self, _fd: int = -1, _events: int = 0) -> None:
+        assert self._listener is not None
+        try:
+            due = self._listener.take()
+        except ListenerLost as exc:
+            self._lost(exc)
+            return
+        if due is not None:
+            self.due_at(due)
+
+    def _lost(self, exc: ListenerLost) -> None:
+        log.warning(
+            "lost the connection listening for committed outbox rows (%s): polling until it is back", exc
+        )
+        self._stop_listening()
+        self._relisten = self._ioloop.call_later(RELISTEN_SECONDS, self._listen)
+
+    def _stop_listening(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            # A connection that failed has had its socket closed by libpq already: the poller has forgotten
+            # it, and only pika's own bookkeeping needs clearing (its unregister then fails: harmless).
+            with contextlib.suppress(OSError):
+                self._ioloop.remove_handler(listener.fileno())
+            listener.close()
 
     def _on_timer(self) -> None:
         self._timer, self._timer_at = None, math.inf

@@ -1,0 +1,111 @@
+"""The relays' doorbell on a PostgreSQL store: LISTEN/NOTIFY.
+
+A write transaction that adds outbox rows sends, before it commits, one `NOTIFY` on its schema's channel
+carrying the earliest `available_at` among them (`announce`). PostgreSQL delivers it when, and only if, the
+transaction commits, to every session listening on that channel: each relay keeps one connection that
+listens (`Listener`), whose socket the relay's event loop watches like the SQLite doorbell's. So a relay on
+any host leases rows the moment they are committed instead of at its next poll.
+
+A notification is a hint, never the truth: a relay whose listening connection is lost polls at
+`relay_poll_seconds` and listens again when it can; rows nobody announced are found by the slow poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from sqlalchemy import Connection, text
+from sqlalchemy.engine import make_url
+
+from jobstore import doorbells
+
+log = logging.getLogger(__name__)
+
+CHANNEL_PREFIX = "outbox_bridge."
+CONNECT_TIMEOUT_SECONDS = 5
+# One channel per schema: deployments that share a database in schemas of their own do not wake each other.
+_NOTIFY = text("SELECT pg_notify(:prefix || current_schema(), :payload)")
+
+
+def announce(conn: Connection) -> None:
+    """In the caller's PostgreSQL transaction, tell the listening relays about the outbox rows it added (if
+    any): delivered when the transaction commits, dropped if it rolls back. Nothing on other databases."""
+    due = doorbells.pending(conn)
+    if due is not None and conn.dialect.name == "postgresql":
+        conn.execute(_NOTIFY, {"prefix": CHANNEL_PREFIX, "payload": repr(due)})
+
+
+class ListenerLost(Exception):
+    """The listening connection failed: notifications may have been missed."""
+
+
+class Listener:
+    """One relay's listening connection. `fileno()` turns readable when a notification arrives; `take()`
+    reads them all. Not thread-safe: the relay's event loop thread alone uses it."""
+
+    def __init__(self, conn: psycopg.Connection[Any], channel: str, name: str) -> None:
+        self._conn = conn
+        self._fileno = conn.pgconn.socket  # kept: a closed connection no longer says which it was
+        self.channel = channel
+        self.name = name
+        self._heard: list[str] = []
+        conn.add_notify_handler(lambda notify: self._heard.append(notify.payload))
+
+    @classmethod
+    def open(cls, database_url: str) -> Listener | None:
+        """Listen on the store at `database_url`; None when it cannot be reached (the relay then polls)."""
+        url = make_url(database_url).set(drivername="postgresql")
+        try:
+            conn = psycopg.connect(
+                url.render_as_string(hide_password=False), autocommit=True, connect_timeout=5
+            )
+            schema = conn.execute("SELECT current_schema()").fetchone()
+            channel = CHANNEL_PREFIX + (schema[0] if schema and schema[0] else "public")
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except psycopg.Error as exc:
+            log.warning("cannot listen for committed outbox rows (%s): the relay polls the outbox", exc)
+            return None
+        return cls(conn, channel, f"relay-{socket.gethostname()}-{os.getpid()}")
+
+    def fileno(self) -> int:
+        return self._fileno
+
+    def take(self) -> float | None:
+        """Read every notification waiting; the earliest due time they announced (ignoring this relay's own
+        `ring_others`), or None. Raises `ListenerLost` when the connection failed."""
+        pgconn = self._conn.pgconn
+        try:
+            pgconn.consume_input()
+        except psycopg.Error as exc:
+            raise ListenerLost(str(exc)) from exc
+        while (notify := pgconn.notifies()) is not None:
+            self._heard.append(notify.extra.decode())
+        heard, self._heard = self._heard, []
+        return min((due for due in map(self._due, heard) if due is not None), default=None)
+
+    def ring_others(self, due: float) -> None:
+        """Wake the other listening relays about rows due at `due`. Raises `ListenerLost` on failure."""
+        try:
+            self._conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"{due!r} {self.name}"))
+        except psycopg.Error as exc:
+            raise ListenerLost(str(exc)) from exc
+
+    def close(self) -> None:
+        try:
+            self._conn.close()
+        except psycopg.Error:
+            pass
+
+    def _due(self, payload: str) -> float | None:
+        due, _, sender = payload.partition(" ")
+        if sender == self.name:
+            return None
+        try:
+            return float(due)
+        except ValueError:
+            return None
