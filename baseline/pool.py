@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from sqlalchemy import Connection, Engine
 
+from baseline.listening import Nudges
 from baseline.pacing import idle_pauses
 from core import clock
 from core.backoff import Backoff
@@ -80,11 +81,13 @@ class ClaimPool:
         *,
         concurrency: int,
         stopping: threading.Event,
+        nudges: Nudges | None = None,
     ) -> None:
         self._engine = engine
         self._settings = settings
         self._keeper = keeper
         self._stopping = stopping
+        self._nudges = nudges or Nudges()
         self.tally = OutcomeCounts()
         self._threads = [
             threading.Thread(target=self._loop, args=(name,), name=f"claim-{n}", daemon=True)
@@ -139,10 +142,15 @@ class ClaimPool:
                 log.info("%s: the store answers again after %d tries", worker, unavailable)
                 unavailable = 0
             if claim is None:
-                self._stopping.wait(backoff.failed())
+                self._idle(backoff.failed())
             else:
                 backoff.reset()
                 claim = self._unless_stopping(claim)
+
+    def _idle(self, pause: float) -> None:
+        """Wait `pause` seconds before polling again, or less when nudged (a commit rang) or stopping."""
+        if not self._stopping.is_set():
+            self._nudges.wait(pause)
 
     def _claim(self, worker: str) -> Claim | None:
         return db.transact(self._engine, claim_next, worker, self._settings.lease_seconds)

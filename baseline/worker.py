@@ -17,6 +17,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
+from baseline.listening import Listening, Nudges
 from baseline.pool import ClaimPool
 from baseline.sweep_loop import SweepLoop
 from core.settings import Settings
@@ -36,6 +37,7 @@ class BaselineProcess:
     def __init__(self, engine: Engine, settings: Settings, *, concurrency: int) -> None:
         self.settings = settings
         self.stopping = threading.Event()
+        self.nudges = Nudges()
         self.keeper = LeaseKeeper(engine, settings)
         self.pool = ClaimPool(
             engine,
@@ -43,13 +45,16 @@ class BaselineProcess:
             self.keeper,
             concurrency=concurrency,
             stopping=self.stopping,
+            nudges=self.nudges,
         )
         self.sweeper = SweepLoop(engine, settings, self.stopping)
+        self.listening = Listening(settings, self.nudges, self.stopping)
 
     def start(self) -> BaselineProcess:
         self.keeper.start()
         self.pool.start()
         self.sweeper.start()
+        self.listening.start()
         return self
 
     def shutdown(self, urgent: Callable[[], bool] = lambda: False) -> int:
@@ -59,6 +64,7 @@ class BaselineProcess:
         code = drain(self, self.settings, urgent)
         self.keeper.stop()
         self.sweeper.join(timeout=1.0)
+        self.listening.join(timeout=1.5)
         counts = self.pool.tally.snapshot()
         log.info("stopped: %d job(s) run (%s); exit %d", sum(counts.values()), listed(counts) or "none", code)
         return code
@@ -67,6 +73,7 @@ class BaselineProcess:
 
     def stop_taking_work(self) -> None:
         self.stopping.set()
+        self.nudges.release_all()
 
     def wait_idle(self, timeout: float, urgent: Callable[[], bool]) -> bool:
         return self.pool.join(timeout, urgent)

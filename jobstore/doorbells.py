@@ -138,14 +138,15 @@ class Doorbell:
         self._socket = sock
 
     @classmethod
-    def open(cls, path: Path) -> Doorbell | None:
-        """Listen in `path` (created if missing); None when that is not possible (the relay then polls)."""
+    def open(cls, path: Path, role: str = "relay") -> Doorbell | None:
+        """Listen in `path` (created if missing) as `role`; None when that is not possible (the process then
+        polls)."""
         try:
             directory = _Directory(path)
         except OSError as exc:
-            log.warning("no doorbell in %s (%s): the relay polls the outbox", path, exc)
+            log.warning("no doorbell in %s (%s): polling instead", path, exc)
             return None
-        name = f"relay-{os.getpid()}"
+        name = f"{role}-{os.getpid()}"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
         try:
             with contextlib.suppress(FileNotFoundError):
@@ -155,7 +156,7 @@ class Doorbell:
         except OSError as exc:
             sock.close()
             directory.close()
-            log.warning("no doorbell in %s (%s): the relay polls the outbox", path, exc)
+            log.warning("no doorbell in %s (%s): polling instead", path, exc)
             return None
         _remove_stale(directory, keep=name)
         return cls(directory, name, sock)

@@ -57,8 +57,9 @@ class Listener:
         conn.add_notify_handler(lambda notify: self._heard.append(notify.payload))
 
     @classmethod
-    def open(cls, database_url: str) -> Listener | None:
-        """Listen on the store at `database_url`; None when it cannot be reached (the relay then polls)."""
+    def open(cls, database_url: str, role: str = "relay") -> Listener | None:
+        """Listen on the store at `database_url` as `role`; None when it cannot be reached (the process
+        then polls)."""
         url = make_url(database_url).set(drivername="postgresql")
         try:
             conn = psycopg.connect(
@@ -68,9 +69,9 @@ class Listener:
             channel = CHANNEL_PREFIX + (schema[0] if schema and schema[0] else "public")
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         except psycopg.Error as exc:
-            log.warning("cannot listen for committed outbox rows (%s): the relay polls the outbox", exc)
+            log.warning("cannot listen for committed outbox rows (%s): polling instead", exc)
             return None
-        return cls(conn, channel, f"relay-{socket.gethostname()}-{os.getpid()}")
+        return cls(conn, channel, f"{role}-{socket.gethostname()}-{os.getpid()}")
 
     def fileno(self) -> int:
         return self._fileno

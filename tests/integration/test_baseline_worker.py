@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
+from baseline import pacing
 from baseline.pacing import FIRST_IDLE_PAUSE, MAX_IDLE_PAUSE, idle_pauses
 from baseline.worker import BaselineProcess
 from core import clock
@@ -157,6 +158,23 @@ def test_a_killed_holder_frees_its_turn(tmp_path: Path) -> None:
         other.wait(10)
         assert other.stdout is not None
         other.stdout.close()
+
+
+def test_an_idle_worker_is_woken_by_a_commit_instead_of_waiting_out_its_pause(
+    settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Idle pauses of 5-10 s: only the bell can explain a job started within a second.
+    monkeypatch.setattr(pacing, "FIRST_IDLE_PAUSE", 10.0)
+    monkeypatch.setattr(pacing, "MAX_IDLE_PAUSE", 10.0)
+    with running(engine, settings) as process:
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        time.sleep(0.3)  # both threads have polled once and are in their long pause
+        started = time.monotonic()
+        job_id = new_job(engine, key="rung")
+        wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job run")
+        took = time.monotonic() - started
+        assert process.shutdown() == 0
+    assert took < 2.0, f"ran after {took:.2f}s: the worker waited out its idle pause"
 
 
 @pytest.mark.databases("sqlite")

@@ -1,0 +1,114 @@
+"""Idle claiming threads woken by commits instead of waiting out their poll pause.
+
+A baseline worker process listens on the store's doorbell (`jobstore.bells`: the socket beside a SQLite
+file, LISTEN on PostgreSQL). When a commit announces rows that are due, one idle claiming thread of the
+process is nudged to claim at once; rows announced for later nudge one when they come due. A thread that is
+never nudged still polls at its idle pause, so a bell that is missing or lost costs latency, never work.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import select
+import threading
+
+from core import clock
+from core.settings import Settings
+from jobstore.bells import Bell, open_bell
+from jobstore.notifications import ListenerLost
+
+log = logging.getLogger(__name__)
+
+# How long the listening thread waits at most between looks at the stop flag (and, without a bell, between
+# attempts to open one).
+WATCH_SECONDS = 1.0
+REOPEN_SECONDS = 5.0
+
+
+class Nudges:
+    """Wake-ups for idle threads: `nudge()` wakes one waiting thread (or lets the next one that waits go at
+    once); `release_all()` wakes every thread, now and later (the process is stopping)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._pending = False
+        self._released = False
+
+    def wait(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds, or until nudged."""
+        with self._cond:
+            if self._cond.wait_for(lambda: self._pending or self._released, timeout) and not self._released:
+                self._pending = False
+
+    def nudge(self) -> None:
+        with self._cond:
+            self._pending = True
+            self._cond.notify(1)
+
+    def release_all(self) -> None:
+        with self._cond:
+            self._released = True
+            self._cond.notify_all()
+
+
+class Listening:
+    """The thread that listens on the process's bell and nudges idle claiming threads when rows come due."""
+
+    def __init__(self, settings: Settings, nudges: Nudges, stopping: threading.Event) -> None:
+        self._settings = settings
+        self._nudges = nudges
+        self._stopping = stopping
+        self._bell: Bell | None = None
+        self._due_at = math.inf
+        self._thread = threading.Thread(target=self._loop, name="bell-listener", daemon=True)
+
+    def start(self) -> Listening:
+        self._thread.start()
+        return self
+
+    @property
+    def listening(self) -> bool:
+        """A bell is open now (else idle threads only poll)."""
+        return self._bell is not None
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        try:
+            while not self._stopping.is_set():
+                if self._bell is None and not self._open():
+                    self._stopping.wait(REOPEN_SECONDS)
+                    continue
+                self._listen_once()
+        finally:
+            self._close()
+
+    def _open(self) -> bool:
+        self._bell = open_bell(self._settings, role="baseline")
+        if self._bell is not None:
+            self._nudges.nudge()  # rows committed while nobody listened were announced to no one
+        return self._bell is not None
+
+    def _listen_once(self) -> None:
+        assert self._bell is not None
+        timeout = min(WATCH_SECONDS, max(0.0, self._due_at - clock.now()))
+        readable, _, _ = select.select([self._bell], [], [], timeout)
+        if readable:
+            try:
+                due = self._bell.take()
+            except ListenerLost as exc:
+                log.warning("lost the connection listening for committed jobs (%s): polling meanwhile", exc)
+                self._close()
+                return
+            if due is not None:
+                self._due_at = min(self._due_at, due)
+        if self._due_at <= clock.now():
+            self._due_at = math.inf
+            self._nudges.nudge()
+
+    def _close(self) -> None:
+        bell, self._bell = self._bell, None
+        if bell is not None:
+            bell.close()
