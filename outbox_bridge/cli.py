@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from broker.connection import queue_depth
 from core import clock
@@ -20,7 +23,7 @@ from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import overview
 from jobstore.records import Job
 from jobstore.states import State
-from worker.readiness import store_not_ready
+from worker.readiness import first_line, store_not_ready
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
 db_app = typer.Typer(help="Create and migrate the store.")
@@ -32,7 +35,13 @@ err = Console(stderr=True)
 
 
 def _settings() -> Settings:
-    return load()
+    """The settings, or exit 1 naming the environment variable that does not hold a valid value."""
+    try:
+        return load()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]).upper() if first["loc"] else "a setting"
+        _refuse(f"{name} is not valid: {first['msg']}; fix it in the environment or in .env")
 
 
 def _setup_logging(name: str) -> None:
@@ -47,17 +56,28 @@ def _setup_logging(name: str) -> None:
 def _require_current_store(settings: Settings) -> None:
     """Exit 1 with a message saying what to do unless the store answers at the code's schema revision: a
     missing SQLite file is not created, an unmigrated database is not served, an unreachable one is named."""
+    _ready_engine(settings).dispose()
+
+
+def _ready_engine(settings: Settings) -> Engine:
+    """An engine on a store that answers at the code's schema revision, else exit 1 with one line saying
+    what is wrong and what to run. Creates nothing: only `db init` makes a store."""
     url = _redacted(settings.database_url)
     _require_sqlite_file(settings)
     engine = db.make_engine(settings)
-    try:
-        problem = store_not_ready(engine)
-    finally:
-        engine.dispose()
-    if problem is not None and problem.reachable:
+    problem = store_not_ready(engine)
+    if problem is None:
+        return engine
+    engine.dispose()
+    if problem.reachable:
         _refuse(f"store at {url} is not migrated: {problem.reason}")
-    if problem is not None:
-        _refuse(f"cannot reach the store at {url}: {problem.reason}")
+    _refuse(_unreachable(url, problem.reason))
+
+
+def _unreachable(url: str, reason: str) -> str:
+    return (
+        f"cannot reach the store at {url}: {reason}; start the database server or point DATABASE_URL at one"
+    )
 
 
 def _require_sqlite_file(settings: Settings) -> None:
@@ -79,8 +99,12 @@ def _require_safe_secret(settings: Settings) -> None:
 
 
 def _refuse(message: str) -> NoReturn:
-    err.print(f"outbox-bridge: {message}", markup=False, highlight=False, soft_wrap=True)
+    _say(message)
     raise typer.Exit(1)
+
+
+def _say(message: str) -> None:
+    err.print(f"outbox-bridge: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -194,9 +218,19 @@ def token(
 def db_init() -> None:
     """Create the database (file and directory for SQLite), the results directory, and migrate the schema."""
     settings = _settings()
+    url = _redacted(settings.database_url)
     engine = db.make_engine(settings)
-    migrate.init_schema(settings, engine)
-    out.print(f"store ready at schema {migrate.current_revision(engine)}: {_redacted(settings.database_url)}")
+    try:
+        migrate.init_schema(settings, engine)
+    except OSError as exc:
+        where = exc.filename or url
+        _refuse(
+            f"cannot create the store: {exc.strerror or exc} ({where}); point DATABASE_URL (and RESULTS_DIR) "
+            "at a directory you can write, e.g. DATABASE_URL=sqlite:///./data/jobs.db"
+        )
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        _refuse(_unreachable(url, first_line(exc)))
+    out.print(f"store ready at schema {migrate.current_revision(engine)}: {url}")
 
 
 @db_app.command("upgrade")
@@ -205,8 +239,11 @@ def db_upgrade(revision: str = "head") -> None:
     settings = _settings()
     _require_sqlite_file(settings)
     engine = db.make_engine(settings)
-    before = migrate.current_revision(engine)
-    migrate.upgrade(engine, revision)
+    try:
+        before = migrate.current_revision(engine)
+        migrate.upgrade(engine, revision)
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        _refuse(_unreachable(_redacted(settings.database_url), first_line(exc)))
     out.print(f"schema {before or 'empty'} -> {migrate.current_revision(engine)}")
 
 
@@ -217,8 +254,9 @@ def _redacted(url: str) -> str:
 
 
 def _engine() -> tuple[Settings, Engine]:
+    """The settings and an engine on a current store (else exit 1 saying what to run)."""
     settings = _settings()
-    return settings, db.make_engine(settings)
+    return settings, _ready_engine(settings)
 
 
 @app.command()
@@ -333,4 +371,13 @@ def jobs_resolve(
 
 
 def main() -> None:
-    app()
+    """The console script. A store that stops answering part-way through a command ends it with one line,
+    as the checks before it do, not a traceback."""
+    try:
+        app()
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        _say(
+            f"the store stopped answering: {first_line(exc)}; nothing more was done, run the command again "
+            "once the database answers"
+        )
+        sys.exit(1)
