@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
@@ -23,6 +24,7 @@ from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import overview
 from jobstore.records import Job
 from jobstore.states import State
+from outbox_bridge import views
 from worker.readiness import first_line, store_not_ready
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
@@ -30,8 +32,21 @@ db_app = typer.Typer(help="Create and migrate the store.")
 jobs_app = typer.Typer(help="Inspect and operate on jobs.")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+# On a terminal, rich fits tables to its width; into a pipe or a file nothing is cut or wrapped (whole ids,
+# whole messages) and tables are plain columns a script can split on whitespace.
 out = Console()
+if not out.is_terminal:
+    out = Console(width=1_000_000)
 err = Console(stderr=True)
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead (for scripts).")]
+
+
+def _table(**options: Any) -> Table:
+    return Table(**options) if out.is_terminal else Table(box=None, **options)
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
 def _settings() -> Settings:
@@ -260,11 +275,15 @@ def _engine() -> tuple[Settings, Engine]:
 
 
 @app.command()
-def status() -> None:
+def status(as_json: JsonOption = False) -> None:
     """The dashboard's figures in the terminal."""
     settings, engine = _engine()
     view = db.read(engine, overview, clock.now())
-    table = Table(title="jobs by state")
+    dead_letters = queue_depth(settings, settings.dead_letter_queue)
+    if as_json:
+        _print_json(views.status_document(view, settings.dead_letter_queue, dead_letters))
+        return
+    table = _table(title="jobs by state")
     table.add_column("state")
     table.add_column("jobs", justify="right")
     for state, count in view.counts.items():
@@ -275,7 +294,6 @@ def status() -> None:
     )
     out.print("finished per minute (last 10): " + " ".join(str(n) for _, n in view.throughput))
     out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
-    dead_letters = queue_depth(settings, settings.dead_letter_queue)
     shown = "the broker did not answer" if dead_letters is None else f"{dead_letters} messages"
     style = "red" if dead_letters else None
     out.print(f"dead-letter queue {settings.dead_letter_queue}: {shown}", style=style)
@@ -286,11 +304,21 @@ def jobs_list(
     state: State | None = None,
     tenant: str | None = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    cursor: Annotated[
+        str | None, typer.Option(help="Where the previous page ended (its next_cursor).")
+    ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List jobs, newest first."""
     _, engine = _engine()
-    page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit)
-    table = Table()
+    try:
+        page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit, cursor=cursor)
+    except queries.BadCursor:
+        _refuse("--cursor is not a next_cursor that `jobs list --json` printed")
+    if as_json:
+        _print_json(views.list_document(page.items, page.next_cursor))
+        return
+    table = _table()
     for column in ("id", "tenant", "kind", "state", "attempts", "epoch", "created", "error"):
         table.add_column(column)
     for job in page.items:
@@ -308,21 +336,24 @@ def jobs_list(
 
 
 @jobs_app.command("show")
-def jobs_show(job_id: str) -> None:
+def jobs_show(job_id: str, as_json: JsonOption = False) -> None:
     """Show one job and its attempts."""
     _, engine = _engine()
     job = db.read(engine, queries.get_job, job_id)
     if job is None:
-        err.print(f"no job {job_id}")
-        raise typer.Exit(1)
+        _refuse(f"no job {job_id}: `outbox-bridge jobs list` shows the ids there are")
+    attempts = db.read(engine, queries.attempts_of, job.id)
+    if as_json:
+        _print_json(views.show_document(job, attempts))
+        return
     for name in ("id", "tenant", "owner", "kind", "state", "epoch", "attempts", "cancel_requested"):
         out.print(f"{name:>17}: {getattr(job, name)}")
     out.print(f"{'error':>17}: {job.error_code or '-'} {job.error_message or ''}")
     out.print(f"{'result attempt':>17}: {job.result_attempt_id or '-'}")
-    table = Table(title="attempts")
+    table = _table(title="attempts")
     for column in ("epoch", "attempt", "worker", "outcome", "started", "ended", "external", "error"):
         table.add_column(column)
-    for a in db.read(engine, queries.attempts_of, job_id):
+    for a in attempts:
         table.add_row(
             str(a.epoch),
             a.id,

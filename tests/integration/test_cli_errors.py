@@ -16,6 +16,8 @@ pytestmark = pytest.mark.databases("sqlite")
 
 OPERATOR_COMMANDS = [
     ["status"],
+    ["status", "--json"],
+    ["jobs", "list", "--json"],
     ["jobs", "list"],
     ["jobs", "show", "8a26491b"],
     ["jobs", "requeue", "8a26491b"],
