@@ -38,6 +38,9 @@ out = Console()
 if not out.is_terminal:
     out = Console(width=1_000_000)
 err = Console(stderr=True)
+IdArgument = Annotated[
+    str, typer.Argument(metavar="ID", help="A job id, or enough of its start to name one job.")
+]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead (for scripts).")]
 
 
@@ -336,12 +339,10 @@ def jobs_list(
 
 
 @jobs_app.command("show")
-def jobs_show(job_id: str, as_json: JsonOption = False) -> None:
+def jobs_show(job_id: IdArgument, as_json: JsonOption = False) -> None:
     """Show one job and its attempts."""
     _, engine = _engine()
-    job = db.read(engine, queries.get_job, job_id)
-    if job is None:
-        _refuse(f"no job {job_id}: `outbox-bridge jobs list` shows the ids there are")
+    job = _job_by_prefix(engine, job_id)
     attempts = db.read(engine, queries.attempts_of, job.id)
     if as_json:
         _print_json(views.show_document(job, attempts))
@@ -367,21 +368,31 @@ def jobs_show(job_id: str, as_json: JsonOption = False) -> None:
     out.print(table)
 
 
-def _operate(action: str, fn: Callable[..., Job], *args: object) -> None:
+def _job_by_prefix(engine: Engine, prefix: str) -> Job:
+    """The one job whose id starts with `prefix` (a whole id, or enough of one), else exit 1 saying how
+    many matched."""
+    match = db.read(engine, queries.match_id_prefix, prefix)
+    if match.job is not None:
+        return match.job
+    if match.count == 0:
+        _refuse(f"no job id starts with {prefix!r}: `outbox-bridge jobs list` shows the ids there are")
+    _refuse(f"{match.count} jobs have ids starting with {prefix!r}: give more of the id")
+
+
+def _operate(action: str, fn: Callable[..., Job], prefix: str, *args: object) -> None:
+    """Run the operator action `fn(conn, job_id, *args)` on the job `prefix` names; exit 1 with one line when
+    there is no such job or its state does not allow the action."""
     _, engine = _engine()
+    job_id = _job_by_prefix(engine, prefix).id
     try:
-        job: Job = db.transact(engine, fn, *args)
-    except JobNotFound as exc:
-        err.print(str(exc))
-        raise typer.Exit(1) from exc
-    except InvalidTransition as exc:
-        err.print(str(exc))
-        raise typer.Exit(1) from exc
+        job: Job = db.transact(engine, fn, job_id, *args)
+    except (JobNotFound, InvalidTransition) as exc:
+        _refuse(str(exc))
     out.print(f"{action}: job {job.id} is now {job.state.value}")
 
 
 @jobs_app.command("requeue")
-def jobs_requeue(job_id: str) -> None:
+def jobs_requeue(job_id: IdArgument) -> None:
     """Put a dead or unknown job back in the queue with a fresh attempt budget."""
     _operate("requeued", operator.requeue, job_id, clock.now())
 
@@ -393,7 +404,7 @@ class Resolution(StrEnum):
 
 @jobs_app.command("resolve")
 def jobs_resolve(
-    job_id: str,
+    job_id: IdArgument,
     outcome: Annotated[Resolution, typer.Option(help="What really happened.")],
     note: Annotated[str, typer.Option(help="How you know.")] = "checked by operator",
 ) -> None:
