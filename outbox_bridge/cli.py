@@ -183,11 +183,12 @@ class Broker(StrEnum):
 def demo(
     broker: Broker = Broker.rabbitmq,
     keep_running: bool = typer.Option(False, "--keep-running", help="Leave the stack up afterwards."),
+    port: Annotated[int | None, typer.Option(help="The api's port (default: 8000 when free).")] = None,
 ) -> None:
     """Start a local stack and drive a realistic scenario through it."""
     from outbox_bridge.demo import run
 
-    raise typer.Exit(run(_settings(), broker=broker.value, keep_running=keep_running))
+    raise typer.Exit(run(_settings(), broker=broker.value, keep_running=keep_running, port=port))
 
 
 @app.command(
