@@ -65,3 +65,12 @@ def declare_async(channel: Any, settings: Settings, on_done: Callable[[], None])
         getattr(channel, method)(*args, callback=next_declaration, **kwargs)
 
     next_declaration()
+
+
+def delete(channel: Any, settings: Settings) -> None:
+    """Delete what `declare` declared, messages and all, on a pika `BlockingChannel`: for a run that used
+    names of its own (the demo), so nothing of it stays on the broker."""
+    channel.queue_delete(settings.queue)
+    channel.exchange_delete(settings.exchange)
+    channel.queue_delete(settings.dead_letter_queue)
+    channel.exchange_delete(settings.dead_letter_exchange)

@@ -20,7 +20,8 @@ class BadCursor(ValueError):
     pass
 
 
-# A job id as the store makes them (a UUID), and no more: nothing else can have come from `encode_cursor`.
+# A job id as the store makes them (a UUID), and no more: nothing else can have come from `encode_cursor`,
+# and nothing else can start a job id.
 _CURSOR_ID = re.compile(r"[0-9a-f-]{1,36}", re.ASCII)
 
 
@@ -69,6 +70,28 @@ def get_job(conn: Connection, job_id: str, *, tenant: str | None = None) -> Job 
     else:
         row = conn.execute(_BY_ID_AND_TENANT, {"b_id": job_id, "b_tenant": tenant}).mappings().first()
     return Job.from_row(row) if row else None
+
+
+@dataclass(frozen=True)
+class IdMatch:
+    """The jobs whose id starts with a prefix: how many, and the job itself when exactly one does."""
+
+    count: int
+    job: Job | None
+
+
+def match_id_prefix(conn: Connection, prefix: str) -> IdMatch:
+    """The jobs of every tenant (an operator's lookup) whose id starts with `prefix`, in any letter case.
+    Text that no job id can start with matches nothing."""
+    prefix = prefix.lower()
+    if _CURSOR_ID.fullmatch(prefix) is None:
+        return IdMatch(0, None)
+    matching = jobs.c.id.startswith(prefix, autoescape=True)
+    count = int(conn.execute(select(func.count()).select_from(jobs).where(matching)).scalar_one())
+    if count != 1:
+        return IdMatch(count, None)
+    row = conn.execute(select(jobs).where(matching)).mappings().one()
+    return IdMatch(1, Job.from_row(row))
 
 
 def list_jobs(

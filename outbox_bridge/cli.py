@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import sys
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from broker.connection import queue_depth
 from core import clock
@@ -20,19 +24,42 @@ from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.overview import overview
 from jobstore.records import Job
 from jobstore.states import State
-from worker.readiness import store_not_ready
+from outbox_bridge import views
+from worker.readiness import first_line, store_not_ready
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
 db_app = typer.Typer(help="Create and migrate the store.")
 jobs_app = typer.Typer(help="Inspect and operate on jobs.")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+# On a terminal, rich fits tables to its width; into a pipe or a file nothing is cut or wrapped (whole ids,
+# whole messages) and tables are plain columns a script can split on whitespace.
 out = Console()
+if not out.is_terminal:
+    out = Console(width=1_000_000)
 err = Console(stderr=True)
+IdArgument = Annotated[
+    str, typer.Argument(metavar="ID", help="A job id, or enough of its start to name one job.")
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document instead (for scripts).")]
+
+
+def _table(**options: Any) -> Table:
+    return Table(**options) if out.is_terminal else Table(box=None, **options)
+
+
+def _print_json(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
 
 def _settings() -> Settings:
-    return load()
+    """The settings, or exit 1 naming the environment variable that does not hold a valid value."""
+    try:
+        return load()
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        name = str(first["loc"][0]).upper() if first["loc"] else "a setting"
+        _refuse(f"{name} is not valid: {first['msg']}; fix it in the environment or in .env")
 
 
 def _setup_logging(name: str) -> None:
@@ -47,17 +74,28 @@ def _setup_logging(name: str) -> None:
 def _require_current_store(settings: Settings) -> None:
     """Exit 1 with a message saying what to do unless the store answers at the code's schema revision: a
     missing SQLite file is not created, an unmigrated database is not served, an unreachable one is named."""
+    _ready_engine(settings).dispose()
+
+
+def _ready_engine(settings: Settings) -> Engine:
+    """An engine on a store that answers at the code's schema revision, else exit 1 with one line saying
+    what is wrong and what to run. Creates nothing: only `db init` makes a store."""
     url = _redacted(settings.database_url)
     _require_sqlite_file(settings)
     engine = db.make_engine(settings)
-    try:
-        problem = store_not_ready(engine)
-    finally:
-        engine.dispose()
-    if problem is not None and problem.reachable:
+    problem = store_not_ready(engine)
+    if problem is None:
+        return engine
+    engine.dispose()
+    if problem.reachable:
         _refuse(f"store at {url} is not migrated: {problem.reason}")
-    if problem is not None:
-        _refuse(f"cannot reach the store at {url}: {problem.reason}")
+    _refuse(_unreachable(url, problem.reason))
+
+
+def _unreachable(url: str, reason: str) -> str:
+    return (
+        f"cannot reach the store at {url}: {reason}; start the database server or point DATABASE_URL at one"
+    )
 
 
 def _require_sqlite_file(settings: Settings) -> None:
@@ -79,8 +117,12 @@ def _require_safe_secret(settings: Settings) -> None:
 
 
 def _refuse(message: str) -> NoReturn:
-    err.print(f"outbox-bridge: {message}", markup=False, highlight=False, soft_wrap=True)
+    _say(message)
     raise typer.Exit(1)
+
+
+def _say(message: str) -> None:
+    err.print(f"outbox-bridge: {message}", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -141,11 +183,12 @@ class Broker(StrEnum):
 def demo(
     broker: Broker = Broker.rabbitmq,
     keep_running: bool = typer.Option(False, "--keep-running", help="Leave the stack up afterwards."),
+    port: Annotated[int | None, typer.Option(help="The api's port (default: 8000 when free).")] = None,
 ) -> None:
     """Start a local stack and drive a realistic scenario through it."""
     from outbox_bridge.demo import run
 
-    raise typer.Exit(run(_settings(), broker=broker.value, keep_running=keep_running))
+    raise typer.Exit(run(_settings(), broker=broker.value, keep_running=keep_running, port=port))
 
 
 @app.command(
@@ -194,9 +237,19 @@ def token(
 def db_init() -> None:
     """Create the database (file and directory for SQLite), the results directory, and migrate the schema."""
     settings = _settings()
+    url = _redacted(settings.database_url)
     engine = db.make_engine(settings)
-    migrate.init_schema(settings, engine)
-    out.print(f"store ready at schema {migrate.current_revision(engine)}: {_redacted(settings.database_url)}")
+    try:
+        migrate.init_schema(settings, engine)
+    except OSError as exc:
+        where = exc.filename or url
+        _refuse(
+            f"cannot create the store: {exc.strerror or exc} ({where}); point DATABASE_URL (and RESULTS_DIR) "
+            "at a directory you can write, e.g. DATABASE_URL=sqlite:///./data/jobs.db"
+        )
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        _refuse(_unreachable(url, first_line(exc)))
+    out.print(f"store ready at schema {migrate.current_revision(engine)}: {url}")
 
 
 @db_app.command("upgrade")
@@ -205,8 +258,11 @@ def db_upgrade(revision: str = "head") -> None:
     settings = _settings()
     _require_sqlite_file(settings)
     engine = db.make_engine(settings)
-    before = migrate.current_revision(engine)
-    migrate.upgrade(engine, revision)
+    try:
+        before = migrate.current_revision(engine)
+        migrate.upgrade(engine, revision)
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        _refuse(_unreachable(_redacted(settings.database_url), first_line(exc)))
     out.print(f"schema {before or 'empty'} -> {migrate.current_revision(engine)}")
 
 
@@ -217,16 +273,21 @@ def _redacted(url: str) -> str:
 
 
 def _engine() -> tuple[Settings, Engine]:
+    """The settings and an engine on a current store (else exit 1 saying what to run)."""
     settings = _settings()
-    return settings, db.make_engine(settings)
+    return settings, _ready_engine(settings)
 
 
 @app.command()
-def status() -> None:
+def status(as_json: JsonOption = False) -> None:
     """The dashboard's figures in the terminal."""
     settings, engine = _engine()
     view = db.read(engine, overview, clock.now())
-    table = Table(title="jobs by state")
+    dead_letters = queue_depth(settings, settings.dead_letter_queue)
+    if as_json:
+        _print_json(views.status_document(view, settings.dead_letter_queue, dead_letters))
+        return
+    table = _table(title="jobs by state")
     table.add_column("state")
     table.add_column("jobs", justify="right")
     for state, count in view.counts.items():
@@ -237,7 +298,6 @@ def status() -> None:
     )
     out.print("finished per minute (last 10): " + " ".join(str(n) for _, n in view.throughput))
     out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
-    dead_letters = queue_depth(settings, settings.dead_letter_queue)
     shown = "the broker did not answer" if dead_letters is None else f"{dead_letters} messages"
     style = "red" if dead_letters else None
     out.print(f"dead-letter queue {settings.dead_letter_queue}: {shown}", style=style)
@@ -248,11 +308,21 @@ def jobs_list(
     state: State | None = None,
     tenant: str | None = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    cursor: Annotated[
+        str | None, typer.Option(help="Where the previous page ended (its next_cursor).")
+    ] = None,
+    as_json: JsonOption = False,
 ) -> None:
     """List jobs, newest first."""
     _, engine = _engine()
-    page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit)
-    table = Table()
+    try:
+        page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit, cursor=cursor)
+    except queries.BadCursor:
+        _refuse("--cursor is not a next_cursor that `jobs list --json` printed")
+    if as_json:
+        _print_json(views.list_document(page.items, page.next_cursor))
+        return
+    table = _table()
     for column in ("id", "tenant", "kind", "state", "attempts", "epoch", "created", "error"):
         table.add_column(column)
     for job in page.items:
@@ -270,21 +340,22 @@ def jobs_list(
 
 
 @jobs_app.command("show")
-def jobs_show(job_id: str) -> None:
+def jobs_show(job_id: IdArgument, as_json: JsonOption = False) -> None:
     """Show one job and its attempts."""
     _, engine = _engine()
-    job = db.read(engine, queries.get_job, job_id)
-    if job is None:
-        err.print(f"no job {job_id}")
-        raise typer.Exit(1)
+    job = _job_by_prefix(engine, job_id)
+    attempts = db.read(engine, queries.attempts_of, job.id)
+    if as_json:
+        _print_json(views.show_document(job, attempts))
+        return
     for name in ("id", "tenant", "owner", "kind", "state", "epoch", "attempts", "cancel_requested"):
         out.print(f"{name:>17}: {getattr(job, name)}")
     out.print(f"{'error':>17}: {job.error_code or '-'} {job.error_message or ''}")
     out.print(f"{'result attempt':>17}: {job.result_attempt_id or '-'}")
-    table = Table(title="attempts")
+    table = _table(title="attempts")
     for column in ("epoch", "attempt", "worker", "outcome", "started", "ended", "external", "error"):
         table.add_column(column)
-    for a in db.read(engine, queries.attempts_of, job_id):
+    for a in attempts:
         table.add_row(
             str(a.epoch),
             a.id,
@@ -298,21 +369,31 @@ def jobs_show(job_id: str) -> None:
     out.print(table)
 
 
-def _operate(action: str, fn: Callable[..., Job], *args: object) -> None:
+def _job_by_prefix(engine: Engine, prefix: str) -> Job:
+    """The one job whose id starts with `prefix` (a whole id, or enough of one), else exit 1 saying how
+    many matched."""
+    match = db.read(engine, queries.match_id_prefix, prefix)
+    if match.job is not None:
+        return match.job
+    if match.count == 0:
+        _refuse(f"no job id starts with {prefix!r}: `outbox-bridge jobs list` shows the ids there are")
+    _refuse(f"{match.count} jobs have ids starting with {prefix!r}: give more of the id")
+
+
+def _operate(action: str, fn: Callable[..., Job], prefix: str, *args: object) -> None:
+    """Run the operator action `fn(conn, job_id, *args)` on the job `prefix` names; exit 1 with one line when
+    there is no such job or its state does not allow the action."""
     _, engine = _engine()
+    job_id = _job_by_prefix(engine, prefix).id
     try:
-        job: Job = db.transact(engine, fn, *args)
-    except JobNotFound as exc:
-        err.print(str(exc))
-        raise typer.Exit(1) from exc
-    except InvalidTransition as exc:
-        err.print(str(exc))
-        raise typer.Exit(1) from exc
+        job: Job = db.transact(engine, fn, job_id, *args)
+    except (JobNotFound, InvalidTransition) as exc:
+        _refuse(str(exc))
     out.print(f"{action}: job {job.id} is now {job.state.value}")
 
 
 @jobs_app.command("requeue")
-def jobs_requeue(job_id: str) -> None:
+def jobs_requeue(job_id: IdArgument) -> None:
     """Put a dead or unknown job back in the queue with a fresh attempt budget."""
     _operate("requeued", operator.requeue, job_id, clock.now())
 
@@ -324,7 +405,7 @@ class Resolution(StrEnum):
 
 @jobs_app.command("resolve")
 def jobs_resolve(
-    job_id: str,
+    job_id: IdArgument,
     outcome: Annotated[Resolution, typer.Option(help="What really happened.")],
     note: Annotated[str, typer.Option(help="How you know.")] = "checked by operator",
 ) -> None:
@@ -333,4 +414,13 @@ def jobs_resolve(
 
 
 def main() -> None:
-    app()
+    """The console script. A store that stops answering part-way through a command ends it with one line,
+    as the checks before it do, not a traceback."""
+    try:
+        app()
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        _say(
+            f"the store stopped answering: {first_line(exc)}; nothing more was done, run the command again "
+            "once the database answers"
+        )
+        sys.exit(1)

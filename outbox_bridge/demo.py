@@ -8,23 +8,29 @@ from __future__ import annotations
 
 import re
 import shutil
+import signal
 import statistics
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pika
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 
 from api.auth import TokenPolicy, secret_weakness
+from broker import topology
+from broker.connection import BROKER_ERRORS, connection_parameters
 from core.settings import Settings
 from jobstore import db, migrate, queries
 from jobstore.records import Job
@@ -37,23 +43,84 @@ TENANT = "acme"
 RUN_TIMEOUT = 180.0
 
 
-def run(settings: Settings, *, broker: str, keep_running: bool) -> int:
+def run(settings: Settings, *, broker: str, keep_running: bool, port: int | None = None) -> int:
     if broker == "rabbitmq" and not broker_answers(settings.rabbitmq_url):
         console.print(_no_broker_message(settings.rabbitmq_url))
         return 1
     settings = _demo_settings(settings)
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
-    port = 8000 if _port_free(8000) else free_port()
+    if port is None:
+        port = 8000 if _port_free(8000) else free_port()
+    with _interrupts_stop_the_stack() as stopped_by:
+        try:
+            demo, jobs = _run_stack(settings, engine, broker, port, keep_running)
+        except KeyboardInterrupt:
+            by = stopped_by[0] if stopped_by else "an interrupt"
+            console.print(f"[bold]Stopped by {by}[/]: every process the demo started has been stopped.")
+            return 130
+        finally:
+            if broker == "rabbitmq":
+                _delete_broker_names(settings)
+    if not keep_running:
+        _summary(jobs, demo, port, running=False)
+    return 0 if all(j.state in TERMINAL for j in jobs) else 1
+
+
+def _run_stack(
+    settings: Settings, engine: Engine, broker: str, port: int, keep_running: bool
+) -> tuple[Demo, list[Job]]:
+    """Start the stack, drive the scenario, and stop every process again (also when interrupted)."""
     with Stack(settings, DEMO_DIR / "logs") as stack:
         _start(stack, broker, port)
         demo = Demo(settings, stack, f"http://127.0.0.1:{port}", broker)
         demo.drive()
         jobs = [job for job in db.read(engine, _jobs_of, demo.ids.values()) if job is not None]
-        _summary(jobs, demo, port, broker)
+        demo.notes.extend(_document_notes(demo))  # while the api still answers
+        demo.http.close()
         if keep_running:
+            _summary(jobs, demo, port, running=True)
             _keep_running(port)
-    return 0 if all(j.state in TERMINAL for j in jobs) else 1
+        console.print("[bold]Stopping the stack[/]...")
+    return demo, jobs
+
+
+@contextmanager
+def _interrupts_stop_the_stack() -> Iterator[list[str]]:
+    """SIGTERM, like Ctrl-C, ends the demo with a KeyboardInterrupt, so the stack's `with` stops every
+    process it started (they run in sessions of their own, so no signal reaches them directly). After the
+    first, both are ignored, so a second Ctrl-C cannot cut that cleanup short. Yields the signal's name once
+    one came."""
+    received: list[str] = []
+
+    def interrupt(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        received.append(signal.Signals(signum).name)
+        raise KeyboardInterrupt
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _delete_broker_names(settings: Settings) -> None:
+    """Remove the demo's own queues and exchanges from the broker (best effort: it may be gone)."""
+    params = connection_parameters(settings.rabbitmq_url, name="demo cleanup", timeout=5.0)
+    try:
+        connection = pika.BlockingConnection(params)
+    except BROKER_ERRORS:
+        return
+    try:
+        topology.delete(connection.channel(), settings)
+    except BROKER_ERRORS:
+        pass
+    finally:
+        with suppress(*BROKER_ERRORS):
+            connection.close()
 
 
 def _jobs_of(conn: Connection, ids: Iterable[str]) -> list[Job | None]:
@@ -76,8 +143,15 @@ def _demo_settings(settings: Settings) -> Settings:
     shutil.rmtree(DEMO_DIR, ignore_errors=True)
     # A SQLite store gets a fresh file of its own; a database server (DATABASE_URL) is used as given.
     store = f"sqlite:///{DEMO_DIR / 'jobs.db'}" if settings.is_sqlite else settings.database_url
+    # Queue and exchange names of this run's own, so another stack on the same broker (vhost) never takes
+    # its deliveries, nor it theirs; deleted again when the demo ends.
+    run_id = f"demo-{uuid.uuid4().hex[:8]}"
     return settings.model_copy(
         update={
+            "exchange": run_id,
+            "queue": run_id,
+            "dead_letter_exchange": f"{run_id}.dead",
+            "dead_letter_queue": f"{run_id}.dead",
             "database_url": store,
             "results_dir": DEMO_DIR / "results",
             "notify_log": DEMO_DIR / "notify-provider.jsonl",
@@ -116,6 +190,8 @@ def _start(stack: Stack, broker: str, port: int) -> None:
         stack.start("worker-2", "worker", "--concurrency", "4")
     for name, service in stack.services.items():
         console.print(f"  {name:<11} pid {service.pid:<7} log {service.log_path}")
+    if broker == "rabbitmq":
+        console.print(f"  queue {stack.settings.queue} (dead letters: {stack.settings.dead_letter_queue})")
     _wait_started(stack)
 
 
@@ -289,25 +365,36 @@ def _state_table(views: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-def _summary(jobs: list[Job], demo: Demo, port: int, broker: str) -> None:
+def _summary(jobs: list[Job], demo: Demo, port: int, *, running: bool) -> None:
     console.print(_state_summary(jobs))
     console.print(_latency_summary(jobs))
-    console.print(Panel("\n".join(demo.notes + _document_notes(demo)), title="what happened"))
-    operator = TokenPolicy.of(demo.settings).issue(tenant=TENANT, user="operator", operator=True)
+    console.print(Panel("\n".join(demo.notes), title="what happened"))
+    settings = demo.settings
+    store = _redacted(settings.database_url)
+    dev = _dev_prefix(settings)
+    if running:
+        where = f"dashboard: http://127.0.0.1:{port}/ui (sign in with the operator token below)\n"
+    else:
+        where = (
+            "The stack has stopped: api, relay and consumers (or workers) are no longer running.\n"
+            f"To browse this store again: DATABASE_URL={store} {dev}outbox-bridge api --port {port}\n"
+            f"  then open http://127.0.0.1:{port}/ui and sign in with the operator token below\n"
+        )
     console.print(
         Panel(
-            f"dashboard: http://127.0.0.1:{port}/ui (log in with an operator token:\n"
-            f"  {_dev_prefix(demo.settings)}outbox-bridge token --tenant {TENANT} --user you --operator)\n"
-            f"store:     {_redacted(demo.settings.database_url)}\n"
+            f"{where}"
+            f"store:     {store}\n"
             f"logs:      {DEMO_DIR / 'logs'}\n"
-            "commands:  outbox-bridge status | outbox-bridge jobs list --state unknown | "
-            "outbox-bridge jobs show <id>\n"
-            f"           (with DATABASE_URL={_redacted(demo.settings.database_url)})\n"
-            f"token used by this demo (operator): {operator[:24]}...",
+            f"commands:  DATABASE_URL={store} outbox-bridge status\n"
+            "           (and: jobs list --state unknown, jobs show <id>)\n"
+            f"tokens:    {dev}outbox-bridge token --tenant {TENANT} --user you --operator",
             title="where to look next",
         )
     )
-    demo.http.close()
+    operator = TokenPolicy.of(settings).issue(tenant=TENANT, user="operator", operator=True)
+    # Outside the panel and never wrapped: the whole token, on one line, to copy.
+    console.print("operator token (valid for a day):")
+    console.print(operator, soft_wrap=True, markup=False, highlight=False)
 
 
 def _dev_prefix(settings: Settings) -> str:

@@ -29,7 +29,7 @@ def store_not_ready(engine: Engine) -> StoreNotReady | None:
     except migrate.SchemaNotCurrent as exc:
         return StoreNotReady(reachable=True, reason=str(exc))
     except (db.StoreUnavailable, SQLAlchemyError) as exc:
-        return StoreNotReady(reachable=False, reason=_first_line(exc))
+        return StoreNotReady(reachable=False, reason=first_line(exc))
     return None
 
 
@@ -46,6 +46,8 @@ def store_ready(engine: Engine) -> bool:
     return False
 
 
-def _first_line(exc: Exception) -> str:
-    lines = str(exc).strip().splitlines()
+def first_line(exc: BaseException) -> str:
+    """What went wrong, in one line: a database driver's own message, without SQLAlchemy's statement and
+    background link."""
+    lines = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     return lines[0] if lines else type(exc).__name__

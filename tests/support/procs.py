@@ -88,3 +88,18 @@ def wait_for(predicate: object, timeout: float, interval: float = 0.05, what: st
             return
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def run(
+    args: Sequence[str], settings: Settings, timeout: float = 60.0, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """`outbox-bridge ARGS` run to its end as a user runs it (stdout a pipe, not a terminal), with
+    `settings` in its environment."""
+    return subprocess.run(
+        [str(BIN), *args],
+        env=settings_env(settings, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )

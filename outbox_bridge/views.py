@@ -1,0 +1,76 @@
+"""What `outbox-bridge status --json`, `jobs list --json` and `jobs show --json` print: plain JSON
+documents with stable keys, whole ids, and times as the api's job view gives them (RFC 3339 UTC, from
+`core.clock.isoformat`).
+
+A job here is the api's job view (`api.schemas.JobView`, so the two never drift apart) plus what only an
+operator sees: the tenant and owner, the epoch, the attempt budget, the lease and the result pointer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from api.schemas import JobView
+from core.clock import isoformat
+from jobstore.overview import Overview
+from jobstore.records import Attempt, Job
+
+
+def job_document(job: Job) -> dict[str, Any]:
+    """The api's job view of `job` plus the operator's fields (not the payload: `show_document` has it)."""
+    return {
+        **JobView.of(job).model_dump(mode="json"),
+        "tenant": job.tenant,
+        "owner": job.owner,
+        "epoch": job.epoch,
+        "max_attempts": job.max_attempts,
+        "lease_owner": job.lease_owner,
+        "lease_expires_at": isoformat(job.lease_expires_at),
+        "started_at": isoformat(job.started_at),
+        "finished_at": isoformat(job.finished_at),
+        "result_attempt_id": job.result_attempt_id,
+    }
+
+
+def attempt_document(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "id": attempt.id,
+        "epoch": attempt.epoch,
+        "worker": attempt.worker,
+        "outcome": attempt.outcome,
+        "started_at": isoformat(attempt.started_at),
+        "ended_at": isoformat(attempt.ended_at),
+        "external_started_at": isoformat(attempt.external_started_at),
+        "error": _error(attempt.error_code, attempt.error_message),
+    }
+
+
+def show_document(job: Job, attempts: list[Attempt]) -> dict[str, Any]:
+    """`jobs show --json`: the job, its input (payload, operation key) and every attempt, oldest first."""
+    return {
+        "job": job_document(job),
+        "payload": job.payload,
+        "operation_key": job.operation_key,
+        "attempts": [attempt_document(a) for a in attempts],
+    }
+
+
+def list_document(jobs: list[Job], next_cursor: str | None) -> dict[str, Any]:
+    """`jobs list --json`: the api's page shape, `{"items": [...], "next_cursor": ...}`."""
+    return {"items": [job_document(j) for j in jobs], "next_cursor": next_cursor}
+
+
+def status_document(view: Overview, dead_letter_queue: str, dead_letters: int | None) -> dict[str, Any]:
+    """`status --json`: the dashboard's figures. `dead_letters` is None when the broker did not answer.
+    Live processes (`processes` in the design) are not reported yet: nothing records their heartbeats."""
+    return {
+        "counts": view.counts,
+        "outbox": {"pending": view.backlog.pending, "oldest_age_seconds": view.backlog.oldest_age_seconds},
+        "finished_per_minute": [{"minute": isoformat(start), "jobs": n} for start, n in view.throughput],
+        "dead": [job_document(j) for j in view.dead],
+        "unknown": [job_document(j) for j in view.unknown],
+        "dead_letter_queue": {"name": dead_letter_queue, "messages": dead_letters},
+    }
+
+
+def _error(code: str | None, message: str | None) -> dict[str, str] | None:
+    return {"code": code, "message": message or ""} if code else None

@@ -1,0 +1,97 @@
+"""`outbox-bridge status`, `jobs list` and `jobs show` as a script reads them: `--json` is one JSON document
+with whole ids and the api's time format, and piped tables are never cut short."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from sqlalchemy import Engine
+
+from core.settings import Settings
+from tests.support import procs
+from tests.support.store import claimed, job_row, new_job, new_jobs
+
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+
+def cli_json(settings: Settings, *args: str) -> dict[str, object]:
+    result = procs.run([*args, "--json"], settings)
+    assert result.returncode == 0, result.stdout + result.stderr
+    document = json.loads(result.stdout)
+    assert isinstance(document, dict)
+    return document
+
+
+def test_jobs_list_json_holds_whole_ids_newest_first(settings: Settings, engine: Engine) -> None:
+    ids = new_jobs(engine, 3)
+
+    document = cli_json(settings, "jobs", "list")
+
+    items = document["items"]
+    assert isinstance(items, list)
+    assert sorted(item["id"] for item in items) == sorted(ids)
+    assert document["next_cursor"] is None
+    first = items[0]
+    assert (first["tenant"], first["state"], first["epoch"]) == ("acme", "queued", 0)
+    assert ISO_UTC.fullmatch(first["created_at"]), first["created_at"]
+
+
+def test_jobs_list_json_pages_with_its_cursor(settings: Settings, engine: Engine) -> None:
+    ids = {new_job(engine, f"k{i}") for i in range(3)}
+
+    first = cli_json(settings, "jobs", "list", "--limit", "2")
+    cursor = first["next_cursor"]
+    assert isinstance(cursor, str)
+    rest = cli_json(settings, "jobs", "list", "--limit", "2", "--cursor", cursor)
+
+    seen = [item["id"] for page in (first, rest) for item in page["items"]]  # type: ignore[attr-defined]
+    assert sorted(seen) == sorted(ids)
+    assert rest["next_cursor"] is None
+
+
+def test_jobs_show_json_has_the_job_its_input_and_its_attempts(settings: Settings, engine: Engine) -> None:
+    job_id = new_job(engine, "show-me", payload={"to": "ops@example.com"})
+    claim = claimed(engine, job_id, "w1")
+
+    document = cli_json(settings, "jobs", "show", job_id)
+
+    job = document["job"]
+    assert isinstance(job, dict)
+    assert (job["id"], job["state"], job["epoch"], job["attempts"]) == (job_id, "running", 1, 1)
+    assert job["lease_owner"] == "w1"
+    assert document["payload"] == {"to": "ops@example.com"}
+    assert document["operation_key"] == job_row(engine, job_id).operation_key
+    [attempt] = document["attempts"]  # type: ignore[misc]
+    assert (attempt["id"], attempt["epoch"], attempt["worker"]) == (claim.attempt_id, 1, "w1")
+    assert ISO_UTC.fullmatch(attempt["started_at"]), attempt
+    assert attempt["ended_at"] is None
+
+
+def test_status_json_counts_jobs_by_state_and_names_the_dead_letter_queue(
+    settings: Settings, engine: Engine
+) -> None:
+    new_jobs(engine, 2)
+
+    document = cli_json(settings, "status")
+
+    assert document["counts"]["queued"] == 2  # type: ignore[index]
+    assert document["outbox"]["pending"] == 2  # type: ignore[index]
+    assert len(document["finished_per_minute"]) == 10  # type: ignore[arg-type]
+    assert (document["dead"], document["unknown"]) == ([], [])
+    assert document["dead_letter_queue"]["name"] == settings.dead_letter_queue  # type: ignore[index]
+
+
+def test_piped_jobs_list_and_show_print_whole_ids(settings: Settings, engine: Engine) -> None:
+    ids = new_jobs(engine, 3)
+    claim = claimed(engine, ids[0], "consumer-on-a-host-with-a-long-name:12345/worker-7")
+
+    listed = procs.run(["jobs", "list"], settings)
+    shown = procs.run(["jobs", "show", ids[0]], settings)
+
+    assert listed.returncode == 0 and shown.returncode == 0, listed.stderr + shown.stderr
+    assert "…" not in listed.stdout + shown.stdout, "nothing is cut short in a pipe"
+    for job_id in ids:
+        assert job_id in listed.stdout.split(), listed.stdout
+    for whole in (claim.attempt_id, claim.worker):
+        assert whole in shown.stdout.split(), shown.stdout

@@ -1,0 +1,114 @@
+"""The JSON documents the operator's commands print: the api's job view plus the operator's fields, whole
+ids, RFC 3339 UTC times, and the same keys every time."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from api.schemas import JobView
+from jobstore.outbox import Backlog
+from jobstore.overview import Overview
+from jobstore.records import Attempt, Job
+from jobstore.states import State
+from outbox_bridge import views
+
+JOB = Job(
+    id="8a26491b-3c5d-4e6f-8a9b-0c1d2e3f4a5b",
+    tenant="acme",
+    owner="alice",
+    operation_key="op-1",
+    fingerprint="f",
+    kind="notify",
+    payload={"to": "ops@example.com", "message": "hi"},
+    state=State.UNKNOWN,
+    epoch=2,
+    attempts=2,
+    max_attempts=3,
+    lease_owner=None,
+    lease_expires_at=None,
+    available_at=1_700_000_000.0,
+    deadline_at=None,
+    cancel_requested=False,
+    external_epoch=2,
+    checkpoint=None,
+    checkpoint_epoch=None,
+    result_attempt_id=None,
+    error_code="lease_lost_after_effect",
+    error_message="the provider may have been called",
+    created_at=1_700_000_000.0,
+    updated_at=1_700_000_042.5,
+    started_at=1_700_000_001.0,
+    finished_at=1_700_000_042.5,
+)
+
+
+def test_a_job_is_the_api_view_plus_the_operator_fields() -> None:
+    document = views.job_document(JOB)
+
+    api_view = JobView.of(JOB).model_dump(mode="json")
+    assert {k: document[k] for k in api_view} == api_view
+    assert document["id"] == JOB.id
+    assert document["finished_at"] == "2023-11-14T22:14:02.500Z" == document["updated_at"]
+    assert (document["tenant"], document["owner"], document["epoch"]) == ("acme", "alice", 2)
+    assert document["error"] == {
+        "code": "lease_lost_after_effect",
+        "message": "the provider may have been called",
+    }
+    assert "payload" not in document, "listings stay small; `jobs show` carries the payload"
+
+
+def test_a_job_has_the_same_keys_whatever_its_state() -> None:
+    fresh = replace(
+        JOB, state=State.QUEUED, error_code=None, error_message=None, started_at=None, finished_at=None
+    )
+    assert views.job_document(fresh).keys() == views.job_document(JOB).keys()
+    assert views.job_document(fresh)["error"] is None
+
+
+def test_show_carries_input_and_attempts_oldest_first() -> None:
+    attempt = Attempt(
+        id="att-1", job_id=JOB.id, epoch=1, worker="w1", started_at=1_700_000_001.0, ended_at=None,
+        outcome="running", external_started_at=1_700_000_002.0, output=None, error_code=None,
+        error_message=None,
+    )  # fmt: skip
+
+    document = views.show_document(JOB, [attempt])
+
+    assert document["payload"] == JOB.payload and document["operation_key"] == "op-1"
+    assert document["attempts"] == [
+        {
+            "id": "att-1",
+            "epoch": 1,
+            "worker": "w1",
+            "outcome": "running",
+            "started_at": "2023-11-14T22:13:21.000Z",
+            "ended_at": None,
+            "external_started_at": "2023-11-14T22:13:22.000Z",
+            "error": None,
+        }
+    ]
+
+
+def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
+    view = Overview(
+        counts={s.value: 0 for s in State} | {"unknown": 1},
+        backlog=Backlog(pending=0, oldest_age_seconds=0.0),
+        throughput=[(1_700_000_000.0, 4)],
+        recent=[JOB],
+        dead=[],
+        unknown=[JOB],
+    )
+
+    document = views.status_document(view, "jobs.dead", None)
+
+    assert set(document) == {
+        "counts",
+        "outbox",
+        "finished_per_minute",
+        "dead",
+        "unknown",
+        "dead_letter_queue",
+    }
+    assert document["finished_per_minute"] == [{"minute": "2023-11-14T22:13:20.000Z", "jobs": 4}]
+    assert [j["id"] for j in document["unknown"]] == [JOB.id]
+    assert document["dead_letter_queue"] == {"name": "jobs.dead", "messages": None}
