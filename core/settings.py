@@ -91,6 +91,10 @@ class Settings(BaseSettings):
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
 
+    @property
+    def is_postgresql(self) -> bool:
+        return self.database_url.startswith("postgresql")
+
 
 def load() -> Settings:
     """Read the settings once; callers pass the result down."""

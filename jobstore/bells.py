@@ -25,6 +25,6 @@ def open_bell(settings: Settings, role: str) -> Bell | None:
     database = db.sqlite_path(settings)
     if database is not None:
         return doorbells.Doorbell.open(doorbells.directory_for(database), role=role)
-    if settings.database_url.startswith("postgresql"):
+    if settings.is_postgresql:
         return Listener.open(settings.database_url, role=role)
     return None

@@ -38,7 +38,7 @@ class Wakeups:
         directory = doorbells.directory_for(database) if database else None
         self._doorbell = doorbells.Doorbell.open(directory) if directory else None
         self._ringer = doorbells.Ringer(directory) if directory and self._doorbell else None
-        self._postgres = settings.database_url.startswith("postgresql")
+        self._postgres = settings.is_postgresql
         self._listener: Listener | None = None
         self._ioloop = ioloop
         self._wake = wake

@@ -1,7 +1,8 @@
-"""Relays woken by commits (jobstore/doorbells.py, relay/wake.py) on a real SQLite file and a real RabbitMQ: a
-committed job is published without waiting for a poll, a row announced for later is published when it
-comes due, and an idle relay with a doorbell barely reads the store. Also the doorbell itself: the earliest
-of several rings, no ring for a rolled-back transaction, and a killed relay's doorbell skipped and removed."""
+"""Relays woken by commits (relay/wake.py; jobstore/doorbells.py, and jobstore/notifications.py on
+PostgreSQL) on a real store and a real RabbitMQ: a committed job is published without waiting for a poll, a
+row announced for later is published when it comes due, and an idle relay with a doorbell barely reads the
+store. Also the SQLite doorbell itself: the earliest of several rings, no ring for a rolled-back
+transaction, and a killed relay's doorbell skipped and removed."""
 
 from __future__ import annotations
 
@@ -21,9 +22,6 @@ from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished
 from tests.support.store import new_job
-
-# Doorbells sit beside a SQLite file; a PostgreSQL store is polled.
-pytestmark = pytest.mark.databases("sqlite")
 
 POLL = 5.0  # so long that only a ring can explain a quick publish
 
@@ -81,6 +79,7 @@ def test_a_row_announced_for_later_is_published_when_it_comes_due(
 
 
 @pytest.mark.broker
+@pytest.mark.databases("sqlite")
 def test_an_idle_relay_with_a_doorbell_reads_the_store_about_once_a_second(
     tmp_path: Path, rabbitmq_url: str, engine: Engine, broker: Broker
 ) -> None:
@@ -98,6 +97,7 @@ def test_an_idle_relay_with_a_doorbell_reads_the_store_about_once_a_second(
     assert statements <= 12
 
 
+@pytest.mark.databases("sqlite")
 def test_a_doorbell_reports_the_earliest_of_several_rings(tmp_path: Path) -> None:
     doorbell = doorbells.Doorbell.open(tmp_path / "relays")
     assert doorbell is not None
@@ -113,6 +113,7 @@ def test_a_doorbell_reports_the_earliest_of_several_rings(tmp_path: Path) -> Non
     assert os.listdir(tmp_path / "relays") == []
 
 
+@pytest.mark.databases("sqlite")
 def test_a_commit_that_adds_outbox_rows_rings_and_a_rolled_back_one_does_not(
     settings: Settings, engine: Engine
 ) -> None:
@@ -136,6 +137,7 @@ def test_a_commit_that_adds_outbox_rows_rings_and_a_rolled_back_one_does_not(
         doorbell.close()
 
 
+@pytest.mark.databases("sqlite")
 def test_a_killed_relays_doorbell_is_skipped_and_removed_by_the_next_relay(tmp_path: Path) -> None:
     directory = tmp_path / "relays"
     directory.mkdir()
