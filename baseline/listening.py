@@ -1,9 +1,9 @@
 """Idle claiming threads woken by commits instead of waiting out their poll pause.
 
 A baseline worker process listens on the store's doorbell (`jobstore.bells`: the socket beside a SQLite
-file, LISTEN on PostgreSQL). When a commit announces rows that are due, one idle claiming thread of the
-process is nudged to claim at once; rows announced for later nudge one when they come due. A thread that is
-never nudged still polls at its idle pause, so a bell that is missing or lost costs latency, never work.
+file, LISTEN on PostgreSQL). When a commit announces rows that are due, the process's claimer is nudged to
+claim at once; rows announced for later nudge it when they come due. A claimer that is never nudged still
+polls at its idle pause, so a bell that is missing or lost costs latency, never work.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import logging
 import math
 import select
 import threading
+from collections.abc import Callable
 
 from core import clock
 from core.settings import Settings
@@ -26,38 +27,12 @@ WATCH_SECONDS = 1.0
 REOPEN_SECONDS = 5.0
 
 
-class Nudges:
-    """Wake-ups for idle threads: `nudge()` wakes one waiting thread (or lets the next one that waits go at
-    once); `release_all()` wakes every thread, now and later (the process is stopping)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._pending = False
-        self._released = False
-
-    def wait(self, timeout: float) -> None:
-        """Wait up to `timeout` seconds, or until nudged."""
-        with self._cond:
-            if self._cond.wait_for(lambda: self._pending or self._released, timeout) and not self._released:
-                self._pending = False
-
-    def nudge(self) -> None:
-        with self._cond:
-            self._pending = True
-            self._cond.notify(1)
-
-    def release_all(self) -> None:
-        with self._cond:
-            self._released = True
-            self._cond.notify_all()
-
-
 class Listening:
-    """The thread that listens on the process's bell and nudges idle claiming threads when rows come due."""
+    """The thread that listens on the process's bell and calls `nudge()` when rows come due."""
 
-    def __init__(self, settings: Settings, nudges: Nudges, stopping: threading.Event) -> None:
+    def __init__(self, settings: Settings, nudge: Callable[[], None], stopping: threading.Event) -> None:
         self._settings = settings
-        self._nudges = nudges
+        self._nudge = nudge
         self._stopping = stopping
         self._bell: Bell | None = None
         self._due_at = math.inf
@@ -88,7 +63,7 @@ class Listening:
     def _open(self) -> bool:
         self._bell = open_bell(self._settings, role="baseline")
         if self._bell is not None:
-            self._nudges.nudge()  # rows committed while nobody listened were announced to no one
+            self._nudge()  # rows committed while nobody listened were announced to no one
         return self._bell is not None
 
     def _listen_once(self) -> None:
@@ -106,7 +81,7 @@ class Listening:
                 self._due_at = min(self._due_at, due)
         if self._due_at <= clock.now():
             self._due_at = math.inf
-            self._nudges.nudge()
+            self._nudge()
 
     def _close(self) -> None:
         bell, self._bell = self._bell, None

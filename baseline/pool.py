@@ -1,52 +1,69 @@
-"""The claiming threads: each polls the jobs table for the oldest claimable job and runs it to its committed
-outcome with the shared worker runtime (`worker.attempt.run_attempt`, then the completer,
-`worker.commit.commit_outcomes`, under the fence), so the baseline runs exactly what the broker consumers
-run."""
+"""The baseline's claiming and running: one claimer thread takes due jobs from the table in batches and
+group-commits what finished; `concurrency` runner threads run the claimed jobs with the shared worker
+runtime (`worker.attempt.run_attempt`), so the baseline runs exactly what the broker consumers run.
+
+Each round is ONE write transaction: the outcomes that finished since the last round, each under its own
+fence (`worker.commit.commit_outcomes`, the consumers' completer), then claims of up to `room` due jobs,
+oldest first (`claiming.claim_due`). The room is the threads' worth, plus, while jobs are short, as many
+more as the threads get through in about `AHEAD_SECONDS` (`worker.budget.ClaimBudget`, as a consumer
+claims ahead). Under load a round therefore commits and claims many jobs at a time; at a light load it is
+one job's claim, then its outcome.
+
+Pacing: while every room is taken, the claimer waits for a job to finish; after a round that found fewer due
+jobs than room, it polls again after `FIRST_IDLE_PAUSE`, doubling on each empty poll up to `MAX_IDLE_PAUSE`
+(`baseline.pacing`). A commit's doorbell (`baseline.listening`) cuts any wait short. A busy or unreachable
+store pauses the claimer at the longest pause; it never ends it, and outcomes it could not commit are
+committed by a later round (the fence makes a late one harmless).
+"""
 
 from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from baseline.listening import Nudges
 from baseline.pacing import idle_pauses
 from core import clock
 from core.backoff import Backoff
 from core.settings import Settings
-from jobstore import claiming, db
+from handlers.base import JobError
+from jobstore import db
 from jobstore.records import Claim
 from jobstore.states import State
 from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.budget import ClaimBudget
 from worker.commit import backoff_of, commit_outcomes
 from worker.handback import Handback, hand_back, hand_back_all
+from worker.inbox import STOP, take_batch
 from worker.lease import Held, LeaseKeeper
-from worker.patience import retry_while_unavailable
-from worker.polling import claim_next
+from worker.polling import claim_due
 
 log = logging.getLogger(__name__)
 
-JOIN_STEP = 0.1
-UNAVAILABLE_LOG_EVERY = 100  # at the longest idle pause, a warning every few seconds per thread
+IDLE_STEP = 0.02
+UNAVAILABLE_LOG_EVERY = 100  # at the longest idle pause, a warning every few seconds
+NUDGE: Any = object()
 
 
-def _say_unavailable(worker: str, tries: int, exc: db.StoreUnavailable) -> None:
+def _say_unavailable(tries: int, exc: db.StoreUnavailable) -> None:
     """Log the first of `tries` in a row that found the store unavailable, and every so often after it:
     a removed store file fails every try at once."""
     if tries == 1 or tries % UNAVAILABLE_LOG_EVERY == 0:
-        log.warning("%s: store unavailable, pausing claims (%d tries in a row): %s", worker, tries, exc)
+        log.warning("store unavailable, pausing claims (%d tries in a row): %s", tries, exc)
 
 
-def worker_names(concurrency: int) -> list[str]:
-    """Names that say where a claim came from: host, process id and thread number."""
-    prefix = f"baseline@{socket.gethostname()}:{os.getpid()}"
-    return [f"{prefix}/{n}" for n in range(concurrency)]
+def worker_name() -> str:
+    """The name leases are held under: host and process id."""
+    return f"baseline@{socket.gethostname()}:{os.getpid()}"
 
 
 class OutcomeCounts:
@@ -56,22 +73,33 @@ class OutcomeCounts:
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def add(self, outcome: str) -> None:
+    def add(self, outcome: str, n: int = 1) -> None:
         with self._lock:
-            self._counts[outcome] += 1
+            self._counts[outcome] += n
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(sorted(self._counts.items()))
 
 
-class ClaimPool:
-    """`concurrency` threads that claim and run jobs until `stopping` is set.
+@dataclass(eq=False)
+class Running:
+    claim: Claim
+    held: Held
+    started: float | None = None  # when a thread began running it (monotonic), until its code returned
 
-    A thread commits a job's outcome and claims its next job in one transaction (each write transaction
-    waits for its write turn in `db.transact`, see `jobstore.turns`). It checks `stopping` before each
-    claim and again after it: a claim that lands after the stop is given back at once instead of being run.
-    A busy or unreachable store pauses a thread; it never ends it."""
+
+@dataclass(frozen=True)
+class Finished:
+    running: Running
+    outcome: AttemptOutcome
+    at: float = field(default_factory=time.monotonic)
+
+
+class ClaimPool:
+    """The claimer and the runners of one baseline process, until `stopping` is set and what it claimed is
+    committed. The claimer checks `stopping` under the round lock: a claim that lands after the stop is
+    given back at once instead of being run."""
 
     def __init__(
         self,
@@ -81,158 +109,222 @@ class ClaimPool:
         *,
         concurrency: int,
         stopping: threading.Event,
-        nudges: Nudges | None = None,
+        budget: ClaimBudget | None = None,
     ) -> None:
         self._engine = engine
         self._settings = settings
         self._keeper = keeper
         self._stopping = stopping
-        self._nudges = nudges or Nudges()
+        self._budget = budget or ClaimBudget(concurrency)
+        self._backoff = backoff_of(settings)
+        self._worker = worker_name()
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Finished | NUDGE | STOP
+        self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Running | STOP
+        self._running: dict[str, Running] = {}  # by attempt id: claimed here, outcome not committed
+        self._unfinished = 0  # claimed jobs whose code has not returned yet
+        self._outcomes: list[Finished] = []  # finished, waiting for the next round to commit them
+        self._lock = threading.Lock()
+        self._round = threading.Lock()
         self.tally = OutcomeCounts()
-        self._threads = [
-            threading.Thread(target=self._loop, args=(name,), name=f"claim-{n}", daemon=True)
-            for n, name in enumerate(worker_names(concurrency))
+        self._claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
+        self._runners = [
+            threading.Thread(target=self._run_loop, name=f"runner-{n}", daemon=True)
+            for n in range(concurrency)
         ]
 
     def start(self) -> ClaimPool:
-        for thread in self._threads:
+        for thread in (self._claimer, *self._runners):
             thread.start()
         return self
 
-    def running(self) -> int:
-        """How many threads have not ended yet (after a stop: how many are still running a job)."""
-        return sum(thread.is_alive() for thread in self._threads)
+    def nudge(self) -> None:
+        """Poll now: a commit announced due jobs, or the process is stopping (safe from any thread)."""
+        self._inbox.put(NUDGE)
 
-    def join(self, timeout: float, interrupted: Callable[[], bool] = lambda: False) -> bool:
-        """Wait until every thread has ended, at most `timeout` seconds or until `interrupted()`; returns
-        whether they all ended."""
+    def stop_claiming(self) -> None:
+        """Claim nothing more; returns once a round in progress has ended, so no job starts after it."""
+        self._stopping.set()
+        self.nudge()
+        with self._round:
+            pass
+
+    def in_flight(self) -> int:
+        """Jobs claimed here whose outcome is not committed yet."""
+        with self._lock:
+            return len(self._running)
+
+    def running(self) -> int:
+        """How many of the claimer and runner threads have not ended yet."""
+        return sum(thread.is_alive() for thread in (self._claimer, *self._runners))
+
+    def wait_idle(self, timeout: float, urgent: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until every claimed job's outcome is committed (or given up), at most `timeout` seconds or
+        until `urgent()`; whether none is left."""
         deadline = time.monotonic() + timeout
-        while not interrupted():
-            alive = [thread for thread in self._threads if thread.is_alive()]
-            left = deadline - time.monotonic()
-            if not alive or left <= 0:
-                break
-            alive[0].join(min(JOIN_STEP, left))
-        return self.running() == 0
+        while self.in_flight():
+            if time.monotonic() >= deadline or urgent():
+                return False
+            time.sleep(IDLE_STEP)
+        return True
 
     def hand_back_held(self) -> Counter[Handback]:
         """Give back every job still held (`worker.handback.hand_back_all`): a released job's running
-        attempt stops at its next check without writing anything."""
+        attempt stops at its next check, and one not started yet does not start; neither writes anything."""
         return hand_back_all(self._engine, self._keeper.held())
 
-    def _loop(self, worker: str) -> None:
-        backoff = idle_pauses()
-        claim: Claim | None = None
-        unavailable = 0  # store calls in a row that found it unavailable
-        while claim is not None or not self._stopping.is_set():
+    def close(self, timeout: float = 5.0) -> None:
+        """End the threads once the outcomes already finished are committed."""
+        for _ in self._runners:
+            self._ready.put(STOP)
+        self._inbox.put(STOP)
+        self._claimer.join(timeout)
+
+    # Running.
+
+    def _run_loop(self) -> None:
+        while (running := self._ready.get()) is not STOP:
+            running.started = began = time.monotonic()
+            outcome = self._run(running)
+            self._budget.ran(time.monotonic() - began)
+            with self._lock:
+                self._unfinished -= 1
+                running.started = None
+            self._inbox.put(Finished(running, outcome))
+
+    def _run(self, running: Running) -> AttemptOutcome:
+        if running.held.lost:  # handed back while it waited for a thread
+            return AttemptOutcome(lease_lost=True)
+        try:
+            return run_attempt(StoreContext(self._engine, self._settings, running.claim, running.held))
+        except Exception as exc:  # outside the kind's own code (e.g. the execution log): retried later
+            log.exception("job %s could not run", running.claim.job_id)
+            return AttemptOutcome(error=JobError("worker_error", f"{type(exc).__name__}: {exc}"))
+
+    # Claiming and committing.
+
+    def _claim_loop(self) -> None:
+        pauses = idle_pauses()
+        unavailable = 0  # rounds in a row that found the store unavailable
+        wait: float | None = 0.0
+        while (batch := take_batch(self._inbox, timeout=wait)) is not None:
+            self._outcomes += [item for item in batch if isinstance(item, Finished)]
             try:
-                claim = self._run(claim, worker) if claim is not None else self._claim(worker)
+                with self._round:
+                    room, claimed = self._write_round()
             except db.StoreUnavailable as exc:
                 unavailable += 1
-                _say_unavailable(worker, unavailable, exc)
-                claim = None
-                self._stopping.wait(backoff.at_cap())
+                _say_unavailable(unavailable, exc)
+                wait = pauses.at_cap()
                 continue
-            except Exception:  # a bug must not silently cost the process a thread
-                log.exception("%s: unexpected error; pausing", worker)
-                claim = None
-                self._stopping.wait(backoff.at_cap())
+            except Exception:  # a bug must not silently cost the process its claimer
+                log.exception("unexpected error in a store round; writing its outcomes one by one")
+                self._write_alone()
+                wait = pauses.at_cap()
                 continue
             if unavailable:
-                log.info("%s: the store answers again after %d tries", worker, unavailable)
+                log.info("the store answers again after %d tries", unavailable)
                 unavailable = 0
-            if claim is None:
-                self._idle(backoff.failed())
-            else:
-                backoff.reset()
-                claim = self._unless_stopping(claim)
+            wait = self._next_wait(room, claimed, pauses)
 
-    def _idle(self, pause: float) -> None:
-        """Wait `pause` seconds before polling again, or less when nudged (a commit rang) or stopping."""
-        if not self._stopping.is_set():
-            self._nudges.wait(pause)
-
-    def _claim(self, worker: str) -> Claim | None:
-        return db.transact(self._engine, claim_next, worker, self._settings.lease_seconds)
-
-    def _unless_stopping(self, claim: Claim) -> Claim | None:
-        """The claim, or None after giving it back when the stop came while it was being taken."""
-        if not self._stopping.is_set():
-            return claim
-        result = hand_back(self._engine, claim)
-        log.info("job %s epoch %d: claimed while stopping: %s", claim.job_id, claim.epoch, result.value)
-        self.tally.add(result.value)
-        return None
-
-    def _run(self, claim: Claim, worker: str) -> Claim | None:
-        """Run `claim` with the shared worker runtime and commit its outcome; returns the next claim, taken
-        in the same transaction (see `commit_and_claim_next`), or None."""
-        held = self._keeper.hold(claim)
-        try:
-            outcome = run_attempt(StoreContext(self._engine, self._settings, claim, held))
-            state, next_claim = self._commit(claim, outcome, held, worker)
-            discard_uncommitted(self._settings, claim, outcome, state)
-        except db.StoreUnavailable as exc:
-            log.warning(
-                "job %s epoch %d: outcome not committed (%s); it runs again after its lease expires",
-                claim.job_id,
-                claim.epoch,
-                exc,
-            )
-            self.tally.add("uncommitted")
+    def _next_wait(self, room: int, claimed: int, pauses: Any) -> float | None:
+        """How long to wait for a finished job or a nudge before the next round: not at all for outcomes
+        still to commit; indefinitely while every room is taken (a job that finishes wakes the claimer) or
+        once stopping; otherwise the idle pause, which starts over when a round found work."""
+        if self._outcomes:
+            return 0.0
+        if self._stopping.is_set() or claimed == room:
             return None
-        finally:
-            self._keeper.drop(claim.job_id)
-        self.tally.add(_outcome_name(held, state))
-        return next_claim
+        if claimed:
+            pauses.reset()
+        return pauses.failed()
 
-    def _commit(
-        self, claim: Claim, outcome: AttemptOutcome, held: Held, worker: str
-    ) -> tuple[State | None, Claim | None]:
-        """Commit the outcome under its fence (and claim the next job unless stopping). A busy store does
-        not throw finished work away: the commit is tried again (the fence makes a late one harmless) until
-        it lands, the lease is known lost, or `lease_seconds` have passed; then `StoreUnavailable`."""
-        backoff = backoff_of(self._settings)
+    def _write_round(self) -> tuple[int, int]:
+        """Commit the waiting outcomes and claim up to the room in one transaction; returns the room and
+        how many jobs were claimed."""
+        outcomes = list(self._outcomes)
+        room = 0 if self._stopping.is_set() else self._room()
+        if not outcomes and not room:
+            return 0, 0
+        states, claims = db.transact(self._engine, self._commit_and_claim, outcomes, room)
+        self._outcomes = self._outcomes[len(outcomes) :]
+        self._committed(outcomes, states)
+        self._begin(claims)
+        return room, len(claims)
 
-        def attempt() -> tuple[State | None, Claim | None]:
-            next_worker = None if self._stopping.is_set() else worker
-            return db.transact(
-                self._engine,
-                commit_and_claim_next,
-                claim,
-                outcome,
-                backoff,
-                next_worker=next_worker,
-                lease_seconds=self._settings.lease_seconds,
-            )
+    def _commit_and_claim(
+        self, conn: Connection, outcomes: Sequence[Finished], room: int
+    ) -> tuple[list[State | None], list[Claim]]:
+        now = clock.now()
+        states = _commit(conn, outcomes, now, self._backoff)
+        claims = claim_due(conn, self._worker, self._settings.lease_seconds, room) if room else []
+        return states, claims
 
-        def say_delayed(exc: db.StoreUnavailable, _pause: float) -> None:
-            log.warning("job %s epoch %d: commit delayed (%s); trying again", claim.job_id, claim.epoch, exc)
+    def _write_alone(self) -> None:
+        """After a round failed for a reason other than an unavailable store: each waiting outcome in a
+        transaction of its own, so one the store refuses does not hold back the others. A refused one is
+        left to its lease (a sweeper settles it)."""
+        outcomes, self._outcomes = self._outcomes, []
+        for finished in outcomes:
+            try:
+                [state] = db.transact(self._engine, _commit, [finished], clock.now(), self._backoff)
+            except Exception:
+                log.exception("job %s: the store refused its outcome; its lease will run out", _id(finished))
+                self._forget(finished.running)
+                continue
+            self._committed([finished], [state])
 
-        return retry_while_unavailable(
-            attempt, give_up_after=self._settings.lease_seconds, lost=lambda: held.lost, on_retry=say_delayed
-        )
+    def _room(self) -> int:
+        """How many more jobs this process may claim now (`worker.budget`)."""
+        now = time.monotonic()
+        with self._lock:
+            began = [r.started for r in self._running.values() if r.started is not None]
+            unfinished = self._unfinished
+        longest = now - min(began) if began else 0.0
+        return max(0, self._budget.limit(longest) - unfinished)
+
+    def _committed(self, outcomes: Sequence[Finished], states: Sequence[State | None]) -> None:
+        for finished, state in zip(outcomes, states, strict=True):
+            self._forget(finished.running)
+            discard_uncommitted(self._settings, finished.running.claim, finished.outcome, state)
+            self.tally.add(_outcome_name(finished.running.held, state))
+
+    def _begin(self, claims: Sequence[Claim]) -> None:
+        """Hand the claimed jobs to the runners, or, when the stop came while they were being taken, give
+        them back at once."""
+        for claim in claims:
+            if self._stopping.is_set():
+                result = hand_back(self._engine, claim)
+                log.info(
+                    "job %s epoch %d: claimed while stopping: %s", claim.job_id, claim.epoch, result.value
+                )
+                self.tally.add(result.value)
+                continue
+            running = Running(claim, self._keeper.hold(claim))
+            with self._lock:
+                self._running[claim.attempt_id] = running
+                self._unfinished += 1
+            self._ready.put(running)
+
+    def _forget(self, running: Running) -> None:
+        job_id = running.claim.job_id
+        with self._lock:
+            self._running.pop(running.claim.attempt_id, None)
+            again = any(r.claim.job_id == job_id for r in self._running.values())
+        if not again:  # the keeper tracks by job id: keep a newer claim of the same job renewed
+            self._keeper.drop(job_id)
+
+
+def _commit(
+    conn: Connection, outcomes: Sequence[Finished], now: float, backoff: Backoff
+) -> list[State | None]:
+    return commit_outcomes(conn, [(f.running.claim, f.outcome) for f in outcomes], now, backoff)
+
+
+def _id(finished: Finished) -> str:
+    return finished.running.claim.job_id
 
 
 def _outcome_name(held: Held, state: State | None) -> str:
     if state is not None:
         return state.value
     return Handback.RELEASED.value if held.handed_back else "fenced"
-
-
-def commit_and_claim_next(
-    conn: Connection,
-    claim: Claim,
-    outcome: AttemptOutcome,
-    backoff: Backoff,
-    *,
-    next_worker: str | None,
-    lease_seconds: float,
-) -> tuple[State | None, Claim | None]:
-    """Commit `outcome` under its fence (None when fenced out: nothing written) and, when `next_worker` is
-    given, claim the next job for it in the same transaction: one write transaction per job, not two."""
-    now = clock.now()
-    [state] = commit_outcomes(conn, [(claim, outcome)], now, backoff)
-    if next_worker is None:
-        return state, None
-    return state, claiming.claim_next(conn, next_worker, now, lease_seconds)

@@ -1,11 +1,11 @@
 """`outbox-bridge worker`: one process of the SQLite-only baseline.
 
-It runs `concurrency` claiming threads (see `baseline.pool`), one lease keeper that renews every lease the
-process holds, and one lease sweeper. SIGTERM or SIGINT stops it as `worker.shutdown` says, like a
-consumer: no new claims at once, running jobs get `shutdown_grace_seconds` to finish, what is still held
-after that is released, and the process exits 0. A job whose external effect has started cannot be
-released and is waited for a while longer; if it still has not finished, the process exits 1 and the job's
-expired lease is settled by a sweeper. A second signal cuts the waiting short."""
+It runs one claimer and `concurrency` runner threads (see `baseline.pool`), one lease keeper that renews
+every lease the process holds, and one lease sweeper. SIGTERM or SIGINT stops it as `worker.shutdown`
+says, like a consumer: no new claims at once, running jobs get `shutdown_grace_seconds` to finish, what is
+still held after that is released, and the process exits 0. A job whose external effect has started cannot
+be released and is waited for a while longer; if it still has not finished, the process exits 1 and the
+job's expired lease is settled by a sweeper. A second signal cuts the waiting short."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from baseline.listening import Listening, Nudges
+from baseline.listening import Listening
 from baseline.pool import ClaimPool
 from baseline.sweep_loop import SweepLoop
 from core.settings import Settings
@@ -37,7 +37,6 @@ class BaselineProcess:
     def __init__(self, engine: Engine, settings: Settings, *, concurrency: int) -> None:
         self.settings = settings
         self.stopping = threading.Event()
-        self.nudges = Nudges()
         self.keeper = LeaseKeeper(engine, settings)
         self.pool = ClaimPool(
             engine,
@@ -45,10 +44,9 @@ class BaselineProcess:
             self.keeper,
             concurrency=concurrency,
             stopping=self.stopping,
-            nudges=self.nudges,
         )
         self.sweeper = SweepLoop(engine, settings, self.stopping)
-        self.listening = Listening(settings, self.nudges, self.stopping)
+        self.listening = Listening(settings, self.pool.nudge, self.stopping)
 
     def start(self) -> BaselineProcess:
         self.keeper.start()
@@ -62,6 +60,7 @@ class BaselineProcess:
         sweeper. Returns the exit code: 0 when nothing was left running, else 1 (such a job's lease runs out
         and a sweeper settles it as `unknown`)."""
         code = drain(self, self.settings, urgent)
+        self.pool.close()
         self.keeper.stop()
         self.sweeper.join(timeout=1.0)
         self.listening.join(timeout=1.5)
@@ -72,11 +71,10 @@ class BaselineProcess:
     # What `worker.shutdown.drain` asks of this mode.
 
     def stop_taking_work(self) -> None:
-        self.stopping.set()
-        self.nudges.release_all()
+        self.pool.stop_claiming()
 
     def wait_idle(self, timeout: float, urgent: Callable[[], bool]) -> bool:
-        return self.pool.join(timeout, urgent)
+        return self.pool.wait_idle(timeout, urgent)
 
     def hand_back(self) -> Counter[Handback]:
         return self.pool.hand_back_held()

@@ -21,13 +21,13 @@ from collections.abc import Callable
 
 from sqlalchemy import Engine
 
-from consumer.budget import ClaimBudget
 from consumer.degraded import DegradedMode
 from consumer.link import Delivery, DeliveryLink
 from consumer.pipeline import Pipeline
 from core.settings import Settings
 from jobstore import db
 from jobstore.records import Claim
+from worker.budget import ClaimBudget
 from worker.handback import Handback
 from worker.lease import LeaseKeeper
 from worker.process import run_until_signalled

@@ -8,7 +8,7 @@ the sweeper, or unknown) is acked without running: it is a duplicate, or a retry
 delivers it later.
 
 A round takes, once its transaction holds the write lock, whatever arrived while it waited for its turn.
-While jobs are short, a consumer claims more jobs than it has threads (`consumer.budget`), so a round
+While jobs are short, a consumer claims more jobs than it has threads (`worker.budget`), so a round
 commits and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a
 later round; and, while deliveries come in closely, outcomes wait up to `HOLD_SECONDS` for the next claim
 round to commit them (their acks wait with them).
@@ -28,9 +28,8 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from consumer.budget import AHEAD_SECONDS, ClaimBudget
 from consumer.link import Delivery
-from consumer.rounds import STOP, Finished, Round, Running, take_batch, take_waiting, write_round
+from consumer.rounds import Finished, Round, Running, write_round
 from core import faults
 from core.backoff import Backoff, compute_backoff
 from core.settings import Settings
@@ -39,7 +38,9 @@ from jobstore import claiming, db
 from jobstore.records import Claim
 from jobstore.states import State
 from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.budget import AHEAD_SECONDS, ClaimBudget
 from worker.handback import Handback, hand_back_all
+from worker.inbox import STOP, take_batch, take_waiting
 from worker.lease import Held, LeaseKeeper
 from worker.patience import retry_while_unavailable
 

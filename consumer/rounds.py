@@ -1,14 +1,11 @@
 """What one round of a consumer's store writer writes, in one transaction: the outcomes that finished,
-each under its own fence, then the claims of the deliveries it takes; and the queue plumbing that gathers
-them."""
+each under its own fence, then the claims of the deliveries it takes."""
 
 from __future__ import annotations
 
-import queue
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from sqlalchemy import Connection
 
@@ -21,9 +18,6 @@ from jobstore.states import State
 from worker.attempt import AttemptOutcome
 from worker.commit import commit_outcomes
 from worker.lease import Held
-
-STOP: Any = object()
-MAX_BATCH = 512
 
 
 @dataclass(eq=False)
@@ -81,32 +75,3 @@ def write_round(
 ) -> tuple[list[State | None], list[claiming.ClaimResult]]:
     """One round of the store writer: commit the finished outcomes, then claim the delivered jobs."""
     return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
-
-
-def take_batch(
-    source: queue.SimpleQueue[Any], limit: int = MAX_BATCH, timeout: float | None = None
-) -> list[Any] | None:
-    """Wait for one item (at most `timeout` seconds: then an empty batch), then take whatever else is
-    already waiting (up to `limit`); None at STOP."""
-    try:
-        first = source.get(timeout=timeout)
-    except queue.Empty:
-        return []
-    if first is STOP:
-        return None
-    return [first, *take_waiting(source, limit - 1)]
-
-
-def take_waiting(source: queue.SimpleQueue[Any], limit: int = MAX_BATCH) -> list[Any]:
-    """Whatever is already waiting, up to `limit`, without waiting; a STOP is left for the next take."""
-    batch: list[Any] = []
-    while len(batch) < limit:
-        try:
-            item = source.get_nowait()
-        except queue.Empty:
-            break
-        if item is STOP:
-            source.put(STOP)  # seen again by the next take, after this batch is handled
-            break
-        batch.append(item)
-    return batch

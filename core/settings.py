@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     # How often a relay settles dead-lettered messages from the store (a queued job is announced again).
     dead_letter_check_seconds: float = Field(default=2.0, gt=0)
 
-    # Unacked deliveries a consumer holds (0: its threads plus a bounded number ahead; see consumer.budget).
+    # Unacked deliveries a consumer holds (0: its threads plus a bounded number ahead; see worker.budget).
     consumer_prefetch: int = Field(default=0, ge=0)
     # Consumers fall back to claiming from the table after the broker is gone this long (0 disables).
     degraded_after_seconds: float = Field(default=30.0, ge=0)

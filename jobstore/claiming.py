@@ -189,19 +189,24 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
     return ClaimResult(refusal=Refusal.NEEDS_SWEEP, state=job.state)
 
 
-_NEXT = select(jobs.c.id).where(_claimable(_NOW)).order_by(jobs.c.available_at).limit(1)
-_NEXT_SKIP_LOCKED = _NEXT.with_for_update(skip_locked=True)
+_DUE = select(jobs.c.id).where(_claimable(_NOW)).order_by(jobs.c.available_at).limit(bindparam("b_limit"))
+_DUE_SKIP_LOCKED = _DUE.with_for_update(skip_locked=True)
+
+
+def claim_due(conn: Connection, worker: str, now: float, lease_seconds: float, limit: int) -> list[Claim]:
+    """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
+    the claimable jobs, oldest first, in a few statements whatever their number; none when none is due.
+
+    Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
+    due = _DUE_SKIP_LOCKED if conn.dialect.name == "postgresql" else _DUE
+    job_ids = list(conn.execute(due, {"b_now": now, "b_limit": limit}).scalars())
+    taken = _take_many(conn, job_ids, worker, now, lease_seconds)
+    claims = [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
+    outbox.drop_pending_many(conn, [claim.job_id for claim in claims])
+    return claims
 
 
 def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) -> Claim | None:
-    """The baseline's path: claim the oldest claimable job, or None when there is none.
-
-    Pending outbox rows of the claimed job are dropped: the job is already in a worker's hands."""
-    candidate = _NEXT_SKIP_LOCKED if conn.dialect.name == "postgresql" else _NEXT
-    job_id = conn.execute(candidate, {"b_now": now}).scalar()
-    if job_id is None:
-        return None
-    result = claim(conn, job_id, worker, now, lease_seconds)
-    if result.claim is not None:
-        outbox.drop_pending(conn, job_id)
-    return result.claim
+    """`claim_due` for one job: the oldest claimable job, or None when there is none."""
+    claims = claim_due(conn, worker, now, lease_seconds, 1)
+    return claims[0] if claims else None

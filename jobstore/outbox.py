@@ -29,6 +29,9 @@ from jobstore.schema import outbox
 # Built once with bound parameters: building a statement costs far more than running it.
 _INSERT = insert(outbox)
 _DROP_PENDING = delete(outbox).where(outbox.c.job_id == bindparam("b_job"), outbox.c.published_at.is_(None))
+_DROP_PENDING_MANY = delete(outbox).where(
+    outbox.c.job_id.in_(bindparam("b_jobs", expanding=True)), outbox.c.published_at.is_(None)
+)
 _NOW = bindparam("b_now", type_=Float)
 _IDS: BindParameter[int] = bindparam("b_ids", expanding=True)
 
@@ -59,6 +62,12 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float]]) -> None:
 def drop_pending(conn: Connection, job_id: str) -> None:
     """Forget unpublished deliveries of a job that no longer needs one (claimed directly, or cancelled)."""
     conn.execute(_DROP_PENDING, {"b_job": job_id})
+
+
+def drop_pending_many(conn: Connection, job_ids: Sequence[str]) -> None:
+    """`drop_pending` for each of `job_ids`, in one statement."""
+    if job_ids:
+        conn.execute(_DROP_PENDING_MANY, {"b_jobs": list(job_ids)})
 
 
 @dataclass(frozen=True)

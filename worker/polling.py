@@ -13,3 +13,8 @@ def claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | N
     """`claiming.claim_next` at the time the transaction runs (a retried transaction reads the clock
     again)."""
     return claiming.claim_next(conn, worker, clock.now(), lease_seconds)
+
+
+def claim_due(conn: Connection, worker: str, lease_seconds: float, limit: int) -> list[Claim]:
+    """`claiming.claim_due` at the time the transaction runs."""
+    return claiming.claim_due(conn, worker, clock.now(), lease_seconds, limit)

@@ -1,17 +1,18 @@
-"""How many deliveries a consumer holds, and how many of them it claims.
+"""How many jobs a worker process holds claimed, in either mode.
 
-The broker sends a consumer at most `prefetch` unacknowledged deliveries: its threads' worth plus a bounded
-number ahead (`CONSUMER_PREFETCH`, by default `concurrency + min(MAX_AHEAD, AHEAD_PER_THREAD * concurrency)`).
-That number is fixed for the life of a connection, and the consumer never gives a delivery back while it
-runs: a quorum queue counts every return against its `x-delivery-limit` and dead-letters the message past it,
-so pacing by giving deliveries back would, under an ordinary mix of short and long jobs, strand runnable jobs
-in `jobs.dead`. Deliveries it cannot run yet wait here, unacked, until a thread is free; only a consumer
-that stops (SIGTERM) or dies returns what it holds.
+A consumer: the broker sends it at most `prefetch` unacknowledged deliveries: its threads' worth plus a
+bounded number ahead (`CONSUMER_PREFETCH`, by default `concurrency + min(MAX_AHEAD, AHEAD_PER_THREAD *
+concurrency)`). That number is fixed for the life of a connection, and the consumer never gives a delivery
+back while it runs: a quorum queue counts every return against its `x-delivery-limit` and dead-letters the
+message past it, so pacing by giving deliveries back would, under an ordinary mix of short and long jobs,
+strand runnable jobs in `jobs.dead`. Deliveries it cannot run yet wait, unacked, until a thread is free;
+only a consumer that stops (SIGTERM) or dies returns what it holds. A baseline worker claims from the
+table, and `prefetch` is simply the most it holds claimed.
 
-Among what it holds, a consumer claims its threads' worth, plus, while jobs are short, as many more as its
-threads will get through in about `AHEAD_SECONDS`. Claiming ahead is what lets short jobs commit and claim
-many at a time (one write transaction per round, whatever the round holds); holding a job claimed but not
-running is what it costs. So a consumer claims ahead only after `SHORT_RUNS_TO_BURST` jobs in a row ran
+Among what it may hold, a process claims its threads' worth, plus, while jobs are short, as many more as
+its threads will get through in about `AHEAD_SECONDS`. Claiming ahead is what lets short jobs commit and
+claim many at a time (one write transaction per round, whatever the round holds); holding a job claimed but
+not running is what it costs. So a process claims ahead only after `SHORT_RUNS_TO_BURST` jobs in a row ran
 shorter than half the allowance, and stops the moment one runs longer than `AHEAD_SECONDS`.
 """
 

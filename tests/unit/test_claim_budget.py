@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from consumer.budget import (
+from worker.budget import (
     AHEAD_PER_THREAD,
     AHEAD_SECONDS,
     MAX_AHEAD,
