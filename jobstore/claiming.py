@@ -47,21 +47,30 @@ class ClaimResult:
     state: State | None = None
 
 
-def _claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
-    queued = and_(state_in(CLAIM.sources), jobs.c.available_at <= now)
-    # A held job whose worker let the lease run out is taken again (it stays running, under a new epoch),
-    # unless that worker had started an external effect: that one is the sweeper's, to end `unknown`.
-    expired = and_(
+def _queued_due(now: ColumnElement[float]) -> ColumnElement[bool]:
+    return and_(state_in(CLAIM.sources), jobs.c.available_at <= now)
+
+
+def _expired(now: ColumnElement[float]) -> ColumnElement[bool]:
+    """A held job whose worker let the lease run out is taken again (it stays running, under a new epoch),
+    unless that worker had started an external effect: that one is the sweeper's, to end `unknown`."""
+    return and_(
         state_in(HELD),
         jobs.c.lease_expires_at <= now,
         or_(jobs.c.external_epoch.is_(None), jobs.c.external_epoch != jobs.c.epoch),
     )
+
+
+def _takeable(now: ColumnElement[float]) -> ColumnElement[bool]:
     return and_(
-        or_(queued, expired),
         jobs.c.attempts < jobs.c.max_attempts,
         jobs.c.cancel_requested == false(),
         or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > now),
     )
+
+
+def _claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
+    return and_(or_(_queued_due(now), _expired(now)), _takeable(now))
 
 
 # Hot statements are built once with bound parameters: building a statement costs far more than running it.
@@ -189,17 +198,29 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
     return ClaimResult(refusal=Refusal.NEEDS_SWEEP, state=job.state)
 
 
-_DUE = select(jobs.c.id).where(_claimable(_NOW)).order_by(jobs.c.available_at).limit(bindparam("b_limit"))
-_DUE_SKIP_LOCKED = _DUE.with_for_update(skip_locked=True)
+# Two statements, not one with an OR: each walks its own index in order and stops at the limit, where the
+# OR would gather and sort every due row (the whole backlog, in a burst) to take a few.
+def _due(which: ColumnElement[bool], order: ColumnElement[Any]) -> Any:
+    return select(jobs.c.id).where(which, _takeable(_NOW)).order_by(order).limit(bindparam("b_limit"))
+
+
+_DUE_STATEMENTS = (
+    _due(_expired(_NOW), jobs.c.lease_expires_at),
+    _due(_queued_due(_NOW), jobs.c.available_at),
+)
+_DUE_SKIP_LOCKED = tuple(statement.with_for_update(skip_locked=True) for statement in _DUE_STATEMENTS)
 
 
 def claim_due(conn: Connection, worker: str, now: float, lease_seconds: float, limit: int) -> list[Claim]:
     """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
-    the claimable jobs, oldest first, in a few statements whatever their number; none when none is due.
+    the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs,
+    oldest first; none when none is due.
 
     Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
-    due = _DUE_SKIP_LOCKED if conn.dialect.name == "postgresql" else _DUE
-    job_ids = list(conn.execute(due, {"b_now": now, "b_limit": limit}).scalars())
+    job_ids: list[str] = []
+    for due in _DUE_SKIP_LOCKED if conn.dialect.name == "postgresql" else _DUE_STATEMENTS:
+        if len(job_ids) < limit:
+            job_ids += conn.execute(due, {"b_now": now, "b_limit": limit - len(job_ids)}).scalars()
     taken = _take_many(conn, job_ids, worker, now, lease_seconds)
     claims = [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
     outbox.drop_pending_many(conn, [claim.job_id for claim in claims])
