@@ -428,7 +428,7 @@ def jobs_prune(
 ) -> None:
     """Delete jobs finished longer ago than the retention, with their attempts, outbox rows and files, and
     remove attempt outputs that never became a result. `unknown` jobs stay until resolved."""
-    from relay.retention import OutputSweep, preview_prune, prune_finished
+    from worker.retention import OutputSweep, preview_prune, prune_finished
 
     settings = _settings()
     age = _prune_age(older_than, settings)

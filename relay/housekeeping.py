@@ -1,6 +1,6 @@
 """The relay's scheduled store work, which needs no broker: settle jobs whose lease or deadline ran out,
 drop outbox rows published longer ago than the retention, and announce again queued jobs whose delivery
-was lost; and, less often, apply the job retention (`relay.retention`)."""
+was lost. The job retention (`worker.retention`) runs on a timer of its own, less often."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from sqlalchemy import Engine
 from core import clock
 from core.settings import Settings
 from jobstore import db, outbox, sweeper
-from relay.retention import OutputSweep, Pruned, Swept, prune_finished
 from worker.commit import backoff_of
 
 
@@ -43,39 +42,3 @@ def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
         engine, sweeper.reannounce_stale, now, older_than=now - settings.reannounce_after_seconds
     )
     return Housekept(swept, pruned, reannounced)
-
-
-# Bounded work per retention pass: at most this many batches of jobs deleted (of `retention.BATCH`), and
-# this many job directories looked through (the next pass goes on from there).
-RETENTION_BATCHES = 10
-SWEEP_DIRECTORIES = 2_000
-
-
-@dataclass(frozen=True)
-class Retained:
-    pruned: Pruned
-    swept: Swept
-
-    def lines(self) -> list[str]:
-        found = []
-        if self.pruned.jobs:
-            found.append(
-                f"retention: deleted {self.pruned.jobs} finished jobs and {self.pruned.files} of their files"
-            )
-        if self.swept.files or self.swept.directories:
-            found.append(
-                f"retention: removed {self.swept.files} files of attempts that did not become a result or of "
-                f"jobs that no longer exist, and {self.swept.directories} directories of such jobs"
-            )
-        return found
-
-
-def retain(engine: Engine, settings: Settings, sweep: OutputSweep) -> Retained:
-    """One bounded retention pass: jobs finished longer than `job_retention_seconds` ago are deleted (none
-    when it is 0), then `sweep` goes on through the results directory."""
-    now = clock.now()
-    pruned = Pruned()
-    if settings.job_retention_seconds > 0:
-        cutoff = now - settings.job_retention_seconds
-        pruned = prune_finished(engine, settings, cutoff, batches=RETENTION_BATCHES)
-    return Retained(pruned, sweep.run(engine, settings, now, limit=SWEEP_DIRECTORIES))

@@ -36,14 +36,14 @@ from jobstore import db
 from jobstore.outbox import Lease
 from relay import ledger
 from relay.deadletters import Checked, DeadLetterCheck
-from relay.housekeeping import Housekept, Retained, retain, sweep_and_prune
+from relay.housekeeping import Housekept, sweep_and_prune
 from relay.ledger import Settled, Settlement
 from relay.link import BrokerLink
 from relay.loop import LoopWork
-from relay.retention import OutputSweep
 from relay.tally import Progress, Tally
 from relay.wake import Wakeups
 from relay.window import Sent, Verdict
+from worker.retention import OutputSweep, Retained, retain
 
 log = logging.getLogger("relay")
 

@@ -16,12 +16,11 @@ from sqlalchemy import Engine
 
 from api.app import create_app
 from api.auth import issue_token
+from baseline.sweep_loop import SweepLoop
 from core.clock import FakeClock
 from core.settings import Settings
 from jobstore import db, fenced, operator, retention, sweeper
 from jobstore.states import State
-from relay.housekeeping import retain
-from relay.retention import QUIET_SECONDS, OutputSweep, preview_prune, prune_finished
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay
 from tests.support.retention import (
@@ -36,6 +35,7 @@ from tests.support.retention import (
 )
 from tests.support.store import claimed, every_row, job_row, new_job
 from worker.commit import backoff_of
+from worker.retention import QUIET_SECONDS, OutputSweep, preview_prune, prune_finished, retain
 
 DAY = 86_400.0
 RETENTION = 7 * DAY
@@ -302,5 +302,22 @@ def test_a_running_relay_applies_the_retention_on_its_own(
             wait_for(lambda: gone not in table_ids(engine)["jobs"], 15, what="the old job pruned")
     finally:
         broker.cleanup()
+    assert table_ids(engine)["jobs"] == {young}
+    assert not (settings.results_dir / gone).exists()
+
+
+def test_a_baseline_worker_process_applies_the_retention_on_its_own(
+    engine: Engine, settings: Settings, clock: FakeClock
+) -> None:
+    often = settings.model_copy(update={"sweep_interval_seconds": 0.05, "retention_check_seconds": 0.1})
+    gone = succeeded(engine, settings, "old", clock.now() - 30 * DAY)
+    young = succeeded(engine, settings, "young", clock.now())
+    stopping = threading.Event()
+    loop = SweepLoop(engine, often, stopping).start()
+    try:
+        wait_for(lambda: gone not in table_ids(engine)["jobs"], 15, what="the old job pruned")
+    finally:
+        stopping.set()
+        loop.join(10)
     assert table_ids(engine)["jobs"] == {young}
     assert not (settings.results_dir / gone).exists()

@@ -1,6 +1,8 @@
-"""The job retention, applied by each relay every `RETENTION_CHECK_SECONDS` (`relay.housekeeping`) and by
-`outbox-bridge jobs prune`: finished jobs older than the retention are deleted with their files, and
-attempt outputs that never became a result are removed from the results directory.
+"""The job retention: finished jobs older than `JOB_RETENTION_SECONDS` are deleted with their files, and
+attempt outputs that never became a result are removed from the results directory. Every relay runs a
+bounded pass (`retain`) every `RETENTION_CHECK_SECONDS`, and so does every baseline worker process (which
+has no relay beside it); `outbox-bridge jobs prune` runs it to the end. Several at once are safe: every
+delete is guarded and a file already gone counts as removed.
 
 Rows go before files. Each batch of jobs is deleted in a committed transaction of its own, and only then
 are the directories of the jobs it deleted removed: a crash in between leaves directories of jobs that no
@@ -15,6 +17,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
+from core import clock
 from core.settings import Settings
 from handlers import outputs
 from jobstore import db, retention
@@ -137,3 +140,39 @@ def _remove(path: Path, *, dry_run: bool = False) -> int:
     except OSError as exc:
         log.warning("retention: cannot remove %s: %s", path, exc)
         return 0
+
+
+# Bounded work per retention pass: at most this many batches of jobs deleted (of `retention.BATCH` jobs), and
+# this many job directories looked through (the next pass goes on from there).
+RETENTION_BATCHES = 10
+SWEEP_DIRECTORIES = 2_000
+
+
+@dataclass(frozen=True)
+class Retained:
+    pruned: Pruned
+    swept: Swept
+
+    def lines(self) -> list[str]:
+        found = []
+        if self.pruned.jobs:
+            found.append(
+                f"retention: deleted {self.pruned.jobs} finished jobs and {self.pruned.files} of their files"
+            )
+        if self.swept.files or self.swept.directories:
+            found.append(
+                f"retention: removed {self.swept.files} files of attempts that did not become a result or of "
+                f"jobs that no longer exist, and {self.swept.directories} directories of such jobs"
+            )
+        return found
+
+
+def retain(engine: Engine, settings: Settings, sweep: OutputSweep) -> Retained:
+    """One bounded retention pass: jobs finished longer than `job_retention_seconds` ago are deleted (none
+    when it is 0), then `sweep` goes on through the results directory."""
+    now = clock.now()
+    pruned = Pruned()
+    if settings.job_retention_seconds > 0:
+        cutoff = now - settings.job_retention_seconds
+        pruned = prune_finished(engine, settings, cutoff, batches=RETENTION_BATCHES)
+    return Retained(pruned, sweep.run(engine, settings, now, limit=SWEEP_DIRECTORIES))
