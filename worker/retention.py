@@ -28,6 +28,10 @@ log = logging.getLogger(__name__)
 # A job directory, or a file in one, that the store cannot account for is removed once unchanged this long,
 # so that nothing a worker is writing for a claim committed after the store was asked is ever touched.
 QUIET_SECONDS = 300.0
+# A pass of `retain` is bounded: at most this many batches of `retention.BATCH` jobs deleted, and this many
+# job directories looked through (the next pass goes on from there).
+RETENTION_BATCHES = 10
+SWEEP_DIRECTORIES = 2_000
 
 
 @dataclass(frozen=True)
@@ -142,14 +146,10 @@ def _remove(path: Path, *, dry_run: bool = False) -> int:
         return 0
 
 
-# Bounded work per retention pass: at most this many batches of jobs deleted (of `retention.BATCH` jobs), and
-# this many job directories looked through (the next pass goes on from there).
-RETENTION_BATCHES = 10
-SWEEP_DIRECTORIES = 2_000
-
-
 @dataclass(frozen=True)
 class Retained:
+    """What one pass of `retain` did."""
+
     pruned: Pruned
     swept: Swept
 
