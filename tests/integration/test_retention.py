@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 
 from api.app import create_app
 from api.auth import issue_token
@@ -123,6 +123,16 @@ def test_a_job_requeued_and_running_after_it_was_chosen_is_not_deleted_nor_its_f
     assert (settings.results_dir / running_file).exists()
 
 
+def waiting_on_locks(engine: Engine) -> int:
+    """PostgreSQL: statements of this database waiting for a lock now."""
+    query = text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE wait_event_type = 'Lock' AND datname = current_database()"
+    )
+    with engine.connect() as conn:
+        return int(conn.execute(query).scalar_one())
+
+
 @pytest.mark.databases("postgresql")
 def test_a_delete_waiting_on_an_uncommitted_requeue_deletes_nothing_once_it_commits(
     engine: Engine, settings: Settings, clock: FakeClock
@@ -136,8 +146,8 @@ def test_a_delete_waiting_on_an_uncommitted_requeue_deletes_nothing_once_it_comm
             target=lambda: outcome.append(db.transact(engine, retention.prune, clock.now() - RETENTION))
         )
         prune.start()
-        time.sleep(0.5)
-        assert prune.is_alive(), "the delete waits for the requeue's row lock"
+        wait_for(lambda: waiting_on_locks(engine) == 1, 10, what="the delete waiting for the requeue's row")
+        assert prune.is_alive()
         transaction.commit()
     prune.join(timeout=10)
     assert outcome == [[]]
