@@ -1,12 +1,14 @@
 """The baseline's own lease sweeper: there is no relay beside it, so each worker process settles expired
-leases and passed deadlines itself. Several processes may sweep at once; every move is a guarded UPDATE,
-so a job is settled once however many sweepers see it."""
+leases and passed deadlines itself, and applies the job retention every `RETENTION_CHECK_SECONDS` as a
+relay does (`worker.retention`). Several processes may sweep at once; every move is a guarded UPDATE, so a
+job is settled once however many sweepers see it, and every delete is guarded the same way."""
 
 from __future__ import annotations
 
 import logging
 import random
 import threading
+import time
 
 from sqlalchemy import Engine
 
@@ -15,6 +17,7 @@ from core import clock
 from core.settings import Settings
 from jobstore import db, sweeper
 from worker.commit import backoff_of
+from worker.retention import OutputSweep, retain
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +31,8 @@ class SweepLoop:
         self._stopping = stopping
         self._rng = random.Random()
         self._thread = threading.Thread(target=self._loop, name="lease-sweeper", daemon=True)
+        self._output_sweep = OutputSweep()
+        self._retain_at = time.monotonic() + settings.retention_check_seconds
 
     def start(self) -> SweepLoop:
         self._thread.start()
@@ -39,6 +44,9 @@ class SweepLoop:
     def _loop(self) -> None:
         while not self._stopping.wait(jittered(self._settings.sweep_interval_seconds, self._rng)):
             self.sweep_once()
+            if time.monotonic() >= self._retain_at:
+                self._retain_at = time.monotonic() + self._settings.retention_check_seconds
+                self.retain_once()
 
     def sweep_once(self) -> None:
         """One sweep; a busy or unreachable store postpones it to the next round instead of failing."""
@@ -52,3 +60,13 @@ class SweepLoop:
             log.info(
                 "swept expired jobs: %s", ", ".join(f"{n} {state}" for state, n in sorted(settled.items()))
             )
+
+    def retain_once(self) -> None:
+        """One bounded retention pass; a busy or unreachable store postpones it to the next one."""
+        try:
+            retained = retain(self._engine, self._settings, self._output_sweep)
+        except db.StoreUnavailable as exc:
+            log.warning("retention postponed: %s", exc)
+            return
+        for line in retained.lines():
+            log.info("%s", line)

@@ -57,6 +57,11 @@ class Settings(BaseSettings):
     relay_lease_seconds: float = Field(default=30.0, gt=0)
     sweep_interval_seconds: float = Field(default=1.0, gt=0)
     outbox_retention_seconds: float = Field(default=24 * 3600.0, ge=0)
+    # Finished jobs (not `unknown`: those wait for an operator) are deleted with their attempts, outbox rows
+    # and files once finished this long; 0 keeps them forever.
+    job_retention_seconds: float = Field(default=7 * 24 * 3600.0, ge=0)
+    # How often a relay applies the job retention and removes attempt outputs that never became a result.
+    retention_check_seconds: float = Field(default=60.0, gt=0)
     # A queued job due this long with no delivery waiting is announced again (its message was lost).
     reannounce_after_seconds: float = Field(default=300.0, gt=0)
     # How often a relay settles dead-lettered messages from the store (a queued job is announced again).

@@ -73,7 +73,9 @@ class JobContext(Protocol):
 class Kind:
     """A job kind. `discard(results_dir, output)`, when given, removes what `run` left behind for an output
     that did not become the job's result (the attempt was cancelled or fenced out after it returned), so
-    that only committed results stay on disk."""
+    that only committed results stay on disk. A kind writes its files in `<results_dir>/<job_id>/`, each
+    named after the attempt that writes it (`<attempt_id>` then any suffix): the job retention
+    (`handlers.outputs`) goes by that name to remove what a killed or lost attempt left."""
 
     name: str
     schema: type[BaseModel]

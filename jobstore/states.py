@@ -28,6 +28,9 @@ ACTIVE: frozenset[State] = frozenset({State.QUEUED, State.RUNNING})
 # `unknown` is terminal for workers (nothing retries it) but an operator may still settle it.
 OPERATOR_REQUEUEABLE: frozenset[State] = frozenset({State.DEAD, State.UNKNOWN})
 RESOLVABLE_TO: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED})
+# What the job retention deletes once finished long enough: every terminal state but `unknown`, which keeps
+# its job until an operator has settled it.
+PRUNABLE: frozenset[State] = TERMINAL - {State.UNKNOWN}
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from broker.connection import queue_depth
 from core import clock
+from core.durations import format_duration, parse_duration
 from core.settings import Settings, load
 from jobstore import db, migrate, operator, queries
 from jobstore.errors import InvalidTransition, JobNotFound
@@ -411,6 +412,56 @@ def jobs_resolve(
 ) -> None:
     """Settle an unknown job as succeeded or failed."""
     _operate("resolved", operator.resolve, job_id, State(outcome.value), note, clock.now())
+
+
+@jobs_app.command("prune")
+def jobs_prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Finished longer ago than this (7d, 12h, 30m, 90s); default JOB_RETENTION_SECONDS.",
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; remove nothing.")] = False,
+) -> None:
+    """Delete jobs finished longer ago than the retention, with their attempts, outbox rows and files, and
+    remove attempt outputs that never became a result. `unknown` jobs stay until resolved."""
+    from worker.retention import OutputSweep, preview_prune, prune_finished
+
+    settings = _settings()
+    age = _prune_age(older_than, settings)
+    engine = _ready_engine(settings)
+    now = clock.now()
+    verb = "would remove" if dry_run else "removed"
+    if age is None:
+        out.print("finished jobs are kept: JOB_RETENTION_SECONDS is 0 (give --older-than to delete some)")
+    else:
+        cutoff = now - age
+        pruned = (preview_prune if dry_run else prune_finished)(engine, settings, cutoff)
+        out.print(
+            f"{verb} {pruned.jobs} jobs finished more than {format_duration(age)} ago (before "
+            f"{clock.isoformat(cutoff)}) and {pruned.files} of their files"
+        )
+    swept = OutputSweep().run(engine, settings, now, dry_run=dry_run)
+    out.print(
+        f"{verb} {swept.files} files of attempts that never became a result or of jobs no longer in the "
+        f"store, and {swept.directories} directories of such jobs"
+    )
+    if dry_run:
+        out.print("dry run: nothing was removed")
+
+
+def _prune_age(older_than: str | None, settings: Settings) -> float | None:
+    """The age `jobs prune` deletes finished jobs at: `--older-than`, else JOB_RETENTION_SECONDS, None when
+    that is 0 (kept forever); exit 1 saying what a duration looks like when `--older-than` is not one."""
+    if older_than is None:
+        return settings.job_retention_seconds or None
+    try:
+        return parse_duration(older_than)
+    except ValueError as exc:
+        _refuse(f"--older-than: {exc}")
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """The relay's scheduled store work, which needs no broker: settle jobs whose lease or deadline ran out,
 drop outbox rows published longer ago than the retention, and announce again queued jobs whose delivery
-was lost."""
+was lost. The job retention (`worker.retention`) runs on a timer of its own, less often."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ The promises:
 - a nacked or returned message leaves its row pending (released after a short delay); a connection lost
   with unconfirmed messages releases their rows at once;
 - while the broker is unreachable the relay keeps reconnecting with bounded, jittered backoff and keeps
-  sweeping expired jobs and pruning the outbox;
+  sweeping expired jobs, pruning the outbox and applying the job retention;
 - while it is reachable, messages dead-lettered into `jobs.dead` are settled from the store every
   `DEAD_LETTER_CHECK_SECONDS` (`relay.deadletters`): a job still queued is announced again;
 - `request_stop` stops leasing, waits (bounded) for outstanding confirms, writes what was confirmed,
@@ -43,6 +43,7 @@ from relay.loop import LoopWork
 from relay.tally import Progress, Tally
 from relay.wake import Wakeups
 from relay.window import Sent, Verdict
+from worker.retention import OutputSweep, Retained, retain
 
 log = logging.getLogger("relay")
 
@@ -85,6 +86,7 @@ class Relay(LoopWork):
         self._stopping = False
         self._progress = Progress(self.tally)
         self._dead_letters = DeadLetterCheck(settings, engine)
+        self._output_sweep = OutputSweep()
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -101,6 +103,7 @@ class Relay(LoopWork):
         self._wakeups.start()
         self._every(STOP_CHECK_SECONDS, self._check_stop)
         self._every(self.settings.sweep_interval_seconds, self._housekeep)
+        self._every(self.settings.retention_check_seconds, self._retain)
         self._every(self.settings.dead_letter_check_seconds, self._check_dead_letters)
         self._every(REPORT_EVERY_SECONDS, self._report)
         try:
@@ -323,6 +326,15 @@ class Relay(LoopWork):
             self._in_store("housekeeping", work, then=self._on_housekept)
 
     def _on_housekept(self, done: Housekept) -> None:
+        for line in done.lines():
+            log.info("%s", line)
+
+    def _retain(self) -> None:
+        if "retention" not in self._busy and not self._stopping:
+            work = partial(retain, self.engine, self.settings, self._output_sweep)
+            self._in_store("retention", work, then=self._on_retained)
+
+    def _on_retained(self, done: Retained) -> None:
         for line in done.lines():
             log.info("%s", line)
 

@@ -1,0 +1,41 @@
+"""Durations as an operator types them: `7d`, `12h`, `30m`, `90s`, combinations such as `1h30m`, or a
+plain number of seconds."""
+
+from __future__ import annotations
+
+import re
+
+UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
+_WHOLE = re.compile(r"(?:\d+[dhms])+")
+_PART = re.compile(r"(\d+)([dhms])")
+HELP = "a duration such as 7d, 12h, 30m, 90s or 1h30m (d: days, h: hours, m: minutes, s: seconds)"
+
+
+def parse_duration(text: str) -> int:
+    """The seconds `text` names: units from largest to smallest, each at most once, or digits alone for
+    seconds. `ValueError` saying what is accepted for anything else, and for a duration of zero."""
+    cleaned = text.strip().lower()
+    if cleaned.isdigit():
+        seconds = int(cleaned)
+    elif _WHOLE.fullmatch(cleaned):
+        parts = _PART.findall(cleaned)
+        units = [unit for _, unit in parts]
+        if units != sorted(set(units), key=list(UNITS).index):
+            raise ValueError(f"{text!r} is not {HELP}: give each unit once, largest first")
+        seconds = sum(int(number) * UNITS[unit] for number, unit in parts)
+    else:
+        raise ValueError(f"{text!r} is not {HELP}")
+    if seconds <= 0:
+        raise ValueError(f"{text!r} is no time at all: give {HELP}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    """`seconds` the way `parse_duration` reads it, in whole seconds: 604800 -> `7d`, 5400 -> `1h30m`."""
+    left = round(seconds)
+    parts = []
+    for unit, size in UNITS.items():
+        if left >= size:
+            parts.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(parts) or "0s"
