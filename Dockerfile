@@ -13,8 +13,13 @@ RUN groupadd --system --gid 10001 outbox \
  && chown -R outbox:outbox /var/lib/outbox-bridge
 
 WORKDIR /srv/outbox-bridge
+# The dependencies first, at the versions the lock pins, in a layer of their own: it is rebuilt only when
+# the lock changes, not on every edit of the sources below.
+COPY requirements/runtime.txt requirements/runtime.txt
+RUN pip install -r requirements/runtime.txt
+# Then the project itself, with nothing resolved again (`--no-deps`): only the lock decides versions.
 COPY . .
-RUN pip install . && rm -rf build *.egg-info
+RUN pip install --no-deps . && rm -rf build *.egg-info
 
 # A named volume mounted here starts with this ownership, so the non-root processes can write the store.
 VOLUME ["/var/lib/outbox-bridge"]

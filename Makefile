@@ -3,18 +3,39 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: help install demo test chromium lint bench clean
+# The pinned dependencies: `make install` installs the dev lock (the package, its dev and bench extras),
+# the image the runtime lock (the package alone, at the same versions). Both come from pyproject.toml
+# through `make lock`; nothing else resolves versions.
+LOCK_DEV     := requirements/dev.txt
+LOCK_RUNTIME := requirements/runtime.txt
+
+.PHONY: help install lock demo test chromium lint bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-install: $(STAMP) ## create .venv and install the project with its test tools
+install: $(STAMP) ## create .venv with the pinned dependencies (requirements/dev.txt) and the project
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -r $(LOCK_DEV)
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# Resolved on Python 3.11, the oldest supported and the image's, so every pin installs there; a pin keeps
+# its version while pyproject.toml still allows it. `make lock LOCK_FLAGS=--upgrade` moves every pin to
+# the newest allowed, `LOCK_FLAGS='--upgrade-package fastapi'` only that one.
+LOCK_FLAGS ?=
+PIP_COMPILE = CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet --strip-extras --allow-unsafe \
+	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host $(LOCK_FLAGS)
+
+lock: ## pin every dependency (requirements/*.txt) from pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
+	  { echo "make lock resolves on Python 3.11: make clean lock PYTHON=python3.11" >&2; exit 1; }
+	@test -x $(BIN)/pip-compile || $(BIN)/pip install --quiet 'pip-tools>=7.4'
+	$(PIP_COMPILE) --extra dev --extra bench -o $(LOCK_DEV) pyproject.toml
+	$(PIP_COMPILE) --constraint $(LOCK_DEV) -o $(LOCK_RUNTIME) pyproject.toml
 
 demo: install ## start a local stack and run the demo scenario
 	$(BIN)/outbox-bridge demo

@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from sqlalchemy import Engine
 
-from api import openapi, problems
+from api import docs, openapi, problems
 from api.auth import check_secret
 from api.committer import GroupCommitter
 from api.headers import ResponseHeaders
@@ -52,6 +52,9 @@ def create_app(settings: Settings) -> FastAPI:
         description=DESCRIPTION,
         lifespan=lifespan,
         redirect_slashes=False,
+        # Served by api.docs from local files instead: FastAPI's own pages load their scripts from a CDN.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -62,6 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(probes.router)
     _include_dashboard(app)
     openapi.install(app, accepted_kinds=[k for k in settings.allowed_kinds if k in KINDS])
+    docs.install(app)
     # Added last = outermost: the counter sees every answer, the 413s included, and every answer gets the
     # response headers (but for an unexpected error's, which the handler outside them gives; see problems).
     app.add_middleware(

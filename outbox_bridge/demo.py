@@ -1,8 +1,9 @@
 """`outbox-bridge demo`: start a local stack and drive a realistic scenario through the HTTP API.
 
-With a reachable RabbitMQ: api + relay + two consumers. With `--broker none`: api + two SQLite-only baseline
-workers. The same scenario runs either way; every process the demo starts is stopped when it ends (or on
-Ctrl-C), unless `--keep-running` was asked for."""
+On RabbitMQ: api + relay + two consumers. With `--broker none`, or when no broker answers and none can be
+started here (see `demo_broker`): api + two SQLite-only baseline workers, and the demo says so. The same
+scenario runs either way; every process the demo starts, a local broker included, is stopped when it ends
+(or on Ctrl-C), unless `--keep-running` was asked for (then when that ends)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ from core.settings import Settings
 from jobstore import db, migrate, queries
 from jobstore.records import Job
 from jobstore.states import TERMINAL, State
-from launch.stack import Stack, broker_answers, free_port
+from launch.stack import Stack, free_port
+from outbox_bridge import demo_broker
+from outbox_bridge.demo_broker import Broker
 
 console = Console()
 DEMO_DIR = Path("data/demo")
@@ -44,9 +47,19 @@ RUN_TIMEOUT = 180.0
 
 
 def run(settings: Settings, *, broker: str, keep_running: bool, port: int | None = None) -> int:
-    if broker == "rabbitmq" and not broker_answers(settings.rabbitmq_url):
-        console.print(_no_broker_message(settings.rabbitmq_url))
-        return 1
+    """Run the scenario on `broker` (`rabbitmq` or `none`); on RabbitMQ, on the baseline instead when no
+    broker can be had (saying so). 0 when every job finished."""
+    found = (
+        demo_broker.prepare(settings.rabbitmq_url, console.print) if broker == "rabbitmq" else Broker("none")
+    )
+    try:
+        return _run_on(found, settings, keep_running=keep_running, port=port)
+    finally:
+        demo_broker.stop_started(found, console.print)
+
+
+def _run_on(found: Broker, settings: Settings, *, keep_running: bool, port: int | None) -> int:
+    broker = found.kind
     settings = _demo_settings(settings)
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
@@ -54,7 +67,7 @@ def run(settings: Settings, *, broker: str, keep_running: bool, port: int | None
         port = 8000 if _port_free(8000) else free_port()
     with _interrupts_stop_the_stack() as stopped_by:
         try:
-            demo, jobs = _run_stack(settings, engine, broker, port, keep_running)
+            demo, jobs = _run_stack(settings, engine, found, port, keep_running)
         except KeyboardInterrupt:
             by = stopped_by[0] if stopped_by else "an interrupt"
             console.print(f"[bold]Stopped by {by}[/]: every process the demo started has been stopped.")
@@ -68,12 +81,12 @@ def run(settings: Settings, *, broker: str, keep_running: bool, port: int | None
 
 
 def _run_stack(
-    settings: Settings, engine: Engine, broker: str, port: int, keep_running: bool
+    settings: Settings, engine: Engine, found: Broker, port: int, keep_running: bool
 ) -> tuple[Demo, list[Job]]:
     """Start the stack, drive the scenario, and stop every process again (also when interrupted)."""
     with Stack(settings, DEMO_DIR / "logs") as stack:
-        _start(stack, broker, port)
-        demo = Demo(settings, stack, f"http://127.0.0.1:{port}", broker)
+        _start(stack, found.kind, port)
+        demo = Demo(settings, stack, f"http://127.0.0.1:{port}", found.kind, notes=list(found.notes))
         demo.drive()
         jobs = [job for job in db.read(engine, _jobs_of, demo.ids.values()) if job is not None]
         demo.notes.extend(_document_notes(demo))  # while the api still answers
@@ -125,16 +138,6 @@ def _delete_broker_names(settings: Settings) -> None:
 
 def _jobs_of(conn: Connection, ids: Iterable[str]) -> list[Job | None]:
     return [queries.get_job(conn, job_id) for job_id in ids]
-
-
-def _no_broker_message(url: str) -> str:
-    return (
-        f"[bold red]No RabbitMQ answers at {url}.[/]\n"
-        "Start one with [bold]docker compose up -d rabbitmq[/] (compose needs an [bold]AUTH_SECRET[/] in the "
-        "environment or in .env, see README.md),\nor point [bold]RABBITMQ_URL[/] at a running broker, "
-        "or run the same scenario on the SQLite-only baseline: "
-        "[bold]outbox-bridge demo --broker none[/]"
-    )
 
 
 def _demo_settings(settings: Settings) -> Settings:

@@ -102,7 +102,35 @@ def test_image_runs_outbox_bridge_as_a_non_root_user(dockerfile: str) -> None:
     users = re.findall(r"^USER\s+(\S+)", dockerfile, flags=re.MULTILINE)
     assert users and users[-1] not in {"root", "0"}
     assert re.search(r"chown\b.*\s/var/lib/outbox-bridge\b", dockerfile), "the data directory must be owned"
-    assert re.search(r"^RUN pip install \.", dockerfile, flags=re.MULTILINE)
+
+
+def test_image_installs_the_locked_dependencies_in_a_layer_before_the_sources(dockerfile: str) -> None:
+    steps = [line for line in dockerfile.splitlines() if re.match(r"^(COPY|RUN|ADD)\s", line)]
+    copy_lock = steps.index("COPY requirements/runtime.txt requirements/runtime.txt")
+    install_lock = steps.index("RUN pip install -r requirements/runtime.txt")
+    copy_sources = steps.index("COPY . .")
+    install_project = next(
+        i for i, step in enumerate(steps) if step.startswith("RUN pip install --no-deps .")
+    )
+    assert copy_lock < install_lock < copy_sources < install_project
+    assert not any(step.startswith(("COPY", "ADD")) for step in steps[:copy_lock])
+    assert (ROOT / "requirements" / "runtime.txt").is_file()
+    assert "requirements" not in (ROOT / ".dockerignore").read_text().split()
+
+
+def test_the_runtime_lock_pins_every_dependency_at_the_dev_locks_version() -> None:
+    """The image (runtime lock) runs the versions the tests ran on (dev lock): `make lock` resolves the
+    runtime lock under the dev lock's pins."""
+
+    def pins(name: str) -> dict[str, str]:
+        lines = (ROOT / "requirements" / name).read_text().splitlines()
+        found = dict(line.split("==", 1) for line in lines if line and not line.startswith((" ", "#")))
+        assert all(re.fullmatch(r"[\w.+!-]+", version) for version in found.values()), found
+        return found
+
+    runtime, dev = pins("runtime.txt"), pins("dev.txt")
+    assert {"fastapi", "sqlalchemy", "swagger-ui-bundle-v2"} <= runtime.keys()
+    assert {name: dev.get(name) for name in runtime} == runtime
 
 
 @pytest.mark.parametrize("name", APP_SERVICES)
