@@ -69,6 +69,9 @@ lint: install ## ruff and mypy
 	$(BIN)/mypy core broker jobstore handlers worker launch baseline api relay consumer outbox_bridge bench
 
 bench: install ## the standard benchmark set (writes docs/bench/)
+	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; } || \
+	  echo "note: wrk is missing, so the HTTP load phases will be skipped; install it with: sudo apt-get install wrk" >&2
 	$(BIN)/outbox-bridge bench --mode both
 
 clean: ## remove the virtualenv and local data

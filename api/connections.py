@@ -2,7 +2,9 @@
 
 uvicorn closes a connection that stays idle `timeout_keep_alive` seconds after a response, but nothing
 while a request's head is still arriving: a client that sends a byte now and then ("slowloris") holds its
-connection forever, and enough of them hold every file descriptor. `BoundedH11Protocol` adds:
+connection forever, and enough of them hold every file descriptor. `BoundedHttpToolsProtocol` (uvicorn's
+fast parser, used when `httptools` is installed, as it is with the project) and `BoundedH11Protocol` (the
+pure-Python one) add:
 
 - a head deadline: from the moment a connection opens, or a response on it completes, the next request's
   head (request line and headers) must arrive within `header_timeout_seconds`, or the connection is closed;
@@ -17,11 +19,16 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
+
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+except ImportError:  # httptools is not installed: the pure-Python parser serves
+    HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
 from core.settings import Settings
 
@@ -40,9 +47,15 @@ class ConnectionBounds:
         return cls(settings.http_header_timeout_seconds, settings.http_max_connections)
 
 
-class BoundedH11Protocol(H11Protocol):
-    """uvicorn's h11 protocol with a deadline for each request head and a cap on connections. Made per
-    connection by uvicorn through `functools.partial(BoundedH11Protocol, bounds=...)`."""
+if TYPE_CHECKING:
+    _Protocol = H11Protocol
+else:
+    _Protocol = object
+
+
+class _Bounded(_Protocol):
+    """The bounds, for either of uvicorn's HTTP protocols (mixed in before it). Made per connection by
+    uvicorn through `functools.partial(<protocol>, bounds=...)`."""
 
     def __init__(
         self,
@@ -95,6 +108,20 @@ class BoundedH11Protocol(H11Protocol):
         if not self.transport.is_closing():
             log.debug("closing a connection whose request head did not arrive in time")
             self.transport.close()
+
+
+class BoundedH11Protocol(_Bounded, H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request head and a cap on connections."""
+
+
+if HttpToolsProtocol is not None:
+
+    class BoundedHttpToolsProtocol(_Bounded, HttpToolsProtocol):  # type: ignore[misc]
+        """uvicorn's httptools protocol with a deadline for each request head and a cap on connections."""
+
+    BoundedProtocol: type[_Bounded] = BoundedHttpToolsProtocol
+else:
+    BoundedProtocol = BoundedH11Protocol
 
 
 class _Refusals:

@@ -14,7 +14,7 @@ from types import FrameType
 
 import uvicorn
 
-from api.connections import BoundedH11Protocol, ConnectionBounds
+from api.connections import BoundedProtocol, ConnectionBounds
 from core.settings import Settings
 
 
@@ -28,7 +28,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
         "access_log": False,  # requests are counted in /metrics; a log line each would cost throughput
         "timeout_graceful_shutdown": math.ceil(settings.shutdown_grace_seconds),
         # A class for uvicorn to call per connection; a partial of one pickles, for `--workers N`.
-        "http": functools.partial(BoundedH11Protocol, bounds=ConnectionBounds.of(settings)),
+        "http": functools.partial(BoundedProtocol, bounds=ConnectionBounds.of(settings)),
     }
     with _exit_zero_after_sigterm():
         if workers == 1:

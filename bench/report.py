@@ -104,6 +104,14 @@ def _slow_waits(run: Result) -> str:
     return " / ".join(_num(w) for w in found)
 
 
+def _wrk(run: Result, phase: str) -> str:
+    found = figure(run, phase) or {}
+    if "skipped" in found or "accepted_per_second" not in found:
+        return "-"
+    latency = found["latency_ms"]
+    return f"{_num(found['accepted_per_second'])} ({_num(latency['50'], 2)} / {_num(latency['99'], 2)})"
+
+
 def _outage(run: Result) -> str:
     if run["mode"] != "broker" or figure(run, "outage") is None:
         return "-"
@@ -126,6 +134,12 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     ("store burst: accepts/s", lambda r: _num(figure(r, "burst_store", "accepts_per_second"))),
     ("HTTP burst: jobs/s accepted-to-succeeded", lambda r: _num(figure(r, "burst_http", "jobs_per_second"))),
     ("HTTP burst: accepts/s (202s)", lambda r: _num(figure(r, "burst_http", "accepts_per_second"))),
+    ("wrk, api alone: 202s/s (p50 / p99 ms)", lambda r: _wrk(r, "http_api")),
+    ("wrk, whole deployment: 202s/s (p50 / p99 ms)", lambda r: _wrk(r, "http_whole")),
+    (
+        "wrk, whole deployment: jobs/s accepted-to-succeeded",
+        lambda r: _num(figure(r, "http_whole", "accepted_to_succeeded", "jobs_per_second")),
+    ),
     ("fixed load: offered / achieved jobs/s", lambda r: _offered(r, "latency")),
     (
         "fixed load: accept-to-start p50/p95/p99 ms",

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from bench import phases, plots, report, targets
+from bench import loadgen, phases, plots, report, targets
 from bench.calibrate import single_row_commits
 from bench.deploy import BROKER, Deployment, broker_version, run_settings
 from bench.observe import StoreWatch
@@ -83,8 +83,10 @@ def phase_list(options: Options, mode: str, full: bool) -> list[tuple[str, Phase
     chosen += [
         ("burst_store", phases.burst_store),
         ("burst_http", phases.burst_http),
-        ("latency", phases.latency),
     ]
+    if full:
+        chosen += [("http_api", loadgen.http_api), ("http_whole", loadgen.http_whole)]
+    chosen += [("latency", phases.latency)]
     if options.light_rate:
         chosen.append(("latency_light", phases.latency_light))
     if options.fsync_jobs and strace_available() and options.database_url is None:

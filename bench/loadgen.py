@@ -1,0 +1,140 @@
+"""HTTP load from a C load generator (`wrk`), so the benchmark's own Python does not share the cores with
+the api it measures.
+
+Two phases, each `duration` seconds of `wrk -t2 -c<connections>` posting noop jobs, every request under a
+fresh Idempotency-Key (a Lua script written next to the run's logs):
+- `http_api`: the api alone. The relay and consumers (or baseline workers) are paused with SIGSTOP for the
+  run, so only the api and the store work; the accepted jobs are left queued and run after SIGCONT.
+- `http_whole`: the whole deployment under the same load: 202s/s from wrk, and accepted-to-succeeded
+  jobs/s from the store.
+
+Without `wrk` on the PATH both phases are skipped with a note (`make bench` installs it with apt-get where
+it can)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+from api.auth import issue_token
+from bench.observe import throughput
+from bench.phases import Run
+from bench.submit import OWNER
+
+CONNECTIONS = 16
+THREADS = 2
+
+SCRIPT = """-- Each request posts a noop job under a fresh Idempotency-Key, so every 202 is a new job.
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("thread_number", threads)
+end
+local prefix
+local counter = 0
+function init(args)
+  prefix = string.format("wrk-%d-%d", os.time(), thread_number or 0)
+  wrk.method = "POST"
+  wrk.body = '{"kind":"noop","payload":{}}'
+  wrk.headers["Content-Type"] = "application/json"
+  wrk.headers["Authorization"] = "Bearer " .. os.getenv("OUTBOX_BRIDGE_TOKEN")
+end
+function request()
+  counter = counter + 1
+  wrk.headers["Idempotency-Key"] = prefix .. "-" .. counter
+  return wrk.format()
+end
+"""
+
+
+def available() -> bool:
+    return shutil.which("wrk") is not None
+
+
+def skipped() -> dict[str, Any]:
+    return {"skipped": "wrk is not installed (Debian: apt-get install wrk; `make bench` tries)"}
+
+
+def http_api(run: Run) -> dict[str, Any]:
+    """202s/s and latency of the api alone, the workers paused."""
+    if not available():
+        return skipped()
+    with _paused(run):
+        return _wrk(run, run.tenant("http-api"))
+
+
+def http_whole(run: Run) -> dict[str, Any]:
+    """202s/s and latency under wrk, and accepted-to-succeeded jobs/s of the whole deployment."""
+    if not available():
+        return skipped()
+    tenant = run.tenant("http-whole")
+    figures = _wrk(run, tenant)
+    finished = run.wait(tenant, figures["accepted"])
+    return figures | {"finished": finished, "accepted_to_succeeded": throughput(run.watch.timings(tenant))}
+
+
+@contextlib.contextmanager
+def _paused(run: Run) -> Iterator[None]:
+    """SIGSTOP every process but the api; SIGCONT them afterwards, whatever happens."""
+    others = [s for name, s in run.deployment.stack.services.items() if name != "api"]
+    for service in others:
+        service.signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for service in others:
+            service.signal(signal.SIGCONT)
+
+
+def _wrk(run: Run, tenant: str) -> dict[str, Any]:
+    script = run.deployment.workdir / "post-noop.lua"
+    script.write_text(SCRIPT)
+    token = issue_token(run.deployment.settings.auth_secret, tenant=tenant, user=OWNER)
+    seconds = max(1, round(run.options.duration))
+    command = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", str(script)]
+    out = subprocess.run(
+        [*command, f"{run.deployment.api_url}/jobs"],
+        env=os.environ | {"OUTBOX_BRIDGE_TOKEN": token},
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
+    ).stdout
+    (run.deployment.workdir / f"wrk-{tenant}.txt").write_text(out)
+    return {"how": " ".join(command[:-2]) + " (noop jobs, a fresh key each)"} | parse(out)
+
+
+def parse(out: str) -> dict[str, Any]:
+    """The figures of wrk's report: requests, non-2xx answers, requests/s and the latency percentiles."""
+    requests = int(_find(r"(\d+) requests in", out))
+    rejected = int(_find(r"Non-2xx or 3xx responses: (\d+)", out, "0"))
+    errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
+    seconds = float(_find(r"requests in ([\d.]+)s", out))
+    return {
+        "requests": requests,
+        "accepted": requests - rejected,
+        "non_2xx": rejected,
+        "socket_errors": errors,
+        "accepted_per_second": round((requests - rejected) / seconds, 1),
+        "latency_ms": {p: _ms(_find(rf"\s{p}%\s+([\d.]+\w+)", out)) for p in ("50", "90", "99")},
+    }
+
+
+def _find(pattern: str, text: str, default: str | None = None) -> str:
+    found = re.search(pattern, text)
+    if found is None:
+        if default is None:
+            raise ValueError(f"wrk's report has no match for {pattern!r}:\n{text}")
+        return default
+    return found.group(1)
+
+
+def _ms(value: str) -> float:
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", value).groups()  # type: ignore[union-attr]
+    return round(float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit], 3)
