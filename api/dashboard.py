@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
@@ -223,7 +224,11 @@ async def requeue(request: Request, job_id: str, visitor: VisitorDep, engine: En
     if refused is not None:
         return refused
     form = await _form(request)
-    message = await run_in_threadpool(_apply, engine, "requeued", operator.requeue, job_id, clock.now())
+    assert visitor is not None  # refusal() let only an operator through
+    actor = visitor.user
+    message = await run_in_threadpool(
+        _apply, engine, "requeued", partial(operator.requeue, actor=actor), job_id, clock.now()
+    )
     return _redirect_back(request, form.get("back"), message)
 
 
@@ -241,8 +246,10 @@ async def resolve(request: Request, job_id: str, visitor: VisitorDep, engine: En
     elif not note or len(note) > MAX_NOTE_CHARS:
         message = Flash("error", f"Say how you know, in 1 to {MAX_NOTE_CHARS} characters.")
     else:
+        assert visitor is not None  # refusal() let only an operator through
+        resolve_as = partial(operator.resolve, actor=visitor.user)
         message = await run_in_threadpool(
-            _apply, engine, "resolved", operator.resolve, job_id, State(outcome), note, clock.now()
+            _apply, engine, "resolved", resolve_as, job_id, State(outcome), note, clock.now()
         )
     return _redirect_back(request, form.get("back"), message)
 

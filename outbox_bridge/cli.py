@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -380,13 +382,21 @@ def _job_by_prefix(engine: Engine, prefix: str) -> Job:
     _refuse(f"{match.count} jobs have ids starting with {prefix!r}: give more of the id")
 
 
-def _operate(action: str, fn: Callable[..., Job], prefix: str, *args: object) -> None:
-    """Run the operator action `fn(conn, job_id, *args)` on the job `prefix` names; exit 1 with one line when
-    there is no such job or its state does not allow the action."""
+def _actor() -> str:
+    """Who runs this command, as operator actions record it: the OS user."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container), and no LOGNAME/USER either
+        return f"uid:{os.getuid()}"
+
+
+def _operate(action: str, fn: Callable[..., Job], prefix: str, *args: object, **options: object) -> None:
+    """Run the operator action `fn(conn, job_id, *args, **options)` on the job `prefix` names; exit 1 with
+    one line when there is no such job or its state does not allow the action."""
     _, engine = _engine()
     job_id = _job_by_prefix(engine, prefix).id
     try:
-        job: Job = db.transact(engine, fn, job_id, *args)
+        job: Job = db.transact(engine, fn, job_id, *args, **options)
     except (JobNotFound, InvalidTransition) as exc:
         _refuse(str(exc))
     out.print(f"{action}: job {job.id} is now {job.state.value}")
@@ -395,7 +405,7 @@ def _operate(action: str, fn: Callable[..., Job], prefix: str, *args: object) ->
 @jobs_app.command("requeue")
 def jobs_requeue(job_id: IdArgument) -> None:
     """Put a dead or unknown job back in the queue with a fresh attempt budget."""
-    _operate("requeued", operator.requeue, job_id, clock.now())
+    _operate("requeued", operator.requeue, job_id, clock.now(), actor=_actor())
 
 
 class Resolution(StrEnum):
@@ -410,7 +420,7 @@ def jobs_resolve(
     note: Annotated[str, typer.Option(help="How you know.")] = "checked by operator",
 ) -> None:
     """Settle an unknown job as succeeded or failed."""
-    _operate("resolved", operator.resolve, job_id, State(outcome.value), note, clock.now())
+    _operate("resolved", operator.resolve, job_id, State(outcome.value), note, clock.now(), actor=_actor())
 
 
 def main() -> None:

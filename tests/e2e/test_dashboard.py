@@ -337,5 +337,6 @@ def resolve_unknown_job(page: Page, engine: Engine, job_id: str) -> None:
     assert f"Job {job_id} resolved: now succeeded" in text(page, "#flash")
     assert page.locator(f'#unknown tr[data-job="{job_id}"]').count() == 0
     job = stored(engine, job_id)
-    assert job.state is State.SUCCEEDED
-    assert job.error_message == f"resolved by operator: {note}"
+    assert (job.state, job.error_code, job.error_message) == (State.SUCCEEDED, None, None)
+    [action] = db.read(engine, queries.actions_of, job_id)
+    assert (action.action, action.actor, action.note) == ("resolve_succeeded", "olga", note)
