@@ -14,7 +14,7 @@ from sqlalchemy import Connection, and_, insert, select, update
 from jobstore import outbox, queries
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.filters import JobFilter
-from jobstore.records import Job
+from jobstore.records import Job, OperatorAction
 from jobstore.schema import jobs, operator_actions, state_in
 from jobstore.states import CANCEL_QUEUED, HELD, REQUEUE, RESOLVE, State
 
@@ -170,6 +170,15 @@ def resolve(conn: Connection, job_id: str, outcome: State, note: str, now: float
         raise _not_in(conn, job_id, "resolve")
     record(conn, [job_id], _RESOLVE_ACTIONS[outcome], actor=actor, note=note, now=now)
     return _job(conn, job_id)
+
+
+def resolution(job: Job, actions: list[OperatorAction]) -> OperatorAction | None:
+    """The recorded action that settled `job` as succeeded, when that is how it succeeded (no attempt's
+    result): such a job shows no error, and this action's note says how the operator knew."""
+    if job.state is not State.SUCCEEDED or job.result_attempt_id is not None:
+        return None
+    settled = [a for a in actions if a.action == Action.RESOLVE_SUCCEEDED]
+    return settled[-1] if settled else None
 
 
 def record(
