@@ -6,6 +6,7 @@ did not happen."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import StrEnum
 from typing import Any
 
@@ -119,13 +120,7 @@ def requeueable(matching: JobFilter) -> JobFilter:
     if wrong:
         allowed = ", ".join(sorted(REQUEUE.sources))
         raise ValueError(f"only {allowed} jobs can be requeued, not {', '.join(sorted(wrong))}")
-    return JobFilter(
-        states=matching.states or REQUEUE.sources,
-        kind=matching.kind,
-        tenant=matching.tenant,
-        id_prefix=matching.id_prefix,
-        since=matching.since,
-    )
+    return replace(matching, states=matching.states or REQUEUE.sources)
 
 
 def count_requeueable(conn: Connection, matching: JobFilter) -> int:

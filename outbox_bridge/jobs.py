@@ -158,7 +158,7 @@ NoteOption = Annotated[str | None, typer.Option(help="Why, for whoever looks at 
 @jobs_app.command("requeue")
 def jobs_requeue(
     job_id: Annotated[
-        str | None, typer.Argument(metavar="[ID]", help="A job id, or enough of its start.")
+        str | None, typer.Argument(metavar="ID", help="A job id, or enough of its start.")
     ] = None,
     state: StateOption = None,
     kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,

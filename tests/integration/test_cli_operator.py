@@ -93,7 +93,11 @@ def test_requeue_of_one_failed_job_records_who_and_why(
     settings: Settings, engine: Engine, clock: FakeClock
 ) -> None:
     job_id = ended(engine, clock, permanent=True)
+    before = every_row(engine)
 
+    counted = done(run(settings, "jobs", "requeue", job_id[:12], "--dry-run"))
+    assert f"dry run: job {job_id} (failed) would be requeued; nothing was changed" in counted
+    assert every_row(engine) == before
     said = done(run(settings, "jobs", "requeue", job_id[:12], "--note", "bucket fixed"))
 
     assert f"requeued: job {job_id} is now queued" in said
