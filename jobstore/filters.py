@@ -42,6 +42,10 @@ class JobFilter:
         return found
 
 
+# An id prefix no job id can have: a filter that matches no job, for a filter whose input did not parse.
+NOTHING = JobFilter(id_prefix="")
+
+
 def _id_starts_with(prefix: str) -> ColumnElement[bool]:
     prefix = prefix.lower()
     if _ID_PREFIX.fullmatch(prefix) is None:

@@ -31,7 +31,7 @@ from core import clock
 from core.durations import FORMAT, parse_duration
 from core.settings import Settings
 from jobstore import db, operator, queries
-from jobstore.filters import JobFilter
+from jobstore.filters import NOTHING, JobFilter
 from jobstore.overview import overview
 from jobstore.records import Attempt, Job, OperatorAction
 from jobstore.states import REQUEUE, State
@@ -103,11 +103,11 @@ def filtering(raw: Mapping[str, str], now: float) -> Filtering:
     fields = {name: str(raw.get(name, "")).strip() for name in FILTER_FIELDS}
     state, since = fields["state"], fields["since"]
     if state and state not in {s.value for s in State}:
-        return Filtering(fields, JobFilter(id_prefix=""), f"There is no state {state!r}.")
+        return Filtering(fields, NOTHING, f"There is no state {state!r}.")
     try:
         since_at = now - parse_duration(since) if since else None
     except ValueError:
-        return Filtering(fields, JobFilter(id_prefix=""), f"'Changed within' takes {FORMAT}.")
+        return Filtering(fields, NOTHING, f"'Changed within' takes {FORMAT}.")
     matching = JobFilter(
         states=frozenset({State(state)}) if state else frozenset(),
         kind=fields["kind"] or None,

@@ -12,7 +12,7 @@ from core.backoff import Backoff
 from core.clock import FakeClock
 from jobstore import db, fenced, intake, operator, queries, sweeper
 from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.filters import JobFilter
+from jobstore.filters import NOTHING, JobFilter
 from jobstore.records import Claim, Job
 from jobstore.schema import jobs, outbox
 from jobstore.states import State
@@ -354,3 +354,9 @@ def test_operator_actions_go_with_their_job(engine: Engine, clock: FakeClock) ->
     db.transact(engine, operator.requeue, job_id, clock.now(), actor="ops")
     db.transact(engine, lambda conn: conn.execute(delete(jobs).where(jobs.c.id == job_id)))
     assert actions(engine, job_id) == []
+
+
+def test_the_nothing_filter_matches_no_job(engine: Engine, clock: FakeClock) -> None:
+    dead_job(engine, clock)
+    assert db.read(engine, queries.count_jobs, NOTHING) == 0
+    assert db.read(engine, queries.count_jobs, JobFilter()) == 1
