@@ -56,6 +56,9 @@ METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "This route does not take
 UNAUTHORIZED = ProblemType("unauthorized", "A valid bearer token is required", 401)
 JOB_NOT_FOUND = ProblemType("job-not-found", "Job not found", 404)
 RESULT_NOT_READY = ProblemType("result-not-ready", "The job has no committed result", 404)
+RESOLVED_WITHOUT_RESULT = ProblemType(
+    "resolved-without-result", "An operator resolved the job as succeeded; it has no result", 404
+)
 RESULT_GONE = ProblemType("result-gone", "The committed result can no longer be read", 404)
 ROUTE_NOT_FOUND = ProblemType("route-not-found", "No such route", 404)
 IDEMPOTENCY_CONFLICT = ProblemType(
@@ -75,6 +78,7 @@ ALL_TYPES: tuple[ProblemType, ...] = (
     UNAUTHORIZED,
     JOB_NOT_FOUND,
     RESULT_NOT_READY,
+    RESOLVED_WITHOUT_RESULT,
     RESULT_GONE,
     ROUTE_NOT_FOUND,
     IDEMPOTENCY_CONFLICT,

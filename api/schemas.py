@@ -94,6 +94,10 @@ class Problem(BaseModel):
     detail: str
     errors: list[Issue] | None = Field(default=None, description="What failed validation, where.")
     job_url: str | None = Field(default=None, description="On a 409: the job the key already names.")
+    resolved_at: Timestamp | None = Field(
+        default=None, description="On `resolved-without-result`: when an operator resolved the job."
+    )
+    note: str | None = Field(default=None, description="On `resolved-without-result`: the operator's note.")
 
 
 class Status(BaseModel):

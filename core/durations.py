@@ -8,12 +8,14 @@ import re
 UNITS = {"d": 86_400, "h": 3_600, "m": 60, "s": 1}
 _WHOLE = re.compile(r"(?:\d+[dhms])+")
 _PART = re.compile(r"(\d+)([dhms])")
-HELP = "a duration such as 7d, 12h, 30m, 90s or 1h30m (d: days, h: hours, m: minutes, s: seconds)"
+FORMAT = "a duration such as 7d, 12h, 30m, 90s or 1h30m (d: days, h: hours, m: minutes, s: seconds)"
+MAX_SECONDS = 3650 * 86_400
 
 
 def parse_duration(text: str) -> int:
     """The seconds `text` names: units from largest to smallest, each at most once, or digits alone for
-    seconds. `ValueError` saying what is accepted for anything else, and for a duration of zero."""
+    seconds. `ValueError` saying what is accepted for anything else, for a duration of zero and for one
+    longer than ten years."""
     cleaned = text.strip().lower()
     if cleaned.isdigit():
         seconds = int(cleaned)
@@ -21,12 +23,14 @@ def parse_duration(text: str) -> int:
         parts = _PART.findall(cleaned)
         units = [unit for _, unit in parts]
         if units != sorted(set(units), key=list(UNITS).index):
-            raise ValueError(f"{text!r} is not {HELP}: give each unit once, largest first")
+            raise ValueError(f"{text!r} is not {FORMAT}: give each unit once, largest first")
         seconds = sum(int(number) * UNITS[unit] for number, unit in parts)
     else:
-        raise ValueError(f"{text!r} is not {HELP}")
+        raise ValueError(f"{text!r} is not {FORMAT}")
     if seconds <= 0:
-        raise ValueError(f"{text!r} is no time at all: give {HELP}")
+        raise ValueError(f"{text!r} is no time at all: give {FORMAT}")
+    if seconds > MAX_SECONDS:
+        raise ValueError(f"{text!r} is longer than ten years")
     return seconds
 
 

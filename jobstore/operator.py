@@ -1,16 +1,22 @@
 """What an operator (or a tenant, for cancel) does to a job from outside: request a cancel, requeue a job
-that died or ended `unknown`, resolve an `unknown` one. Each is one guarded UPDATE on the job's state."""
+that failed, died or ended `unknown` (one, or every job a filter names), resolve an `unknown` one. Each is
+one guarded UPDATE on the job's state; an operator's move also writes who did it, when and why
+(`operator_actions`) in the same transaction, so no move goes unrecorded and no record names a move that
+did not happen."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import Connection, and_, select, update
+from sqlalchemy import Connection, and_, insert, select, update
 
 from jobstore import outbox, queries
 from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.records import Job
-from jobstore.schema import jobs, state_in
+from jobstore.filters import JobFilter
+from jobstore.records import Job, OperatorAction
+from jobstore.schema import jobs, operator_actions, state_in
 from jobstore.states import CANCEL_QUEUED, HELD, REQUEUE, RESOLVE, State
 
 
@@ -18,6 +24,20 @@ class CancelOutcome(StrEnum):
     CANCELLED = "cancelled"  # it was queued: cancelled at once
     REQUESTED = "requested"  # it is running: the worker will see the request
     UNCHANGED = "unchanged"  # it had already finished: the outcome stands
+
+
+class Action(StrEnum):
+    """What an operator did, as `operator_actions.action` records it."""
+
+    CANCEL = "cancel"
+    REQUEST_CANCEL = "request_cancel"
+    REQUEUE = "requeue"
+    RESOLVE_SUCCEEDED = "resolve_succeeded"
+    RESOLVE_FAILED = "resolve_failed"
+
+
+_CANCEL_ACTIONS = {CancelOutcome.CANCELLED: Action.CANCEL, CancelOutcome.REQUESTED: Action.REQUEST_CANCEL}
+_RESOLVE_ACTIONS = {State.SUCCEEDED: Action.RESOLVE_SUCCEEDED, State.FAILED: Action.RESOLVE_FAILED}
 
 
 def request_cancel(conn: Connection, job_id: str, now: float, *, tenant: str | None = None) -> CancelOutcome:
@@ -50,50 +70,124 @@ def request_cancel(conn: Connection, job_id: str, now: float, *, tenant: str | N
     return CancelOutcome.UNCHANGED
 
 
-def requeue(conn: Connection, job_id: str, now: float) -> Job:
-    """Operator: put a `dead` or `unknown` job back in the queue with a fresh attempt budget."""
+def cancel(
+    conn: Connection, job_id: str, now: float, *, actor: str, note: str | None = None
+) -> tuple[CancelOutcome, Job]:
+    """Operator: `request_cancel` of any tenant's job, recorded. A finished job is refused with
+    `InvalidTransition` (its outcome stands, nothing is recorded); `JobNotFound` for an unknown id."""
+    outcome = request_cancel(conn, job_id, now)
+    if outcome is CancelOutcome.UNCHANGED:
+        raise _not_in(conn, job_id, "cancel")
+    record(conn, [job_id], _CANCEL_ACTIONS[outcome], actor=actor, note=note, now=now)
+    return outcome, _job(conn, job_id)
+
+
+def _requeued(now: float) -> dict[str, Any]:
+    """A requeued job's columns: queued now, with a fresh attempt budget and no error, lease or effect mark.
+    The epoch is kept, so nothing from an older attempt can write."""
+    return {
+        "state": State.QUEUED.value,
+        "attempts": 0,
+        "available_at": now,
+        "cancel_requested": False,
+        "external_epoch": None,
+        "error_code": None,
+        "error_message": None,
+        "lease_owner": None,
+        "lease_expires_at": None,
+        "finished_at": None,
+        "updated_at": now,
+    }
+
+
+def requeue(conn: Connection, job_id: str, now: float, *, actor: str, note: str | None = None) -> Job:
+    """Operator: put a `failed`, `dead` or `unknown` job back in the queue with a fresh attempt budget and a
+    new delivery, recorded. `InvalidTransition` in any other state, `JobNotFound` for an unknown id."""
     result = conn.execute(
-        update(jobs)
-        .where(jobs.c.id == job_id, state_in(REQUEUE.sources))
-        .values(
-            state=State.QUEUED.value,
-            attempts=0,
-            available_at=now,
-            cancel_requested=False,
-            external_epoch=None,
-            error_code=None,
-            error_message=None,
-            lease_owner=None,
-            lease_expires_at=None,
-            finished_at=None,
-            updated_at=now,
-        )
+        update(jobs).where(jobs.c.id == job_id, state_in(REQUEUE.sources)).values(**_requeued(now))
     )
     if result.rowcount != 1:
         raise _not_in(conn, job_id, "requeue")
     outbox.add(conn, job_id, available_at=now, now=now)
-    job = queries.get_job(conn, job_id)
-    assert job is not None
-    return job
+    record(conn, [job_id], Action.REQUEUE, actor=actor, note=note, now=now)
+    return _job(conn, job_id)
 
 
-def resolve(conn: Connection, job_id: str, outcome: State, note: str, now: float) -> Job:
-    """Operator: settle an `unknown` job as `succeeded` or `failed`, with a note saying how it was decided."""
+def requeueable(matching: JobFilter) -> JobFilter:
+    """`matching` narrowed to the states a requeue takes jobs from (all of them when it names none);
+    `ValueError` when it names a state no job can be requeued from."""
+    wrong = matching.states - REQUEUE.sources
+    if wrong:
+        allowed = ", ".join(sorted(REQUEUE.sources))
+        raise ValueError(f"only {allowed} jobs can be requeued, not {', '.join(sorted(wrong))}")
+    return replace(matching, states=matching.states or REQUEUE.sources)
+
+
+def count_requeueable(conn: Connection, matching: JobFilter) -> int:
+    """How many jobs `requeue_matching` would requeue now (a dry run: writes nothing)."""
+    return queries.count_jobs(conn, requeueable(matching))
+
+
+def requeue_matching(
+    conn: Connection, matching: JobFilter, now: float, *, actor: str, note: str | None = None
+) -> list[str]:
+    """Operator: `requeue` every job `matching` names that is in a requeueable state, as one guarded UPDATE,
+    with one recorded action and one new delivery per job, all in the caller's transaction. Returns the ids
+    it requeued (none when nothing matched)."""
+    guarded = requeueable(matching).clauses()
+    moved = conn.execute(update(jobs).where(*guarded).values(**_requeued(now)).returning(jobs.c.id))
+    ids = sorted(str(job_id) for job_id in moved.scalars())
+    if ids:
+        outbox.add_many(conn, [(job_id, now) for job_id in ids])
+        record(conn, ids, Action.REQUEUE, actor=actor, note=note, now=now)
+    return ids
+
+
+def resolve(conn: Connection, job_id: str, outcome: State, note: str, now: float, *, actor: str) -> Job:
+    """Operator: settle an `unknown` job as `succeeded` or `failed`, recorded with the note saying how it
+    was decided. A job resolved as succeeded carries no error (and no result: no attempt committed one); one
+    resolved as failed carries `resolved_failed` with the note. `InvalidTransition` unless it is `unknown`."""
     if outcome not in RESOLVE.targets:
         raise ValueError(f"resolve to succeeded or failed, not {outcome}")
+    failed = outcome is State.FAILED
     result = conn.execute(
         update(jobs)
         .where(jobs.c.id == job_id, state_in(RESOLVE.sources))
         .values(
             state=outcome.value,
-            error_code=None if outcome is State.SUCCEEDED else "resolved_failed",
-            error_message=f"resolved by operator: {note}",
+            error_code="resolved_failed" if failed else None,
+            error_message=f"resolved by operator: {note}" if failed else None,
             updated_at=now,
             finished_at=now,
         )
     )
     if result.rowcount != 1:
         raise _not_in(conn, job_id, "resolve")
+    record(conn, [job_id], _RESOLVE_ACTIONS[outcome], actor=actor, note=note, now=now)
+    return _job(conn, job_id)
+
+
+def resolution(job: Job, actions: list[OperatorAction]) -> OperatorAction | None:
+    """The recorded action that settled `job` as succeeded, when that is how it succeeded (no attempt's
+    result): such a job shows no error, and this action's note says how the operator knew."""
+    if job.state is not State.SUCCEEDED or job.result_attempt_id is not None:
+        return None
+    settled = [a for a in actions if a.action == Action.RESOLVE_SUCCEEDED]
+    return settled[-1] if settled else None
+
+
+def record(
+    conn: Connection, job_ids: list[str], action: Action, *, actor: str, note: str | None, now: float
+) -> None:
+    """Write that `actor` did `action` to each of `job_ids` at `now`, in the caller's transaction."""
+    rows = [
+        {"job_id": j, "action": action.value, "actor": actor, "note": note or None, "at": now}
+        for j in job_ids
+    ]
+    conn.execute(insert(operator_actions), rows)
+
+
+def _job(conn: Connection, job_id: str) -> Job:
     job = queries.get_job(conn, job_id)
     assert job is not None
     return job

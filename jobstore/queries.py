@@ -11,8 +11,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, and_, bindparam, func, or_, select
 
-from jobstore.records import Attempt, Job
-from jobstore.schema import attempts, jobs
+from jobstore.filters import JobFilter
+from jobstore.records import Attempt, Job, OperatorAction
+from jobstore.schema import attempts, jobs, operator_actions
 from jobstore.states import State
 
 
@@ -83,15 +84,11 @@ class IdMatch:
 def match_id_prefix(conn: Connection, prefix: str) -> IdMatch:
     """The jobs of every tenant (an operator's lookup) whose id starts with `prefix`, in any letter case.
     Text that no job id can start with matches nothing."""
-    prefix = prefix.lower()
-    if _CURSOR_ID.fullmatch(prefix) is None:
-        return IdMatch(0, None)
-    matching = jobs.c.id.startswith(prefix, autoescape=True)
-    count = int(conn.execute(select(func.count()).select_from(jobs).where(matching)).scalar_one())
+    matching = JobFilter(id_prefix=prefix)
+    count = count_jobs(conn, matching)
     if count != 1:
         return IdMatch(count, None)
-    row = conn.execute(select(jobs).where(matching)).mappings().one()
-    return IdMatch(1, Job.from_row(row))
+    return IdMatch(1, find_jobs(conn, matching, limit=1).items[0])
 
 
 def list_jobs(
@@ -103,11 +100,14 @@ def list_jobs(
     cursor: str | None = None,
 ) -> Page:
     """A tenant's jobs (all tenants when `tenant` is None), newest first, `limit` at a time."""
+    states = frozenset() if state is None else frozenset({state})
+    return find_jobs(conn, JobFilter(states=states, tenant=tenant), limit=limit, cursor=cursor)
+
+
+def find_jobs(conn: Connection, matching: JobFilter, *, limit: int = 50, cursor: str | None = None) -> Page:
+    """The jobs `matching` names, newest first, `limit` at a time after `cursor`."""
     query = select(jobs).order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit + 1)
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    if state is not None:
-        query = query.where(jobs.c.state == state.value)
+    query = query.where(*matching.clauses())
     if cursor:
         created, job_id = decode_cursor(cursor)
         query = query.where(
@@ -118,9 +118,25 @@ def list_jobs(
     return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
 
 
+def count_jobs(conn: Connection, matching: JobFilter) -> int:
+    """How many jobs `matching` names."""
+    query = select(func.count()).select_from(jobs).where(*matching.clauses())
+    return int(conn.execute(query).scalar_one())
+
+
 def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
     rows = conn.execute(select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.epoch))
     return [Attempt.from_row(r) for r in rows.mappings()]
+
+
+def actions_of(conn: Connection, job_id: str) -> list[OperatorAction]:
+    """What operators did to the job, oldest first."""
+    query = (
+        select(operator_actions)
+        .where(operator_actions.c.job_id == job_id)
+        .order_by(operator_actions.c.at, operator_actions.c.id)
+    )
+    return [OperatorAction.from_row(r) for r in conn.execute(query).mappings()]
 
 
 def committed_result(conn: Connection, job_id: str, *, tenant: str | None = None) -> Attempt | None:

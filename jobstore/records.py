@@ -72,6 +72,22 @@ class Attempt:
 
 
 @dataclass(frozen=True)
+class OperatorAction:
+    """One thing an operator did to a job: `action` (see `jobstore.operator.Action`), by `actor`, at `at`."""
+
+    id: int
+    job_id: str
+    action: str
+    actor: str
+    note: str | None
+    at: float
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> OperatorAction:
+        return cls(**dict(row))
+
+
+@dataclass(frozen=True)
 class Claim:
     """What a worker holds after a successful claim: the fence it must present on every write."""
 

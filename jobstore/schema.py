@@ -1,4 +1,5 @@
-"""The tables: jobs, attempts and outbox. Portable SQLAlchemy Core; times are float epoch seconds."""
+"""The tables: jobs, attempts, outbox and operator actions. Portable SQLAlchemy Core; times are float epoch
+seconds."""
 
 from __future__ import annotations
 
@@ -100,6 +101,22 @@ outbox = Table(
     Column("publish_attempts", Integer, nullable=False, default=0),
     Index("ix_outbox_published_at_available_at", "published_at", "available_at"),
     Index("ix_outbox_job_id", "job_id"),
+    sqlite_autoincrement=True,
+)
+
+# What an operator did to a job, who did it (the operator token's `sub` on the dashboard, the OS user for the
+# command line) and when, with their note. Written in the transaction of the move it records.
+operator_actions = Table(
+    "operator_actions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    # cancel | request_cancel | requeue | resolve_succeeded | resolve_failed
+    Column("action", String(32), nullable=False),
+    Column("actor", String(255), nullable=False),
+    Column("note", Text),
+    Column("at", Float, nullable=False),
+    Index("ix_operator_actions_job_id_at", "job_id", "at"),
     sqlite_autoincrement=True,
 )
 

@@ -25,8 +25,10 @@ TERMINAL: frozenset[State] = frozenset(
     {State.SUCCEEDED, State.FAILED, State.DEAD, State.CANCELLED, State.UNKNOWN}
 )
 ACTIVE: frozenset[State] = frozenset({State.QUEUED, State.RUNNING})
-# `unknown` is terminal for workers (nothing retries it) but an operator may still settle it.
-OPERATOR_REQUEUEABLE: frozenset[State] = frozenset({State.DEAD, State.UNKNOWN})
+# `unknown` is terminal for workers (nothing retries it) but an operator may still settle it. A `failed` job
+# (a permanent input problem) may be requeued once its cause is fixed outside the job (a missing file, a
+# handler bug), so it is requeueable too; `succeeded` and `cancelled` are final.
+OPERATOR_REQUEUEABLE: frozenset[State] = frozenset({State.FAILED, State.DEAD, State.UNKNOWN})
 RESOLVABLE_TO: frozenset[State] = frozenset({State.SUCCEEDED, State.FAILED})
 # What the job retention deletes once finished long enough: every terminal state but `unknown`, which keeps
 # its job until an operator has settled it.
@@ -54,7 +56,7 @@ RELEASE = _move({State.RUNNING}, {State.QUEUED, State.CANCELLED})
 # The sweeper's moves.
 EXPIRE_LEASE = _move({State.RUNNING}, {State.QUEUED, State.DEAD, State.CANCELLED, State.UNKNOWN})
 EXPIRE_QUEUED = _move({State.QUEUED}, {State.DEAD})
-# Operator moves: cancel (a queued job at once), requeue (dead/unknown -> queued) and resolve
+# Operator moves: cancel (a queued job at once), requeue (failed/dead/unknown -> queued) and resolve
 # (unknown -> succeeded|failed).
 CANCEL_QUEUED = _move({State.QUEUED}, {State.CANCELLED})
 REQUEUE = _move(OPERATOR_REQUEUEABLE, {State.QUEUED})

@@ -12,7 +12,7 @@ from typing import Any
 from api.schemas import JobView
 from core.clock import isoformat
 from jobstore.overview import Overview
-from jobstore.records import Attempt, Job
+from jobstore.records import Attempt, Job, OperatorAction
 
 
 def job_document(job: Job) -> dict[str, Any]:
@@ -44,13 +44,19 @@ def attempt_document(attempt: Attempt) -> dict[str, Any]:
     }
 
 
-def show_document(job: Job, attempts: list[Attempt]) -> dict[str, Any]:
-    """`jobs show --json`: the job, its input (payload, operation key) and every attempt, oldest first."""
+def action_document(action: OperatorAction) -> dict[str, Any]:
+    return {"action": action.action, "actor": action.actor, "note": action.note, "at": isoformat(action.at)}
+
+
+def show_document(job: Job, attempts: list[Attempt], actions: list[OperatorAction]) -> dict[str, Any]:
+    """`jobs show --json`: the job, its input (payload, operation key), every attempt and every operator
+    action, oldest first."""
     return {
         "job": job_document(job),
         "payload": job.payload,
         "operation_key": job.operation_key,
         "attempts": [attempt_document(a) for a in attempts],
+        "operator_actions": [action_document(a) for a in actions],
     }
 
 

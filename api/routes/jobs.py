@@ -13,7 +13,7 @@ from api import results
 from api.deps import CommitterDep, EngineDep, IdempotencyKey, IdentityDep, MetricsDep, SettingsDep
 from api.openapi import problems
 from api.payloads import check_encodable
-from api.problems import INVALID_PAYLOAD, RESULT_NOT_READY, UNKNOWN_KIND, issues
+from api.problems import INVALID_PAYLOAD, RESOLVED_WITHOUT_RESULT, RESULT_NOT_READY, UNKNOWN_KIND, issues
 from api.schemas import JobCreate, JobPage, JobView, job_url
 from core import clock, faults
 from core.settings import Settings
@@ -21,7 +21,7 @@ from handlers.base import Kind
 from handlers.registry import KINDS
 from jobstore import db, operator, queries
 from jobstore.errors import JobNotFound
-from jobstore.records import Attempt, Job
+from jobstore.records import Attempt, Job, OperatorAction
 from jobstore.states import State
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -168,18 +168,36 @@ def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[ope
     },
 )
 def job_result(job_id: str, identity: IdentityDep, settings: SettingsDep, engine: EngineDep) -> Response:
-    """The output of the attempt the job's result pointer names; 404 until the job has succeeded. An
-    attempt that never became the result (killed, fenced, cancelled) is never served."""
-    job, attempt = db.read(engine, _result_of, job_id, identity.tenant)
+    """The output of the attempt the job's result pointer names; 404 `result-not-ready` until the job has
+    succeeded. An attempt that never became the result (killed, fenced, cancelled) is never served. A job an
+    operator resolved as succeeded (its effect happened, but no attempt committed an output) answers 404
+    `resolved-without-result`, with when and the operator's note: it never will have one."""
+    job, attempt, resolution = db.read(engine, _result_of, job_id, identity.tenant)
     if job is None:
         raise JobNotFound(job_id)
+    if resolution is not None:
+        raise _resolved_without_result(resolution)
     if attempt is None:
         raise RESULT_NOT_READY.error(f"The job is {job.state.value}; a result exists once it has succeeded.")
     return results.respond(attempt.output, settings.results_dir, f"{job.kind}-{job.id}")
 
 
-def _result_of(conn: Connection, job_id: str, tenant: str) -> tuple[Job | None, Attempt | None]:
+def _resolved_without_result(resolution: OperatorAction) -> Exception:
+    at, note = clock.isoformat(resolution.at), resolution.note or ""
+    return RESOLVED_WITHOUT_RESULT.error(
+        f"An operator resolved this job as succeeded at {at} (note: {note}); no attempt committed an "
+        "output, so there is no result to serve.",
+        resolved_at=at,
+        note=note,
+    )
+
+
+def _result_of(
+    conn: Connection, job_id: str, tenant: str
+) -> tuple[Job | None, Attempt | None, OperatorAction | None]:
     job = queries.get_job(conn, job_id, tenant=tenant)
     if job is None:
-        return None, None
-    return job, queries.committed_result(conn, job_id, tenant=tenant)
+        return None, None, None
+    if job.state is State.SUCCEEDED and job.result_attempt_id is None:
+        return job, None, operator.resolution(job, queries.actions_of(conn, job_id))
+    return job, queries.committed_result(conn, job_id, tenant=tenant), None

@@ -260,9 +260,41 @@ def test_operator_signs_in_sees_the_figures_and_settles_dead_and_unknown_jobs_in
             page.screenshot(path=str(ARTIFACTS / "dashboard-after-actions.png"), full_page=True)
             page.reload()
             assert page.locator("#flash").count() == 0, "a flash is shown once"
+            check_resolved_job_page(page, api_url, seeded.by_state[State.UNKNOWN][0])
+            requeue_failed_jobs_after_a_confirmation(page, engine, api_url, seeded.by_state[State.FAILED])
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
+
+
+def check_resolved_job_page(page: Page, base: str, job_id: str) -> None:
+    """A job resolved as succeeded shows who resolved it and their note, not an error."""
+    page.goto(f"{base}/ui/jobs/{job_id}")
+    assert page.locator('#job [data-field="error"]').count() == 0
+    assert "resolved as succeeded by olga" in text(page, '#job [data-field="note"]')
+    assert page.locator('#operator-actions tr[data-action-row="resolve_succeeded"]').count() == 1
+
+
+def requeue_failed_jobs_after_a_confirmation(
+    page: Page, engine: Engine, base: str, failed: list[str]
+) -> None:
+    page.goto(f"{base}/ui/jobs?state=failed")
+    assert sorted(attribute(page, f'#results tr[data-job="{j}"]', "data-job") for j in failed) == sorted(
+        failed
+    )
+    with page.expect_navigation():
+        page.click('form[data-action="requeue-matching"] button')
+    assert text(page, '#confirm [data-figure="matching"]') == str(len(failed))
+    assert all(stored(engine, job_id).state is State.FAILED for job_id in failed), "nothing moves before"
+    page.fill('form[data-action="confirm-requeue"] input[name=note]', "input fixed upstream")
+    with page.expect_navigation():
+        page.click('form[data-action="confirm-requeue"] button[type=submit]')
+    assert page.url == f"{base}/ui/jobs?state=failed"
+    assert f"Requeued {len(failed)} job" in text(page, "#flash")
+    for job_id in failed:
+        assert stored(engine, job_id).state is State.QUEUED
+        [action] = db.read(engine, queries.actions_of, job_id)
+        assert (action.action, action.actor, action.note) == ("requeue", "olga", "input fixed upstream")
 
 
 def sign_in(page: Page, base: str, operator_token: str) -> None:
@@ -337,5 +369,6 @@ def resolve_unknown_job(page: Page, engine: Engine, job_id: str) -> None:
     assert f"Job {job_id} resolved: now succeeded" in text(page, "#flash")
     assert page.locator(f'#unknown tr[data-job="{job_id}"]').count() == 0
     job = stored(engine, job_id)
-    assert job.state is State.SUCCEEDED
-    assert job.error_message == f"resolved by operator: {note}"
+    assert (job.state, job.error_code, job.error_message) == (State.SUCCEEDED, None, None)
+    [action] = db.read(engine, queries.actions_of, job_id)
+    assert (action.action, action.actor, action.note) == ("resolve_succeeded", "olga", note)

@@ -14,11 +14,13 @@ from api.app import create_app
 from api.auth import issue_token
 from core.backoff import Backoff
 from core.clock import FakeClock
+from core.clock import isoformat as clock_iso
 from core.settings import Settings
-from jobstore import db, fenced, queries
+from jobstore import db, fenced, operator, queries, sweeper
 from jobstore.records import Claim
 from jobstore.schema import jobs, outbox
-from tests.support.store import claimed
+from jobstore.states import State
+from tests.support.store import LEASE, claimed
 
 VIEW_KEYS = {
     "id",
@@ -345,3 +347,32 @@ def test_a_result_path_that_leads_outside_the_results_directory_is_never_served(
     assert response.status_code == 404
     assert response.json()["type"] == "urn:outbox-bridge:problem:result-gone"
     assert "not yours" not in response.text
+
+
+def test_a_job_an_operator_resolved_as_succeeded_reads_as_succeeded_and_says_why_it_has_no_result(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]], clock: FakeClock
+) -> None:
+    view = submit(client, auth(key="k-1")).json()
+    taken = claimed(engine, view["id"], "test-worker")
+    db.transact(
+        engine, fenced.mark_external_started, taken.job_id, taken.epoch, taken.attempt_id, clock.now()
+    )
+    clock.advance(LEASE)
+    assert db.transact(engine, sweeper.sweep_expired, clock.now(), backoff=Backoff(1.0, 1.0)) == {
+        "unknown": 1
+    }
+    db.transact(
+        engine, operator.resolve, view["id"], State.SUCCEEDED, "provider msg-7", clock.now(), actor="olga"
+    )
+
+    job = client.get(f"/jobs/{view['id']}", headers=auth()).json()
+    result = client.get(f"/jobs/{view['id']}/result", headers=auth())
+
+    assert (job["state"], job["error"], job["result_url"]) == ("succeeded", None, None)
+    assert result.status_code == 404
+    problem = result.json()
+    assert problem["type"] == "urn:outbox-bridge:problem:resolved-without-result"
+    assert problem["note"] == "provider msg-7"
+    assert problem["resolved_at"] == clock_iso(clock.now())
+    assert "resolved this job as succeeded" in problem["detail"] and "provider msg-7" in problem["detail"]
+    assert "once it has succeeded" not in problem["detail"]

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, select
 
 from core.settings import Settings
-from jobstore import db
+from jobstore import db, operator
 from jobstore.records import Attempt, Job
-from jobstore.schema import attempts, jobs
+from jobstore.schema import attempts, jobs, operator_actions
 from jobstore.states import TERMINAL, State
 
 SUPERSEDED_OUTCOMES = frozenset({"lost", "retry", "released"})
@@ -42,6 +42,7 @@ class Snapshot:
     jobs: dict[str, Job]
     attempts: dict[str, list[Attempt]]
     starts: dict[str, list[int]]  # job id -> epochs of its `start` lines, in log order
+    resolved_as_succeeded: frozenset[str]  # jobs an operator settled as succeeded (`jobs resolve`)
 
     def executions(self, job_id: str) -> int:
         return len(self.starts.get(job_id, []))
@@ -69,20 +70,27 @@ def snapshot(settings: Settings, engine: Engine | None = None) -> Snapshot:
     own = engine is None
     engine = engine or db.make_engine(settings)
     try:
-        found_jobs, found_attempts = db.read(engine, _read_all)
+        found_jobs, found_attempts, resolved = db.read(engine, _read_all)
     finally:
         if own:
             engine.dispose()
     by_job: dict[str, list[Attempt]] = defaultdict(list)
     for attempt in found_attempts:
         by_job[attempt.job_id].append(attempt)
-    return Snapshot({j.id: j for j in found_jobs}, dict(by_job), dict(read_starts(settings)))
+    return Snapshot({j.id: j for j in found_jobs}, dict(by_job), dict(read_starts(settings)), resolved)
 
 
-def _read_all(conn: Connection) -> tuple[list[Job], list[Attempt]]:
+def _read_all(conn: Connection) -> tuple[list[Job], list[Attempt], frozenset[str]]:
     found_jobs = [Job.from_row(r) for r in conn.execute(select(jobs)).mappings()]
     query = select(attempts).order_by(attempts.c.job_id, attempts.c.epoch)
-    return found_jobs, [Attempt.from_row(r) for r in conn.execute(query).mappings()]
+    resolved = select(operator_actions.c.job_id).where(
+        operator_actions.c.action == operator.Action.RESOLVE_SUCCEEDED.value
+    )
+    return (
+        found_jobs,
+        [Attempt.from_row(r) for r in conn.execute(query).mappings()],
+        frozenset(conn.execute(resolved).scalars()),
+    )
 
 
 def check_invariants(
@@ -102,7 +110,7 @@ def check_invariants(
     for job in seen.jobs.values():
         tried = seen.attempts.get(job.id, [])
         problems += _terminal(job)
-        problems += _one_result(job, tried)
+        problems += _one_result(job, tried, resolved=job.id in seen.resolved_as_succeeded)
         problems += _no_stale_write(job, tried)
         problems += _executions(job, seen.starts.get(job.id, []), _allowed(executions, job))
     if problems:
@@ -122,17 +130,13 @@ def _terminal(job: Job) -> list[str]:
     return [f"job {job.id} is {job.state.value}, not terminal"]
 
 
-def resolved_by_operator(job: Job) -> bool:
-    return (job.error_message or "").startswith("resolved by operator")
-
-
-def _one_result(job: Job, tried: list[Attempt]) -> list[str]:
+def _one_result(job: Job, tried: list[Attempt], *, resolved: bool) -> list[str]:
     problems = []
     succeeded = [a for a in tried if a.outcome == "succeeded"]
     if len(succeeded) > 1:
         problems.append(f"job {job.id} has {len(succeeded)} succeeded attempts")
     if job.result_attempt_id is None:
-        if job.state is State.SUCCEEDED and not resolved_by_operator(job):
+        if job.state is State.SUCCEEDED and not resolved:
             problems.append(f"job {job.id} succeeded without a result pointer")
         return problems
     if job.state is not State.SUCCEEDED:

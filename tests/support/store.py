@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Engine, select
 from core import clock
 from jobstore import claiming, db, intake, queries
 from jobstore.records import Claim, Job
-from jobstore.schema import attempts, jobs, outbox
+from jobstore.schema import attempts, jobs, operator_actions, outbox
 
 LEASE = 30.0  # the lease `claimed` takes unless told otherwise
 
@@ -80,13 +80,13 @@ def job_row(engine: Engine, job_id: str) -> Job:
 
 
 def every_row(engine: Engine) -> dict[str, list[dict[str, Any]]]:
-    """Every row of the jobs, attempts and outbox tables, by primary key: compare two of them to show that a
-    refused call wrote nothing."""
+    """Every row of the jobs, attempts, outbox and operator actions tables, by primary key: compare two of
+    them to show that a refused call wrote nothing."""
 
     def dump(conn: Connection) -> dict[str, list[dict[str, Any]]]:
         return {
             t.name: [dict(r) for r in conn.execute(select(t).order_by(*t.primary_key)).mappings()]
-            for t in (jobs, attempts, outbox)
+            for t in (jobs, attempts, outbox, operator_actions)
         }
 
     return db.read(engine, dump)

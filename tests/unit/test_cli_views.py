@@ -72,7 +72,7 @@ def test_show_carries_input_and_attempts_oldest_first() -> None:
         error_message=None,
     )  # fmt: skip
 
-    document = views.show_document(JOB, [attempt])
+    document = views.show_document(JOB, [attempt], [])
 
     assert document["payload"] == JOB.payload and document["operation_key"] == "op-1"
     assert document["attempts"] == [

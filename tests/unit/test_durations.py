@@ -1,4 +1,4 @@
-"""Durations as `jobs prune --older-than` reads them."""
+"""Durations as `jobs prune --older-than`, `jobs requeue --since` and the dashboard filter read them."""
 
 from __future__ import annotations
 
@@ -44,3 +44,8 @@ def test_a_duration_is_written_as_it_is_read(seconds: int, text: str) -> None:
     assert format_duration(seconds) == text
     if seconds:
         assert parse_duration(text) == seconds
+
+
+def test_more_than_ten_years_is_refused() -> None:
+    with pytest.raises(ValueError, match="ten years"):
+        parse_duration("3651d")

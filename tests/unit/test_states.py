@@ -107,8 +107,8 @@ def test_no_state_moves_to_itself() -> None:
 
 @pytest.mark.parametrize("state", sorted(TERMINAL))
 def test_a_terminal_state_has_no_worker_exit(state: State) -> None:
-    """Only an operator moves a finished job: requeue (dead/unknown -> queued) or resolve (unknown ->
-    succeeded/failed). Nothing goes back to `running`, and nothing leaves succeeded/failed/cancelled."""
+    """Only an operator moves a finished job: requeue (failed/dead/unknown -> queued) or resolve (unknown ->
+    succeeded/failed). Nothing goes back to `running`, and nothing leaves succeeded/cancelled."""
     operator_exits: set[State] = set()
     if state in OPERATOR_REQUEUEABLE:
         operator_exits.add(State.QUEUED)
@@ -118,9 +118,17 @@ def test_a_terminal_state_has_no_worker_exit(state: State) -> None:
     assert not can_transition(state, State.RUNNING)
 
 
-@pytest.mark.parametrize("state", [State.SUCCEEDED, State.FAILED, State.CANCELLED])
+@pytest.mark.parametrize("state", [State.SUCCEEDED, State.CANCELLED])
 def test_a_settled_outcome_is_final(state: State) -> None:
     assert TRANSITIONS[state] == frozenset()
+
+
+def test_an_operator_requeues_failed_dead_and_unknown_jobs_only() -> None:
+    assert {src for src in State if can_transition(src, State.QUEUED) and src is not State.RUNNING} == {
+        State.FAILED,
+        State.DEAD,
+        State.UNKNOWN,
+    }
 
 
 def test_a_job_reaches_running_only_from_queued() -> None:

@@ -1,0 +1,18 @@
+"""The operator dashboard at `/ui`: server-rendered HTML over the same figures as `outbox-bridge status`, the
+jobs with filters and paging, each job's page, and the same operator actions as `outbox-bridge jobs
+cancel|requeue|resolve` (requeue also for every job a filter names, after a page that shows the count).
+
+Only operators see it: a bearer token (HS256, `AUTH_SECRET`) whose claims carry `role: operator`, sent either
+as `Authorization: Bearer ...` or, for a browser, as the HttpOnly, SameSite=Strict cookie that the sign-in
+form at `/ui/login` sets. No valid token: 401 and the sign-in form. A valid token without the operator role:
+404, as if there were no dashboard. Because the cookie is SameSite=Strict, another site cannot make a
+signed-in browser post the action forms. Every action is recorded with the token's `sub`.
+
+`access` holds who may look and the sign-in, flash and form plumbing; `pages` the pages; `actions` the
+forms that change jobs. Importing them registers their routes on the one `router`.
+"""
+
+from api.dashboard import actions, pages
+from api.dashboard.access import router
+
+__all__ = ["actions", "pages", "router"]

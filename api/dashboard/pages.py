@@ -1,0 +1,220 @@
+"""The dashboard's pages: the overview, the jobs with filters and paging, one job with everything an
+operator needs to decide (payload, operation key, attempts and their errors, operator actions, the result),
+and that result itself."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from fastapi import Request
+from fastapi.responses import Response
+from sqlalchemy import Connection
+
+from api import results
+from api.dashboard.access import (
+    VisitorDep,
+    not_found,
+    operator_of,
+    page_context,
+    router,
+    templates,
+    unavailable,
+    with_flash,
+)
+from api.dashboard.charts import age, refresh_seconds, throughput_chart
+from api.deps import EngineDep, SettingsDep
+from broker.connection import queue_depth
+from core import clock
+from core.durations import FORMAT, parse_duration
+from core.settings import Settings
+from jobstore import db, operator, queries
+from jobstore.filters import NOTHING, JobFilter
+from jobstore.overview import overview
+from jobstore.records import Attempt, Job, OperatorAction
+from jobstore.states import REQUEUE, State
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 50
+MAX_PAGE_SIZE = 200
+FILTER_FIELDS = ("state", "kind", "tenant", "id", "since")
+
+
+@router.get("")
+@router.get("/")
+def dashboard(request: Request, visitor: VisitorDep, settings: SettingsDep, engine: EngineDep) -> Response:
+    """The overview: counts by state, outbox backlog, throughput, recent jobs, and the dead and unknown
+    lists with their actions. Refreshes itself every few seconds (`?refresh=0` pauses it)."""
+    who = operator_of(request, visitor)
+    if isinstance(who, Response):
+        return who
+    now = clock.now()
+    try:
+        view = db.read(engine, overview, now)
+    except db.StoreUnavailable as exc:
+        return unavailable(request, exc)
+    refresh = refresh_seconds(request.query_params.get("refresh"))
+    context = {
+        **page_context(request, now, refresh),
+        "age": age,
+        "view": view,
+        "counts": [(state, view.counts.get(state.value, 0)) for state in State],
+        "total": sum(view.counts.values()),
+        "chart": throughput_chart(view, now),
+        "dead_letters": _dead_letters(settings),
+    }
+    return with_flash(request, templates.TemplateResponse(request, "dashboard.html", context))
+
+
+def _dead_letters(settings: Settings) -> int | None:
+    """How many messages wait in `jobs.dead`; None when the broker does not answer within a second."""
+    return queue_depth(settings, settings.dead_letter_queue, timeout=1.0)
+
+
+# --- the jobs, filtered ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Filtering:
+    """The filter fields as the operator typed them (to show them again and to carry them to the next page
+    or the bulk requeue), what they mean, and what is wrong with them."""
+
+    fields: dict[str, str]
+    matching: JobFilter
+    error: str | None = None
+
+    @property
+    def query(self) -> str:
+        return urlencode({name: value for name, value in self.fields.items() if value})
+
+    @property
+    def requeueable(self) -> bool:
+        """A bulk requeue is offered only for a filter that names a state a requeue takes jobs from."""
+        return self.error is None and bool(self.matching.states) and self.matching.states <= REQUEUE.sources
+
+
+def filtering(raw: Mapping[str, str], now: float) -> Filtering:
+    """The filter `raw` (query or form fields) names: `state` (one state), `kind`, `tenant`, `id` (a prefix),
+    `since` (a duration: changed within it). Blank fields match everything; a bad state or duration is an
+    error, and the filter then matches nothing rather than more than the operator asked for."""
+    fields = {name: str(raw.get(name, "")).strip() for name in FILTER_FIELDS}
+    state, since = fields["state"], fields["since"]
+    if state and state not in {s.value for s in State}:
+        return Filtering(fields, NOTHING, f"There is no state {state!r}.")
+    try:
+        since_at = now - parse_duration(since) if since else None
+    except ValueError:
+        return Filtering(fields, NOTHING, f"'Changed within' takes {FORMAT}.")
+    matching = JobFilter(
+        states=frozenset({State(state)}) if state else frozenset(),
+        kind=fields["kind"] or None,
+        tenant=fields["tenant"] or None,
+        id_prefix=fields["id"] or None,
+        since=since_at,
+    )
+    return Filtering(fields, matching)
+
+
+def _page_size(raw: str | None) -> int:
+    try:
+        return min(max(int(raw or PAGE_SIZE), 1), MAX_PAGE_SIZE)
+    except ValueError:
+        return PAGE_SIZE
+
+
+@router.get("/jobs")
+def jobs_page(request: Request, visitor: VisitorDep, engine: EngineDep) -> Response:
+    """Every job, newest first, a page at a time, filtered by state, kind, tenant, id prefix and how
+    recently it changed; a filter on failed, dead or unknown jobs offers to requeue them all."""
+    who = operator_of(request, visitor)
+    if isinstance(who, Response):
+        return who
+    now = clock.now()
+    chosen = filtering(request.query_params, now)
+    limit, cursor = _page_size(request.query_params.get("limit")), request.query_params.get("cursor") or None
+    try:
+        page = db.read(engine, queries.find_jobs, chosen.matching, limit=limit, cursor=cursor)
+    except queries.BadCursor:
+        page, chosen = (
+            queries.Page([], None),
+            Filtering(chosen.fields, chosen.matching, "That page link is stale."),
+        )
+    except db.StoreUnavailable as exc:
+        return unavailable(request, exc)
+    context = {
+        **page_context(request, now, 0),
+        "age": age,
+        "filtering": chosen,
+        "states": [s.value for s in State],
+        "page": page,
+        "limit": limit,
+        "first_page": cursor is None,
+    }
+    return with_flash(request, templates.TemplateResponse(request, "jobs.html", context))
+
+
+# --- one job ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobDetail:
+    job: Job
+    attempts: list[Attempt]
+    actions: list[OperatorAction]
+
+    @property
+    def resolution(self) -> OperatorAction | None:
+        return operator.resolution(self.job, self.actions)
+
+
+def _detail(conn: Connection, job_id: str) -> JobDetail | None:
+    job = queries.get_job(conn, job_id)
+    if job is None:
+        return None
+    return JobDetail(job, queries.attempts_of(conn, job_id), queries.actions_of(conn, job_id))
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
+    """One job: its input (payload, operation key), every attempt (epoch, worker, outcome, external effect,
+    error), what operators did to it, the link to its result, and the actions its state allows."""
+    who = operator_of(request, visitor)
+    if isinstance(who, Response):
+        return who
+    now = clock.now()
+    try:
+        found = db.read(engine, _detail, job_id)
+    except db.StoreUnavailable as exc:
+        return unavailable(request, exc)
+    if found is None:
+        return not_found(request)
+    context = {**page_context(request, now, 0), "detail": found, "job": found.job}
+    return with_flash(request, templates.TemplateResponse(request, "job.html", context))
+
+
+@router.get("/jobs/{job_id}/result")
+def job_result(
+    request: Request, job_id: str, visitor: VisitorDep, settings: SettingsDep, engine: EngineDep
+) -> Response:
+    """The job's committed result, whatever its tenant, as the api serves it to the job's owner; the plain
+    not-found page while it has none."""
+    who = operator_of(request, visitor)
+    if isinstance(who, Response):
+        return who
+    try:
+        found = db.read(engine, _committed, job_id)
+    except db.StoreUnavailable as exc:
+        return unavailable(request, exc)
+    if found is None:
+        return not_found(request)
+    job, attempt = found
+    return results.respond(attempt.output, settings.results_dir, f"{job.kind}-{job.id}")
+
+
+def _committed(conn: Connection, job_id: str) -> tuple[Job, Attempt] | None:
+    job = queries.get_job(conn, job_id)
+    attempt = queries.committed_result(conn, job_id)
+    return None if job is None or attempt is None else (job, attempt)

@@ -1,0 +1,325 @@
+"""`outbox-bridge jobs`: list and show jobs, and the operator's moves (cancel, requeue, resolve), each
+recorded with the OS user who ran it."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from sqlalchemy import Engine
+
+from core import clock
+from core.durations import FORMAT, format_duration, parse_duration
+from core.settings import Settings
+from jobstore import db, operator, queries
+from jobstore.errors import InvalidTransition, JobNotFound
+from jobstore.filters import JobFilter
+from jobstore.records import Attempt, Job, OperatorAction
+from jobstore.states import REQUEUE, State
+from outbox_bridge import views
+from outbox_bridge.console import (
+    IdArgument,
+    JsonOption,
+    load_settings,
+    open_store,
+    out,
+    print_json,
+    ready_engine,
+    refuse,
+    table,
+)
+
+jobs_app = typer.Typer(help="Inspect and operate on jobs.")
+
+
+@jobs_app.command("list")
+def jobs_list(
+    state: State | None = None,
+    tenant: str | None = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
+    cursor: Annotated[
+        str | None, typer.Option(help="Where the previous page ended (its next_cursor).")
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List jobs, newest first."""
+    _, engine = open_store()
+    try:
+        page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit, cursor=cursor)
+    except queries.BadCursor:
+        refuse("--cursor is not a next_cursor that `jobs list --json` printed")
+    if as_json:
+        print_json(views.list_document(page.items, page.next_cursor))
+        return
+    shown = table()
+    for column in ("id", "tenant", "kind", "state", "attempts", "epoch", "created", "error"):
+        shown.add_column(column)
+    for job in page.items:
+        shown.add_row(
+            job.id,
+            job.tenant,
+            job.kind,
+            job.state.value,
+            str(job.attempts),
+            str(job.epoch),
+            clock.isoformat(job.created_at),
+            job.error_code or "",
+        )
+    out.print(shown)
+
+
+@jobs_app.command("show")
+def jobs_show(job_id: IdArgument, as_json: JsonOption = False) -> None:
+    """Show one job, its attempts and what operators did to it."""
+    _, engine = open_store()
+    job = _job_by_prefix(engine, job_id)
+    attempts = db.read(engine, queries.attempts_of, job.id)
+    actions = db.read(engine, queries.actions_of, job.id)
+    if as_json:
+        print_json(views.show_document(job, attempts, actions))
+        return
+    for name in ("id", "tenant", "owner", "kind", "state", "epoch", "attempts", "cancel_requested"):
+        out.print(f"{name:>17}: {getattr(job, name)}")
+    resolution = operator.resolution(job, actions)
+    if resolution is not None:
+        out.print(f"{'note':>17}: resolved by {resolution.actor}: {resolution.note or ''}")
+    else:
+        out.print(f"{'error':>17}: {job.error_code or '-'} {job.error_message or ''}")
+    out.print(f"{'result attempt':>17}: {job.result_attempt_id or '-'}")
+    _print_attempts(attempts)
+    _print_actions(actions)
+
+
+def _print_attempts(attempts: list[Attempt]) -> None:
+    shown = table(title="attempts")
+    for column in ("epoch", "attempt", "worker", "outcome", "started", "ended", "external", "error"):
+        shown.add_column(column)
+    for a in attempts:
+        shown.add_row(
+            str(a.epoch),
+            a.id,
+            a.worker,
+            a.outcome,
+            clock.isoformat(a.started_at),
+            clock.isoformat(a.ended_at) or "",
+            "yes" if a.external_started_at else "",
+            a.error_code or "",
+        )
+    out.print(shown)
+
+
+def _print_actions(actions: list[OperatorAction]) -> None:
+    if not actions:
+        out.print("operator actions: none")
+        return
+    shown = table(title="operator actions")
+    for column in ("at", "actor", "action", "note"):
+        shown.add_column(column)
+    for a in actions:
+        shown.add_row(clock.isoformat(a.at), a.actor, a.action, a.note or "")
+    out.print(shown)
+
+
+def _job_by_prefix(engine: Engine, prefix: str) -> Job:
+    """The one job whose id starts with `prefix` (a whole id, or enough of one), else exit 1 saying how
+    many matched."""
+    match = db.read(engine, queries.match_id_prefix, prefix)
+    if match.job is not None:
+        return match.job
+    if match.count == 0:
+        refuse(f"no job id starts with {prefix!r}: `outbox-bridge jobs list` shows the ids there are")
+    refuse(f"{match.count} jobs have ids starting with {prefix!r}: give more of the id")
+
+
+def _actor() -> str:
+    """Who runs this command, as operator actions record it: the OS user."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container), and no LOGNAME/USER either
+        return f"uid:{os.getuid()}"
+
+
+def _operate(action: str, fn: Callable[..., Job], prefix: str, *args: object, **options: object) -> None:
+    """Run the operator action `fn(conn, job_id, *args, **options)` on the job `prefix` names; exit 1 with
+    one line when there is no such job or its state does not allow the action."""
+    _, engine = open_store()
+    job_id = _job_by_prefix(engine, prefix).id
+    try:
+        job: Job = db.transact(engine, fn, job_id, *args, **options)
+    except (JobNotFound, InvalidTransition) as exc:
+        refuse(str(exc))
+    out.print(f"{action}: job {job.id} is now {job.state.value}")
+
+
+StateOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--state",
+        metavar="STATE",
+        help="Requeue every job in this state: failed, dead or unknown (repeatable).",
+    ),
+]
+NoteOption = Annotated[str | None, typer.Option(help="Why, for whoever looks at the job next.")]
+
+
+@jobs_app.command("requeue")
+def jobs_requeue(
+    job_id: Annotated[
+        str | None, typer.Argument(metavar="ID", help="A job id, or enough of its start.")
+    ] = None,
+    state: StateOption = None,
+    kind: Annotated[str | None, typer.Option(help="Only jobs of this kind.")] = None,
+    tenant: Annotated[str | None, typer.Option(help="Only this tenant's jobs.")] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(metavar="DURATION", help=f"Only jobs that changed within this span: {FORMAT}."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count the jobs it would requeue; change none.")
+    ] = False,
+    note: NoteOption = None,
+) -> None:
+    """Put a failed, dead or unknown job back in the queue with a fresh attempt budget: the job ID names, or
+    every job the filter names (--state, with --kind, --tenant, --since). --dry-run counts them first."""
+    matching = _requeue_filter(state, kind, tenant, since)
+    if job_id is not None and matching is not None:
+        refuse("give a job ID or a filter (--state, --kind, --tenant, --since), not both")
+    if job_id is not None:
+        _requeue_one(job_id, dry_run, note)
+    elif matching is not None and matching.states:
+        _requeue_matching(matching, dry_run, note)
+    else:
+        refuse("give a job ID, or --state failed|dead|unknown (with --kind, --tenant, --since) for many jobs")
+
+
+def _requeue_filter(
+    states: list[str] | None, kind: str | None, tenant: str | None, since: str | None
+) -> JobFilter | None:
+    """The filter the options name (None when they name none), or exit 1 saying which option is wrong."""
+    if not (states or kind or tenant or since):
+        return None
+    allowed = {s.value for s in REQUEUE.sources}
+    wrong = sorted(set(states or ()) - allowed)
+    if wrong:
+        refuse(f"--state {wrong[0]}: only {', '.join(sorted(allowed))} jobs can be requeued")
+    try:
+        since_at = None if since is None else clock.now() - parse_duration(since)
+    except ValueError as exc:
+        refuse(f"--since {exc}")
+    return JobFilter(
+        states=frozenset(State(s) for s in states or ()), kind=kind, tenant=tenant, since=since_at
+    )
+
+
+def _requeue_one(prefix: str, dry_run: bool, note: str | None) -> None:
+    if not dry_run:
+        _operate("requeued", operator.requeue, prefix, clock.now(), actor=_actor(), note=note)
+        return
+    _, engine = open_store()
+    job = _job_by_prefix(engine, prefix)
+    if job.state not in REQUEUE.sources:
+        refuse(str(InvalidTransition(job.id, job.state.value, "requeue")))
+    out.print(f"dry run: job {job.id} ({job.state.value}) would be requeued; nothing was changed")
+
+
+def _requeue_matching(matching: JobFilter, dry_run: bool, note: str | None) -> None:
+    _, engine = open_store()
+    if dry_run:
+        count = db.read(engine, operator.count_requeueable, matching)
+        out.print(f"dry run: {count} {_jobs(count)} would be requeued; nothing was changed")
+        return
+    moved = db.transact(engine, operator.requeue_matching, matching, clock.now(), actor=_actor(), note=note)
+    out.print(f"requeued {len(moved)} {_jobs(len(moved))}")
+    for job_id in moved:
+        out.print(job_id)
+
+
+def _jobs(count: int) -> str:
+    return "job" if count == 1 else "jobs"
+
+
+@jobs_app.command("cancel")
+def jobs_cancel(job_id: IdArgument, note: NoteOption = None) -> None:
+    """Cancel a job: a queued one at once, a running one at its next safe point. A finished job is left as
+    it is (exit 1)."""
+    _, engine = open_store()
+    found = _job_by_prefix(engine, job_id)
+    try:
+        outcome, job = db.transact(engine, operator.cancel, found.id, clock.now(), actor=_actor(), note=note)
+    except (JobNotFound, InvalidTransition) as exc:
+        refuse(str(exc))
+    if outcome is operator.CancelOutcome.REQUESTED:
+        out.print(f"cancel requested: job {job.id} is running; it stops at its next safe point")
+    else:
+        out.print(f"cancelled: job {job.id} is now {job.state.value}")
+
+
+class Resolution(StrEnum):
+    succeeded = "succeeded"
+    failed = "failed"
+
+
+@jobs_app.command("resolve")
+def jobs_resolve(
+    job_id: IdArgument,
+    outcome: Annotated[Resolution, typer.Option(help="What really happened.")],
+    note: Annotated[str, typer.Option(help="How you know (recorded, and shown by `jobs show`).")] = (
+        "checked by operator"
+    ),
+) -> None:
+    """Settle an unknown job as succeeded or failed."""
+    _operate("resolved", operator.resolve, job_id, State(outcome.value), note, clock.now(), actor=_actor())
+
+
+@jobs_app.command("prune")
+def jobs_prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            help="Finished longer ago than this (7d, 12h, 30m, 90s); default JOB_RETENTION_SECONDS.",
+        ),
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would go; remove nothing.")] = False,
+) -> None:
+    """Delete jobs finished longer ago than the retention, with their attempts, outbox rows and files, and
+    remove attempt outputs that never became a result. `unknown` jobs stay until resolved."""
+    from worker.retention import OutputSweep, preview_prune, prune_finished
+
+    settings = load_settings()
+    age = _prune_age(older_than, settings)
+    engine = ready_engine(settings)
+    now = clock.now()
+    verb = "would remove" if dry_run else "removed"
+    if age is None:
+        out.print("finished jobs are kept: JOB_RETENTION_SECONDS is 0 (give --older-than to delete some)")
+    else:
+        cutoff = now - age
+        pruned = (preview_prune if dry_run else prune_finished)(engine, settings, cutoff)
+        out.print(
+            f"{verb} {pruned.jobs} jobs finished more than {format_duration(age)} ago (before "
+            f"{clock.isoformat(cutoff)}) and {pruned.files} of their files"
+        )
+    swept = OutputSweep().run(engine, settings, now, dry_run=dry_run)
+    out.print(
+        f"{verb} {swept.files} files of attempts that never became a result or of jobs no longer in the "
+        f"store, and {swept.directories} directories of such jobs"
+    )
+    if dry_run:
+        out.print("dry run: nothing was removed")
+
+
+def _prune_age(older_than: str | None, settings: Settings) -> float | None:
+    """The age `jobs prune` deletes finished jobs at: `--older-than`, else JOB_RETENTION_SECONDS, None when
+    that is 0 (kept forever); exit 1 saying what a duration looks like when `--older-than` is not one."""
+    if older_than is None:
+        return settings.job_retention_seconds or None
+    try:
+        return parse_duration(older_than)
+    except ValueError as exc:
+        refuse(f"--older-than: {exc}")
