@@ -125,7 +125,7 @@ def test_a_worker_killed_after_the_call_ends_unknown_and_a_requeued_run_is_a_dup
     assert job_row(engine, job_id).state is State.UNKNOWN
     assert db.transact(engine, claiming.claim, job_id, "worker-1", now(), 30.0).claim is None
 
-    db.transact(engine, operator.requeue, job_id, now())  # the operator decides to try again
+    db.transact(engine, operator.requeue, job_id, now(), actor="tester")  # the operator decides to try again
     assert run(engine, settings, claim(engine, settings, job_id)) is State.SUCCEEDED
 
     attempt = db.read(engine, queries.committed_result, job_id)

@@ -111,7 +111,7 @@ def test_a_job_requeued_and_running_after_it_was_chosen_is_not_deleted_nor_its_f
     chosen = db.read(engine, retention.expired, cutoff)
     assert set(chosen) == {racing, other}
     # Between the prune's choice and its delete, an operator requeues the dead job and a worker claims it.
-    db.transact(engine, operator.requeue, racing, clock.now())
+    db.transact(engine, operator.requeue, racing, clock.now(), actor="tester")
     rerun = claimed(engine, racing, now=clock.now())
     running_file = write_output(settings, rerun, ".csv.partial")
 
@@ -141,7 +141,7 @@ def test_a_delete_waiting_on_an_uncommitted_requeue_deletes_nothing_once_it_comm
     outcome: list[list[str]] = []
     with engine.connect() as conn:
         transaction = conn.begin()
-        operator.requeue(conn, racing, clock.now())  # holds the row until it commits
+        operator.requeue(conn, racing, clock.now(), actor="tester")  # holds the row until it commits
         prune = threading.Thread(
             target=lambda: outcome.append(db.transact(engine, retention.prune, clock.now() - RETENTION))
         )

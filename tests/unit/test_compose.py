@@ -124,7 +124,8 @@ def test_the_runtime_lock_pins_every_dependency_at_the_dev_locks_version() -> No
 
     def pins(name: str) -> dict[str, str]:
         lines = (ROOT / "requirements" / name).read_text().splitlines()
-        found = dict(line.split("==", 1) for line in lines if line and not line.startswith((" ", "#")))
+        pinned = [line.split(";")[0].strip() for line in lines if line and not line.startswith((" ", "#"))]
+        found = dict(line.split("==", 1) for line in pinned)  # an environment marker follows a ";"
         assert all(re.fullmatch(r"[\w.+!-]+", version) for version in found.values()), found
         return found
 
