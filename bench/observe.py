@@ -57,6 +57,11 @@ class StoreWatch:
     def close(self) -> None:
         self.engine.dispose()
 
+    def stored(self, tenant: str) -> int:
+        """How many jobs of `tenant` the store holds, in any state."""
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).where(jobs.c.tenant == tenant)).scalar_one())
+
     def progress(self, tenant: str) -> Progress:
         query = (
             select(jobs.c.state, func.count())

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -94,7 +95,8 @@ def _assert_run(run: dict[str, Any]) -> None:
     assert "error" not in run
     assert run["calibration"]["commits_per_second"] > 0
     phases = run["phases"]
-    expected = {"warmup", "idle", "burst_store", "burst_http", "latency", "latency_light"}
+    expected = {"warmup", "idle", "burst_store", "burst_http", "http_api", "http_whole", "latency"}
+    expected |= {"latency_light"}
     expected |= {"fsync"} if strace_available() else set()
     expected |= {"outage"} if run["mode"] == "broker" else set()
     assert set(phases) == expected
@@ -110,6 +112,19 @@ def _assert_run(run: dict[str, Any]) -> None:
     assert phases["latency_light"]["due"] == 20 and phases["latency_light"]["offered_rate"] == 10
     if "fsync" in phases:
         assert phases["fsync"]["fsyncs_per_job"] > 0  # synchronous=FULL syncs every commit
+    _assert_wrk(phases["http_api"], phases["http_whole"])
+
+
+def _assert_wrk(*measured: dict[str, Any]) -> None:
+    """wrk's phases ran where wrk is installed (CI installs it), and said why not elsewhere."""
+    if shutil.which("wrk") is None and not os.environ.get("CI"):
+        assert all("skipped" in phase for phase in measured)
+        return
+    for phase in measured:
+        assert phase["accepted"] > 0 and phase["non_2xx"] == 0, phase
+        assert phase["stored"] >= phase["accepted"]  # wrk does not count answers still in flight at its end
+        assert phase["finished"] == {"succeeded": phase["stored"], "failed_or_dead": 0}
+        assert 0 < phase["latency_ms"]["50"] <= phase["latency_ms"]["99"]
 
 
 @pytest.mark.slow
