@@ -26,7 +26,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -35,17 +34,17 @@ from baseline.pacing import idle_pauses
 from core import clock
 from core.backoff import Backoff
 from core.settings import Settings
-from handlers.base import JobError
 from jobstore import db
 from jobstore.records import Claim
 from jobstore.states import State
-from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.attempt import discard_uncommitted
 from worker.budget import ClaimBudget
 from worker.commit import backoff_of, commit_outcomes
 from worker.handback import Handback, hand_back, hand_back_all
 from worker.inbox import STOP, take_batch
 from worker.lease import Held, LeaseKeeper
 from worker.polling import claim_due
+from worker.runners import Finished, Runners, Running
 
 log = logging.getLogger(__name__)
 
@@ -82,20 +81,6 @@ class OutcomeCounts:
             return dict(sorted(self._counts.items()))
 
 
-@dataclass(eq=False)
-class Running:
-    claim: Claim
-    held: Held
-    started: float | None = None  # when a thread began running it (monotonic), until its code returned
-
-
-@dataclass(frozen=True)
-class Finished:
-    running: Running
-    outcome: AttemptOutcome
-    at: float = field(default_factory=time.monotonic)
-
-
 class ClaimPool:
     """The claimer and the runners of one baseline process, until `stopping` is set and what it claimed is
     committed. The claimer checks `stopping` under the round lock: a claim that lands after the stop is
@@ -115,26 +100,21 @@ class ClaimPool:
         self._settings = settings
         self._keeper = keeper
         self._stopping = stopping
-        self._budget = budget or ClaimBudget(concurrency)
         self._backoff = backoff_of(settings)
         self._worker = worker_name()
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Finished | NUDGE | STOP
-        self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Running | STOP
         self._running: dict[str, Running] = {}  # by attempt id: claimed here, outcome not committed
-        self._unfinished = 0  # claimed jobs whose code has not returned yet
+        self._runners = Runners(engine, settings, budget or ClaimBudget(concurrency), self._inbox.put,
+                                concurrency=concurrency)  # fmt: skip
         self._outcomes: list[Finished] = []  # finished, waiting for the next round to commit them
         self._lock = threading.Lock()
         self._round = threading.Lock()
         self.tally = OutcomeCounts()
         self._claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
-        self._runners = [
-            threading.Thread(target=self._run_loop, name=f"runner-{n}", daemon=True)
-            for n in range(concurrency)
-        ]
 
     def start(self) -> ClaimPool:
-        for thread in (self._claimer, *self._runners):
-            thread.start()
+        self._runners.start()
+        self._claimer.start()
         return self
 
     def nudge(self) -> None:
@@ -155,7 +135,7 @@ class ClaimPool:
 
     def running(self) -> int:
         """How many of the claimer and runner threads have not ended yet."""
-        return sum(thread.is_alive() for thread in (self._claimer, *self._runners))
+        return self._claimer.is_alive() + self._runners.alive()
 
     def wait_idle(self, timeout: float, urgent: Callable[[], bool] = lambda: False) -> bool:
         """Wait until every claimed job's outcome is committed (or given up), at most `timeout` seconds or
@@ -174,31 +154,9 @@ class ClaimPool:
 
     def close(self, timeout: float = 5.0) -> None:
         """End the threads once the outcomes already finished are committed."""
-        for _ in self._runners:
-            self._ready.put(STOP)
+        self._runners.stop()
         self._inbox.put(STOP)
         self._claimer.join(timeout)
-
-    # Running.
-
-    def _run_loop(self) -> None:
-        while (running := self._ready.get()) is not STOP:
-            running.started = began = time.monotonic()
-            outcome = self._run(running)
-            self._budget.ran(time.monotonic() - began)
-            with self._lock:
-                self._unfinished -= 1
-                running.started = None
-            self._inbox.put(Finished(running, outcome))
-
-    def _run(self, running: Running) -> AttemptOutcome:
-        if running.held.lost:  # handed back while it waited for a thread
-            return AttemptOutcome(lease_lost=True)
-        try:
-            return run_attempt(StoreContext(self._engine, self._settings, running.claim, running.held))
-        except Exception as exc:  # outside the kind's own code (e.g. the execution log): retried later
-            log.exception("job %s could not run", running.claim.job_id)
-            return AttemptOutcome(error=JobError("worker_error", f"{type(exc).__name__}: {exc}"))
 
     # Claiming and committing.
 
@@ -242,7 +200,7 @@ class ClaimPool:
         """Commit the waiting outcomes and claim up to the room in one transaction; returns the room and
         how many jobs were claimed."""
         outcomes = list(self._outcomes)
-        room = 0 if self._stopping.is_set() else self._room()
+        room = 0 if self._stopping.is_set() else self._runners.room()
         if not outcomes and not room:
             return 0, 0
         states, claims = db.transact(self._engine, self._commit_and_claim, outcomes, room)
@@ -273,15 +231,6 @@ class ClaimPool:
                 continue
             self._committed([finished], [state])
 
-    def _room(self) -> int:
-        """How many more jobs this process may claim now (`worker.budget`)."""
-        now = time.monotonic()
-        with self._lock:
-            began = [r.started for r in self._running.values() if r.started is not None]
-            unfinished = self._unfinished
-        longest = now - min(began) if began else 0.0
-        return max(0, self._budget.limit(longest) - unfinished)
-
     def _committed(self, outcomes: Sequence[Finished], states: Sequence[State | None]) -> None:
         for finished, state in zip(outcomes, states, strict=True):
             self._forget(finished.running)
@@ -302,8 +251,7 @@ class ClaimPool:
             running = Running(claim, self._keeper.hold(claim))
             with self._lock:
                 self._running[claim.attempt_id] = running
-                self._unfinished += 1
-            self._ready.put(running)
+            self._runners.submit(running)
 
     def _forget(self, running: Running) -> None:
         job_id = running.claim.job_id

@@ -29,20 +29,20 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import Connection, Engine
 
 from consumer.link import Delivery
-from consumer.rounds import Finished, Round, Running, write_round
+from consumer.rounds import Round, write_round
 from core import faults
 from core.backoff import Backoff, compute_backoff
 from core.settings import Settings
-from handlers.base import JobError
 from jobstore import claiming, db
 from jobstore.records import Claim
 from jobstore.states import State
-from worker.attempt import AttemptOutcome, StoreContext, discard_uncommitted, run_attempt
+from worker.attempt import discard_uncommitted
 from worker.budget import AHEAD_SECONDS, ClaimBudget
 from worker.handback import Handback, hand_back_all
 from worker.inbox import STOP, take_batch, take_waiting
 from worker.lease import Held, LeaseKeeper
 from worker.patience import retry_while_unavailable
+from worker.runners import Finished, Runners, Running
 
 log = logging.getLogger(__name__)
 
@@ -103,10 +103,9 @@ class Pipeline:
         self._worker = worker
         self._backoff = Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Delivery | Finished | STOP
-        self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Running | STOP
-        self._running: dict[str, Running] = {}
-        self._unfinished = 0  # claimed jobs whose code has not returned yet
+        self._running: dict[str, Running] = {}  # by attempt id: claimed here, outcome not committed
         self._budget = budget or ClaimBudget(concurrency)
+        self._runners = Runners(engine, settings, self._budget, self._inbox.put, concurrency=concurrency)
         self._bursting = False
         self._failed_rounds = 0  # rounds in a row the store took nothing from
         self._last_arrival = 0.0  # when the last delivery arrived (monotonic)
@@ -117,13 +116,10 @@ class Pipeline:
         self._accepting = True
         self.counts: Counter[str] = Counter()
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
-        self._workers = [
-            threading.Thread(target=self._work_loop, name=f"job-{i}", daemon=True) for i in range(concurrency)
-        ]
 
     def start(self) -> Pipeline:
-        for thread in (self._writer, *self._workers):
-            thread.start()
+        self._runners.start()
+        self._writer.start()
         return self
 
     def offer(self, delivery: Delivery) -> None:
@@ -135,8 +131,7 @@ class Pipeline:
         running = Running(claim, self._keeper.hold(claim), delivery)
         with self._lock:
             self._running[claim.attempt_id] = running
-            self._unfinished += 1
-        self._ready.put(running)
+        self._runners.submit(running)
         return running
 
     def in_flight(self) -> int:
@@ -162,27 +157,6 @@ class Pipeline:
     def _count(self, **deltas: int) -> None:
         with self._lock:
             self.counts.update(deltas)
-
-    # Running.
-
-    def _work_loop(self) -> None:
-        while (running := self._ready.get()) is not STOP:
-            running.started = began = time.monotonic()
-            outcome = self._run(running)
-            self._budget.ran(time.monotonic() - began)
-            with self._lock:
-                self._unfinished -= 1
-                running.started = None
-            self._inbox.put(Finished(running, outcome))
-
-    def _run(self, running: Running) -> AttemptOutcome:
-        if running.held.lost:  # released while it waited for a thread: another worker runs it
-            return AttemptOutcome(lease_lost=True)
-        try:
-            return run_attempt(StoreContext(self._engine, self._settings, running.claim, running.held))
-        except Exception as exc:  # outside the kind's own code (e.g. the execution log): retried later
-            log.exception("job %s could not run", running.claim.job_id)
-            return AttemptOutcome(error=JobError("worker_error", f"{type(exc).__name__}: {exc}"))
 
     # Writing.
 
@@ -269,13 +243,8 @@ class Pipeline:
     def _room(self) -> int:
         """How many more jobs this consumer may claim now, starting or stopping claiming ahead as the
         budget says. Deliveries beyond the room wait here, unacked, for a later round."""
-        now = time.monotonic()
-        with self._lock:
-            began = [r.started for r in self._running.values() if r.started is not None]
-            unfinished = self._unfinished
-        longest = now - min(began) if began else 0.0
-        self._bursting = self._budget.bursting(longest) and self._accepting
-        return max(0, self._budget.limit(longest) - unfinished)
+        self._bursting = self._runners.bursting() and self._accepting
+        return self._runners.room()
 
     def _in_transaction(self, conn: Connection, round_: Round) -> Any:
         """The round's transaction, once it holds the write lock: first take what arrived while it waited
@@ -388,7 +357,6 @@ class Pipeline:
 
     def close(self, timeout: float = 5.0) -> None:
         """Stop the threads once the outcomes already finished are committed and acked."""
-        for _ in self._workers:
-            self._ready.put(STOP)
+        self._runners.stop()
         self._inbox.put(STOP)
         self._writer.join(timeout)

@@ -3,7 +3,6 @@ each under its own fence, then the claims of the deliveries it takes."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -13,28 +12,9 @@ from consumer.link import Delivery
 from core import clock
 from core.backoff import Backoff
 from jobstore import claiming
-from jobstore.records import Claim
 from jobstore.states import State
-from worker.attempt import AttemptOutcome
 from worker.commit import commit_outcomes
-from worker.lease import Held
-
-
-@dataclass(eq=False)
-class Running:
-    """A claimed job in this process; `delivery` is None when it was claimed from the table (degraded)."""
-
-    claim: Claim
-    held: Held
-    delivery: Delivery | None
-    started: float | None = None  # when a thread began running it (monotonic), until its code returned
-
-
-@dataclass(frozen=True)
-class Finished:
-    running: Running
-    outcome: AttemptOutcome
-    at: float = field(default_factory=time.monotonic)  # when its code returned
+from worker.runners import Finished
 
 
 @dataclass
