@@ -24,6 +24,7 @@ from core.settings import Settings
 from jobstore import db
 from jobstore.records import Claim
 from worker.handback import Handback
+from worker.heartbeat import Heartbeat, runner_detail
 from worker.lease import LeaseKeeper
 from worker.process import run_until_signalled
 from worker.shutdown import drain, listed
@@ -47,12 +48,14 @@ class BaselineProcess:
         )
         self.sweeper = SweepLoop(engine, settings, self.stopping)
         self.listening = Listening(settings, self.pool.nudge, self.stopping)
+        self.heartbeat = Heartbeat(engine, settings, "worker", runner_detail(self.keeper, concurrency))
 
     def start(self) -> BaselineProcess:
         self.keeper.start()
         self.pool.start()
         self.sweeper.start()
         self.listening.start()
+        self.heartbeat.start()
         return self
 
     def shutdown(self, urgent: Callable[[], bool] = lambda: False) -> int:
@@ -64,6 +67,7 @@ class BaselineProcess:
         self.keeper.stop()
         self.sweeper.join(timeout=1.0)
         self.listening.join(timeout=1.5)
+        self.heartbeat.stop()
         counts = self.pool.tally.snapshot()
         log.info("stopped: %d job(s) run (%s); exit %d", sum(counts.values()), listed(counts) or "none", code)
         return code
