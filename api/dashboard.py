@@ -24,12 +24,13 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import Identity, InvalidToken
 from api.deps import BearerDep, EngineDep, SettingsDep, token_identity
+from api.liveness import liveness_block
 from broker.connection import queue_depth
 from core import clock
 from core.settings import Settings
 from jobstore import db, operator, queries
 from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.overview import Overview, overview
+from jobstore.overview import Liveness, Overview, overview
 from jobstore.records import Attempt, Job
 from jobstore.states import OPERATOR_REQUEUEABLE, RESOLVABLE_TO, State
 
@@ -152,7 +153,7 @@ def dashboard(request: Request, visitor: VisitorDep, settings: SettingsDep, engi
         return refused
     now = clock.now()
     try:
-        view = db.read(engine, overview, now)
+        view = db.read(engine, overview, now, Liveness.of(settings))
     except db.StoreUnavailable as exc:
         return _unavailable(request, exc)
     refresh = refresh_seconds(request.query_params.get("refresh"))
@@ -163,6 +164,7 @@ def dashboard(request: Request, visitor: VisitorDep, settings: SettingsDep, engi
         "total": sum(view.counts.values()),
         "chart": throughput_chart(view, now),
         "dead_letters": _dead_letters(settings),
+        "liveness": liveness_block(view),
     }
     return _with_flash(request, templates.TemplateResponse(request, "dashboard.html", context))
 

@@ -1,7 +1,8 @@
 """Prometheus text exposition for the API process.
 
 Counters (requests by route template and status, jobs accepted by kind) live in this process; the store's
-figures (jobs by state, outbox rows pending and the age of the oldest) are read from the store at scrape time.
+figures (jobs by state, outbox rows pending and the age of the oldest, the oldest due queued job, the live
+processes by role from their heartbeats) are read from the store at scrape time.
 With `--workers N` each worker process counts its own requests.
 """
 
@@ -36,7 +37,15 @@ class Metrics:
         with self._lock:
             self._accepted[kind] += 1
 
-    def render(self, jobs_by_state: Mapping[str, int], backlog: Backlog, store: Mapping[str, float]) -> str:
+    def render(
+        self,
+        jobs_by_state: Mapping[str, int],
+        backlog: Backlog,
+        store: Mapping[str, float],
+        *,
+        alive: Mapping[str, int],
+        oldest_queued_age: float,
+    ) -> str:
         with self._lock:
             requests, accepted = dict(self._requests), dict(self._accepted)
         lines: list[str] = []
@@ -72,6 +81,18 @@ class Metrics:
             "gauge",
             "How long the oldest due, unpublished outbox row has waited.",
             [({}, backlog.oldest_age_seconds)],
+        )
+        lines += _family(
+            "outbox_bridge_queued_oldest_age_seconds",
+            "gauge",
+            "How long the oldest due, queued job has waited to start (0 when none waits).",
+            [({}, oldest_queued_age)],
+        )
+        lines += _family(
+            "outbox_bridge_processes_alive",
+            "gauge",
+            "Processes whose heartbeat is fresh, by role.",
+            (({"role": r}, n) for r, n in alive.items()),
         )
         lines += _store_counters(store)
         return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -20,9 +21,9 @@ from broker.connection import queue_depth
 from core import clock
 from core.durations import format_duration, parse_duration
 from core.settings import Settings, load
-from jobstore import db, migrate, operator, queries
+from jobstore import db, heartbeats, migrate, operator, queries
 from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.overview import overview
+from jobstore.overview import Liveness, Overview, overview
 from jobstore.records import Job
 from jobstore.states import State
 from outbox_bridge import views
@@ -175,6 +176,12 @@ def worker(concurrency: Annotated[int, typer.Option(min=1)] = 1) -> None:
     raise typer.Exit(run(settings, concurrency=concurrency))
 
 
+class Role(StrEnum):
+    relay = "relay"
+    consumer = "consumer"
+    worker = "worker"
+
+
 class Broker(StrEnum):
     rabbitmq = "rabbitmq"
     none = "none"
@@ -281,19 +288,22 @@ def _engine() -> tuple[Settings, Engine]:
 
 @app.command()
 def status(as_json: JsonOption = False) -> None:
-    """The dashboard's figures in the terminal."""
+    """The dashboard's figures in the terminal: warnings first (in red), who is alive, then the jobs."""
     settings, engine = _engine()
-    view = db.read(engine, overview, clock.now())
+    view = db.read(engine, overview, clock.now(), Liveness.of(settings))
     dead_letters = queue_depth(settings, settings.dead_letter_queue)
     if as_json:
         _print_json(views.status_document(view, settings.dead_letter_queue, dead_letters))
         return
+    _print_warnings(view)
+    _print_processes(view)
     table = _table(title="jobs by state")
     table.add_column("state")
     table.add_column("jobs", justify="right")
     for state, count in view.counts.items():
         table.add_row(state, str(count))
     out.print(table)
+    out.print(f"queued and due: {view.due.jobs}, oldest waiting {view.due.oldest_age_seconds:.1f}s")
     out.print(
         f"outbox: {view.backlog.pending} pending, oldest waiting {view.backlog.oldest_age_seconds:.1f}s"
     )
@@ -302,6 +312,44 @@ def status(as_json: JsonOption = False) -> None:
     shown = "the broker did not answer" if dead_letters is None else f"{dead_letters} messages"
     style = "red" if dead_letters else None
     out.print(f"dead-letter queue {settings.dead_letter_queue}: {shown}", style=style)
+
+
+def _print_warnings(view: Overview) -> None:
+    for alert in view.alerts:
+        out.print(f"WARNING {alert.code}: {alert.message}", style="bold red", markup=False, highlight=False)
+
+
+def _print_processes(view: Overview) -> None:
+    out.print("alive: " + ", ".join(f"{role} {n}" for role, n in view.alive.items()))
+    if not view.processes:
+        return
+    table = _table(title="live processes")
+    for column in ("role", "host", "pid", "version", "up", "last seen", "detail"):
+        table.add_column(column)
+    now = clock.now()
+    for p in view.processes:
+        detail = " ".join(f"{k}={v}" for k, v in sorted(p.detail.items()))
+        up = format_duration(max(0.0, now - p.started_at))
+        seen = f"{max(0.0, now - p.last_seen_at):.1f}s ago"
+        table.add_row(p.role, p.host, str(p.pid), p.version, up, seen, detail)
+    out.print(table)
+
+
+@app.command()
+def healthcheck(role: Annotated[Role, typer.Argument(help="The role of the process to look for.")]) -> None:
+    """Exit 0 when a process of ROLE on this host has recorded a heartbeat lately, else 1 (for container
+    healthchecks: a relay, consumer or worker that is up but no longer beating is unhealthy)."""
+    settings = _settings()
+    engine = db.make_engine(settings)
+    try:
+        live = db.read(engine, heartbeats.alive, clock.now(), settings.alive_within_seconds)
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        _refuse(f"the store did not answer: {first_line(exc)}")
+    finally:
+        engine.dispose()
+    host = socket.gethostname()
+    if not any(p.role == role.value and p.host == host for p in live):
+        _refuse(f"no {role.value} on {host} has recorded a heartbeat in {settings.alive_within_seconds:.0f}s")
 
 
 @jobs_app.command("list")
