@@ -12,6 +12,7 @@ from jobstore.alerts import Alert, alerts
 from jobstore.heartbeats import Process
 from jobstore.records import Job
 from jobstore.states import State
+from telemetry.exposition import StoreFigures
 
 
 @dataclass(frozen=True)
@@ -70,4 +71,17 @@ def overview(
         due=due,
         processes=alive,
         alerts=found,
+    )
+
+
+def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFigures:
+    """What a metrics scrape reports about the store: jobs by state, the oldest due queued job, the outbox
+    backlog, and the processes seen within `alive_within` seconds, by role."""
+    backlog = outbox.backlog(conn, now)
+    return StoreFigures(
+        jobs_by_state=queries.counts_by_state(conn),
+        queued_oldest_age_seconds=queries.due_queue(conn, now).oldest_age_seconds,
+        outbox_pending=backlog.pending,
+        outbox_oldest_age_seconds=backlog.oldest_age_seconds,
+        alive=heartbeats.by_role(heartbeats.alive(conn, now, alive_within)),
     )

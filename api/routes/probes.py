@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from fastapi import APIRouter, Response
-from sqlalchemy import Connection
 
 from api import metrics as metrics_module
-from api.deps import EngineDep, MetricsDep, SettingsDep
+from api.deps import EngineDep, MetricsDep
 from api.openapi import problems
 from api.schemas import Status
-from core import clock
-from jobstore import db, heartbeats, outbox, queries
+from jobstore import db, queries
 
 router = APIRouter(tags=["operations"])
 
@@ -47,31 +43,6 @@ def readyz(engine: EngineDep) -> Status:
         **problems(503),
     },
 )
-def metrics(engine: EngineDep, counters: MetricsDep, settings: SettingsDep) -> Response:
-    """Request and acceptance counters of this process, and the store's figures read now."""
-    figures = db.read(engine, _store_figures, clock.now(), settings.alive_within_seconds)
-    text = counters.render(
-        figures.jobs_by_state,
-        figures.backlog,
-        db.stats.snapshot(),
-        alive=figures.alive,
-        oldest_queued_age=figures.due.oldest_age_seconds,
-    )
-    return Response(text, media_type=metrics_module.CONTENT_TYPE)
-
-
-@dataclass(frozen=True)
-class StoreFigures:
-    jobs_by_state: dict[str, int]
-    backlog: outbox.Backlog
-    due: queries.DueQueue
-    alive: dict[str, int]
-
-
-def _store_figures(conn: Connection, now: float, alive_within: float) -> StoreFigures:
-    return StoreFigures(
-        queries.counts_by_state(conn),
-        outbox.backlog(conn, now),
-        queries.due_queue(conn, now),
-        heartbeats.by_role(heartbeats.alive(conn, now, alive_within)),
-    )
+def metrics(counters: MetricsDep) -> Response:
+    """This process's counters and histograms, and the store's figures read now."""
+    return Response(counters.render(), media_type=metrics_module.CONTENT_TYPE)
