@@ -26,6 +26,7 @@ from jobstore.records import Claim
 from worker.handback import Handback
 from worker.heartbeat import Heartbeat, runner_detail
 from worker.lease import LeaseKeeper
+from worker.metrics import serve_metrics
 from worker.process import run_until_signalled
 from worker.shutdown import drain, listed
 
@@ -94,6 +95,7 @@ def run(settings: Settings, *, concurrency: int) -> int:
 
     def start() -> BaselineProcess:
         process = BaselineProcess(engine, settings, concurrency=concurrency).start()
+        serve_metrics(engine, settings, "worker", in_flight=lambda: len(process.keeper.held()))
         log.info("started: %s", summary(settings, concurrency))
         return process
 

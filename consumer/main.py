@@ -31,6 +31,7 @@ from worker.budget import ClaimBudget
 from worker.handback import Handback
 from worker.heartbeat import Heartbeat, runner_detail
 from worker.lease import LeaseKeeper
+from worker.metrics import serve_metrics
 from worker.process import run_until_signalled
 from worker.shutdown import drain
 
@@ -107,6 +108,7 @@ def run(settings: Settings, *, concurrency: int) -> int:
 
     def start() -> Consumer:
         consumer = Consumer(engine, settings, concurrency=concurrency).start()
+        serve_metrics(engine, settings, "consumer", in_flight=lambda: len(consumer.keeper.held()))
         log.info("consumer started: concurrency %d, queue %s", concurrency, settings.queue)
         return consumer
 

@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     # `status` and the dashboard warn when the oldest due job has waited longer than this (0: never).
     queued_age_warning_seconds: float = Field(default=60.0, ge=0)
 
+    # Relays, consumers and workers serve Prometheus `/metrics` on this port when it is set (the api serves
+    # its own on its HTTP port), bound to METRICS_HOST.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "0.0.0.0"
+
     # Where the notify kind's local stub provider records deliveries, and where executions are logged.
     notify_log: Path = Path("./data/notify-provider.jsonl")
     execution_log: Path | None = None

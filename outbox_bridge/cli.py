@@ -143,34 +143,50 @@ def api(
     serve(settings, host=host, port=port, workers=workers)
 
 
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1, max=65535, help="Serve Prometheus /metrics on this port (default: METRICS_PORT; unset: off)."
+    ),
+]
+
+
+def _with_metrics_port(settings: Settings, port: int | None) -> Settings:
+    return settings if port is None else settings.model_copy(update={"metrics_port": port})
+
+
 @app.command()
-def relay() -> None:
+def relay(metrics_port: MetricsPortOption = None) -> None:
     """Publish outbox rows to RabbitMQ under publisher confirms; sweep expired leases; prune the outbox."""
     from relay.main import run
 
-    settings = _settings()
+    settings = _with_metrics_port(_settings(), metrics_port)
     _require_current_store(settings)
     _setup_logging("relay")
     raise typer.Exit(run(settings))
 
 
 @app.command()
-def consumer(concurrency: Annotated[int, typer.Option(min=1)] = 4) -> None:
+def consumer(
+    concurrency: Annotated[int, typer.Option(min=1)] = 4, metrics_port: MetricsPortOption = None
+) -> None:
     """Consume deliveries from RabbitMQ: claim, run, commit, then ack."""
     from consumer.main import run
 
-    settings = _settings()
+    settings = _with_metrics_port(_settings(), metrics_port)
     _require_current_store(settings)
     _setup_logging("consumer")
     raise typer.Exit(run(settings, concurrency=concurrency))
 
 
 @app.command()
-def worker(concurrency: Annotated[int, typer.Option(min=1)] = 1) -> None:
+def worker(
+    concurrency: Annotated[int, typer.Option(min=1)] = 1, metrics_port: MetricsPortOption = None
+) -> None:
     """The SQLite-only baseline: poll the jobs table with BEGIN IMMEDIATE and run what it claims."""
     from baseline.worker import run
 
-    settings = _settings()
+    settings = _with_metrics_port(_settings(), metrics_port)
     _require_current_store(settings)
     _setup_logging("worker")
     raise typer.Exit(run(settings, concurrency=concurrency))

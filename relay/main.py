@@ -10,6 +10,7 @@ from core.settings import Settings
 from jobstore import db
 from relay.publisher import Relay
 from worker.heartbeat import Heartbeat
+from worker.metrics import serve_metrics
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -26,6 +27,7 @@ def run(settings: Settings) -> int:
         relay.request_stop()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+    serve_metrics(engine, settings, "relay", dead_letters=True)
     heartbeat.start()
     try:
         relay.run()
