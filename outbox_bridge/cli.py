@@ -23,10 +23,11 @@ from core.durations import format_duration, parse_duration
 from core.settings import Settings, load
 from jobstore import db, heartbeats, migrate, operator, queries
 from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.overview import Liveness, Overview, overview
+from jobstore.overview import Liveness, overview
 from jobstore.records import Job
 from jobstore.states import State
 from outbox_bridge import views
+from outbox_bridge.status_text import print_status
 from worker.readiness import first_line, store_not_ready
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
@@ -306,49 +307,13 @@ def _engine() -> tuple[Settings, Engine]:
 def status(as_json: JsonOption = False) -> None:
     """The dashboard's figures in the terminal: warnings first (in red), who is alive, then the jobs."""
     settings, engine = _engine()
-    view = db.read(engine, overview, clock.now(), Liveness.of(settings))
+    now = clock.now()
+    view = db.read(engine, overview, now, Liveness.of(settings))
     dead_letters = queue_depth(settings, settings.dead_letter_queue)
     if as_json:
         _print_json(views.status_document(view, settings.dead_letter_queue, dead_letters))
         return
-    _print_warnings(view)
-    _print_processes(view)
-    table = _table(title="jobs by state")
-    table.add_column("state")
-    table.add_column("jobs", justify="right")
-    for state, count in view.counts.items():
-        table.add_row(state, str(count))
-    out.print(table)
-    out.print(f"queued and due: {view.due.jobs}, oldest waiting {view.due.oldest_age_seconds:.1f}s")
-    out.print(
-        f"outbox: {view.backlog.pending} pending, oldest waiting {view.backlog.oldest_age_seconds:.1f}s"
-    )
-    out.print("finished per minute (last 10): " + " ".join(str(n) for _, n in view.throughput))
-    out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
-    shown = "the broker did not answer" if dead_letters is None else f"{dead_letters} messages"
-    style = "red" if dead_letters else None
-    out.print(f"dead-letter queue {settings.dead_letter_queue}: {shown}", style=style)
-
-
-def _print_warnings(view: Overview) -> None:
-    for alert in view.alerts:
-        out.print(f"WARNING {alert.code}: {alert.message}", style="bold red", markup=False, highlight=False)
-
-
-def _print_processes(view: Overview) -> None:
-    out.print("alive: " + ", ".join(f"{role} {n}" for role, n in view.alive.items()))
-    if not view.processes:
-        return
-    table = _table(title="live processes")
-    for column in ("role", "host", "pid", "version", "up", "last seen", "detail"):
-        table.add_column(column)
-    now = clock.now()
-    for p in view.processes:
-        detail = " ".join(f"{k}={v}" for k, v in sorted(p.detail.items()))
-        up = format_duration(max(0.0, now - p.started_at))
-        seen = f"{max(0.0, now - p.last_seen_at):.1f}s ago"
-        table.add_row(p.role, p.host, str(p.pid), p.version, up, seen, detail)
-    out.print(table)
+    print_status(out, _table, view, now, (settings.dead_letter_queue, dead_letters))
 
 
 @app.command()

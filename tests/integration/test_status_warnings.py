@@ -15,6 +15,7 @@ from core.clock import FakeClock
 from core.settings import Settings
 from jobstore import db, heartbeats
 from jobstore.overview import Liveness, overview
+from tests.support import procs
 from tests.support.store import new_jobs
 from worker.heartbeat import this_process
 
@@ -77,3 +78,15 @@ def test_the_dashboard_shows_the_warnings_in_its_error_colour_and_who_is_alive(
     assert re.search(r'<div class="flash error" role="alert" data-warning="no-consumer">1 job', page.text)
     assert '<span data-alive="relay">1 relay</span>' in page.text
     assert '<span data-alive="consumer">0 consumers</span>' in page.text
+
+
+def test_status_prints_the_warnings_first_and_who_is_alive(engine: Engine, settings: Settings) -> None:
+    new_jobs(engine, 2)
+
+    shown = procs.run(["status"], settings)
+
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "WARNING no-consumer: 2 job(s) waiting and no consumer or worker is alive"
+    assert lines[1] == "WARNING no-relay: 2 outbox row(s) due and no relay is alive"
+    assert "alive: relay 0, consumer 0, worker 0" in lines
