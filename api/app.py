@@ -16,7 +16,7 @@ from api.auth import check_secret
 from api.committer import GroupCommitter
 from api.headers import ResponseHeaders
 from api.limits import BodyLimit
-from api.metrics import Metrics, RequestCounter
+from api.metrics import Metrics, RequestCounter, store_reader
 from api.routes import jobs, probes
 from core.settings import Settings, load
 from handlers.registry import KINDS
@@ -59,7 +59,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.committer = committer
-    app.state.metrics = Metrics()
+    app.state.metrics = Metrics(store_reader(engine, settings))
     problems.install(app)
     app.include_router(jobs.router)
     app.include_router(probes.router)

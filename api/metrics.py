@@ -1,111 +1,67 @@
-"""Prometheus text exposition for the API process.
+"""Prometheus metrics for the API process, on `prometheus_client`.
 
-Counters (requests by route template and status, jobs accepted by kind) live in this process; the store's
-figures (jobs by state, outbox rows pending and the age of the oldest) are read from the store at scrape time.
-With `--workers N` each worker process counts its own requests.
+Each app has a registry of its own: its counters (requests by route template and status, jobs accepted by
+kind), the process-wide instruments (`telemetry.instruments`: the store's write transaction seconds among
+them), this process's store client counters, and the store's figures (jobs by state, the outbox, the oldest
+due queued job, the live processes by role) read at scrape time; a store that does not answer fails the
+scrape with `503`. With `--workers N` each worker process counts its own requests.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable
 
+from prometheus_client import CollectorRegistry, Counter
+from sqlalchemy import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from jobstore.outbox import Backlog
+from core import clock
+from core.settings import Settings
+from jobstore import db
+from jobstore.overview import store_figures
+from telemetry import instruments
+from telemetry.exposition import CONTENT_TYPE, StoreClientCollector, StoreCollector, StoreFigures, render
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+__all__ = ["CONTENT_TYPE", "KNOWN_METHODS", "UNMATCHED", "Metrics", "RequestCounter", "store_reader"]
+
 UNMATCHED = "unmatched"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
 class Metrics:
-    """Thread-safe counters for one app."""
+    """One app's registry. `read_store()` gives the store's figures at each scrape."""
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._requests: Counter[tuple[str, str, str]] = Counter()
-        self._accepted: Counter[str] = Counter()
+    def __init__(self, read_store: Callable[[], StoreFigures]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "outbox_bridge_http_requests",
+            "HTTP requests answered, by method, route template and status.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self._accepted = Counter(
+            "outbox_bridge_jobs_accepted",
+            "Jobs created by this process (idempotent repeats not counted), by kind.",
+            ["kind"],
+            registry=self.registry,
+        )
+        instruments.register(self.registry, "api")
+        self.registry.register(StoreClientCollector(db.stats.snapshot))
+        self.registry.register(StoreCollector(read_store, strict=True))
 
     def request_done(self, method: str, route: str, status: int) -> None:
-        with self._lock:
-            self._requests[(method, route, str(status))] += 1
+        self._requests.labels(method, route, str(status)).inc()
 
     def job_accepted(self, kind: str) -> None:
-        with self._lock:
-            self._accepted[kind] += 1
+        self._accepted.labels(kind).inc()
 
-    def render(self, jobs_by_state: Mapping[str, int], backlog: Backlog, store: Mapping[str, float]) -> str:
-        with self._lock:
-            requests, accepted = dict(self._requests), dict(self._accepted)
-        lines: list[str] = []
-        lines += _family(
-            "outbox_bridge_http_requests_total",
-            "counter",
-            "HTTP requests answered, by method, route template and status.",
-            (
-                (dict(zip(("method", "route", "status"), k, strict=True)), v)
-                for k, v in sorted(requests.items())
-            ),
-        )
-        lines += _family(
-            "outbox_bridge_jobs_accepted_total",
-            "counter",
-            "Jobs created by this process (idempotent repeats not counted), by kind.",
-            (({"kind": k}, v) for k, v in sorted(accepted.items())),
-        )
-        lines += _family(
-            "outbox_bridge_jobs",
-            "gauge",
-            "Jobs in the store, by state.",
-            (({"state": s}, n) for s, n in sorted(jobs_by_state.items())),
-        )
-        lines += _family(
-            "outbox_bridge_outbox_pending",
-            "gauge",
-            "Outbox rows due and not yet published.",
-            [({}, backlog.pending)],
-        )
-        lines += _family(
-            "outbox_bridge_outbox_oldest_age_seconds",
-            "gauge",
-            "How long the oldest due, unpublished outbox row has waited.",
-            [({}, backlog.oldest_age_seconds)],
-        )
-        lines += _store_counters(store)
-        return "\n".join(lines) + "\n"
+    def render(self) -> bytes:
+        return render(self.registry)
 
 
-def _store_counters(store: Mapping[str, float]) -> list[str]:
-    lines: list[str] = []
-    for name in ("write_transactions", "read_transactions", "retries"):
-        if name in store:
-            lines += _family(
-                f"outbox_bridge_store_{name}_total",
-                "counter",
-                f"Store {name.replace('_', ' ')} made by this process.",
-                [({}, store[name])],
-            )
-    return lines
-
-
-def _family(
-    name: str, kind: str, help_text: str, samples: Iterable[tuple[Mapping[str, str], float]]
-) -> list[str]:
-    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-    for labels, value in samples:
-        rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
-        lines.append(f"{name}{{{rendered}}} {_number(value)}" if rendered else f"{name} {_number(value)}")
-    return lines
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+def store_reader(engine: Engine, settings: Settings) -> Callable[[], StoreFigures]:
+    """Reads the store's figures for a scrape, in one read transaction."""
+    return lambda: db.read(engine, store_figures, clock.now(), settings.alive_within_seconds)
 
 
 class RequestCounter:

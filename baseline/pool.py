@@ -37,6 +37,7 @@ from core.settings import Settings
 from jobstore import db
 from jobstore.records import Claim
 from jobstore.states import State
+from telemetry.instruments import FENCED_WRITES
 from worker.attempt import discard_uncommitted
 from worker.budget import ClaimBudget
 from worker.commit import backoff_of, commit_outcomes
@@ -235,7 +236,10 @@ class ClaimPool:
         for finished, state in zip(outcomes, states, strict=True):
             self._forget(finished.running)
             discard_uncommitted(self._settings, finished.running.claim, finished.outcome, state)
-            self.tally.add(_outcome_name(finished.running.held, state))
+            name = _outcome_name(finished.running.held, state)
+            self.tally.add(name)
+            if name == "fenced":
+                FENCED_WRITES.inc()
 
     def _begin(self, claims: Sequence[Claim]) -> None:
         """Hand the claimed jobs to the runners, or, when the stop came while they were being taken, give

@@ -24,7 +24,9 @@ from core.settings import Settings
 from jobstore import db
 from jobstore.records import Claim
 from worker.handback import Handback
+from worker.heartbeat import Heartbeat, runner_detail
 from worker.lease import LeaseKeeper
+from worker.metrics import serve_metrics
 from worker.process import run_until_signalled
 from worker.shutdown import drain, listed
 
@@ -47,12 +49,14 @@ class BaselineProcess:
         )
         self.sweeper = SweepLoop(engine, settings, self.stopping)
         self.listening = Listening(settings, self.pool.nudge, self.stopping)
+        self.heartbeat = Heartbeat(engine, settings, "worker", runner_detail(self.keeper, concurrency))
 
     def start(self) -> BaselineProcess:
         self.keeper.start()
         self.pool.start()
         self.sweeper.start()
         self.listening.start()
+        self.heartbeat.start()
         return self
 
     def shutdown(self, urgent: Callable[[], bool] = lambda: False) -> int:
@@ -64,6 +68,7 @@ class BaselineProcess:
         self.keeper.stop()
         self.sweeper.join(timeout=1.0)
         self.listening.join(timeout=1.5)
+        self.heartbeat.stop()
         counts = self.pool.tally.snapshot()
         log.info("stopped: %d job(s) run (%s); exit %d", sum(counts.values()), listed(counts) or "none", code)
         return code
@@ -90,6 +95,7 @@ def run(settings: Settings, *, concurrency: int) -> int:
 
     def start() -> BaselineProcess:
         process = BaselineProcess(engine, settings, concurrency=concurrency).start()
+        serve_metrics(engine, settings, "worker", in_flight=lambda: len(process.keeper.held()))
         log.info("started: %s", summary(settings, concurrency))
         return process
 

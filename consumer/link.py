@@ -30,6 +30,7 @@ from broker.connection import BROKER_ERRORS, connection_parameters
 from broker.message import JobMessage, UndecodableMessage
 from core.backoff import Backoff, Streak
 from core.settings import Settings
+from telemetry.instruments import BROKER_RECONNECTS, DEAD_LETTERED, DELIVERIES
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +159,7 @@ class DeliveryLink:
                 self._disconnect()
             if not self._consuming:
                 break  # shutting down: acks for the old channel can never be sent on a new one
+            BROKER_RECONNECTS.inc()
             self._closing.wait(pauses.failed())
 
     def _serve_until_lost(self) -> None:
@@ -214,6 +216,7 @@ class DeliveryLink:
         except UndecodableMessage as exc:
             log.warning("dead-lettering message %s: %s", properties.message_id, exc)
             channel.basic_reject(method.delivery_tag, requeue=False)
+            DELIVERIES.labels(DEAD_LETTERED).inc()
             return
         delivery = Delivery(
             job_id=message.job_id,

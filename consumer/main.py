@@ -29,7 +29,9 @@ from jobstore import db
 from jobstore.records import Claim
 from worker.budget import ClaimBudget
 from worker.handback import Handback
+from worker.heartbeat import Heartbeat, runner_detail
 from worker.lease import LeaseKeeper
+from worker.metrics import serve_metrics
 from worker.process import run_until_signalled
 from worker.shutdown import drain
 
@@ -55,6 +57,7 @@ class Consumer:
         self.degraded = DegradedMode(
             engine, settings, self.link, self.pipeline, concurrency=concurrency, worker=name
         )
+        self.heartbeat = Heartbeat(engine, settings, "consumer", runner_detail(self.keeper, concurrency))
 
     def _offer(self, delivery: Delivery) -> None:
         self.pipeline.offer(delivery)
@@ -64,6 +67,7 @@ class Consumer:
         self.pipeline.start()
         self.link.start()
         self.degraded.start()
+        self.heartbeat.start()
         return self
 
     def shutdown(self, urgent: Callable[[], bool] = lambda: False) -> int:
@@ -74,6 +78,7 @@ class Consumer:
         self.pipeline.close()
         self.link.close()
         self.keeper.stop()
+        self.heartbeat.stop()
         log.info("stopped: %s; exit %d", dict(self.pipeline.counts), code)
         return code
 
@@ -103,6 +108,7 @@ def run(settings: Settings, *, concurrency: int) -> int:
 
     def start() -> Consumer:
         consumer = Consumer(engine, settings, concurrency=concurrency).start()
+        serve_metrics(engine, settings, "consumer", in_flight=lambda: len(consumer.keeper.held()))
         log.info("consumer started: concurrency %d, queue %s", concurrency, settings.queue)
         return consumer
 

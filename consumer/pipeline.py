@@ -34,8 +34,11 @@ from core import faults
 from core.backoff import Backoff, compute_backoff
 from core.settings import Settings
 from jobstore import claiming, db
+from jobstore.claiming import Refusal
 from jobstore.records import Claim
 from jobstore.states import State
+from telemetry import instruments
+from telemetry.instruments import DELIVERIES, FENCED_WRITES
 from worker.attempt import discard_uncommitted
 from worker.budget import AHEAD_SECONDS, ClaimBudget
 from worker.handback import Handback, hand_back_all
@@ -56,6 +59,14 @@ RETRY_FIRST_PAUSE = 0.05
 RETRY_MAX_PAUSE = 1.0
 # A round's write transaction, while the store is unavailable, is tried again after this (doubling) pause.
 WRITE_RETRY_PAUSES = Backoff(0.05, 1.0)
+# A refused claim's delivery, as `outbox_bridge_deliveries_total` counts it.
+REFUSED_AS = {
+    Refusal.LEASED: instruments.LEASED_ELSEWHERE,
+    Refusal.TERMINAL: instruments.ALREADY_FINISHED,
+    Refusal.NOT_FOUND: instruments.NOT_FOUND,
+    Refusal.NOT_AVAILABLE: instruments.NOT_DUE,
+    Refusal.NEEDS_SWEEP: instruments.NEEDS_SWEEP,
+}
 
 
 def _say_retrying(exc: db.StoreUnavailable, pause: float) -> None:
@@ -239,6 +250,7 @@ class Pipeline:
         for delivery in round_.deliveries:
             log.error("job %s: the store cannot claim it; dead-lettering its delivery", delivery.job_id)
         self._acker.reject(round_.deliveries)
+        DELIVERIES.labels(instruments.DEAD_LETTERED).inc(len(round_.deliveries))
 
     def _room(self) -> int:
         """How many more jobs this consumer may claim now, starting or stopping claiming ahead as the
@@ -276,6 +288,7 @@ class Pipeline:
     def _committed(self, finished: list[Finished], states: list[State | None]) -> None:
         fenced = sum(state is None for state in states)
         self._count(commit_rounds=1, committed=len(finished) - fenced, fenced=fenced)
+        FENCED_WRITES.inc(fenced)
         if fenced:
             log.info("%d of %d outcomes fenced out (a newer epoch or an expired lease)", fenced, len(states))
         self._end(finished)
@@ -289,7 +302,9 @@ class Pipeline:
                 assert result.refusal is not None
                 log.info("job %s not run (%s): delivery acked", delivery.job_id, result.refusal.value)
                 refused.append(delivery)
+                DELIVERIES.labels(REFUSED_AS[result.refusal]).inc()
                 continue
+            DELIVERIES.labels(instruments.RAN).inc()
             faults.hit("consumer.after_claim")
             self.begin(result.claim, delivery)
         if deliveries:

@@ -11,6 +11,8 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 DEFAULT_KINDS = ("export", "document", "notify", "noop", "sleep")
 # The built-in AUTH_SECRET: anyone can read it here, so only a development setup may sign with it.
 DEV_AUTH_SECRET = "change-me-outbox-bridge-dev-secret-32b"
+# A process is alive while its last heartbeat is at most this many HEARTBEAT_SECONDS old.
+ALIVE_BEATS = 3
 
 
 class Settings(BaseSettings):
@@ -73,6 +75,18 @@ class Settings(BaseSettings):
     degraded_after_seconds: float = Field(default=30.0, ge=0)
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
 
+    # Every relay, consumer and worker records that it is alive this often (one small write, never one per
+    # job); one not seen for ALIVE_BEATS beats counts as gone. Readers judge with their own value, so every
+    # process of a deployment should share it.
+    heartbeat_seconds: float = Field(default=5.0, gt=0)
+    # `status` and the dashboard warn when the oldest due job has waited longer than this (0: never).
+    queued_age_warning_seconds: float = Field(default=60.0, ge=0)
+
+    # Relays, consumers and workers serve Prometheus `/metrics` on this port when it is set (the api serves
+    # its own on its HTTP port), bound to METRICS_HOST.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    metrics_host: str = "0.0.0.0"
+
     # Where the notify kind's local stub provider records deliveries, and where executions are logged.
     notify_log: Path = Path("./data/notify-provider.jsonl")
     execution_log: Path | None = None
@@ -91,6 +105,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(k.strip() for k in value.split(",") if k.strip())
         return value
+
+    @property
+    def alive_within_seconds(self) -> float:
+        """A process whose heartbeat is older than this is not alive."""
+        return ALIVE_BEATS * self.heartbeat_seconds
 
     @property
     def is_sqlite(self) -> bool:

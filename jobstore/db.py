@@ -33,6 +33,7 @@ from core.backoff import Backoff, Streak
 from core.settings import Settings
 from jobstore import doorbells, notifications, storefile
 from jobstore.turns import WriteTurn, shared_turn
+from telemetry.instruments import STORE_WRITE_SECONDS
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -221,7 +222,9 @@ def _run(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write:
             assert turn is not None
             turn.release()
         if write:
-            stats.add(write_seconds=time.monotonic() - writing_since)
+            held = time.monotonic() - writing_since
+            stats.add(write_seconds=held)
+            STORE_WRITE_SECONDS.observe(held)
     ringer = _ringers.get(engine)
     if due is not None and ringer is not None:  # after the turn is given back: the relay's lease needs it
         ringer.ring(due)

@@ -168,3 +168,23 @@ def finished_since(conn: Connection, since: float, bucket_seconds: float) -> Seq
         select(bucket, func.count()).where(jobs.c.finished_at >= since).group_by(bucket).order_by(bucket)
     ).all()
     return [(since + float(b) * bucket_seconds, int(n)) for b, n in rows]
+
+
+@dataclass(frozen=True)
+class DueQueue:
+    """Queued jobs that are due (not delayed into the future), and how long the oldest has been due."""
+
+    jobs: int
+    oldest_age_seconds: float
+
+
+def due_queue(conn: Connection, now: float) -> DueQueue:
+    """The queued jobs due at `now` (a delayed job counts from its `run_at`, a retry from the end of its
+    backoff); one range of the (state, available_at) index."""
+    count, oldest = conn.execute(
+        select(func.count(), func.min(jobs.c.available_at)).where(
+            jobs.c.state == State.QUEUED.value, jobs.c.available_at <= now
+        )
+    ).one()
+    age = 0.0 if oldest is None else max(0.0, now - float(oldest))
+    return DueQueue(int(count), age)

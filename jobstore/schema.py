@@ -120,6 +120,23 @@ operator_actions = Table(
     sqlite_autoincrement=True,
 )
 
+# One row per running relay, consumer, worker (or api) process, written by its heartbeat every few seconds
+# (`jobstore.heartbeats`): who is alive is whose row was seen lately. A process picks a fresh id each start.
+processes = Table(
+    "processes",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("role", String(16), nullable=False),  # api | relay | consumer | worker
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("version", String(64), nullable=False),
+    Column("started_at", Float, nullable=False),
+    Column("last_seen_at", Float, nullable=False),
+    # A small JSON object the process reports about itself (its concurrency, the jobs it holds).
+    Column("detail", Text, nullable=False),
+    Index("ix_processes_last_seen_at", "last_seen_at"),
+)
+
 
 def state_in(states: Collection[State]) -> ColumnElement[bool]:
     """The job's state is one of `states` (a `Move`'s sources): plain equality when there is one, so the

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 from enum import StrEnum
 from typing import Annotated
@@ -11,11 +12,13 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from broker.connection import queue_depth
 from core import clock
-from jobstore import db, migrate
-from jobstore.overview import overview
+from core.settings import Settings
+from jobstore import db, heartbeats, migrate
+from jobstore.overview import Liveness, overview
 from outbox_bridge import console, views
 from outbox_bridge.console import out
 from outbox_bridge.jobs import jobs_app
+from outbox_bridge.status_text import print_status
 from worker.readiness import first_line
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
@@ -40,37 +43,59 @@ def api(
     serve(settings, host=host, port=port, workers=workers)
 
 
+MetricsPortOption = Annotated[
+    int | None,
+    typer.Option(
+        min=1, max=65535, help="Serve Prometheus /metrics on this port (default: METRICS_PORT; unset: off)."
+    ),
+]
+
+
+def _with_metrics_port(settings: Settings, port: int | None) -> Settings:
+    return settings if port is None else settings.model_copy(update={"metrics_port": port})
+
+
 @app.command()
-def relay() -> None:
+def relay(metrics_port: MetricsPortOption = None) -> None:
     """Publish outbox rows to RabbitMQ under publisher confirms; sweep expired leases; prune the outbox."""
     from relay.main import run
 
-    settings = console.load_settings()
+    settings = _with_metrics_port(console.load_settings(), metrics_port)
     console.require_current_store(settings)
     console.setup_logging("relay")
     raise typer.Exit(run(settings))
 
 
 @app.command()
-def consumer(concurrency: Annotated[int, typer.Option(min=1)] = 4) -> None:
+def consumer(
+    concurrency: Annotated[int, typer.Option(min=1)] = 4, metrics_port: MetricsPortOption = None
+) -> None:
     """Consume deliveries from RabbitMQ: claim, run, commit, then ack."""
     from consumer.main import run
 
-    settings = console.load_settings()
+    settings = _with_metrics_port(console.load_settings(), metrics_port)
     console.require_current_store(settings)
     console.setup_logging("consumer")
     raise typer.Exit(run(settings, concurrency=concurrency))
 
 
 @app.command()
-def worker(concurrency: Annotated[int, typer.Option(min=1)] = 1) -> None:
+def worker(
+    concurrency: Annotated[int, typer.Option(min=1)] = 1, metrics_port: MetricsPortOption = None
+) -> None:
     """The SQLite-only baseline: poll the jobs table with BEGIN IMMEDIATE and run what it claims."""
     from baseline.worker import run
 
-    settings = console.load_settings()
+    settings = _with_metrics_port(console.load_settings(), metrics_port)
     console.require_current_store(settings)
     console.setup_logging("worker")
     raise typer.Exit(run(settings, concurrency=concurrency))
+
+
+class Role(StrEnum):
+    relay = "relay"
+    consumer = "consumer"
+    worker = "worker"
 
 
 class Broker(StrEnum):
@@ -167,27 +192,34 @@ def db_upgrade(revision: str = "head") -> None:
 
 @app.command()
 def status(as_json: console.JsonOption = False) -> None:
-    """The dashboard's figures in the terminal."""
+    """The dashboard's figures in the terminal: warnings first (in red), who is alive, then the jobs."""
     settings, engine = console.open_store()
-    view = db.read(engine, overview, clock.now())
+    now = clock.now()
+    view = db.read(engine, overview, now, Liveness.of(settings))
     dead_letters = queue_depth(settings, settings.dead_letter_queue)
     if as_json:
         console.print_json(views.status_document(view, settings.dead_letter_queue, dead_letters))
         return
-    table = console.table(title="jobs by state")
-    table.add_column("state")
-    table.add_column("jobs", justify="right")
-    for state, count in view.counts.items():
-        table.add_row(state, str(count))
-    out.print(table)
-    out.print(
-        f"outbox: {view.backlog.pending} pending, oldest waiting {view.backlog.oldest_age_seconds:.1f}s"
-    )
-    out.print("finished per minute (last 10): " + " ".join(str(n) for _, n in view.throughput))
-    out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
-    shown = "the broker did not answer" if dead_letters is None else f"{dead_letters} messages"
-    style = "red" if dead_letters else None
-    out.print(f"dead-letter queue {settings.dead_letter_queue}: {shown}", style=style)
+    print_status(out, console.table, view, now, (settings.dead_letter_queue, dead_letters))
+
+
+@app.command()
+def healthcheck(role: Annotated[Role, typer.Argument(help="The role of the process to look for.")]) -> None:
+    """Exit 0 when a process of ROLE on this host has recorded a heartbeat lately, else 1 (for container
+    healthchecks: a relay, consumer or worker that is up but no longer beating is unhealthy)."""
+    settings = console.load_settings()
+    engine = db.make_engine(settings)
+    try:
+        live = db.read(engine, heartbeats.alive, clock.now(), settings.alive_within_seconds)
+    except (db.StoreUnavailable, SQLAlchemyError) as exc:
+        console.refuse(f"the store did not answer: {first_line(exc)}")
+    finally:
+        engine.dispose()
+    host = socket.gethostname()
+    if not any(p.role == role.value and p.host == host for p in live):
+        console.refuse(
+            f"no {role.value} on {host} has recorded a heartbeat in {settings.alive_within_seconds:.0f}s"
+        )
 
 
 def main() -> None:

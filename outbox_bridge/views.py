@@ -11,6 +11,7 @@ from typing import Any
 
 from api.schemas import JobView
 from core.clock import isoformat
+from jobstore.heartbeats import Process
 from jobstore.overview import Overview
 from jobstore.records import Attempt, Job, OperatorAction
 
@@ -65,11 +66,31 @@ def list_document(jobs: list[Job], next_cursor: str | None) -> dict[str, Any]:
     return {"items": [job_document(j) for j in jobs], "next_cursor": next_cursor}
 
 
+def process_document(process: Process) -> dict[str, Any]:
+    """A live process as its heartbeat row says (`detail` is what it reports about itself)."""
+    return {
+        "id": process.id,
+        "role": process.role,
+        "host": process.host,
+        "pid": process.pid,
+        "version": process.version,
+        "started": isoformat(process.started_at),
+        "last_seen": isoformat(process.last_seen_at),
+        "detail": process.detail,
+    }
+
+
 def status_document(view: Overview, dead_letter_queue: str, dead_letters: int | None) -> dict[str, Any]:
     """`status --json`: the dashboard's figures. `dead_letters` is None when the broker did not answer.
-    Live processes (`processes` in the design) are not reported yet: nothing records their heartbeats."""
+    `processes` lists every live relay, consumer and worker (`alive` counts them by role); `warnings` is
+    what the dashboard shows in red, each with a stable `code` (`no-consumer`, `no-relay`,
+    `queued-too-long`), empty when all is well."""
     return {
+        "warnings": [{"code": a.code, "message": a.message} for a in view.alerts],
+        "alive": view.alive,
+        "processes": [process_document(p) for p in view.processes],
         "counts": view.counts,
+        "queued_due": {"jobs": view.due.jobs, "oldest_age_seconds": view.due.oldest_age_seconds},
         "outbox": {"pending": view.backlog.pending, "oldest_age_seconds": view.backlog.oldest_age_seconds},
         "finished_per_minute": [{"minute": isoformat(start), "jobs": n} for start, n in view.throughput],
         "dead": [job_document(j) for j in view.dead],

@@ -9,6 +9,8 @@ from types import FrameType
 from core.settings import Settings
 from jobstore import db
 from relay.publisher import Relay
+from worker.heartbeat import Heartbeat
+from worker.metrics import serve_metrics
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -19,14 +21,18 @@ def run(settings: Settings) -> int:
     logging.getLogger("pika").setLevel(logging.CRITICAL)
     engine = db.make_engine(settings)
     relay = Relay(settings, engine)
+    heartbeat = Heartbeat(engine, settings, "relay", lambda: {"broker_connected": relay.connected})
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
         relay.request_stop()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}
+    serve_metrics(engine, settings, "relay", dead_letters=True)
+    heartbeat.start()
     try:
         relay.run()
     finally:
+        heartbeat.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         engine.dispose()

@@ -43,6 +43,7 @@ from relay.loop import LoopWork
 from relay.tally import Progress, Tally
 from relay.wake import Wakeups
 from relay.window import Sent, Verdict
+from telemetry.instruments import BROKER_RECONNECTS
 from worker.retention import OutputSweep, Retained, retain
 
 log = logging.getLogger("relay")
@@ -174,6 +175,7 @@ class Relay(LoopWork):
             self._maybe_finish()
             return
         self._failures += 1
+        BROKER_RECONNECTS.inc()
         delay = compute_backoff(self._failures, base=RECONNECT_BASE_SECONDS, cap=RECONNECT_CAP_SECONDS)
         if was_ready:
             log.warning(

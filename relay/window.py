@@ -8,8 +8,11 @@ returned message is not a delivery."""
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from telemetry.instruments import PUBLISH_TO_CONFIRM
 
 
 @dataclass(frozen=True)
@@ -18,6 +21,8 @@ class Sent:
 
     outbox_id: int
     token: str
+    # When it was put on the wire (monotonic seconds), for the publish-to-confirm histogram.
+    sent_at: float = field(default_factory=time.monotonic, compare=False)
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,9 @@ class ConfirmWindow:
             was_returned = sent.outbox_id in self._returned
             self._returned.discard(sent.outbox_id)
             (confirmed if acked and not was_returned else refused).append(sent)
+        now = time.monotonic()
+        for sent in confirmed:
+            PUBLISH_TO_CONFIRM.observe(now - sent.sent_at)
         return Verdict(tuple(confirmed), tuple(refused))
 
     def abandon(self) -> tuple[Sent, ...]:

@@ -19,12 +19,13 @@ from sqlalchemy import Engine
 
 from core import clock
 from core.settings import Settings
-from handlers.base import Cancelled, JobError, LeaseLost, PermanentError
+from handlers.base import Cancelled, JobError, Kind, LeaseLost, PermanentError
 from handlers.registry import KINDS
 from jobstore import db, fenced
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
+from telemetry.instruments import ACCEPT_TO_START, RUN_SECONDS
 from worker.lease import Held
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,15 @@ def run_attempt(ctx: StoreContext) -> AttemptOutcome:
     except ValidationError as exc:
         return AttemptOutcome(error=PermanentError("invalid_payload", _first_error(exc)), permanent=True)
     ctx.record_execution("start")
+    if claim.attempts == 1:
+        ACCEPT_TO_START.labels(claim.kind).observe(max(0.0, clock.now() - claim.created_at))
+    with RUN_SECONDS.labels(claim.kind).time():
+        return _run_kind(ctx, kind, payload)
+
+
+def _run_kind(ctx: StoreContext, kind: Kind, payload: Any) -> AttemptOutcome:
+    """The kind's run, its failures turned into the outcome they mean."""
+    claim = ctx.claim
     output = None
     try:
         output = kind.run(ctx, payload)

@@ -26,13 +26,14 @@ from api.dashboard.access import (
 )
 from api.dashboard.charts import age, refresh_seconds, throughput_chart
 from api.deps import EngineDep, SettingsDep
+from api.liveness import liveness_block
 from broker.connection import queue_depth
 from core import clock
 from core.durations import FORMAT, parse_duration
 from core.settings import Settings
 from jobstore import db, operator, queries
 from jobstore.filters import NOTHING, JobFilter
-from jobstore.overview import overview
+from jobstore.overview import Liveness, overview
 from jobstore.records import Attempt, Job, OperatorAction
 from jobstore.states import REQUEUE, State
 
@@ -53,7 +54,7 @@ def dashboard(request: Request, visitor: VisitorDep, settings: SettingsDep, engi
         return who
     now = clock.now()
     try:
-        view = db.read(engine, overview, now)
+        view = db.read(engine, overview, now, Liveness.of(settings))
     except db.StoreUnavailable as exc:
         return unavailable(request, exc)
     refresh = refresh_seconds(request.query_params.get("refresh"))
@@ -65,6 +66,7 @@ def dashboard(request: Request, visitor: VisitorDep, settings: SettingsDep, engi
         "total": sum(view.counts.values()),
         "chart": throughput_chart(view, now),
         "dead_letters": _dead_letters(settings),
+        "liveness": liveness_block(view),
     }
     return with_flash(request, templates.TemplateResponse(request, "dashboard.html", context))
 

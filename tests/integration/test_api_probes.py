@@ -14,6 +14,9 @@ from api.app import create_app
 from api.auth import issue_token
 from core.clock import FakeClock
 from core.settings import Settings
+from jobstore import db, heartbeats
+from tests.support.store import new_jobs
+from worker.heartbeat import this_process
 
 ALLOWED_STATUSES = {"200", "202", "400", "401", "404", "409", "413", "503"}
 
@@ -64,6 +67,31 @@ def test_metrics_count_requests_by_route_template_and_read_the_store_at_scrape_t
     assert sample(text, "outbox_bridge_jobs", state="succeeded") == 0
     assert sample(text, "outbox_bridge_outbox_pending") == 3
     assert sample(text, "outbox_bridge_outbox_oldest_age_seconds") == 7.5
+
+
+def test_metrics_count_live_processes_by_role_from_their_heartbeats(
+    client: TestClient, engine: Engine, clock: FakeClock
+) -> None:
+    for role in ("consumer", "consumer", "relay"):
+        me = this_process(role, clock.now())
+        db.transact(engine, heartbeats.beat, me, clock.now(), forget_before=0.0)
+    [job_id] = new_jobs(engine, 1)
+
+    before = client.get("/metrics").text
+    clock.advance(20.0)  # past 3 beats of 5 s: nobody is alive any more
+    after = client.get("/metrics").text
+
+    assert [sample(before, "outbox_bridge_processes_alive", role=r) for r in ("relay", "consumer")] == [1, 2]
+    assert sample(before, "outbox_bridge_queued_oldest_age_seconds") == 0
+    assert [sample(after, "outbox_bridge_processes_alive", role=r) for r in ("relay", "consumer")] == [0, 0]
+    assert sample(after, "outbox_bridge_queued_oldest_age_seconds") == 20.0
+    assert job_id not in after
+
+
+def test_readiness_does_not_depend_on_relays_or_consumers(client: TestClient) -> None:
+    """/readyz is about the api: with no relay or consumer alive it still takes jobs (the outbox keeps
+    them)."""
+    assert client.get("/readyz").status_code == 200
 
 
 def test_the_openapi_document_describes_every_route_with_problem_errors_and_bounded_statuses(

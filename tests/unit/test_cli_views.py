@@ -6,12 +6,25 @@ from __future__ import annotations
 from dataclasses import replace
 
 from api.schemas import JobView
+from jobstore.alerts import Alert
+from jobstore.heartbeats import Process
 from jobstore.outbox import Backlog
 from jobstore.overview import Overview
+from jobstore.queries import DueQueue
 from jobstore.records import Attempt, Job
 from jobstore.states import State
 from outbox_bridge import views
 
+RELAY = Process(
+    id="p-1",
+    role="relay",
+    host="h1",
+    pid=42,
+    version="0.1.0",
+    started_at=1_700_000_000.0,
+    last_seen_at=1_700_000_005.0,
+    detail={"broker_connected": True},
+)
 JOB = Job(
     id="8a26491b-3c5d-4e6f-8a9b-0c1d2e3f4a5b",
     tenant="acme",
@@ -97,11 +110,18 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
         recent=[JOB],
         dead=[],
         unknown=[JOB],
+        due=DueQueue(jobs=0, oldest_age_seconds=0.0),
+        processes=[RELAY],
+        alerts=[Alert("no-consumer", "1 job(s) waiting and no consumer or worker is alive")],
     )
 
     document = views.status_document(view, "jobs.dead", None)
 
     assert set(document) == {
+        "warnings",
+        "alive",
+        "processes",
+        "queued_due",
         "counts",
         "outbox",
         "finished_per_minute",
@@ -112,3 +132,19 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
     assert document["finished_per_minute"] == [{"minute": "2023-11-14T22:13:20.000Z", "jobs": 4}]
     assert [j["id"] for j in document["unknown"]] == [JOB.id]
     assert document["dead_letter_queue"] == {"name": "jobs.dead", "messages": None}
+    assert document["warnings"] == [
+        {"code": "no-consumer", "message": "1 job(s) waiting and no consumer or worker is alive"}
+    ]
+    assert document["alive"] == {"relay": 1, "consumer": 0, "worker": 0}
+    assert document["processes"] == [
+        {
+            "id": "p-1",
+            "role": "relay",
+            "host": "h1",
+            "pid": 42,
+            "version": "0.1.0",
+            "started": "2023-11-14T22:13:20.000Z",
+            "last_seen": "2023-11-14T22:13:25.000Z",
+            "detail": {"broker_connected": True},
+        }
+    ]

@@ -187,6 +187,18 @@ def test_api_health_check_asks_readyz_on_the_served_port(compose: dict[str, Any]
     assert "--port 8000" in api["command"][0]
 
 
+@pytest.mark.parametrize("name", ["relay", "consumer", "relay-pg", "consumer-pg"])
+def test_relays_and_consumers_are_healthy_only_while_their_own_heartbeat_is_fresh(
+    compose: dict[str, Any], name: str
+) -> None:
+    check = compose["services"][name]["healthcheck"]
+    role = name.removesuffix("-pg")
+    assert check["test"] == ["CMD", "outbox-bridge", "healthcheck", role]
+    parse_cli(check["test"][2:])
+    beat = float(compose["x-settings"]["HEARTBEAT_SECONDS"].split(":-")[1].rstrip("}"))
+    assert int(check["interval"].rstrip("s")) >= beat, "a check more often than a beat could see no beat yet"
+
+
 @pytest.mark.parametrize("name", APP_SERVICES)
 def test_services_start_only_after_their_dependencies_are_healthy(compose: dict[str, Any], name: str) -> None:
     depends = compose["services"][name]["depends_on"]

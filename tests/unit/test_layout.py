@@ -20,6 +20,7 @@ FLOORS = {
     "jobstore": 2,
     "handlers": 2,
     "core": 1,
+    "telemetry": 1,
 }
 
 

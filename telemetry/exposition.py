@@ -1,0 +1,128 @@
+"""Serving a registry: the text format, the store's figures as gauges read at scrape time, the store
+client's counters, and the small HTTP server a relay, consumer or worker runs on `METRICS_PORT`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+# The text format every Prometheus server reads (what the api has always answered with).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class StoreFigures:
+    """The store as a scrape sees it: jobs by state, the oldest due queued job, the outbox, who is alive."""
+
+    jobs_by_state: Mapping[str, int]
+    queued_oldest_age_seconds: float
+    outbox_pending: int
+    outbox_oldest_age_seconds: float
+    alive: Mapping[str, int]
+
+
+class StoreCollector(Collector):
+    """The store's figures as gauges, read by `read()` at every scrape, and the dead-letter queue's depth
+    from `dead_letters()` when given (left out when it returns None: the broker did not answer). When
+    `strict`, a failing read fails the scrape (the api answers 503); otherwise it is logged and the store's
+    gauges are left out of that scrape, so a worker's metrics stay up while its store is not."""
+
+    def __init__(
+        self,
+        read: Callable[[], StoreFigures],
+        dead_letters: Callable[[], int | None] | None = None,
+        *,
+        strict: bool = False,
+    ) -> None:
+        self._read = read
+        self._dead_letters = dead_letters
+        self._strict = strict
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # read at scrape time only: registering must not touch the store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            figures = self._read()
+        except Exception as exc:
+            if self._strict:
+                raise
+            log.warning("metrics: the store's figures left out of this scrape: %s", exc)
+        else:
+            yield from store_families(figures)
+        depth = self._dead_letters() if self._dead_letters is not None else None
+        if depth is not None:
+            yield GaugeMetricFamily(
+                "outbox_bridge_dead_letter_messages",
+                "Messages waiting in the dead-letter queue.",
+                value=depth,
+            )
+
+
+def store_families(figures: StoreFigures) -> Iterator[GaugeMetricFamily]:
+    jobs = GaugeMetricFamily("outbox_bridge_jobs", "Jobs in the store, by state.", labels=["state"])
+    for state, n in sorted(figures.jobs_by_state.items()):
+        jobs.add_metric([state], n)
+    yield jobs
+    yield GaugeMetricFamily(
+        "outbox_bridge_queued_oldest_age_seconds",
+        "How long the oldest due, queued job has waited to start (0 when none waits).",
+        value=figures.queued_oldest_age_seconds,
+    )
+    yield GaugeMetricFamily(
+        "outbox_bridge_outbox_pending", "Outbox rows due and not yet published.", value=figures.outbox_pending
+    )
+    yield GaugeMetricFamily(
+        "outbox_bridge_outbox_oldest_age_seconds",
+        "How long the oldest due, unpublished outbox row has waited.",
+        value=figures.outbox_oldest_age_seconds,
+    )
+    alive = GaugeMetricFamily(
+        "outbox_bridge_processes_alive", "Processes whose heartbeat is fresh, by role.", labels=["role"]
+    )
+    for role, n in figures.alive.items():
+        alive.add_metric([role], n)
+    yield alive
+
+
+class StoreClientCollector(Collector):
+    """This process's store client counters (`snapshot()`: write and read transactions, retries)."""
+
+    NAMES = ("write_transactions", "read_transactions", "retries")
+
+    def __init__(self, snapshot: Callable[[], Mapping[str, float]]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        counts = self._snapshot()
+        for name in self.NAMES:
+            if name in counts:
+                yield CounterMetricFamily(
+                    f"outbox_bridge_store_{name}",
+                    f"Store {name.replace('_', ' ')} made by this process.",
+                    value=counts[name],
+                )
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The registry in the text format (`CONTENT_TYPE`)."""
+    return generate_latest(registry)
+
+
+def serve(registry: CollectorRegistry, port: int, host: str) -> bool:
+    """Serve `registry` at `http://host:port/metrics` from a daemon thread; False (logged) when the port
+    cannot be bound: metrics are never a reason for a worker to stop."""
+    try:
+        start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        log.error("metrics: cannot serve on %s:%d: %s; running without /metrics", host, port, exc)
+        return False
+    log.info("metrics on http://%s:%d/metrics", host, port)
+    return True

@@ -1,0 +1,95 @@
+"""The process-wide instruments, one of each, created unregistered: a process registers them into the
+registry it serves (`register`), so the api's per-app registry and a worker's `METRICS_PORT` registry
+report the same objects. Label sets are bounded: a job's kind (allowlisted), a delivery's outcome (the
+names below), never a job id or a tenant."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+
+# A `_created` sample beside every counter and histogram doubles the series for nothing an alert uses.
+disable_created_metrics()
+
+# Seconds, from a few milliseconds to a few minutes.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
+STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+# What became of a delivery a consumer took: the only values `DELIVERIES` is labelled with.
+RAN = "ran"
+LEASED_ELSEWHERE = "leased_elsewhere"
+ALREADY_FINISHED = "already_finished"
+NOT_FOUND = "not_found"
+NOT_DUE = "not_due"
+NEEDS_SWEEP = "needs_sweep"
+DEAD_LETTERED = "dead_lettered"
+DELIVERY_OUTCOMES = (RAN, LEASED_ELSEWHERE, ALREADY_FINISHED, NOT_FOUND, NOT_DUE, NEEDS_SWEEP, DEAD_LETTERED)
+
+ACCEPT_TO_START = Histogram(
+    "outbox_bridge_job_accept_to_start_seconds",
+    "From a job's acceptance to the start of its first attempt (a delayed job's delay included), by kind.",
+    ["kind"],
+    buckets=LATENCY_BUCKETS,
+    registry=None,
+)
+RUN_SECONDS = Histogram(
+    "outbox_bridge_job_run_seconds",
+    "How long an attempt's kind ran, by kind (whatever its outcome).",
+    ["kind"],
+    buckets=LATENCY_BUCKETS,
+    registry=None,
+)
+PUBLISH_TO_CONFIRM = Histogram(
+    "outbox_bridge_relay_confirm_seconds",
+    "From a relay's publish of an outbox row to the broker's confirm of it.",
+    buckets=STORE_BUCKETS,
+    registry=None,
+)
+STORE_WRITE_SECONDS = Histogram(
+    "outbox_bridge_store_write_seconds",
+    "A write transaction, from its write turn (or first try) to its end: the time it held other writers.",
+    buckets=STORE_BUCKETS,
+    registry=None,
+)
+DELIVERIES = Counter(
+    "outbox_bridge_deliveries",
+    "Deliveries a consumer settled, by what became of them.",
+    ["outcome"],
+    registry=None,
+)
+FENCED_WRITES = Counter(
+    "outbox_bridge_fenced_writes",
+    "Attempt outcomes the fence refused (a newer epoch or an expired lease): nothing was written for them.",
+    registry=None,
+)
+BROKER_RECONNECTS = Counter(
+    "outbox_bridge_broker_reconnects",
+    "Times this process's broker connection was lost or could not be opened, and tried again.",
+    registry=None,
+)
+IN_FLIGHT = Gauge(
+    "outbox_bridge_jobs_in_flight",
+    "Jobs this process holds claimed now (running, or waiting for a thread or their commit).",
+    registry=None,
+)
+
+# What each kind of process reports: an instrument a process never records into is left out of its
+# registry, not shown as a zero.
+_STORE = (STORE_WRITE_SECONDS,)
+_RUNNER = (ACCEPT_TO_START, RUN_SECONDS, FENCED_WRITES, IN_FLIGHT)
+BY_ROLE = {
+    "api": _STORE,
+    "relay": (*_STORE, PUBLISH_TO_CONFIRM, BROKER_RECONNECTS),
+    "consumer": (*_STORE, *_RUNNER, DELIVERIES, BROKER_RECONNECTS),
+    "worker": (*_STORE, *_RUNNER),
+}
+
+for _outcome in DELIVERY_OUTCOMES:  # every outcome is reported, 0 until it happens
+    DELIVERIES.labels(_outcome)
+
+
+def register(registry: CollectorRegistry, role: str) -> CollectorRegistry:
+    """Register the instruments a process of `role` records into `registry` (one of several, maybe: the
+    instruments stay shared)."""
+    for instrument in BY_ROLE[role]:
+        registry.register(instrument)
+    return registry
