@@ -2,17 +2,39 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from core.clock import isoformat
 from jobstore.records import Job
+from jobstore.schedule import MAX_DELAY_SECONDS, Schedule
 from jobstore.states import State
 
 MAX_DEADLINE_SECONDS = 30 * 24 * 3600
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
+
+
+def epoch_of_rfc3339(text: str) -> float:
+    """The instant an RFC 3339 date-time with an offset names, in epoch seconds; ValueError otherwise."""
+    if not _RFC3339.fullmatch(text):
+        raise ValueError("not an RFC 3339 date-time with a time zone offset, such as 2026-12-01T07:00:00Z")
+    return datetime.fromisoformat(text.upper()).timestamp()
+
+
+def _an_rfc3339_instant(text: str) -> str:
+    epoch_of_rfc3339(text)
+    return text
+
+
+RunAt = Annotated[
+    str, Field(max_length=64, json_schema_extra={"format": "date-time"}), AfterValidator(_an_rfc3339_instant)
+]
 
 
 class JobCreate(BaseModel):
@@ -30,6 +52,25 @@ class JobCreate(BaseModel):
         default=None,
         description="The job is `dead` if not finished this many seconds after acceptance.",
     )
+    delay_seconds: (
+        Annotated[float, Field(strict=True, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False)] | None
+    ) = Field(
+        default=None,
+        description="Start no earlier than this many seconds after acceptance (at most 30 days). Not with "
+        "`run_at`.",
+    )
+    run_at: RunAt | None = Field(
+        default=None,
+        description="Start no earlier than this time (RFC 3339 with an offset; at most 30 days ahead; a "
+        "time in the past means at once). Not with `delay_seconds`.",
+    )
+
+    def schedule(self) -> Schedule | None:
+        """The start as asked; None when the request names none. ValueError when it names two."""
+        if self.delay_seconds is None and self.run_at is None:
+            return None
+        run_at = None if self.run_at is None else epoch_of_rfc3339(self.run_at)
+        return Schedule(delay_seconds=self.delay_seconds, run_at=run_at)
 
 
 class ErrorView(BaseModel):
@@ -47,6 +88,7 @@ class JobView(BaseModel):
     created_at: Timestamp
     updated_at: Timestamp
     deadline_at: Timestamp | None
+    run_at: Timestamp | None = Field(description="The start the request asked for; null: at once.")
     cancel_requested: bool
     result_url: str | None = Field(description="Where the committed result is, once the job has succeeded.")
     error: ErrorView | None
@@ -62,6 +104,7 @@ class JobView(BaseModel):
             created_at=isoformat(job.created_at),
             updated_at=isoformat(job.updated_at),
             deadline_at=isoformat(job.deadline_at),
+            run_at=isoformat(job.run_at),
             cancel_requested=job.cancel_requested,
             result_url=f"{job_url(job.id)}/result" if has_result else None,
             error=(

@@ -30,6 +30,7 @@ VIEW_KEYS = {
     "created_at",
     "updated_at",
     "deadline_at",
+    "run_at",
     "cancel_requested",
     "result_url",
     "error",
