@@ -8,7 +8,10 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from core import clock
 from core.clock import isoformat
+from handlers.base import Progress
+from handlers.registry import KINDS
 from jobstore.records import Job
 from jobstore.schedule import MAX_DELAY_SECONDS, Schedule
 from jobstore.states import State
@@ -78,6 +81,11 @@ class ErrorView(BaseModel):
     message: str
 
 
+class ProgressView(BaseModel):
+    done: int = Field(ge=0)
+    total: int | None = Field(ge=0, description="What `done` counts up to; null when not known.")
+
+
 class JobView(BaseModel):
     """A job as its owner sees it."""
 
@@ -90,11 +98,20 @@ class JobView(BaseModel):
     deadline_at: Timestamp | None
     run_at: Timestamp | None = Field(description="The start the request asked for; null: at once.")
     cancel_requested: bool
+    progress: ProgressView | None = Field(
+        description="What the running kind last checkpointed (an export's rows written of its total, a "
+        "document's steps run of 3); null before the attempt that runs it has checkpointed any."
+    )
+    waited_seconds: float | None = Field(
+        description="A queued job: how long it has waited since it came due (its run_at, its acceptance, "
+        "or the end of a retry's backoff); 0 before then. Null in every other state."
+    )
     result_url: str | None = Field(description="Where the committed result is, once the job has succeeded.")
     error: ErrorView | None
 
     @classmethod
-    def of(cls, job: Job) -> JobView:
+    def of(cls, job: Job, now: float | None = None) -> JobView:
+        """The view of `job` at `now` (the clock's, unless given)."""
         has_result = job.state is State.SUCCEEDED and job.result_attempt_id is not None
         return cls.model_construct(
             id=job.id,
@@ -106,6 +123,8 @@ class JobView(BaseModel):
             deadline_at=isoformat(job.deadline_at),
             run_at=isoformat(job.run_at),
             cancel_requested=job.cancel_requested,
+            progress=_progress(job),
+            waited_seconds=_waited(job, clock.now() if now is None else now),
             result_url=f"{job_url(job.id)}/result" if has_result else None,
             error=(
                 ErrorView.model_construct(code=job.error_code, message=job.error_message or "")
@@ -113,6 +132,22 @@ class JobView(BaseModel):
                 else None
             ),
         )
+
+
+def _progress(job: Job) -> ProgressView | None:
+    """The progress the job's kind reads in its checkpoint, kept under the fence: a checkpoint an earlier
+    attempt saved counts only for a kind whose new attempt resumes from it (`Kind.progress_of`)."""
+    kind = KINDS.get(job.kind)
+    if kind is None:
+        return None
+    found: Progress | None = kind.progress_of(job.checkpoint, current=job.checkpoint_epoch == job.epoch)
+    return None if found is None else ProgressView.model_construct(done=found.done, total=found.total)
+
+
+def _waited(job: Job, now: float) -> float | None:
+    if job.state is not State.QUEUED:
+        return None
+    return round(max(0.0, now - job.available_at), 3)
 
 
 class JobPage(BaseModel):

@@ -146,7 +146,8 @@ def list_jobs(
 ) -> Response:
     """Your tenant's jobs, newest first, `limit` at a time."""
     page = db.read(engine, queries.list_jobs, tenant=identity.tenant, state=state, limit=limit, cursor=cursor)
-    return _json(JobPage(items=[JobView.of(j) for j in page.items], next_cursor=page.next_cursor))
+    now = clock.now()  # one instant for the whole page
+    return _json(JobPage(items=[JobView.of(j, now) for j in page.items], next_cursor=page.next_cursor))
 
 
 @router.get("/{job_id}", response_model=JobView, summary="Read a job", responses=problems(401, 404, 503))

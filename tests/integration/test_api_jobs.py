@@ -32,6 +32,8 @@ VIEW_KEYS = {
     "deadline_at",
     "run_at",
     "cancel_requested",
+    "progress",
+    "waited_seconds",
     "result_url",
     "error",
 }
@@ -91,6 +93,7 @@ def test_a_new_job_is_committed_with_its_outbox_row_and_answered_202_with_its_lo
     assert view["result_url"] is None and view["error"] is None
     assert view["created_at"] == "2023-11-14T22:13:20.000Z"
     assert view["deadline_at"] == "2023-11-14T22:14:20.000Z"
+    assert (view["progress"], view["waited_seconds"]) == (None, 0.0)
     assert counts(engine) == (1, 1)
 
 
