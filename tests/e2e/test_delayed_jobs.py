@@ -1,6 +1,7 @@
 """A delayed job end to end, on both designs: submitted through a real `outbox-bridge api` with
 `delay_seconds`, it stays queued until its `run_at` and starts within a second after it, whether a real
-relay publishes it to a real consumer or a baseline worker claims it from the table."""
+relay publishes it to a real consumer or a baseline worker claims it from the table; and a relay cut off
+from the broker at its due time only delays it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from core import clock
 from jobstore import intake
 from jobstore.records import Job
 from jobstore.states import State
-from tests.e2e.test_broker_scenarios import Stack
+from tests.e2e.test_broker_scenarios import Stack, upstream_of, via_proxy
+from tests.support.faultproxy import FaultProxy
 from tests.support.procs import Proc
 
 pytestmark = [pytest.mark.slow]
@@ -79,3 +81,23 @@ def test_a_delayed_job_is_claimed_by_the_baseline_within_a_second_after_its_run_
         for proc in stack.procs:
             proc.kill()
         stack.engine.dispose()
+
+
+@pytest.mark.broker
+def test_a_relay_cut_off_from_the_broker_at_the_due_time_only_delays_a_delayed_job(stack: Stack) -> None:
+    stack.api()
+    consumer = stack.consumer("consumer")  # connected directly: it stays up and never claims from the table
+    with FaultProxy(upstream_of(stack.settings.rabbitmq_url)) as proxy:
+        relay = stack.relay(settings=via_proxy(stack.settings, proxy))
+        stack.wait_log(relay, "broker connection up", 20)
+        job = submit_delayed(stack)
+        assert job.run_at is not None
+        proxy.refuse()
+        assert proxy.cut() == 1, "the relay was connected through the proxy"
+        time.sleep(max(0.0, job.run_at + 1.5 - clock.now()))
+        assert stack.job(job.id).state is State.QUEUED, "nothing could announce it"
+        back = clock.now()
+        proxy.listen()
+        done = stack.wait_state(job.id, {State.SUCCEEDED}, timeout=30)
+    assert done.started_at is not None and done.started_at >= back
+    assert (done.attempts, relay.alive(), consumer.alive()) == (1, True, True)
