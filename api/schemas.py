@@ -65,7 +65,7 @@ class JobCreate(BaseModel):
     run_at: RunAt | None = Field(
         default=None,
         description="Start no earlier than this time (RFC 3339 with an offset; at most 30 days ahead; a "
-        "time in the past means at once). Not with `delay_seconds`.",
+        "time in the past, up to 30 days, means at once). Not with `delay_seconds`.",
     )
 
     def schedule(self) -> Schedule | None:

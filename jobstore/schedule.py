@@ -42,13 +42,16 @@ class Schedule:
 
     def refusal(self, now: float, deadline_seconds: float | None = None) -> str | None:
         """Why a request with this start cannot be accepted at `now`, or None. A start in the past is
-        accepted (the job is due at once); one more than `MAX_DELAY_SECONDS` ahead is not, nor one at or
-        after the job's deadline (counted from acceptance), which it could never meet."""
+        accepted (the job is due at once: a client's clock a little behind ours is no error); one more than
+        `MAX_DELAY_SECONDS` ahead is not, nor one as far in the past (a mistake, not a clock's drift), nor
+        one at or after the job's deadline (counted from acceptance), which it could never meet."""
         start = self.start(now)
         if start is None:
             return None
         if start - now > MAX_DELAY_SECONDS:
             return f"the start is more than {MAX_DELAY_SECONDS} seconds (30 days) ahead"
+        if now - start > MAX_DELAY_SECONDS:
+            return f"the start is more than {MAX_DELAY_SECONDS} seconds (30 days) in the past"
         if deadline_seconds is not None and start >= now + deadline_seconds:
             return "the deadline (counted from acceptance) would pass before the job may start"
         return None

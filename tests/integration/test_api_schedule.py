@@ -94,6 +94,7 @@ def test_a_job_without_a_start_has_no_run_at(post: Callable[..., Any]) -> None:
         {"run_at": "2023-13-14T22:14:00Z"},
         {"run_at": 1_700_000_100},
         {"run_at": "2023-12-14T22:13:21Z"},
+        {"run_at": "0001-01-01T00:00:00+23:59"},
         {"delay_seconds": 120, "deadline_seconds": 60},
     ],
     ids=[
@@ -107,6 +108,7 @@ def test_a_job_without_a_start_has_no_run_at(post: Callable[..., Any]) -> None:
         "no-such-month",
         "a-number",
         "run-at-over-30-days",
+        "run-at-before-year-one",
         "after-the-deadline",
     ],
 )

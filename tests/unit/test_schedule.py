@@ -44,3 +44,9 @@ def test_a_start_over_thirty_days_ahead_is_refused_and_thirty_days_is_not() -> N
 def test_a_start_the_deadline_passes_first_is_refused() -> None:
     assert Schedule(delay_seconds=60).refusal(NOW, deadline_seconds=61) is None
     assert Schedule(delay_seconds=60).refusal(NOW, deadline_seconds=60) is not None
+
+
+def test_a_start_over_thirty_days_in_the_past_is_refused_as_a_mistake() -> None:
+    assert Schedule(run_at=NOW - MAX_DELAY_SECONDS).refusal(NOW) is None
+    refusal = Schedule(run_at=NOW - MAX_DELAY_SECONDS - 1).refusal(NOW)
+    assert refusal is not None and "in the past" in refusal
