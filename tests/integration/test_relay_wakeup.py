@@ -197,7 +197,8 @@ def test_a_relay_started_after_a_delayed_job_was_committed_publishes_it_when_it_
         wait_for(lambda: published_at(engine, job_id) is not None, POLL, interval=0.01, what="published")
     at = published_at(engine, job_id)
     assert at is not None
-    assert start <= at < start + 0.5, f"published {at - start:+.2f}s from its start: not its timer"
+    # Marked published after its confirm and the settle delay; only the poll would make it POLL late.
+    assert start <= at < start + POLL / 2, f"published {at - start:+.2f}s from its start: not its timer"
 
 
 @pytest.mark.broker
@@ -213,5 +214,5 @@ def test_a_later_delayed_job_rung_while_a_sooner_one_waits_is_published_at_its_o
     for job_id, start in ((soon, soon_start), (late, late_start)):
         at = published_at(engine, job_id)
         assert at is not None
-        assert start <= at < start + 0.5, f"published {at - start:+.2f}s from its start"
+        assert start <= at < start + POLL / 2, f"published {at - start:+.2f}s from its start"
     assert len(broker.take_all(quiet_seconds=0.5)) == 2
