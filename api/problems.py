@@ -190,8 +190,8 @@ async def _on_conflict(_: Request, exc: Exception) -> Response:
     url = f"/jobs/{exc.job_id}"
     return problem_response(
         IDEMPOTENCY_CONFLICT,
-        f"This Idempotency-Key was used for a different request (kind, payload or deadline); that job is "
-        f"at {url}.",
+        f"This Idempotency-Key was used for a different request (kind, payload, deadline or start); that "
+        f"job is at {url}.",
         extensions={"job_url": url},
     )
 

@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
+import re
+from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from core import clock
 from core.clock import isoformat
+from handlers.base import Progress
+from handlers.registry import KINDS
 from jobstore.records import Job
+from jobstore.schedule import MAX_DELAY_SECONDS, Schedule
 from jobstore.states import State
 
 MAX_DEADLINE_SECONDS = 30 * 24 * 3600
 
 Timestamp = Annotated[str, Field(json_schema_extra={"format": "date-time"})]
+
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})", re.ASCII)
+
+
+def epoch_of_rfc3339(text: str) -> float:
+    """The instant an RFC 3339 date-time with an offset names, in epoch seconds; ValueError otherwise."""
+    if not _RFC3339.fullmatch(text):
+        raise ValueError("not an RFC 3339 date-time with a time zone offset, such as 2026-12-01T07:00:00Z")
+    return datetime.fromisoformat(text.upper()).timestamp()
+
+
+def _an_rfc3339_instant(text: str) -> str:
+    epoch_of_rfc3339(text)
+    return text
+
+
+RunAt = Annotated[
+    str, Field(max_length=64, json_schema_extra={"format": "date-time"}), AfterValidator(_an_rfc3339_instant)
+]
 
 
 class JobCreate(BaseModel):
@@ -30,11 +55,35 @@ class JobCreate(BaseModel):
         default=None,
         description="The job is `dead` if not finished this many seconds after acceptance.",
     )
+    delay_seconds: (
+        Annotated[float, Field(strict=True, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False)] | None
+    ) = Field(
+        default=None,
+        description="Start no earlier than this many seconds after acceptance (at most 30 days). Not with "
+        "`run_at`.",
+    )
+    run_at: RunAt | None = Field(
+        default=None,
+        description="Start no earlier than this time (RFC 3339 with an offset; at most 30 days ahead; a "
+        "time in the past, up to 30 days, means at once). Not with `delay_seconds`.",
+    )
+
+    def schedule(self) -> Schedule | None:
+        """The start as asked; None when the request names none. ValueError when it names two."""
+        if self.delay_seconds is None and self.run_at is None:
+            return None
+        run_at = None if self.run_at is None else epoch_of_rfc3339(self.run_at)
+        return Schedule(delay_seconds=self.delay_seconds, run_at=run_at)
 
 
 class ErrorView(BaseModel):
     code: str
     message: str
+
+
+class ProgressView(BaseModel):
+    done: int = Field(ge=0)
+    total: int | None = Field(ge=0, description="What `done` counts up to; null when not known.")
 
 
 class JobView(BaseModel):
@@ -47,12 +96,22 @@ class JobView(BaseModel):
     created_at: Timestamp
     updated_at: Timestamp
     deadline_at: Timestamp | None
+    run_at: Timestamp | None = Field(description="The start the request asked for; null: at once.")
     cancel_requested: bool
+    progress: ProgressView | None = Field(
+        description="What the running kind last checkpointed (an export's rows written of its total, a "
+        "document's steps run of 3); null before the attempt that runs it has checkpointed any."
+    )
+    waited_seconds: float | None = Field(
+        description="A queued job: how long it has waited since it came due (its run_at, its acceptance, "
+        "or the end of a retry's backoff); 0 before then. Null in every other state."
+    )
     result_url: str | None = Field(description="Where the committed result is, once the job has succeeded.")
     error: ErrorView | None
 
     @classmethod
-    def of(cls, job: Job) -> JobView:
+    def of(cls, job: Job, now: float | None = None) -> JobView:
+        """The view of `job` at `now` (the clock's, unless given)."""
         has_result = job.state is State.SUCCEEDED and job.result_attempt_id is not None
         return cls.model_construct(
             id=job.id,
@@ -62,7 +121,10 @@ class JobView(BaseModel):
             created_at=isoformat(job.created_at),
             updated_at=isoformat(job.updated_at),
             deadline_at=isoformat(job.deadline_at),
+            run_at=isoformat(job.run_at),
             cancel_requested=job.cancel_requested,
+            progress=_progress(job),
+            waited_seconds=_waited(job, clock.now() if now is None else now),
             result_url=f"{job_url(job.id)}/result" if has_result else None,
             error=(
                 ErrorView.model_construct(code=job.error_code, message=job.error_message or "")
@@ -70,6 +132,22 @@ class JobView(BaseModel):
                 else None
             ),
         )
+
+
+def _progress(job: Job) -> ProgressView | None:
+    """The progress the job's kind reads in its checkpoint, kept under the fence: a checkpoint an earlier
+    attempt saved counts only for a kind whose new attempt resumes from it (`Kind.progress_of`)."""
+    kind = KINDS.get(job.kind)
+    if kind is None:
+        return None
+    found: Progress | None = kind.progress_of(job.checkpoint, current=job.checkpoint_epoch == job.epoch)
+    return None if found is None else ProgressView.model_construct(done=found.done, total=found.total)
+
+
+def _waited(job: Job, now: float) -> float | None:
+    if job.state is not State.QUEUED:
+        return None
+    return round(max(0.0, now - job.available_at), 3)
 
 
 class JobPage(BaseModel):

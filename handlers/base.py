@@ -70,6 +70,14 @@ class JobContext(Protocol):
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far a running job got, as its kind counts: `done` of `total` (None: not known)."""
+
+    done: int
+    total: int | None
+
+
+@dataclass(frozen=True)
 class Kind:
     """A job kind. `discard(results_dir, output)`, when given, removes what `run` left behind for an output
     that did not become the job's result (the attempt was cancelled or fenced out after it returned), so
@@ -81,11 +89,32 @@ class Kind:
     schema: type[BaseModel]
     run: Callable[[JobContext, Any], dict[str, Any]]
     discard: Callable[[Path, dict[str, Any]], None] | None = None
+    # Reads the kind's checkpoint as progress (None: it says none); a kind without it reports none.
+    progress: Callable[[dict[str, Any]], Progress | None] | None = None
+    # A new attempt continues from the checkpoint an earlier attempt saved (else it starts over).
+    resumes: bool = False
 
     def parse(self, payload: Any) -> BaseModel:
         """Validate a payload against the kind's schema, strictly (every kind's schema is strict: `"5"` is
         not a number); raises pydantic's ValidationError."""
         return self.schema.model_validate(payload)
+
+    def progress_of(self, checkpoint: dict[str, Any] | None, *, current: bool) -> Progress | None:
+        """The progress `checkpoint` shows: None before any, for a kind that reports none, and for a
+        checkpoint an earlier attempt saved (`current` False) when a new attempt starts over rather than
+        resuming from it, so a view never shows progress the running attempt has not made. `done` is never
+        negative nor over `total`."""
+        if checkpoint is None or self.progress is None or not (current or self.resumes):
+            return None
+        try:
+            found = self.progress(checkpoint)
+        except (KeyError, TypeError, ValueError):  # not a checkpoint this kind wrote
+            return None
+        if found is None:
+            return None
+        done = max(0, found.done)
+        total = None if found.total is None else max(0, found.total)
+        return Progress(done if total is None else min(done, total), total)
 
     def normalise(self, payload: Any) -> dict[str, Any]:
         """The payload as the kind reads it: validated, defaults filled in, each value in its field's type

@@ -8,7 +8,8 @@ whose estimated cost fits in the time left before the deadline. A rejected propo
 reason and the workflow goes on with the next one; the job succeeds with the steps that were allowed.
 
 After each proposal is settled the workflow checks for cancellation and checkpoints durably; a new attempt
-resumes after the last checkpointed proposal and never redoes a finished step.
+resumes after the last checkpointed proposal and never redoes a finished step. The job view's progress is
+the steps run of the budget of 3, read from that checkpoint.
 
 Fault point (tests arm it to kill the process there): `document.after_checkpoint`.
 """
@@ -24,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 
 from core import faults
 from handlers.base import JobContext, Kind
+from handlers.base import Progress as Done
 
 log = logging.getLogger(__name__)
 
@@ -316,4 +318,9 @@ def result_of(progress: Progress, resumed_from: int | None, dropped: int) -> dic
     }
 
 
-DOCUMENT = Kind("document", DocumentPayload, run_document)
+def progress(checkpoint: dict[str, Any]) -> Done:
+    """Steps run of the budget: a resumed attempt goes on from the checkpoint, so this only grows."""
+    return Done(len(checkpoint["outputs"]), STEP_BUDGET)
+
+
+DOCUMENT = Kind("document", DocumentPayload, run_document, progress=progress, resumes=True)

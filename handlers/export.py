@@ -8,6 +8,10 @@ attempt output the job's result pointer names), so the file of a killed or fence
 served. Cancellation and a lost lease are checked between chunks; either leaves no finished file and
 removes the partial one. A file finished by an attempt whose output was then not committed (a cancel seen
 after the last chunk, or at the commit itself) is removed by the worker once it knows (`discard_export`).
+
+The rows written so far are checkpointed (at most every `PROGRESS_SECONDS`, and once all are written,
+before the file is moved into place) for the job view's progress. An attempt that takes over starts its
+own file from the first row, so its progress starts over with it (`resumes` is False).
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import date, timedelta
@@ -23,13 +28,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.base import JobContext, Kind
+from handlers.base import JobContext, Kind, Progress
 
 HEADER = "id,ordered_on,sku,region,quantity,unit_price\n"
 REGIONS = ("north", "east", "south", "west")
 ORDER_DATES = tuple((date(2024, 1, 1) + timedelta(days=d)).isoformat() for d in range(366))
 PARTIAL_SUFFIX = ".csv.partial"
 MEDIA_TYPE = "text/csv"
+# A checkpoint is a store write: a long export reports its rows this often, not after every chunk.
+PROGRESS_SECONDS = 0.5
 
 
 class ExportPayload(BaseModel):
@@ -121,7 +128,8 @@ def run_export(ctx: JobContext, payload: ExportPayload) -> dict[str, Any]:
     remove_stale_partials(job_dir)
     final = job_dir / f"{ctx.attempt_id}.csv"
     ctx.check_cancel()
-    written = write_immutable(final, csv_chunks(payload.rows, payload.chunk), ctx.check_cancel)
+    chunks = checkpointed(ctx, csv_chunks(payload.rows, payload.chunk), payload.rows, payload.chunk)
+    written = write_immutable(final, chunks, ctx.check_cancel)
     return {
         "path": written.path.relative_to(ctx.results_dir).as_posix(),
         "media_type": MEDIA_TYPE,
@@ -131,10 +139,30 @@ def run_export(ctx: JobContext, payload: ExportPayload) -> dict[str, Any]:
     }
 
 
+def checkpointed(ctx: JobContext, chunks: Iterable[bytes], rows: int, chunk: int) -> Iterator[bytes]:
+    """`chunks` (the header, then `chunk` rows each), checkpointing `{"rows_written", "rows"}` as they are
+    written: the next chunk is asked for only once the last one is written, so the count never runs ahead of
+    the file. After the last chunk it always checkpoints all the rows; `LeaseLost` from a checkpoint stops
+    the write and leaves no file."""
+    saved_at, written = time.monotonic(), None
+    for n, data in enumerate(chunks):
+        yield data
+        if n and time.monotonic() - saved_at >= PROGRESS_SECONDS:
+            written = min(n * chunk, rows)
+            ctx.save_checkpoint({"rows_written": written, "rows": rows})
+            saved_at = time.monotonic()
+    if written != rows:
+        ctx.save_checkpoint({"rows_written": rows, "rows": rows})
+
+
+def progress(checkpoint: dict[str, Any]) -> Progress:
+    return Progress(int(checkpoint["rows_written"]), int(checkpoint["rows"]))
+
+
 def discard_export(results_dir: Path, output: dict[str, Any]) -> None:
     """Remove the file of an attempt whose output was not committed; no result pointer names it."""
     with contextlib.suppress(FileNotFoundError):
         (results_dir / output["path"]).unlink()
 
 
-EXPORT = Kind("export", ExportPayload, run_export, discard_export)
+EXPORT = Kind("export", ExportPayload, run_export, discard_export, progress=progress)

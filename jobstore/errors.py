@@ -18,7 +18,8 @@ class Fenced(StoreError):
 
 
 class IdempotencyConflict(StoreError):
-    """The tenant already used this idempotency key for a different request (kind, payload or deadline)."""
+    """The tenant already used this idempotency key for a different request (kind, payload, deadline or
+    start)."""
 
     def __init__(self, job_id: str) -> None:
         super().__init__(f"idempotency key already used for job {job_id} with a different request")

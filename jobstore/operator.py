@@ -138,7 +138,7 @@ def requeue_matching(
     moved = conn.execute(update(jobs).where(*guarded).values(**_requeued(now)).returning(jobs.c.id))
     ids = sorted(str(job_id) for job_id in moved.scalars())
     if ids:
-        outbox.add_many(conn, [(job_id, now) for job_id in ids])
+        outbox.add_many(conn, [(job_id, now, now) for job_id in ids])
         record(conn, ids, Action.REQUEUE, actor=actor, note=note, now=now)
     return ids
 

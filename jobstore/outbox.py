@@ -45,18 +45,18 @@ def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> No
     doorbells.note_outbox_row(conn, available_at)
 
 
-def add_many(conn: Connection, deliveries: Sequence[tuple[str, float]]) -> None:
-    """`add` for each (job id, available at), in one multi-row insert; created when they come due."""
+def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -> None:
+    """`add` for each (job id, available at, now), in one multi-row insert."""
     if not deliveries:
         return
     conn.execute(
         _INSERT,
         [
-            {"job_id": job_id, "created_at": at, "available_at": at, "publish_attempts": 0}
-            for job_id, at in deliveries
+            {"job_id": job_id, "created_at": now, "available_at": at, "publish_attempts": 0}
+            for job_id, at, now in deliveries
         ],
     )
-    doorbells.note_outbox_row(conn, min(at for _, at in deliveries))
+    doorbells.note_outbox_row(conn, min(at for _, at, _ in deliveries))
 
 
 def drop_pending(conn: Connection, job_id: str) -> None:
@@ -140,6 +140,23 @@ def prune_published(conn: Connection, *, older_than: float, limit: int = 5000) -
     ids = select(outbox.c.id).where(outbox.c.published_at < older_than).limit(limit)
     result = conn.execute(delete(outbox).where(outbox.c.id.in_(ids)))
     return int(result.rowcount)
+
+
+_EARLIEST = select(func.min(outbox.c.available_at)).where(outbox.c.published_at.is_(None))
+_NEXT_DUE = _EARLIEST.where(outbox.c.available_at > _NOW)
+
+
+def earliest_unpublished(conn: Connection) -> float | None:
+    """When the earliest unpublished row came or comes due (due now when it is not after now), or None."""
+    due = conn.execute(_EARLIEST).scalar()
+    return None if due is None else float(due)
+
+
+def next_due(conn: Connection, now: float) -> float | None:
+    """When the earliest unpublished row that is not due at `now` comes due (a delayed job's, a retry's),
+    or None: a relay that leased everything due sets its timer for it."""
+    due = conn.execute(_NEXT_DUE, {"b_now": now}).scalar()
+    return None if due is None else float(due)
 
 
 @dataclass(frozen=True)

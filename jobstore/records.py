@@ -39,6 +39,7 @@ class Job:
     updated_at: float
     started_at: float | None
     finished_at: float | None
+    run_at: float | None = None  # the start the request asked for; None: as soon as possible
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:

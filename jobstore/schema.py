@@ -49,6 +49,8 @@ jobs = Table(
     Column("lease_owner", String(255)),
     Column("lease_expires_at", Float),
     Column("available_at", Float, nullable=False),
+    # When the request asked the job to start, not before (`delay_seconds` or `run_at`); null: at once.
+    Column("run_at", Float),
     Column("deadline_at", Float),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     # The epoch whose attempt announced an external effect; a lost lease after it means `unknown`.

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 from sqlalchemy import Engine
 
+from api.schemas import JobView
 from core import clock
 from core.durations import FORMAT, format_duration, parse_duration
 from core.settings import Settings
@@ -84,6 +85,7 @@ def jobs_show(job_id: IdArgument, as_json: JsonOption = False) -> None:
         return
     for name in ("id", "tenant", "owner", "kind", "state", "epoch", "attempts", "cancel_requested"):
         out.print(f"{name:>17}: {getattr(job, name)}")
+    _print_schedule_and_progress(JobView.of(job))
     resolution = operator.resolution(job, actions)
     if resolution is not None:
         out.print(f"{'note':>17}: resolved by {resolution.actor}: {resolution.note or ''}")
@@ -92,6 +94,17 @@ def jobs_show(job_id: IdArgument, as_json: JsonOption = False) -> None:
     out.print(f"{'result attempt':>17}: {job.result_attempt_id or '-'}")
     _print_attempts(attempts)
     _print_actions(actions)
+
+
+def _print_schedule_and_progress(view: JobView) -> None:
+    progress = view.progress
+    done = (
+        "-" if progress is None else f"{progress.done} of {'?' if progress.total is None else progress.total}"
+    )
+    out.print(f"{'run at':>17}: {view.run_at or '-'}")
+    out.print(f"{'progress':>17}: {done}")
+    if view.waited_seconds is not None:
+        out.print(f"{'waited':>17}: {view.waited_seconds:.1f}s since it came due")
 
 
 def _print_attempts(attempts: list[Attempt]) -> None:

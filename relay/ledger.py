@@ -92,17 +92,15 @@ def settle(conn: Connection, batch: Settlement, *, now: float) -> Settled:
     return Settled(marked=marked, stale=batch.confirmed_count - marked, released=released)
 
 
-def has_due_rows(conn: Connection, now: float) -> bool:
-    return outbox.backlog(conn, now).pending > 0
-
-
 @dataclass(frozen=True)
 class Leased:
-    """What one lease transaction did: the rows it leased (None when a first look found nothing due), and
-    what the settlement that rode along with it changed (None without one)."""
+    """What one lease transaction did: the rows it leased (None when a first look found nothing due), what
+    the settlement that rode along with it changed (None without one), and, when it found fewer rows than
+    asked, when the next row not yet due comes due (None: no such row)."""
 
     lease: Lease | None
     settled: Settled | None = None
+    next_due: float | None = None
 
 
 def lease_due(
@@ -112,8 +110,10 @@ def lease_due(
     transaction. When the outbox looked empty last time (`idle`) and there is nothing to settle, a read
     comes first, so an idle relay does not take SQLite's write lock on every poll."""
     now = clock.now()
-    if idle and not settlement and not db.read(engine, has_due_rows, now):
-        return Leased(None)
+    if idle and not settlement:
+        earliest = db.read(engine, outbox.earliest_unpublished)
+        if earliest is None or earliest > now:
+            return Leased(None, next_due=earliest)
     return db.transact(engine, _settle_and_lease, settlement, now, limit, settings.relay_lease_seconds)
 
 
@@ -121,4 +121,6 @@ def _settle_and_lease(
     conn: Connection, settlement: Settlement | None, now: float, limit: int, lease_seconds: float
 ) -> Leased:
     settled = settle(conn, settlement, now=now) if settlement else None
-    return Leased(outbox.lease_batch(conn, now=now, limit=limit, lease_seconds=lease_seconds), settled)
+    lease = outbox.lease_batch(conn, now=now, limit=limit, lease_seconds=lease_seconds)
+    next_due = outbox.next_due(conn, now) if len(lease.rows) < limit else None
+    return Leased(lease, settled, next_due)

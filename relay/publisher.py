@@ -231,6 +231,8 @@ class Relay(LoopWork):
         if lease is not None and rows:
             self._publish(lease)
         self._drained = len(rows) < limit
+        if leased.next_due is not None:  # a delayed row: leased when it comes due, not at a later poll
+            self._wakeups.due_at(leased.next_due)
         if not self._drained:
             self._wakeups.ring_others()  # more is due than one lease took: let the other relays share it
         if self._drained and not self._rung:

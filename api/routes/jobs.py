@@ -13,7 +13,14 @@ from api import results
 from api.deps import CommitterDep, EngineDep, IdempotencyKey, IdentityDep, MetricsDep, SettingsDep
 from api.openapi import problems
 from api.payloads import check_encodable
-from api.problems import INVALID_PAYLOAD, RESOLVED_WITHOUT_RESULT, RESULT_NOT_READY, UNKNOWN_KIND, issues
+from api.problems import (
+    INVALID_PAYLOAD,
+    INVALID_REQUEST,
+    RESOLVED_WITHOUT_RESULT,
+    RESULT_NOT_READY,
+    UNKNOWN_KIND,
+    issues,
+)
 from api.schemas import JobCreate, JobPage, JobView, job_url
 from core import clock, faults
 from core.settings import Settings
@@ -22,6 +29,7 @@ from handlers.registry import KINDS
 from jobstore import db, operator, queries
 from jobstore.errors import JobNotFound
 from jobstore.records import Attempt, Job, OperatorAction
+from jobstore.schedule import Schedule
 from jobstore.states import State
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
@@ -56,10 +64,13 @@ async def submit_job(
     metrics: MetricsDep,
 ) -> Response:
     """Accept a job. The answer comes only after the job and its outbox row are committed together; the
-    same Idempotency-Key with the same request (kind, payload as validated, deadline) returns the original
-    job again (202, same id)."""
+    same Idempotency-Key with the same request (kind, payload as validated, deadline, and the start as named:
+    the same `delay_seconds` or the same `run_at` instant) returns the original job again (202, same id). A
+    delayed job waits `queued` until its `run_at`."""
     kind = _accepted_kind(job.kind, settings)
     payload = _validated_payload(kind, job.payload)
+    now = clock.now()
+    schedule = _schedule(job, now)
     # Validation above is CPU only and runs on the event loop; the write waits for the group commit.
     accepted = await committer.accept(
         tenant=identity.tenant,
@@ -67,9 +78,10 @@ async def submit_job(
         kind=kind.name,
         payload=payload,
         operation_key=key,
-        now=clock.now(),
+        now=now,
         max_attempts=settings.max_attempts,
         deadline_seconds=job.deadline_seconds,
+        schedule=schedule,
     )
     faults.hit("api.after_commit")
     if accepted.created:
@@ -83,6 +95,33 @@ def _accepted_kind(name: str, settings: Settings) -> Kind:
         accepted = ", ".join(sorted(k for k in settings.allowed_kinds if k in KINDS))
         raise UNKNOWN_KIND.error(f"This deployment accepts these kinds: {accepted}.")
     return kind
+
+
+def _schedule(job: JobCreate, now: float) -> Schedule | None:
+    """The start the request asks for, if any. 400 `invalid-request` for both a delay and a time, for a
+    start more than 30 days ahead, and for one the job's deadline would pass before."""
+    try:
+        schedule = job.schedule()
+    except ValueError:
+        raise INVALID_REQUEST.error(
+            "Give delay_seconds or run_at, not both.",
+            errors=[
+                {"loc": ["body"], "msg": "delay_seconds and run_at exclude each other", "type": "schedule"}
+            ],
+        ) from None
+    refusal = schedule.refusal(now, job.deadline_seconds) if schedule is not None else None
+    if refusal is not None:
+        raise INVALID_REQUEST.error(
+            f"The job cannot be scheduled: {refusal}.",
+            errors=[
+                {
+                    "loc": ["body", "run_at" if job.run_at else "delay_seconds"],
+                    "msg": refusal,
+                    "type": "schedule",
+                }
+            ],
+        )
+    return schedule
 
 
 def _validated_payload(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
@@ -107,7 +146,8 @@ def list_jobs(
 ) -> Response:
     """Your tenant's jobs, newest first, `limit` at a time."""
     page = db.read(engine, queries.list_jobs, tenant=identity.tenant, state=state, limit=limit, cursor=cursor)
-    return _json(JobPage(items=[JobView.of(j) for j in page.items], next_cursor=page.next_cursor))
+    now = clock.now()  # one instant for the whole page
+    return _json(JobPage(items=[JobView.of(j, now) for j in page.items], next_cursor=page.next_cursor))
 
 
 @router.get("/{job_id}", response_model=JobView, summary="Read a job", responses=problems(401, 404, 503))

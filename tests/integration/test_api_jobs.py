@@ -30,7 +30,10 @@ VIEW_KEYS = {
     "created_at",
     "updated_at",
     "deadline_at",
+    "run_at",
     "cancel_requested",
+    "progress",
+    "waited_seconds",
     "result_url",
     "error",
 }
@@ -90,6 +93,7 @@ def test_a_new_job_is_committed_with_its_outbox_row_and_answered_202_with_its_lo
     assert view["result_url"] is None and view["error"] is None
     assert view["created_at"] == "2023-11-14T22:13:20.000Z"
     assert view["deadline_at"] == "2023-11-14T22:14:20.000Z"
+    assert (view["progress"], view["waited_seconds"]) == (None, 0.0)
     assert counts(engine) == (1, 1)
 
 

@@ -8,7 +8,9 @@ import re
 
 from sqlalchemy import Engine
 
+from core import clock
 from core.settings import Settings
+from jobstore import db, fenced
 from tests.support import procs
 from tests.support.store import claimed, job_row, new_job, new_jobs
 
@@ -95,3 +97,24 @@ def test_piped_jobs_list_and_show_print_whole_ids(settings: Settings, engine: En
         assert job_id in listed.stdout.split(), listed.stdout
     for whole in (claim.attempt_id, claim.worker):
         assert whole in shown.stdout.split(), shown.stdout
+
+
+def test_jobs_show_says_when_a_job_may_start_and_how_far_it_got(settings: Settings, engine: Engine) -> None:
+    job_id = new_job(engine, "export", kind="export", payload={"rows": 1_000, "chunk": 250})
+    claim = claimed(engine, job_id, "w1")
+    checkpoint = {"rows_written": 250, "rows": 1_000}
+    db.transact(engine, fenced.save_checkpoint, job_id, claim.epoch, checkpoint, clock.now())
+
+    shown = procs.run(["jobs", "show", job_id], settings)
+    document = cli_json(settings, "jobs", "show", job_id)
+
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"progress: 250 of 1000\n", shown.stdout), shown.stdout
+    assert re.search(r"run at: -\n", shown.stdout), shown.stdout
+    job = document["job"]
+    assert isinstance(job, dict)
+    assert (job["progress"], job["run_at"], job["waited_seconds"]) == (
+        {"done": 250, "total": 1_000},
+        None,
+        None,
+    )

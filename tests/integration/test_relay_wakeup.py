@@ -1,6 +1,8 @@
 """Relays woken by commits (relay/wake.py; jobstore/doorbells.py, and jobstore/notifications.py on
 PostgreSQL) on a real store and a real RabbitMQ: a committed job is published without waiting for a poll, a
-row announced for later is published when it comes due, and an idle relay with a doorbell barely reads the
+row announced for later is published when it comes due (also one no ring announced to this relay, and one
+rung while a sooner one's timer was set: a lease that drains the due rows asks when the next comes due),
+and an idle relay with a doorbell barely reads the
 store. Also the SQLite doorbell itself: the earliest of several rings, no ring for a rolled-back
 transaction, and a killed relay's doorbell skipped and removed."""
 
@@ -13,11 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection, Engine, select
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, doorbells, outbox, queries
+from jobstore import db, doorbells, intake, outbox, queries
+from jobstore.schedule import Schedule
+from jobstore.schema import outbox as outbox_table
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished
@@ -151,3 +155,64 @@ def test_a_killed_relays_doorbell_is_skipped_and_removed_by_the_next_relay(tmp_p
         assert os.listdir(directory) == [f"relay-{os.getpid()}"]
     finally:
         doorbell.close()
+
+
+def published_at(engine: Engine, job_id: str) -> float | None:
+    rows = db.read(
+        engine,
+        lambda conn: (
+            conn.execute(select(outbox_table.c.published_at).where(outbox_table.c.job_id == job_id))
+            .scalars()
+            .all()
+        ),
+    )
+    return rows[0] if rows and rows[0] is not None else None
+
+
+def delayed_job(engine: Engine, key: str, seconds: float) -> tuple[str, float]:
+    """A job accepted now with a start `seconds` ahead: its id and its start."""
+    accepted = db.transact(
+        engine,
+        intake.accept,
+        tenant="acme",
+        owner="alice",
+        kind="noop",
+        payload={},
+        operation_key=key,
+        now=clock.now(),
+        max_attempts=3,
+        schedule=Schedule(delay_seconds=seconds),
+    )
+    assert accepted.job.run_at is not None
+    return accepted.job.id, accepted.job.run_at
+
+
+@pytest.mark.broker
+def test_a_relay_started_after_a_delayed_job_was_committed_publishes_it_when_it_comes_due(
+    settings: Settings, engine: Engine, broker: Broker
+) -> None:
+    job_id, start = delayed_job(engine, "delayed", 1.5)
+    with running_relay(settings, engine) as relay:
+        wait_for(lambda: relay.connected, 15, what="relay connected")
+        wait_for(lambda: published_at(engine, job_id) is not None, POLL, interval=0.01, what="published")
+    at = published_at(engine, job_id)
+    assert at is not None
+    # Marked published after its confirm and the settle delay; only the poll would make it POLL late.
+    assert start <= at < start + POLL / 2, f"published {at - start:+.2f}s from its start: not its timer"
+
+
+@pytest.mark.broker
+def test_a_later_delayed_job_rung_while_a_sooner_one_waits_is_published_at_its_own_time(
+    settings: Settings, engine: Engine, broker: Broker
+) -> None:
+    with running_relay(settings, engine) as relay:
+        wait_for(lambda: relay.connected, 15, what="relay connected")
+        idle_relay_settled()
+        soon, soon_start = delayed_job(engine, "soon", 1.0)
+        late, late_start = delayed_job(engine, "late", 2.0)
+        wait_for(lambda: published_at(engine, late) is not None, POLL, interval=0.01, what="both published")
+    for job_id, start in ((soon, soon_start), (late, late_start)):
+        at = published_at(engine, job_id)
+        assert at is not None
+        assert start <= at < start + POLL / 2, f"published {at - start:+.2f}s from its start"
+    assert len(broker.take_all(quiet_seconds=0.5)) == 2

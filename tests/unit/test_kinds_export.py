@@ -1,4 +1,4 @@
-"""The export kind's CSV: deterministic, chunk-independent, and its payload bounds."""
+"""The export kind's CSV: deterministic, chunk-independent, its payload bounds, its progress checkpoints."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from handlers import export
 from handlers.export import HEADER, ExportPayload, csv_chunks, csv_row
 
 
@@ -71,3 +72,32 @@ def test_bad_export_payloads_are_refused(payload: dict[str, Any]) -> None:
 
 def test_the_largest_export_is_accepted() -> None:
     assert ExportPayload.model_validate({"rows": 1_000_000, "chunk": 100_000}).rows == 1_000_000
+
+
+class Checkpoints:
+    """The part of a `JobContext` `checkpointed` uses: it records what was saved."""
+
+    def __init__(self) -> None:
+        self.saved: list[int] = []
+
+    def save_checkpoint(self, data: dict[str, Any]) -> None:
+        assert data["rows"] == 2_500
+        self.saved.append(data["rows_written"])
+
+
+def test_rows_written_are_checkpointed_after_their_chunk_and_all_of_them_at_the_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(export, "PROGRESS_SECONDS", 0.0)
+    ctx = Checkpoints()
+    seen: list[list[int]] = []
+    for _ in export.checkpointed(ctx, csv_chunks(2_500, 1_000), 2_500, 1_000):  # type: ignore[arg-type]
+        seen.append(list(ctx.saved))
+    assert seen == [[], [], [1_000], [1_000, 2_000]], "a chunk is counted only once it was written"
+    assert ctx.saved == [1_000, 2_000, 2_500]
+
+
+def test_a_quick_export_checkpoints_once_when_it_is_all_written() -> None:
+    ctx = Checkpoints()
+    list(export.checkpointed(ctx, csv_chunks(2_500, 1_000), 2_500, 1_000))  # type: ignore[arg-type]
+    assert ctx.saved == [2_500]
