@@ -69,6 +69,8 @@ jobs = Table(
     Index("ix_jobs_state_available_at", "state", "available_at"),
     Index("ix_jobs_tenant_created_at", "tenant", "created_at", "id"),
     Index("ix_jobs_state_lease_expires_at", "state", "lease_expires_at"),
+    # The job retention's search: finished jobs past their retention (`jobstore.retention`).
+    Index("ix_jobs_state_finished_at", "state", "finished_at"),
 )
 
 attempts = Table(

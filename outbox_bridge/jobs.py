@@ -41,6 +41,11 @@ jobs_app = typer.Typer(help="Inspect and operate on jobs.")
 def jobs_list(
     state: State | None = None,
     tenant: str | None = None,
+    kind: str | None = None,
+    since: Annotated[
+        str | None,
+        typer.Option(metavar="DURATION", help=f"Only jobs that changed within this span: {FORMAT}."),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 20,
     cursor: Annotated[
         str | None, typer.Option(help="Where the previous page ended (its next_cursor).")
@@ -48,9 +53,15 @@ def jobs_list(
     as_json: JsonOption = False,
 ) -> None:
     """List jobs, newest first."""
+    try:
+        since_at = None if since is None else clock.now() - parse_duration(since)
+    except ValueError as exc:
+        refuse(f"--since {exc}")
+    states = frozenset() if state is None else frozenset({state})
+    matching = JobFilter(states=states, kind=kind, tenant=tenant, since=since_at)
     _, engine = open_store()
     try:
-        page = db.read(engine, queries.list_jobs, tenant=tenant, state=state, limit=limit, cursor=cursor)
+        page = db.read(engine, queries.find_jobs, matching, limit=limit, cursor=cursor)
     except queries.BadCursor:
         refuse("--cursor is not a next_cursor that `jobs list --json` printed")
     if as_json:

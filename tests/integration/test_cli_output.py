@@ -118,3 +118,21 @@ def test_jobs_show_says_when_a_job_may_start_and_how_far_it_got(settings: Settin
         None,
         None,
     )
+
+
+def test_jobs_list_filters_by_kind_and_by_how_recently_a_job_changed(
+    settings: Settings, engine: Engine
+) -> None:
+    [old] = new_jobs(engine, 1, kind="noop", now=clock.now() - 7200)
+    [recent_noop] = new_jobs(engine, 1, kind="noop")
+    [recent_sleep] = new_jobs(engine, 1, kind="sleep", payload={"seconds": 0.01})
+
+    def ids(*options: str) -> set[str]:
+        items = cli_json(settings, "jobs", "list", *options)["items"]
+        return {item["id"] for item in items}  # type: ignore[attr-defined]
+
+    assert ids("--kind", "noop") == {old, recent_noop}
+    assert ids("--since", "1h") == {recent_noop, recent_sleep}
+    assert ids("--kind", "noop", "--since", "1h") == {recent_noop}
+    refused = procs.run(["jobs", "list", "--since", "yesterday"], settings)
+    assert refused.returncode == 1 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
