@@ -23,7 +23,6 @@ import os
 import queue
 import socket
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -32,7 +31,7 @@ from sqlalchemy import Connection, Engine
 
 from baseline.pacing import idle_pauses
 from core import clock
-from core.backoff import Backoff
+from core.backoff import Backoff, Streak
 from core.settings import Settings
 from jobstore import db
 from jobstore.records import Claim
@@ -45,11 +44,10 @@ from worker.handback import Handback, hand_back, hand_back_all
 from worker.inbox import STOP, take_batch
 from worker.lease import Held, LeaseKeeper
 from worker.polling import claim_due
-from worker.runners import Finished, Runners, Running
+from worker.runners import Finished, Runners
 
 log = logging.getLogger(__name__)
 
-IDLE_STEP = 0.02
 UNAVAILABLE_LOG_EVERY = 100  # at the longest idle pause, a warning every few seconds
 NUDGE: Any = object()
 
@@ -73,9 +71,9 @@ class OutcomeCounts:
         self._counts: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def add(self, outcome: str, n: int = 1) -> None:
+    def add(self, outcome: str) -> None:
         with self._lock:
-            self._counts[outcome] += n
+            self._counts[outcome] += 1
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:
@@ -104,11 +102,15 @@ class ClaimPool:
         self._backoff = backoff_of(settings)
         self._worker = worker_name()
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Finished | NUDGE | STOP
-        self._running: dict[str, Running] = {}  # by attempt id: claimed here, outcome not committed
-        self._runners = Runners(engine, settings, budget or ClaimBudget(concurrency), self._inbox.put,
-                                concurrency=concurrency)  # fmt: skip
+        self._runners = Runners(
+            engine,
+            settings,
+            keeper,
+            budget or ClaimBudget(concurrency),
+            self._inbox.put,
+            concurrency=concurrency,
+        )
         self._outcomes: list[Finished] = []  # finished, waiting for the next round to commit them
-        self._lock = threading.Lock()
         self._round = threading.Lock()
         self.tally = OutcomeCounts()
         self._claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
@@ -131,8 +133,7 @@ class ClaimPool:
 
     def in_flight(self) -> int:
         """Jobs claimed here whose outcome is not committed yet."""
-        with self._lock:
-            return len(self._running)
+        return self._runners.in_flight()
 
     def running(self) -> int:
         """How many of the claimer and runner threads have not ended yet."""
@@ -141,12 +142,7 @@ class ClaimPool:
     def wait_idle(self, timeout: float, urgent: Callable[[], bool] = lambda: False) -> bool:
         """Wait until every claimed job's outcome is committed (or given up), at most `timeout` seconds or
         until `urgent()`; whether none is left."""
-        deadline = time.monotonic() + timeout
-        while self.in_flight():
-            if time.monotonic() >= deadline or urgent():
-                return False
-            time.sleep(IDLE_STEP)
-        return True
+        return self._runners.wait_idle(timeout, urgent)
 
     def hand_back_held(self) -> Counter[Handback]:
         """Give back every job still held (`worker.handback.hand_back_all`): a released job's running
@@ -185,7 +181,7 @@ class ClaimPool:
                 unavailable = 0
             wait = self._next_wait(room, claimed, pauses)
 
-    def _next_wait(self, room: int, claimed: int, pauses: Any) -> float | None:
+    def _next_wait(self, room: int, claimed: int, pauses: Streak) -> float | None:
         """How long to wait for a finished job or a nudge before the next round: not at all for outcomes
         still to commit; indefinitely while every room is taken (a job that finishes wakes the claimer) or
         once stopping; otherwise the idle pause, which starts over when a round found work."""
@@ -228,13 +224,13 @@ class ClaimPool:
                 [state] = db.transact(self._engine, _commit, [finished], clock.now(), self._backoff)
             except Exception:
                 log.exception("job %s: the store refused its outcome; its lease will run out", _id(finished))
-                self._forget(finished.running)
+                self._runners.forget(finished.running)
                 continue
             self._committed([finished], [state])
 
     def _committed(self, outcomes: Sequence[Finished], states: Sequence[State | None]) -> None:
         for finished, state in zip(outcomes, states, strict=True):
-            self._forget(finished.running)
+            self._runners.forget(finished.running)
             discard_uncommitted(self._settings, finished.running.claim, finished.outcome, state)
             name = _outcome_name(finished.running.held, state)
             self.tally.add(name)
@@ -252,18 +248,7 @@ class ClaimPool:
                 )
                 self.tally.add(result.value)
                 continue
-            running = Running(claim, self._keeper.hold(claim))
-            with self._lock:
-                self._running[claim.attempt_id] = running
-            self._runners.submit(running)
-
-    def _forget(self, running: Running) -> None:
-        job_id = running.claim.job_id
-        with self._lock:
-            self._running.pop(running.claim.attempt_id, None)
-            again = any(r.claim.job_id == job_id for r in self._running.values())
-        if not again:  # the keeper tracks by job id: keep a newer claim of the same job renewed
-            self._keeper.drop(job_id)
+            self._runners.begin(claim)
 
 
 def _commit(

@@ -109,14 +109,14 @@ class Pipeline:
     ) -> None:
         self._engine = engine
         self._settings = settings
-        self._keeper = keeper
         self._acker = acker
         self._worker = worker
         self._backoff = Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Delivery | Finished | STOP
-        self._running: dict[str, Running] = {}  # by attempt id: claimed here, outcome not committed
         self._budget = budget or ClaimBudget(concurrency)
-        self._runners = Runners(engine, settings, self._budget, self._inbox.put, concurrency=concurrency)
+        self._runners = Runners(
+            engine, settings, keeper, self._budget, self._inbox.put, concurrency=concurrency
+        )
         self._bursting = False
         self._failed_rounds = 0  # rounds in a row the store took nothing from
         self._last_arrival = 0.0  # when the last delivery arrived (monotonic)
@@ -139,20 +139,14 @@ class Pipeline:
 
     def begin(self, claim: Claim, delivery: Delivery | None) -> Running:
         """Hold the claimed job's lease and queue it for a worker thread."""
-        running = Running(claim, self._keeper.hold(claim), delivery)
-        with self._lock:
-            self._running[claim.attempt_id] = running
-        self._runners.submit(running)
-        return running
+        return self._runners.begin(claim, delivery)
 
     def in_flight(self) -> int:
         """Jobs claimed here whose outcome is not committed yet."""
-        with self._lock:
-            return len(self._running)
+        return self._runners.in_flight()
 
     def running(self) -> list[Running]:
-        with self._lock:
-            return list(self._running.values())
+        return self._runners.claimed()
 
     def stop_claiming(self) -> None:
         """Claim nothing more: deliveries not yet claimed go back to the queue. Waits for a round in
@@ -314,19 +308,8 @@ class Pipeline:
     def _end(self, finished: Sequence[Finished]) -> None:
         """Forget the jobs and ack their deliveries: the store has each outcome, or the job under a lease
         that is no longer renewed."""
-        deliveries = [f.running.delivery for f in finished if self._forget(f.running)]
+        deliveries = [f.running.delivery for f in finished if self._runners.forget(f.running)]
         self._acker.ack([d for d in deliveries if d is not None])
-
-    def _forget(self, running: Running) -> bool:
-        """Stop tracking `running`; False if it was already forgotten (its delivery is settled)."""
-        job_id = running.claim.job_id
-        with self._lock:
-            if self._running.pop(running.claim.attempt_id, None) is None:
-                return False
-            again = any(r.claim.job_id == job_id for r in self._running.values())
-        if not again:  # the keeper tracks by job id: keep a newer claim of the same job renewed
-            self._keeper.drop(job_id)
-        return True
 
     def _patiently(self, fn: Callable[..., T], *args: Any) -> T | None:
         """One write transaction, retried while the store is unavailable for up to a lease's length;
@@ -347,12 +330,7 @@ class Pipeline:
     def wait_idle(self, timeout: float, urgent: Callable[[], bool] = lambda: False) -> bool:
         """Wait until every claimed job's outcome is committed, at most `timeout` seconds or until
         `urgent()`; False if some still run then."""
-        deadline = time.monotonic() + timeout
-        while self.in_flight():
-            if time.monotonic() >= deadline or urgent():
-                return False
-            time.sleep(0.02)
-        return True
+        return self._runners.wait_idle(timeout, urgent)
 
     def hand_back(self) -> Counter[Handback]:
         """Give every job still running back to the queue (`worker.handback`: queued again with a new
@@ -361,9 +339,8 @@ class Pipeline:
         released: list[Delivery] = []
 
         def forget(held: Held) -> None:
-            with self._lock:
-                running = self._running.get(held.claim.attempt_id)
-            if running is not None and self._forget(running) and running.delivery is not None:
+            running = self._runners.claimed_as(held.claim.attempt_id)
+            if running is not None and self._runners.forget(running) and running.delivery is not None:
                 released.append(running.delivery)
 
         handed = hand_back_all(self._engine, [running.held for running in self.running()], forget)

@@ -1,7 +1,7 @@
-"""The threads that run claimed jobs, in either worker mode: each takes the next claimed job, runs it with
-`worker.attempt.run_attempt` and hands the outcome back to the process's store writer, which commits it.
-They also keep the claim budget (`worker.budget`) informed of how long jobs run, and say how many more jobs
-the process may claim now."""
+"""The jobs a worker process has claimed and the threads that run them, in either worker mode: each thread
+takes the next claimed job, runs it with `worker.attempt.run_attempt` and hands the outcome back to the
+process's store writer, which commits it and then forgets the job. They also keep the claim budget
+(`worker.budget`) informed of how long jobs run, and say how many more jobs the process may claim now."""
 
 from __future__ import annotations
 
@@ -21,9 +21,11 @@ from jobstore.records import Claim
 from worker.attempt import AttemptOutcome, StoreContext, run_attempt
 from worker.budget import ClaimBudget
 from worker.inbox import STOP
-from worker.lease import Held
+from worker.lease import Held, LeaseKeeper
 
 log = logging.getLogger(__name__)
+
+IDLE_STEP = 0.02  # how often `wait_idle` looks
 
 
 @dataclass(eq=False)
@@ -45,12 +47,14 @@ class Finished:
 
 
 class Runners:
-    """`concurrency` threads running what `submit` gives them; each outcome goes to `finished(...)`."""
+    """`concurrency` threads running what `begin` gives them; each outcome goes to `finished(...)`. A job
+    counts as claimed here from `begin` until the writer that committed its outcome calls `forget`."""
 
     def __init__(
         self,
         engine: Engine,
         settings: Settings,
+        keeper: LeaseKeeper,
         budget: ClaimBudget,
         finished: Callable[[Finished], None],
         *,
@@ -58,10 +62,12 @@ class Runners:
     ) -> None:
         self._engine = engine
         self._settings = settings
+        self._keeper = keeper
         self._budget = budget
         self._finished = finished
         self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Running | STOP
-        self._unfinished: dict[int, Running] = {}  # submitted, code not returned yet
+        self._claimed: dict[str, Running] = {}  # by attempt id: claimed here, outcome not committed
+        self._unfinished: dict[int, Running] = {}  # begun, code not returned yet
         self._lock = threading.Lock()
         self._threads = [
             threading.Thread(target=self._loop, name=f"job-{n}", daemon=True) for n in range(concurrency)
@@ -72,10 +78,49 @@ class Runners:
             thread.start()
         return self
 
-    def submit(self, running: Running) -> None:
+    def begin(self, claim: Claim, delivery: Any = None) -> Running:
+        """Hold the claimed job's lease, count it as claimed here and queue it for a thread."""
+        running = Running(claim, self._keeper.hold(claim), delivery)
         with self._lock:
+            self._claimed[claim.attempt_id] = running
             self._unfinished[id(running)] = running
         self._ready.put(running)
+        return running
+
+    def forget(self, running: Running) -> bool:
+        """Stop counting `running` as claimed here (its outcome is committed, or left to its lease) and stop
+        renewing its lease; False if it was already forgotten."""
+        job_id = running.claim.job_id
+        with self._lock:
+            if self._claimed.pop(running.claim.attempt_id, None) is None:
+                return False
+            again = any(r.claim.job_id == job_id for r in self._claimed.values())
+        if not again:  # the keeper tracks by job id: keep a newer claim of the same job renewed
+            self._keeper.drop(job_id)
+        return True
+
+    def claimed(self) -> list[Running]:
+        with self._lock:
+            return list(self._claimed.values())
+
+    def claimed_as(self, attempt_id: str) -> Running | None:
+        with self._lock:
+            return self._claimed.get(attempt_id)
+
+    def in_flight(self) -> int:
+        """Jobs claimed here whose outcome is not committed yet."""
+        with self._lock:
+            return len(self._claimed)
+
+    def wait_idle(self, timeout: float, urgent: Callable[[], bool] = lambda: False) -> bool:
+        """Wait until every job claimed here is forgotten, at most `timeout` seconds or until `urgent()`;
+        whether none is left."""
+        deadline = time.monotonic() + timeout
+        while self.in_flight():
+            if time.monotonic() >= deadline or urgent():
+                return False
+            time.sleep(IDLE_STEP)
+        return True
 
     def stop(self) -> None:
         """Each thread ends after the job it runs (jobs submitted before this still run first)."""
