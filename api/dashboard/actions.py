@@ -42,22 +42,21 @@ log = logging.getLogger(__name__)
 async def cancel(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
     """`outbox-bridge jobs cancel` from the page: a queued job is cancelled at once, a running one is asked
     to stop; a finished one is refused."""
-    who = operator_of(request, visitor)
-    if isinstance(who, Response):
-        return who
-    form = await read_form(request)
-    note = _note(form)
-    if isinstance(note, Flash):
-        return redirect_back(request, form.get("back"), note)
-    act = partial(_cancelled, actor=who.user, note=note)
-    message = await run_in_threadpool(_apply, engine, "cancelled", act, job_id)
-    return redirect_back(request, form.get("back"), message)
+    return await _noted_move(request, job_id, visitor, engine, "cancelled", _cancelled)
 
 
 @router.post("/jobs/{job_id}/requeue")
 async def requeue(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
     """`outbox-bridge jobs requeue` from the page: a failed, dead or unknown job goes back to the queue with
     a fresh budget."""
+    return await _noted_move(request, job_id, visitor, engine, "requeued", operator.requeue)
+
+
+async def _noted_move(
+    request: Request, job_id: str, visitor: VisitorDep, engine: Engine, action: str, move: Callable[..., Job]
+) -> Response:
+    """A move whose note is optional (cancel, requeue), by the operator the visitor is, redirected back with
+    what became of it."""
     who = operator_of(request, visitor)
     if isinstance(who, Response):
         return who
@@ -65,8 +64,8 @@ async def requeue(request: Request, job_id: str, visitor: VisitorDep, engine: En
     note = _note(form)
     if isinstance(note, Flash):
         return redirect_back(request, form.get("back"), note)
-    act = partial(operator.requeue, actor=who.user, note=note)
-    message = await run_in_threadpool(_apply, engine, "requeued", act, job_id)
+    act = partial(move, actor=who.user, note=note)
+    message = await run_in_threadpool(_apply, engine, action, act, job_id)
     return redirect_back(request, form.get("back"), message)
 
 
