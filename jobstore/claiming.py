@@ -228,6 +228,7 @@ def claim_due(conn: Connection, worker: str, now: float, lease_seconds: float, l
 
 
 def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) -> Claim | None:
-    """`claim_due` for one job: the oldest claimable job, or None when there is none."""
+    """`claim_due` for one job: the job it would take first (an expired lease, else the oldest queued job),
+    or None when there is none."""
     claims = claim_due(conn, worker, now, lease_seconds, 1)
     return claims[0] if claims else None
