@@ -87,6 +87,11 @@ class Settings(BaseSettings):
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     metrics_host: str = "0.0.0.0"
 
+    # Logs on stderr: `text` for a terminal, `json` (one object per line) for a log pipeline. ACCESS_LOG=1
+    # makes the api log a line per request (method, path without its query, status, duration).
+    log_format: Literal["text", "json"] = "text"
+    access_log: bool = False
+
     # Where the notify kind's local stub provider records deliveries, and where executions are logged.
     notify_log: Path = Path("./data/notify-provider.jsonl")
     execution_log: Path | None = None

@@ -4,7 +4,6 @@ the code's schema revision."""
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from typing import Annotated, Any, NoReturn
 
@@ -16,6 +15,7 @@ from sqlalchemy import Engine
 
 from core.settings import Settings, load
 from jobstore import db
+from telemetry import logs
 from worker.readiness import store_not_ready
 
 # On a terminal, rich fits tables to its width; into a pipe or a file nothing is cut or wrapped (whole ids,
@@ -49,12 +49,11 @@ def load_settings() -> Settings:
 
 
 def setup_logging(name: str) -> None:
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s {name}[%(process)d] %(levelname)s %(name)s: %(message)s"
-    )
-    stats_dir = load().stats_dir
-    if stats_dir is not None:
-        db.start_stats_writer(stats_dir, name)
+    """Log to stderr in LOG_FORMAT (`telemetry.logs.configure`), as the process `name`."""
+    settings = load()
+    logs.configure(name, settings.log_format)
+    if settings.stats_dir is not None:
+        db.start_stats_writer(settings.stats_dir, name)
 
 
 def require_current_store(settings: Settings) -> None:

@@ -1,0 +1,144 @@
+"""Logs: how every process writes them (`configure`: `LOG_FORMAT=text` for a terminal, `json` for a log
+pipeline, one object per line), and the one event per job state transition (`JobEvent`, `emit`), written
+by the `outbox_bridge.events` logger only after the transaction that made the move committed.
+
+An event carries the job's identity and where it is (id, tenant, kind, epoch, attempt, trace id), never its
+payload or its result: those belong to the tenant, and a log line travels further than the store."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal, TextIO
+
+LogFormat = Literal["text", "json"]
+
+EVENTS = logging.getLogger("outbox_bridge.events")
+ACCESS = logging.getLogger("outbox_bridge.access")
+
+# The moves an operator should hear about; every other transition is INFO.
+WARNING_EVENTS = frozenset({"failed", "dead", "unknown"})
+
+# What every LogRecord has; anything else on a record came in through `extra=` and is a field of the line.
+_STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
+
+
+def _rfc3339(created: float) -> str:
+    """`2026-12-01T08:10:00.123Z`: UTC, milliseconds."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, on one line: `ts` (RFC 3339, UTC), `level`, `logger`, `message`, the
+    process's `role` and `pid`, every field the record was given (`extra=`), and `exc` (the traceback as
+    text) when it carries an exception. A value JSON cannot encode is written as its `str`."""
+
+    def __init__(self, role: str | None = None) -> None:
+        super().__init__()
+        self.role = role
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "ts": _rfc3339(record.created),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if self.role is not None:
+            line["role"] = self.role
+        line["pid"] = record.process
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and not key.startswith("_"):
+                line.setdefault(key, value)
+        if record.exc_info:
+            line["exc"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exc"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        return json.dumps(line, default=str, ensure_ascii=False, separators=(",", ":"))
+
+
+def text_formatter(role: str) -> logging.Formatter:
+    """The terminal's format: time, role and pid, level, logger, message."""
+    return logging.Formatter(f"%(asctime)s {role}[%(process)d] %(levelname)s %(name)s: %(message)s")
+
+
+class _Handler(logging.StreamHandler):
+    """The handler `configure` installs (so a second call replaces it, and leaves any other alone)."""
+
+
+def configure(role: str, log_format: LogFormat = "text", *, stream: TextIO | None = None) -> None:
+    """Send every logger's INFO and above to `stream` (stderr) in `log_format`, as the process `role`: a
+    process configures its logging here, once (a second call replaces what the first installed)."""
+    handler = _Handler(sys.stderr if stream is None else stream)
+    handler.setFormatter(JsonFormatter(role) if log_format == "json" else text_formatter(role))
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _Handler)]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+@dataclass(frozen=True, slots=True)
+class JobEvent:
+    """One committed state transition of one job. `event` names the move (`accepted`, `published`,
+    `claimed`, `checkpointed`, `succeeded`, `failed`, `dead`, `unknown`, `cancelled`, `requeued`,
+    `resolved`); `attempt` is the job's attempt count after it; `more` holds what only some moves say
+    (an `error_code`, the `worker` that claimed, the `reason` of a requeue, the `state` a resolve chose).
+    Build it from values the store already has: never the payload, never the result."""
+
+    event: str
+    job_id: str
+    tenant: str | None
+    kind: str | None
+    epoch: int | None = None
+    attempt: int | None = None
+    trace_id: str | None = None
+    more: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def level(self) -> int:
+        return logging.WARNING if self.event in WARNING_EVENTS else logging.INFO
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "event": self.event,
+            "job_id": self.job_id,
+            "tenant": self.tenant,
+            "kind": self.kind,
+            "epoch": self.epoch,
+            "attempt": self.attempt,
+            "trace_id": self.trace_id,
+            **dict(self.more),
+        }
+
+
+def job_event(
+    event: str,
+    job_id: str,
+    *,
+    tenant: str | None,
+    kind: str | None,
+    epoch: int | None = None,
+    attempt: int | None = None,
+    trace_id: str | None = None,
+    **more: Any,
+) -> JobEvent:
+    """A `JobEvent`; `more` are the move's own fields (those that are None are left out)."""
+    extra = tuple((key, value) for key, value in more.items() if value is not None)
+    return JobEvent(event, job_id, tenant, kind, epoch, attempt, trace_id, extra)
+
+
+def emit(events: Iterable[JobEvent]) -> None:
+    """Log each event on `outbox_bridge.events`, one record each, its text `<event> job_id=<id> tenant=...`
+    and its fields as the record's own. Call it only once the transaction that made the moves committed."""
+    for e in events:
+        if EVENTS.isEnabledFor(e.level):
+            fields = e.fields()
+            text = " ".join(f"{key}=%s" for key in fields if key != "event")
+            EVENTS.log(e.level, "%s " + text, *fields.values(), extra=fields)

@@ -1,0 +1,129 @@
+"""The log format every process writes (`telemetry.logs`): JSON lines a log pipeline can parse, the text a
+terminal reads, and the job events' fields and levels."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from telemetry import logs
+
+
+@pytest.fixture
+def stream() -> Iterator[io.StringIO]:
+    """What the root logger writes after `configure`, as JSON; the previous setup is put back after."""
+    root = logging.getLogger()
+    level, before = root.level, list(root.handlers)
+    out = io.StringIO()
+    logs.configure("consumer", "json", stream=out)
+    yield out
+    for handler in root.handlers[:]:
+        if handler not in before:
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
+def lines(stream: io.StringIO) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_a_json_line_has_the_time_level_logger_message_and_process(stream: io.StringIO) -> None:
+    logging.getLogger("relay").info("published %d rows", 3)
+    [line] = lines(stream)
+    assert line["level"] == "INFO"
+    assert line["logger"] == "relay"
+    assert line["message"] == "published 3 rows"
+    assert line["role"] == "consumer"
+    assert isinstance(line["pid"], int)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", line["ts"])
+    at = datetime.fromisoformat(line["ts"])
+    assert at.tzinfo is not None and at.utcoffset() == UTC.utcoffset(None)
+    assert abs((datetime.now(UTC) - at).total_seconds()) < 600
+
+
+def test_extra_fields_become_fields_of_the_line_and_odd_values_their_text(stream: io.StringIO) -> None:
+    logging.getLogger("x").warning("odd", extra={"job_id": "j1", "count": 2, "where": object()})
+    [line] = lines(stream)
+    assert line["job_id"] == "j1"
+    assert line["count"] == 2
+    assert line["where"].startswith("<object object")
+
+
+def test_an_exception_is_one_string_field_on_the_same_line(stream: io.StringIO) -> None:
+    try:
+        raise ValueError("boom\nsecond line")
+    except ValueError:
+        logging.getLogger("x").exception("it failed")
+    [line] = lines(stream)  # the traceback's newlines are escaped: still one line
+    assert line["level"] == "ERROR"
+    assert "ValueError: boom" in line["exc"]
+    assert line["exc"].startswith("Traceback")
+
+
+def test_configure_again_replaces_its_own_handler_only() -> None:
+    root = logging.getLogger()
+    foreign = logging.NullHandler()
+    root.addHandler(foreign)
+    first, second = io.StringIO(), io.StringIO()
+    try:
+        logs.configure("api", "json", stream=first)
+        logs.configure("api", "text", stream=second)
+        logging.getLogger("x").info("hello")
+        assert first.getvalue() == ""
+        assert re.search(r" api\[\d+\] INFO x: hello$", second.getvalue().strip())
+        assert foreign in root.handlers
+    finally:
+        for handler in root.handlers[:]:
+            if isinstance(handler, logging.StreamHandler) and handler.stream in (first, second):
+                root.removeHandler(handler)
+        root.removeHandler(foreign)
+
+
+def test_a_job_event_carries_the_jobs_identity_and_its_own_fields(stream: io.StringIO) -> None:
+    event = logs.job_event(
+        "claimed", "j1", tenant="acme", kind="noop", epoch=2, attempt=2, worker="w1", reason=None
+    )
+    logs.emit([event])
+    [line] = lines(stream)
+    assert line["logger"] == "outbox_bridge.events"
+    assert {k: line[k] for k in ("event", "job_id", "tenant", "kind", "epoch", "attempt", "trace_id")} == {
+        "event": "claimed", "job_id": "j1", "tenant": "acme", "kind": "noop", "epoch": 2, "attempt": 2,
+        "trace_id": None,
+    }  # fmt: skip
+    assert line["worker"] == "w1"
+    assert "reason" not in line  # a field a move does not have is left out
+    text = "claimed job_id=j1 tenant=acme kind=noop epoch=2 attempt=2 trace_id=None worker=w1"
+    assert line["message"] == text
+
+
+def test_a_trace_id_given_to_the_builder_is_logged(stream: io.StringIO) -> None:
+    logs.emit([logs.job_event("accepted", "j1", tenant="t", kind="k", trace_id="4bf92f3577b34da6")])
+    assert lines(stream)[0]["trace_id"] == "4bf92f3577b34da6"
+
+
+@pytest.mark.parametrize(
+    ("event", "level"),
+    [("failed", "WARNING"), ("dead", "WARNING"), ("unknown", "WARNING"), ("succeeded", "INFO"),
+     ("accepted", "INFO"), ("requeued", "INFO"), ("cancelled", "INFO"), ("resolved", "INFO")],
+)  # fmt: skip
+def test_failed_dead_and_unknown_are_warnings_the_rest_info(
+    stream: io.StringIO, event: str, level: str
+) -> None:
+    logs.emit([logs.job_event(event, "j1", tenant="t", kind="k")])
+    assert lines(stream)[0]["level"] == level
+
+
+def test_events_below_the_events_loggers_level_are_not_written(stream: io.StringIO) -> None:
+    logs.EVENTS.setLevel(logging.WARNING)
+    try:
+        logs.emit([logs.job_event(e, "j1", tenant="t", kind="k") for e in ("claimed", "dead")])
+    finally:
+        logs.EVENTS.setLevel(logging.NOTSET)
+    assert [line["event"] for line in lines(stream)] == ["dead"]
