@@ -23,7 +23,7 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import fenced, outbox, queries
+from jobstore import events, fenced, outbox, queries
 from jobstore.intake import new_id
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, state_in
@@ -116,6 +116,7 @@ def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds:
         return _refusal(conn, job_id, now)
     job = Job.from_row(row)
     _lose_previous(conn, [job], now)
+    events.note(conn, [events.of_job("claimed", job, worker=worker)])
     attempt_id = new_id()
     conn.execute(_INSERT_ATTEMPT, _attempt_row(job, attempt_id, worker, now))
     return ClaimResult(claim=_as_claim(job, attempt_id, worker), state=State.RUNNING)
@@ -148,6 +149,7 @@ def _take_many(
     params = {"b_ids": job_ids, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
     taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY, params).mappings()]
     _lose_previous(conn, taken, now)
+    events.note(conn, (events.of_job("claimed", job, worker=worker) for job in taken))
     fresh = {job.id: _as_claim(job, new_id(), worker) for job in taken}
     if fresh:
         conn.execute(

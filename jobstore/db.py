@@ -31,9 +31,10 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from core.backoff import Backoff, Streak
 from core.settings import Settings
-from jobstore import doorbells, notifications, storefile
+from jobstore import doorbells, events, notifications, storefile
 from jobstore.turns import WriteTurn, shared_turn
 from telemetry.instruments import STORE_WRITE_SECONDS
+from telemetry.logs import JobEvent, emit
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -216,7 +217,9 @@ def _run(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write:
     took = turn is not None and not turn.held_here() and turn.acquire(timeout)
     writing_since = time.monotonic()
     try:
-        result, due = _retrying(engine, fn, args, kwargs, write=write, started=started, timeout=timeout)
+        result, due, committed = _retrying(
+            engine, fn, args, kwargs, write=write, started=started, timeout=timeout
+        )
     finally:
         if took:
             assert turn is not None
@@ -228,6 +231,7 @@ def _run(engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write:
     ringer = _ringers.get(engine)
     if due is not None and ringer is not None:  # after the turn is given back: the relay's lease needs it
         ringer.ring(due)
+    emit(committed)  # after the turn too: logging is no reason to keep other writers waiting
     return result
 
 
@@ -240,7 +244,7 @@ def _retrying(
     write: bool,
     started: float,
     timeout: float,
-) -> tuple[T, float | None]:
+) -> tuple[T, float | None, list[JobEvent]]:
     pauses = Streak(RETRY_PAUSES)
     while True:
         attempt_started = time.monotonic()
@@ -267,19 +271,21 @@ def _retrying(
 
 def _attempt(
     engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool
-) -> tuple[T, float | None]:
-    """One run of the transaction; with the earliest due time of the outbox rows it added (if any)."""
+) -> tuple[T, float | None, list[JobEvent]]:
+    """One run of the transaction; with the earliest due time of the outbox rows it added (if any) and the
+    job events it noted (`jobstore.events`)."""
     with engine.connect() as conn:
         if not write:
             if engine.dialect.name == "sqlite":
                 conn = conn.execution_options(sqlite_begin="DEFERRED")
             with conn.begin():
-                return fn(conn, *args, **kwargs), None
+                return fn(conn, *args, **kwargs), None, []
         doorbells.forget(conn)
+        events.forget(conn)
         with conn.begin():
             result = fn(conn, *args, **kwargs)
             notifications.announce(conn)  # PostgreSQL: delivered to the listening relays as this commits
         if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
             conn.invalidate()
             raise Retry("the store's file was removed or replaced while a transaction committed to it")
-        return result, doorbells.noted(conn)
+        return result, doorbells.noted(conn), events.committed(conn)

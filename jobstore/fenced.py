@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 
 from core.backoff import Backoff
-from jobstore import outbox
+from jobstore import events, outbox
 from jobstore.decisions import Decision, decide_completion, decide_failure
 from jobstore.errors import Fenced
 from jobstore.records import Job, dumps
@@ -97,14 +97,17 @@ _SAVE_CHECKPOINT = (
     update(jobs)
     .where(_FENCE)
     .values(checkpoint=bindparam("b_checkpoint"), checkpoint_epoch=jobs.c.epoch, updated_at=_NOW)
+    .returning(*events.COLUMNS)
 )
 
 
 def save_checkpoint(conn: Connection, job_id: str, epoch: int, data: dict[str, Any], now: float) -> None:
     """Store the latest safe progress; a later attempt resumes from it. `Fenced` if the lease is lost."""
     params = _fenced(job_id, epoch, now, b_checkpoint=dumps(data))
-    if conn.execute(_SAVE_CHECKPOINT, params).rowcount != 1:
+    row = conn.execute(_SAVE_CHECKPOINT, params).first()
+    if row is None:
         raise Fenced(job_id, epoch)
+    events.note(conn, [events.of_row("checkpointed", row)])
 
 
 def _outcomes(rule: Callable[..., State], **inputs: ColumnElement[bool]) -> dict[State, ColumnElement[bool]]:
@@ -146,7 +149,7 @@ def _complete_statement(guard: ColumnElement[bool], attempt_id: Any) -> Any:
             updated_at=_NOW,
             finished_at=_NOW,
         )
-        .returning(jobs.c.state)
+        .returning(jobs.c.state, *events.COLUMNS)
     )
 
 
@@ -157,7 +160,7 @@ _COMPLETE_MANY = _complete_statement(
     select(attempts.c.id)
     .where(attempts.c.job_id == jobs.c.id, attempts.c.epoch == jobs.c.epoch)
     .scalar_subquery(),
-).returning(jobs.c.id)
+)
 
 
 def complete(
@@ -171,8 +174,9 @@ def complete(
     row = conn.execute(_COMPLETE, _fenced(job_id, epoch, now, b_attempt=attempt_id)).first()
     if row is None:
         raise Fenced(job_id, epoch)
-    state = State(row[0])
+    state = State(row.state)
     _end_attempt(conn, attempt_id, state.value, now, output=output)
+    events.note(conn, [events.of_row(state.value, row)])
     return state
 
 
@@ -194,7 +198,7 @@ def complete_many(conn: Connection, completions: Sequence[Completion], now: floa
         return []
     fences = [(c.job_id, c.epoch) for c in completions]
     rows = conn.execute(_COMPLETE_MANY, {"b_fences": fences, "b_now": now}).all()
-    states = {str(row[1]): State(row[0]) for row in rows}
+    states = {str(row.id): State(row.state) for row in rows}
     ended = [
         _ended(c.attempt_id, states[c.job_id].value, now, output=c.output)
         for c in completions
@@ -202,6 +206,7 @@ def complete_many(conn: Connection, completions: Sequence[Completion], now: floa
     ]
     if ended:
         conn.execute(_END_ATTEMPT, ended)
+    events.note(conn, (events.of_row(row.state, row) for row in rows))
     return [states.get(c.job_id) for c in completions]
 
 
@@ -267,6 +272,10 @@ def apply_decision(
         return False
     if decision.state is State.QUEUED:
         outbox.add(conn, job.id, available_at=values["available_at"], now=now)
+        event = events.of_job("requeued", job, reason="retry", error_code=decision.error_code)
+    else:
+        event = events.of_job(decision.state.value, job, error_code=decision.error_code)
+    events.note(conn, [event])
     return True
 
 
@@ -294,15 +303,17 @@ def release(conn: Connection, job_id: str, epoch: int, attempt_id: str, now: flo
             lease_expires_at=None,
             updated_at=now,
         )
-        .returning(jobs.c.state)
+        .returning(jobs.c.state, *events.COLUMNS)
     ).first()
     if row is None:
         raise Fenced(job_id, epoch)
-    if row[0] == State.CANCELLED.value:
+    if row.state == State.CANCELLED.value:
         _end_attempt(conn, attempt_id, State.CANCELLED.value, now)
+        events.note(conn, [events.of_row(State.CANCELLED.value, row)])
         return
     outbox.add(conn, job_id, available_at=now, now=now)
     _end_attempt(conn, attempt_id, "released", now)
+    events.note(conn, [events.of_row("requeued", row, reason="released")])
 
 
 # The attempts' bookkeeping: each attempt row ends once, with the outcome of the write that ended it.

@@ -12,13 +12,14 @@ from sqlalchemy import Connection, bindparam, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from jobstore import outbox
+from jobstore import events, outbox
 from jobstore.db import Retry
 from jobstore.errors import IdempotencyConflict
 from jobstore.records import Job, dumps
 from jobstore.schedule import Schedule, available_from
 from jobstore.schema import jobs
 from jobstore.states import State
+from telemetry.logs import JobEvent, job_event
 
 
 def fingerprint(
@@ -81,6 +82,7 @@ def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Ac
     created = _take_keys(conn, rows)
     new = [(row["id"], row["available_at"], row["created_at"]) for row in rows if row["id"] in created]
     outbox.add_many(conn, new)
+    events.note(conn, (_accepted(row) for row in rows if row["id"] in created))
     outcomes: list[Accepted | IdempotencyConflict] = []
     for row, request in zip(rows, requests, strict=True):
         if row["id"] in created:
@@ -92,6 +94,10 @@ def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Ac
         except IdempotencyConflict as conflict:
             outcomes.append(conflict)
     return outcomes
+
+
+def _accepted(row: dict[str, Any]) -> JobEvent:
+    return job_event("accepted", row["id"], tenant=row["tenant"], kind=row["kind"], epoch=0, attempt=0)
 
 
 def _job_row(

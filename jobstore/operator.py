@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select, update
 
-from jobstore import outbox, queries
+from jobstore import events, outbox, queries
 from jobstore.errors import InvalidTransition, JobNotFound
 from jobstore.filters import JobFilter
 from jobstore.records import Job, OperatorAction
@@ -55,9 +55,11 @@ def request_cancel(conn: Connection, job_id: str, now: float, *, tenant: str | N
             updated_at=now,
             finished_at=now,
         )
-    )
-    if queued.rowcount == 1:
+        .returning(*events.COLUMNS)
+    ).first()
+    if queued is not None:
         outbox.drop_pending(conn, job_id)
+        events.note(conn, [events.of_row("cancelled", queued)])
         return CancelOutcome.CANCELLED
     # A held job only gets the flag (no state change): its worker sees it and the job ends at its next write.
     running = conn.execute(
@@ -110,7 +112,9 @@ def requeue(conn: Connection, job_id: str, now: float, *, actor: str, note: str 
         raise _not_in(conn, job_id, "requeue")
     outbox.add(conn, job_id, available_at=now, now=now)
     record(conn, [job_id], Action.REQUEUE, actor=actor, note=note, now=now)
-    return _job(conn, job_id)
+    job = _job(conn, job_id)
+    events.note(conn, [events.of_job("requeued", job, reason="operator", actor=actor)])
+    return job
 
 
 def requeueable(matching: JobFilter) -> JobFilter:
@@ -135,8 +139,10 @@ def requeue_matching(
     with one recorded action and one new delivery per job, all in the caller's transaction. Returns the ids
     it requeued (none when nothing matched)."""
     guarded = requeueable(matching).clauses()
-    moved = conn.execute(update(jobs).where(*guarded).values(**_requeued(now)).returning(jobs.c.id))
-    ids = sorted(str(job_id) for job_id in moved.scalars())
+    moved = conn.execute(update(jobs).where(*guarded).values(**_requeued(now)).returning(*events.COLUMNS))
+    rows = sorted(moved, key=lambda row: str(row.id))
+    ids = [str(row.id) for row in rows]
+    events.note(conn, (events.of_row("requeued", row, reason="operator", actor=actor) for row in rows))
     if ids:
         outbox.add_many(conn, [(job_id, now, now) for job_id in ids])
         record(conn, ids, Action.REQUEUE, actor=actor, note=note, now=now)
@@ -164,7 +170,9 @@ def resolve(conn: Connection, job_id: str, outcome: State, note: str, now: float
     if result.rowcount != 1:
         raise _not_in(conn, job_id, "resolve")
     record(conn, [job_id], _RESOLVE_ACTIONS[outcome], actor=actor, note=note, now=now)
-    return _job(conn, job_id)
+    job = _job(conn, job_id)
+    events.note(conn, [events.of_job("resolved", job, state=outcome.value, actor=actor)])
+    return job
 
 
 def resolution(job: Job, actions: list[OperatorAction]) -> OperatorAction | None:

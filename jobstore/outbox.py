@@ -23,8 +23,9 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import doorbells
-from jobstore.schema import outbox
+from jobstore import doorbells, events
+from jobstore.schema import jobs, outbox
+from telemetry.logs import job_event
 
 # Built once with bound parameters: building a statement costs far more than running it.
 _INSERT = insert(outbox)
@@ -113,6 +114,12 @@ _MARK = (
         outbox.c.id.in_(_IDS), outbox.c.lease_token == bindparam("b_token"), outbox.c.published_at.is_(None)
     )
     .values(published_at=_NOW, lease_token=None, lease_expires_at=None)
+    # The job's tenant and kind for its `published` event, read by the same statement.
+    .returning(
+        outbox.c.job_id,
+        select(jobs.c.tenant).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
+        select(jobs.c.kind).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
+    )
 )
 
 
@@ -120,7 +127,9 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
     """Mark confirmed rows published; only rows still leased under `token` change. Returns how many did."""
     if not ids:
         return 0
-    return int(conn.execute(_MARK, {"b_ids": list(ids), "b_token": token, "b_now": now}).rowcount)
+    rows = conn.execute(_MARK, {"b_ids": list(ids), "b_token": token, "b_now": now}).all()
+    events.note(conn, (job_event("published", str(row[0]), tenant=row[1], kind=row[2]) for row in rows))
+    return len(rows)
 
 
 def release(conn: Connection, token: str, ids: Sequence[int], *, retry_at: float) -> int:

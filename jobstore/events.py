@@ -1,0 +1,49 @@
+"""The job events of the transaction running on a connection: each transition notes its events here as it
+makes its move, and `db.transact` hands them to the log (`telemetry.logs.emit`) only once that transaction
+has committed. A transaction that rolls back, or runs again, logs nothing of what it had noted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Connection
+
+from jobstore.records import Job
+from jobstore.schema import jobs
+from telemetry.logs import JobEvent, job_event
+
+_KEY = "outbox_bridge.job_events"
+
+# What a move's RETURNING clause adds, so that its event is built without another statement.
+COLUMNS = (jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.epoch, jobs.c.attempts)
+
+
+def of_job(event: str, job: Job, **more: Any) -> JobEvent:
+    """The event `event` of `job` as a row read or returned in the transaction shows it."""
+    return job_event(
+        event, job.id, tenant=job.tenant, kind=job.kind, epoch=job.epoch, attempt=job.attempts, **more
+    )
+
+
+def of_row(event: str, row: Any, **more: Any) -> JobEvent:
+    """The event `event` of the job whose RETURNING `row` holds `COLUMNS`."""
+    return job_event(
+        event, str(row.id), tenant=row.tenant, kind=row.kind, epoch=row.epoch, attempt=row.attempts, **more
+    )
+
+
+def note(conn: Connection, events: Iterable[JobEvent]) -> None:
+    """Add `events` to those of the transaction running on `conn`."""
+    conn.info.setdefault(_KEY, []).extend(events)
+
+
+def forget(conn: Connection) -> None:
+    """Drop what an earlier transaction on this connection noted (it rolled back)."""
+    conn.info.pop(_KEY, None)
+
+
+def committed(conn: Connection) -> list[JobEvent]:
+    """The events of the transaction just committed on `conn`, in the order noted; clears them."""
+    events: list[JobEvent] = conn.info.pop(_KEY, [])
+    return events
