@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 
 from api import docs, openapi, problems
+from api.access import AccessLog
 from api.auth import check_secret
 from api.committer import GroupCommitter
 from api.headers import ResponseHeaders
@@ -21,6 +22,7 @@ from api.routes import jobs, probes
 from core.settings import Settings, load
 from handlers.registry import KINDS
 from jobstore import db
+from telemetry import logs
 
 log = logging.getLogger(__name__)
 
@@ -73,12 +75,17 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.add_middleware(RequestCounter, metrics=app.state.metrics)
     app.add_middleware(ResponseHeaders)
+    if settings.access_log:  # outermost of all: it times and sees every answer
+        app.add_middleware(AccessLog)
     return app
 
 
 def create_app_from_env() -> FastAPI:
-    """The app for settings read from the environment (uvicorn's factory with `--workers N`)."""
-    return create_app(load())
+    """The app for settings read from the environment (uvicorn's factory with `--workers N`), in a worker
+    process that logs as its parent does."""
+    settings = load()
+    logs.configure("api", settings.log_format)
+    return create_app(settings)
 
 
 def _make_engine(settings: Settings) -> Engine:

@@ -32,11 +32,16 @@ def api(
     host: str = "127.0.0.1",
     port: int = 8000,
     workers: Annotated[int, typer.Option(min=1)] = 1,
+    access_log: Annotated[
+        bool, typer.Option("--access-log", help="Log one line per request (default: ACCESS_LOG).")
+    ] = False,
 ) -> None:
     """Serve the HTTP API."""
     from api.server import serve
 
     settings = console.load_settings()
+    if access_log:
+        settings = settings.model_copy(update={"access_log": True})
     console.require_safe_secret(settings)
     console.require_current_store(settings)
     console.setup_logging("api")
