@@ -27,9 +27,26 @@ WARNING_EVENTS = frozenset({"failed", "dead", "unknown"})
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
 
 
-def _rfc3339(created: float) -> str:
+_ENCODER = json.JSONEncoder(default=str, ensure_ascii=False, separators=(",", ":"))
+
+
+class _Seconds:
+    """The `2026-12-01T08:10:00` part of a time, formatted once per second, not once per line."""
+
+    def __init__(self) -> None:
+        self.second, self.text = -1, ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self.second:
+            self.second, self.text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+        return self.text
+
+
+def rfc3339(created: float, seconds: _Seconds | None = None) -> str:
     """`2026-12-01T08:10:00.123Z`: UTC, milliseconds."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created % 1 * 1000):03d}Z"
+    text = (seconds or _Seconds())(created)
+    return f"{text}.{int(created % 1 * 1000):03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
@@ -40,10 +57,11 @@ class JsonFormatter(logging.Formatter):
     def __init__(self, role: str | None = None) -> None:
         super().__init__()
         self.role = role
+        self._seconds = _Seconds()
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
-            "ts": _rfc3339(record.created),
+            "ts": rfc3339(record.created, self._seconds),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -60,7 +78,7 @@ class JsonFormatter(logging.Formatter):
             line["exc"] = record.exc_text
         if record.stack_info:
             line["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(line, default=str, ensure_ascii=False, separators=(",", ":"))
+        return _ENCODER.encode(line)
 
 
 def text_formatter(role: str) -> logging.Formatter:
@@ -140,5 +158,19 @@ def emit(events: Iterable[JobEvent]) -> None:
     for e in events:
         if EVENTS.isEnabledFor(e.level):
             fields = e.fields()
-            text = " ".join(f"{key}=%s" for key in fields if key != "event")
-            EVENTS.log(e.level, "%s " + text, *fields.values(), extra=fields)
+            names = tuple(fields)
+            text = _texts.get(names) or _text(names)
+            # Made here rather than by `EVENTS.log`, which would walk the stack for a caller: it is this.
+            record = EVENTS.makeRecord(
+                EVENTS.name, e.level, __file__, 0, text, tuple(fields.values()), None, "emit", fields
+            )
+            EVENTS.handle(record)
+
+
+# The text of an event, `%s job_id=%s tenant=%s ...`, by the names of its fields, in order (a few shapes).
+_texts: dict[tuple[str, ...], str] = {}
+
+
+def _text(names: tuple[str, ...]) -> str:
+    text = _texts[names] = "%s " + " ".join(f"{key}=%s" for key in names[1:])
+    return text
