@@ -34,13 +34,15 @@ class _Seconds:
     """The `2026-12-01T08:10:00` part of a time, formatted once per second, not once per line."""
 
     def __init__(self) -> None:
-        self.second, self.text = -1, ""
+        self.last = (-1, "")  # one attribute, so a thread never sees one second with another's text
 
     def __call__(self, created: float) -> str:
         second = int(created)
-        if second != self.second:
-            self.second, self.text = second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-        return self.text
+        last_second, text = self.last
+        if second != last_second:
+            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self.last = (second, text)
+        return text
 
 
 def rfc3339(created: float, seconds: _Seconds | None = None) -> str:

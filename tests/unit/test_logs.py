@@ -127,3 +127,18 @@ def test_events_below_the_events_loggers_level_are_not_written(stream: io.String
     finally:
         logs.EVENTS.setLevel(logging.NOTSET)
     assert [line["event"] for line in lines(stream)] == ["dead"]
+
+
+def test_times_are_utc_with_milliseconds_also_across_a_second_boundary() -> None:
+    formatter = logs.JsonFormatter()
+    record = logging.LogRecord("x", logging.INFO, "", 0, "m", None, None)
+    stamps = []
+    for created in (1764576000.25, 1764576000.999, 1764576001.0, 0.5):
+        record.created = created
+        stamps.append(json.loads(formatter.format(record))["ts"])
+    assert stamps == [
+        "2025-12-01T08:00:00.250Z",
+        "2025-12-01T08:00:00.999Z",
+        "2025-12-01T08:00:01.000Z",
+        "1970-01-01T00:00:00.500Z",
+    ]
