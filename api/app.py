@@ -16,6 +16,7 @@ from api.auth import check_secret
 from api.committer import GroupCommitter
 from api.headers import ResponseHeaders
 from api.limits import BodyLimit
+from api.links import LinkSigner
 from api.metrics import Metrics, RequestCounter, store_reader
 from api.routes import jobs, probes
 from core.settings import Settings, load
@@ -26,7 +27,8 @@ log = logging.getLogger(__name__)
 
 DESCRIPTION = """A durable job system. `POST /jobs` answers 202 only after the job and its outbox row are
 committed in one transaction. Identity comes from the bearer token only. Every error is
-`application/problem+json`; the statuses used are 200, 202, 400, 401, 404, 409, 413 and 503."""
+`application/problem+json`; the statuses used are 200, 202, 400, 401, 403 (signed result links only), 404,
+409, 413 and 503."""
 
 # SQLite serializes writers; connections beyond a few serve concurrent reads, and many more only contend.
 POOL_SIZE = 8
@@ -59,6 +61,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.committer = committer
+    app.state.links = LinkSigner.of(settings)
     app.state.metrics = Metrics(store_reader(engine, settings))
     problems.install(app)
     app.include_router(jobs.router)
