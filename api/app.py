@@ -22,6 +22,7 @@ from api.routes import jobs, probes
 from core.settings import Settings, load
 from handlers.registry import KINDS
 from jobstore import db
+from jobstore.heartbeats import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +36,21 @@ POOL_SIZE = 8
 POOL_OVERFLOW = 24
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
     """The API over the store `settings` names. The engine and the group committer are made here and
-    closed at shutdown. `UnsafeSecret` when AUTH_SECRET is one anybody could sign tokens with."""
+    closed at shutdown. With `beat` (the `api` command's processes), the app records a heartbeat while it
+    serves, so `status` and the dashboard count it. `UnsafeSecret` when AUTH_SECRET is one anybody could
+    sign tokens with."""
     check_secret(settings)
     engine = _make_engine(settings)
     committer = GroupCommitter(engine)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        heartbeat = Heartbeat(engine, settings, "api").start() if beat else None
         yield
+        if heartbeat is not None:
+            heartbeat.stop()
         committer.close()
         engine.dispose()
 
@@ -80,8 +86,9 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def create_app_from_env() -> FastAPI:
-    """The app for settings read from the environment (uvicorn's factory with `--workers N`)."""
-    return create_app(load())
+    """The app for settings read from the environment (uvicorn's factory with `--workers N`): each worker
+    process records its own heartbeat."""
+    return create_app(load(), beat=True)
 
 
 def _make_engine(settings: Settings) -> Engine:

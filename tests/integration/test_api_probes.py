@@ -15,8 +15,8 @@ from api.auth import issue_token
 from core.clock import FakeClock
 from core.settings import Settings
 from jobstore import db, heartbeats
+from jobstore.heartbeats import this_process
 from tests.support.store import new_jobs
-from worker.heartbeat import this_process
 
 ALLOWED_STATUSES = {"200", "202", "400", "401", "404", "409", "413", "503"}
 
