@@ -147,7 +147,7 @@ def test_the_api_server_keeps_no_access_log_which_would_write_down_link_signatur
     import api.server
 
     served: dict[str, object] = {}
-    monkeypatch.setattr(api.app, "create_app", lambda settings: "the app")
+    monkeypatch.setattr(api.app, "create_app", lambda settings, beat=False: "the app")
     monkeypatch.setattr(api.server.uvicorn, "run", lambda app, **options: served.update(options))
     api.server.serve(Settings(auth_secret=SECRET), host="127.0.0.1", port=0)
     assert served["access_log"] is False
