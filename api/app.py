@@ -17,34 +17,42 @@ from api.auth import check_secret
 from api.committer import GroupCommitter
 from api.headers import ResponseHeaders
 from api.limits import BodyLimit
+from api.links import LinkSigner
 from api.metrics import Metrics, RequestCounter, store_reader
 from api.routes import jobs, probes
 from core.settings import Settings, load
 from handlers.registry import KINDS
 from jobstore import db
+from jobstore.heartbeats import Heartbeat
 from telemetry import logs
 
 log = logging.getLogger(__name__)
 
 DESCRIPTION = """A durable job system. `POST /jobs` answers 202 only after the job and its outbox row are
 committed in one transaction. Identity comes from the bearer token only. Every error is
-`application/problem+json`; the statuses used are 200, 202, 400, 401, 404, 409, 413 and 503."""
+`application/problem+json`; the statuses used are 200, 202, 400, 401, 403 (signed result links only), 404,
+409, 413 and 503."""
 
 # SQLite serializes writers; connections beyond a few serve concurrent reads, and many more only contend.
 POOL_SIZE = 8
 POOL_OVERFLOW = 24
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
     """The API over the store `settings` names. The engine and the group committer are made here and
-    closed at shutdown. `UnsafeSecret` when AUTH_SECRET is one anybody could sign tokens with."""
+    closed at shutdown. With `beat` (the `api` command's processes), the app records a heartbeat while it
+    serves, so `status` and the dashboard count it. `UnsafeSecret` when AUTH_SECRET is one anybody could
+    sign tokens with."""
     check_secret(settings)
     engine = _make_engine(settings)
     committer = GroupCommitter(engine)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        heartbeat = Heartbeat(engine, settings, "api").start() if beat else None
         yield
+        if heartbeat is not None:
+            heartbeat.stop()
         committer.close()
         engine.dispose()
 
@@ -61,6 +69,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.engine = engine
     app.state.committer = committer
+    app.state.links = LinkSigner.of(settings)
     app.state.metrics = Metrics(store_reader(engine, settings))
     problems.install(app)
     app.include_router(jobs.router)
@@ -81,11 +90,11 @@ def create_app(settings: Settings) -> FastAPI:
 
 
 def create_app_from_env() -> FastAPI:
-    """The app for settings read from the environment (uvicorn's factory with `--workers N`), in a worker
-    process that logs as its parent does."""
+    """The app for settings read from the environment (uvicorn's factory with `--workers N`): each worker
+    process records its own heartbeat, and logs as its parent does."""
     settings = load()
     logs.configure("api", settings.log_format)
-    return create_app(settings)
+    return create_app(settings, beat=True)
 
 
 def _make_engine(settings: Settings) -> Engine:

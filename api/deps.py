@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from api.auth import Identity, InvalidToken, TokenPolicy, verify_token
 from api.committer import GroupCommitter
+from api.links import LinkSigner
 from api.metrics import Metrics
 from api.problems import BEARER_CHALLENGE, INVALID_TOKEN_CHALLENGE, UNAUTHORIZED
 from core.settings import Settings
@@ -39,10 +40,15 @@ async def _committer(request: Request) -> GroupCommitter:
     return request.app.state.committer
 
 
+async def _links(request: Request) -> LinkSigner:
+    return request.app.state.links
+
+
 SettingsDep = Annotated[Settings, Depends(_settings)]
 EngineDep = Annotated[Engine, Depends(_engine)]
 MetricsDep = Annotated[Metrics, Depends(_metrics)]
 CommitterDep = Annotated[GroupCommitter, Depends(_committer)]
+LinksDep = Annotated[LinkSigner, Depends(_links)]
 
 
 BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
@@ -55,6 +61,10 @@ def token_identity(settings: Settings, token: str) -> Identity:
 
 
 async def _identity(settings: SettingsDep, credentials: BearerDep) -> Identity:
+    return bearer_identity(settings, credentials)
+
+
+def bearer_identity(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> Identity:
     """The caller's tenant and user, from a token the deployment's `TokenPolicy` accepts; 401 without one,
     saying why the token is not accepted."""
     if credentials is None:

@@ -17,6 +17,8 @@ PROBLEM_REF = "#/components/schemas/Problem"
 DESCRIPTIONS = {
     400: "The request is not valid: see `errors` (also a method this route does not take).",
     401: "No valid bearer token. The response carries `WWW-Authenticate: Bearer`.",
+    403: "A signed result link that has expired (`result-link-expired`: read the job again for a fresh one) "
+    "or that was not signed for this result (`result-link-invalid`).",
     404: "Not found. An unknown id and another tenant's id get the same answer.",
     409: "The Idempotency-Key was already used for a different request; `job_url` names that job.",
     413: "The request body is over MAX_BODY_BYTES.",

@@ -1,7 +1,8 @@
 """Every error the API gives, as RFC 9457 `application/problem+json` with a stable `type` URI.
 
-The status codes are bounded to 400, 401, 404, 409, 413 and 503: whatever goes wrong (a framework 422 or 405,
-an unknown route, a store failure, an unexpected exception) is answered with one of the problem types below.
+The status codes are bounded to 400, 401, 403 (signed result links only), 404, 409, 413 and 503: whatever
+goes wrong (a framework 422 or 405, an unknown route, a store failure, an unexpected exception) is answered
+with one of the problem types below.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ BAD_CURSOR = ProblemType("bad-cursor", "The cursor is not valid", 400)
 BODY_TIMEOUT = ProblemType("body-timeout", "The request body did not arrive in time", 400)
 METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "This route does not take this method", 400)
 UNAUTHORIZED = ProblemType("unauthorized", "A valid bearer token is required", 401)
+RESULT_LINK_EXPIRED = ProblemType("result-link-expired", "The result link has expired", 403)
+RESULT_LINK_INVALID = ProblemType("result-link-invalid", "The result link is not valid", 403)
 JOB_NOT_FOUND = ProblemType("job-not-found", "Job not found", 404)
 RESULT_NOT_READY = ProblemType("result-not-ready", "The job has no committed result", 404)
 RESOLVED_WITHOUT_RESULT = ProblemType(
@@ -76,6 +79,8 @@ ALL_TYPES: tuple[ProblemType, ...] = (
     BODY_TIMEOUT,
     METHOD_NOT_ALLOWED,
     UNAUTHORIZED,
+    RESULT_LINK_EXPIRED,
+    RESULT_LINK_INVALID,
     JOB_NOT_FOUND,
     RESULT_NOT_READY,
     RESOLVED_WITHOUT_RESULT,

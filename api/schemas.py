@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from api.links import LinkSigner, ResultLink
 from core import clock
 from core.clock import isoformat
 from handlers.base import Progress
@@ -106,13 +107,19 @@ class JobView(BaseModel):
         description="A queued job: how long it has waited since it came due (its run_at, its acceptance, "
         "or the end of a retry's backoff); 0 before then. Null in every other state."
     )
-    result_url: str | None = Field(description="Where the committed result is, once the job has succeeded.")
+    result_url: str | None = Field(
+        description="Once the job has succeeded with a result: a signed link to it that needs no "
+        "Authorization until `result_expires_at` (read the job again for a fresh one)."
+    )
+    result_expires_at: Timestamp | None = Field(description="When `result_url` stops opening the result.")
     error: ErrorView | None
 
     @classmethod
-    def of(cls, job: Job, now: float | None = None) -> JobView:
-        """The view of `job` at `now` (the clock's, unless given)."""
-        has_result = job.state is State.SUCCEEDED and job.result_attempt_id is not None
+    def of(cls, job: Job, now: float | None = None, links: LinkSigner | None = None) -> JobView:
+        """The view of `job` at `now` (the clock's, unless given), its result link signed by `links` (without
+        one, as on the command line: the path that takes a bearer token, and no expiry)."""
+        now = clock.now() if now is None else now
+        link = _result_link(job, now, links)
         return cls.model_construct(
             id=job.id,
             kind=job.kind,
@@ -124,14 +131,24 @@ class JobView(BaseModel):
             run_at=isoformat(job.run_at),
             cancel_requested=job.cancel_requested,
             progress=_progress(job),
-            waited_seconds=_waited(job, clock.now() if now is None else now),
-            result_url=f"{job_url(job.id)}/result" if has_result else None,
+            waited_seconds=_waited(job, now),
+            result_url=link.url if link else None,
+            result_expires_at=isoformat(link.expires) if link else None,
             error=(
                 ErrorView.model_construct(code=job.error_code, message=job.error_message or "")
                 if job.error_code
                 else None
             ),
         )
+
+
+def _result_link(job: Job, now: float, links: LinkSigner | None) -> ResultLink | None:
+    """A link to the committed result, if the job has one (one an operator resolved as succeeded has not)."""
+    if job.state is not State.SUCCEEDED or job.result_attempt_id is None:
+        return None
+    if links is None:
+        return ResultLink(f"{job_url(job.id)}/result", None)
+    return links.link(job.id, job.tenant, job.result_attempt_id, now)
 
 
 def _progress(job: Job) -> ProgressView | None:
@@ -171,7 +188,11 @@ class Problem(BaseModel):
     status: int
     detail: str
     errors: list[Issue] | None = Field(default=None, description="What failed validation, where.")
-    job_url: str | None = Field(default=None, description="On a 409: the job the key already names.")
+    job_url: str | None = Field(
+        default=None,
+        description="On a 409: the job the key already names. On `result-link-expired`: the job to read "
+        "again for a fresh link.",
+    )
     resolved_at: Timestamp | None = Field(
         default=None, description="On `resolved-without-result`: when an operator resolved the job."
     )

@@ -34,7 +34,7 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
         if workers == 1:
             from api.app import create_app
 
-            uvicorn.run(create_app(settings), **options)  # type: ignore[arg-type]
+            uvicorn.run(create_app(settings, beat=True), **options)  # type: ignore[arg-type]
             return
         os.environ.update(settings_environment(settings))
         uvicorn.run("api.app:create_app_from_env", factory=True, workers=workers, **options)  # type: ignore[arg-type]

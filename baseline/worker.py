@@ -22,9 +22,10 @@ from baseline.pool import ClaimPool
 from baseline.sweep_loop import SweepLoop
 from core.settings import Settings
 from jobstore import db
+from jobstore.heartbeats import Heartbeat
 from jobstore.records import Claim
 from worker.handback import Handback
-from worker.heartbeat import Heartbeat, runner_detail
+from worker.heartbeat import runner_detail
 from worker.lease import LeaseKeeper
 from worker.metrics import serve_metrics
 from worker.process import run_until_signalled

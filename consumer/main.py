@@ -26,10 +26,11 @@ from consumer.link import Delivery, DeliveryLink
 from consumer.pipeline import Pipeline
 from core.settings import Settings
 from jobstore import db
+from jobstore.heartbeats import Heartbeat
 from jobstore.records import Claim
 from worker.budget import ClaimBudget
 from worker.handback import Handback
-from worker.heartbeat import Heartbeat, runner_detail
+from worker.heartbeat import runner_detail
 from worker.lease import LeaseKeeper
 from worker.metrics import serve_metrics
 from worker.process import run_until_signalled

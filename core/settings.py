@@ -27,6 +27,9 @@ class Settings(BaseSettings):
     token_max_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
     auth_issuer: str | None = Field(default=None, min_length=1)
     auth_audience: str | None = Field(default=None, min_length=1)
+    # A job view's `result_url` is a signed link that serves the result without a token for this long (at
+    # most 30 days, like a token).
+    result_link_seconds: int = Field(default=900, gt=0, le=30 * 24 * 3600)
     results_dir: Path = Path("./data/results")
     lease_seconds: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=3, ge=1)

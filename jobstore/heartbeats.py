@@ -1,26 +1,49 @@
-"""Heartbeats: which relays, consumers and workers are alive.
+"""Heartbeats: which api processes, relays, consumers and workers are alive.
 
 Every long-running process owns one row of `processes`, under an id it picks afresh at each start, and
 writes it every few seconds (`beat`); that is the only write liveness costs, never one per job. A process
 is alive while its row was seen within the reader's window (`alive`). The same beat deletes the rows of
 processes gone quiet for long (killed, not stopped), so the table holds about as many rows as there are
-processes; a clean stop deletes its own row (`remove`).
+processes; a clean stop deletes its own row (`remove`). `Heartbeat` is the thread each long-running process
+runs to write its row.
+
+A store that does not answer never stops the process: the beat is logged once, tried again at the next
+interval, and its return is logged too. A clean stop deletes the row at once; a killed process's row ages
+out of the live window within `ALIVE_BEATS` beats and is deleted by the others' beats later
+(`FORGET_AFTER_BEATS`).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
+import threading
+import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from importlib import metadata
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
+from sqlalchemy.exc import SQLAlchemyError
 
+from core import clock
+from core.settings import Settings
+from jobstore import db
 from jobstore.schema import processes
 
+log = logging.getLogger(__name__)
+
 ROLES = ("api", "relay", "consumer", "worker")
-# The roles whose processes beat today (the api does not yet): always reported, as 0 when none is alive.
-BEATING = ("relay", "consumer", "worker")
+# The roles always reported, as 0 when none is alive.
+BEATING = ROLES
+# A row not seen for this many beats belongs to a process that is gone: the next beat of any process
+# deletes it. Long enough that an operator can still find the row of a process that was just killed.
+FORGET_AFTER_BEATS = 60
+STORE_ERRORS = (db.StoreUnavailable, SQLAlchemyError)
 
 _UPDATE = (
     update(processes)
@@ -99,3 +122,80 @@ def by_role(alive_processes: list[Process]) -> dict[str, int]:
     other role a process reported."""
     counts = Counter(p.role for p in alive_processes)
     return {role: counts.get(role, 0) for role in BEATING} | dict(sorted(counts.items()))
+
+
+def this_process(role: str, now: float) -> Process:
+    """This process as its first beat records it, under a fresh id."""
+    return Process(
+        id=str(uuid.uuid4()),
+        role=role,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        version=_version(),
+        started_at=now,
+        last_seen_at=now,
+    )
+
+
+def _version() -> str:
+    try:
+        return metadata.version("outbox-bridge")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class Heartbeat:
+    """Beats for one process until `stop`. `detail()` is asked at every beat for what the process reports
+    about itself (a small JSON object: its concurrency, the jobs it holds)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        settings: Settings,
+        role: str,
+        detail: Callable[[], dict[str, Any]] = dict,
+    ) -> None:
+        assert role in ROLES, role
+        self._engine = engine
+        self._interval = settings.heartbeat_seconds
+        self._detail = detail
+        self.me = this_process(role, clock.now())
+        self._failing = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def beat(self) -> bool:
+        """Write one beat now; False (logged once per outage) when the store did not take it."""
+        now = clock.now()
+        me = replace(self.me, detail=self._detail(), last_seen_at=now)
+        forget_before = now - FORGET_AFTER_BEATS * self._interval
+        try:
+            db.transact(self._engine, beat, me, now, forget_before=forget_before)
+        except STORE_ERRORS as exc:
+            if not self._failing:
+                log.warning("heartbeat not recorded (tried again every %.0fs): %s", self._interval, exc)
+            self._failing = True
+            return False
+        if self._failing:
+            log.info("heartbeat recorded again")
+        self._failing = False
+        return True
+
+    def stop(self) -> None:
+        """Stop beating and delete this process's row (left to age out when the store does not answer)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        try:
+            db.transact(self._engine, remove, self.me.id)
+        except STORE_ERRORS as exc:
+            log.info("heartbeat row left to age out: %s", exc)
+
+    def _loop(self) -> None:
+        self.beat()
+        while not self._stop.wait(self._interval):
+            self.beat()

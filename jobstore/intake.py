@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
@@ -127,15 +128,18 @@ def _job_row(
 
 
 def _take_keys(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
-    """Insert the job rows whose tenant + key is free; the ids of those inserted. SQLite, one writer at a
-    time, inserts them all in one statement that skips taken keys (the common case costs one statement, not
-    two per job). PostgreSQL looks each key up first; when a concurrent accept of the same key wins, ours
-    fails on the unique key and the transaction runs again."""
+    """Insert the job rows whose tenant + key is free; the ids of those inserted. Both stores insert them
+    all in one statement that skips taken keys (the common case costs one statement, not two per job). On
+    PostgreSQL an accept of a key another uncommitted transaction is inserting waits for it, then skips the
+    key if it committed (the caller reads the winner's row) or inserts it if it rolled back. A driver that
+    cannot return rows from a multi-row insert looks each key up first; when a concurrent accept of the same
+    key wins, ours fails on the unique key and the transaction runs again."""
     if not rows:
         return set()
     try:
-        if conn.dialect.name == "sqlite" and conn.dialect.insert_executemany_returning:
-            return {str(r[0]) for r in conn.execute(_INSERT_NEW_KEY, rows)}
+        if conn.dialect.insert_executemany_returning:
+            statement = _INSERT_NEW_KEY_PG if conn.dialect.name == "postgresql" else _INSERT_NEW_KEY
+            return {str(r[0]) for r in conn.execute(statement, rows)}
         taken = set()
         for row in rows:
             if _find_by_key(conn, row["tenant"], row["operation_key"]) is None:
@@ -157,6 +161,11 @@ def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) ->
 _INSERT_JOB = insert(jobs)
 _INSERT_NEW_KEY = (
     sqlite_insert(jobs)
+    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
+    .returning(jobs.c.id)
+)
+_INSERT_NEW_KEY_PG = (
+    postgresql_insert(jobs)
     .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
     .returning(jobs.c.id)
 )

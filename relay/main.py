@@ -8,8 +8,8 @@ from types import FrameType
 
 from core.settings import Settings
 from jobstore import db
+from jobstore.heartbeats import Heartbeat
 from relay.publisher import Relay
-from worker.heartbeat import Heartbeat
 from worker.metrics import serve_metrics
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

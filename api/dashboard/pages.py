@@ -27,6 +27,7 @@ from api.dashboard.access import (
 from api.dashboard.charts import age, refresh_seconds, throughput_chart
 from api.deps import EngineDep, SettingsDep
 from api.liveness import liveness_block
+from api.schemas import JobView
 from broker.connection import queue_depth
 from core import clock
 from core.durations import FORMAT, parse_duration
@@ -167,6 +168,10 @@ class JobDetail:
     attempts: list[Attempt]
     actions: list[OperatorAction]
 
+    def view(self, now: float) -> JobView:
+        """The job as its owner sees it at `now` (its progress and wait read as the api reads them)."""
+        return JobView.of(self.job, now)
+
     @property
     def resolution(self) -> OperatorAction | None:
         return operator.resolution(self.job, self.actions)
@@ -181,8 +186,9 @@ def _detail(conn: Connection, job_id: str) -> JobDetail | None:
 
 @router.get("/jobs/{job_id}")
 def job_page(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
-    """One job: its input (payload, operation key), every attempt (epoch, worker, outcome, external effect,
-    error), what operators did to it, the link to its result, and the actions its state allows."""
+    """One job: its input (payload, operation key), when it may start and its progress (as the job view has
+    them), every attempt (epoch, worker, outcome, external effect, error), what operators did to it, the
+    link to its result, and the actions its state allows."""
     who = operator_of(request, visitor)
     if isinstance(who, Response):
         return who
@@ -193,7 +199,7 @@ def job_page(request: Request, job_id: str, visitor: VisitorDep, engine: EngineD
         return unavailable(request, exc)
     if found is None:
         return not_found(request)
-    context = {**page_context(request, now, 0), "detail": found, "job": found.job}
+    context = {**page_context(request, now, 0), "detail": found, "job": found.job, "view": found.view(now)}
     return with_flash(request, templates.TemplateResponse(request, "job.html", context))
 
 

@@ -1,22 +1,36 @@
 """`/jobs`: submit, read, list, cancel, and fetch the committed result. Every route sees only the caller's
-tenant; another tenant's job answers exactly as an unknown id does."""
+tenant; another tenant's job answers exactly as an unknown id does. The one exception is a signed result
+link (`api.links`), which opens one job's result without a bearer token, whatever its tenant."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 
 from api import results
-from api.deps import CommitterDep, EngineDep, IdempotencyKey, IdentityDep, MetricsDep, SettingsDep
+from api.deps import (
+    BearerDep,
+    CommitterDep,
+    EngineDep,
+    IdempotencyKey,
+    IdentityDep,
+    LinksDep,
+    MetricsDep,
+    SettingsDep,
+    bearer_identity,
+)
+from api.links import LinkExpired, LinkRefused, LinkSigner
 from api.openapi import problems
 from api.payloads import check_encodable
 from api.problems import (
     INVALID_PAYLOAD,
     INVALID_REQUEST,
     RESOLVED_WITHOUT_RESULT,
+    RESULT_LINK_EXPIRED,
+    RESULT_LINK_INVALID,
     RESULT_NOT_READY,
     UNKNOWN_KIND,
     issues,
@@ -62,6 +76,7 @@ async def submit_job(
     settings: SettingsDep,
     committer: CommitterDep,
     metrics: MetricsDep,
+    links: LinksDep,
 ) -> Response:
     """Accept a job. The answer comes only after the job and its outbox row are committed together; the
     same Idempotency-Key with the same request (kind, payload as validated, deadline, and the start as named:
@@ -86,7 +101,7 @@ async def submit_job(
     faults.hit("api.after_commit")
     if accepted.created:
         metrics.job_accepted(kind.name)
-    return _json(JobView.of(accepted.job), 202, {"Location": job_url(accepted.job.id)})
+    return _json(JobView.of(accepted.job, links=links), 202, {"Location": job_url(accepted.job.id)})
 
 
 def _accepted_kind(name: str, settings: Settings) -> Kind:
@@ -140,6 +155,7 @@ def _validated_payload(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
 def list_jobs(
     identity: IdentityDep,
     engine: EngineDep,
+    links: LinksDep,
     state: Annotated[State | None, Query(description="Only jobs in this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
     cursor: Annotated[str | None, Query(max_length=512, description="A previous page's next_cursor.")] = None,
@@ -147,16 +163,18 @@ def list_jobs(
     """Your tenant's jobs, newest first, `limit` at a time."""
     page = db.read(engine, queries.list_jobs, tenant=identity.tenant, state=state, limit=limit, cursor=cursor)
     now = clock.now()  # one instant for the whole page
-    return _json(JobPage(items=[JobView.of(j, now) for j in page.items], next_cursor=page.next_cursor))
+    items = [JobView.of(j, now, links) for j in page.items]
+    return _json(JobPage(items=items, next_cursor=page.next_cursor))
 
 
 @router.get("/{job_id}", response_model=JobView, summary="Read a job", responses=problems(401, 404, 503))
-def read_job(job_id: str, identity: IdentityDep, engine: EngineDep) -> Response:
-    """The job view; 404 for an unknown id and for another tenant's job alike."""
+def read_job(job_id: str, identity: IdentityDep, engine: EngineDep, links: LinksDep) -> Response:
+    """The job view; 404 for an unknown id and for another tenant's job alike. A succeeded job's view
+    carries a fresh signed `result_url` each time it is read; reading it changes nothing."""
     job = db.read(engine, queries.get_job, job_id, tenant=identity.tenant)
     if job is None:
         raise JobNotFound(job_id)
-    return _json(JobView.of(job))
+    return _json(JobView.of(job, links=links))
 
 
 @router.post(
@@ -172,12 +190,12 @@ def read_job(job_id: str, identity: IdentityDep, engine: EngineDep) -> Response:
         **problems(401, 404, 503),
     },
 )
-def cancel_job(job_id: str, identity: IdentityDep, engine: EngineDep) -> Response:
+def cancel_job(job_id: str, identity: IdentityDep, engine: EngineDep, links: LinksDep) -> Response:
     """Queued: `cancelled` at once (200). Running: cancel requested (202). Finished: unchanged (200), so a
     committed result stands."""
     outcome, job = db.transact(engine, _cancel, job_id, clock.now(), identity.tenant)
     status = 202 if outcome is operator.CancelOutcome.REQUESTED else 200
-    return _json(JobView.of(job), status)
+    return _json(JobView.of(job, links=links), status)
 
 
 def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[operator.CancelOutcome, Job]:
@@ -190,6 +208,8 @@ def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[ope
 @router.get(
     "/{job_id}/result",
     summary="Fetch the committed result",
+    # Added to the bearer scheme FastAPI lists: or no Authorization at all, through a signed link.
+    openapi_extra={"security": [{}]},
     responses={
         200: {
             "description": "The committed result: the JSON output, or the result file (an export's CSV).",
@@ -204,14 +224,31 @@ def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[ope
                 **{t: {"schema": {"type": "string", "format": "binary"}} for t in results.FILE_MEDIA_TYPES},
             },
         },
-        **problems(401, 404, 503),
+        **problems(401, 403, 404, 503),
     },
 )
-def job_result(job_id: str, identity: IdentityDep, settings: SettingsDep, engine: EngineDep) -> Response:
+def job_result(
+    job_id: str,
+    request: Request,
+    credentials: BearerDep,
+    settings: SettingsDep,
+    engine: EngineDep,
+    links: LinksDep,
+    expires: Annotated[str | None, Query(description="A signed link's expiry (unix seconds).")] = None,
+    sig: Annotated[str | None, Query(description="A signed link's signature.")] = None,
+) -> Response:
     """The output of the attempt the job's result pointer names; 404 `result-not-ready` until the job has
     succeeded. An attempt that never became the result (killed, fenced, cancelled) is never served. A job an
     operator resolved as succeeded (its effect happened, but no attempt committed an output) answers 404
-    `resolved-without-result`, with when and the operator's note: it never will have one."""
+    `resolved-without-result`, with when and the operator's note: it never will have one.
+
+    With the bearer token, or without any `Authorization` header through the job view's signed
+    `result_url`: 403 `result-link-expired` once it has expired (read the job again for a fresh link),
+    403 `result-link-invalid` when it was not signed for this job's result. A request that carries an
+    `Authorization` header is a bearer request: the token decides, and `expires` and `sig` are ignored."""
+    if "authorization" not in request.headers and (expires is not None or sig is not None):
+        return _by_link(job_id, expires, sig, links, settings, engine)
+    identity = bearer_identity(settings, credentials)
     job, attempt, resolution = db.read(engine, _result_of, job_id, identity.tenant)
     if job is None:
         raise JobNotFound(job_id)
@@ -220,6 +257,45 @@ def job_result(job_id: str, identity: IdentityDep, settings: SettingsDep, engine
     if attempt is None:
         raise RESULT_NOT_READY.error(f"The job is {job.state.value}; a result exists once it has succeeded.")
     return results.respond(attempt.output, settings.results_dir, f"{job.kind}-{job.id}")
+
+
+def _by_link(
+    job_id: str,
+    expires: str | None,
+    sig: str | None,
+    links: LinkSigner,
+    settings: Settings,
+    engine: Engine,
+) -> Response:
+    """The result a signed link opens: the job's committed result, checked against the link's job, tenant,
+    attempt and expiry. 404 as for any unknown id when the job does not exist (a job removed by the
+    retention included)."""
+    job, attempt = db.read(engine, _committed_result, job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    try:
+        links.check(
+            job.id, job.tenant, attempt.id if attempt else None, expires=expires, sig=sig, now=clock.now()
+        )
+    except LinkExpired:
+        raise RESULT_LINK_EXPIRED.error(
+            f"This result link has expired. Read the job again (GET {job_url(job.id)}) with your bearer "
+            "token for a fresh link; the job and its result stay as they are.",
+            job_url=job_url(job.id),
+        ) from None
+    except LinkRefused:
+        raise RESULT_LINK_INVALID.error(
+            "This link does not open this job's result: it is incomplete, or its job id, expiry or "
+            "signature was changed. Use a job view's result_url as it is given."
+        ) from None
+    assert attempt is not None  # a link is only ever valid for a committed result
+    return results.respond(attempt.output, settings.results_dir, f"{job.kind}-{job.id}")
+
+
+def _committed_result(conn: Connection, job_id: str) -> tuple[Job | None, Attempt | None]:
+    """The job, whatever its tenant, and the attempt its result pointer names, read together."""
+    job = queries.get_job(conn, job_id)
+    return job, None if job is None else queries.committed_result(conn, job_id)
 
 
 def _resolved_without_result(resolution: OperatorAction) -> Exception:

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, func, select
 
 from api.auth import issue_token
 from core.settings import DEV_AUTH_SECRET, Settings
-from jobstore import db, migrate
+from jobstore import db, heartbeats, migrate
 from jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
 from tests.support import procs
@@ -160,8 +160,16 @@ def test_several_workers_serve_one_store_and_sigterm_stops_them_cleanly(
         ]
         listed = client.get(f"{base}/jobs", params={"limit": 100}, headers=headers(settings, "-")).json()
     assert {v["id"] for v in views} == {item["id"] for item in listed["items"]}
+
+    def api_pids() -> set[int]:
+        alive = db.read(engine, heartbeats.alive, time.time(), 60.0)
+        return {p.pid for p in alive if p.role == "api"}
+
+    procs.wait_for(lambda: len(api_pids()) == 2, timeout=20, what="a heartbeat from each api worker")
+    assert started[0].pid not in api_pids(), "the workers beat, not the process that started them"
     assert started[0].terminate(timeout=30) == 0
     assert counts(engine) == (10, 10)
+    assert api_pids() == set(), "a clean stop deletes each worker's heartbeat"
 
 
 @pytest.mark.databases("sqlite")  # holds the submission with SQLite's write lock

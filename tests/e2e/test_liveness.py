@@ -74,7 +74,7 @@ def test_status_warns_of_waiting_jobs_with_no_consumer_until_one_starts(
         procs.wait_for(lambda: warnings(settings) == [], 30, what="the warning gone")
         procs.wait_for(lambda: _state(engine, job_id) is State.SUCCEEDED, 30, what="the job run")
         document = status(settings)
-        assert document["alive"] == {"relay": 1, "consumer": 1, "worker": 0}
+        assert document["alive"] == {"api": 0, "relay": 1, "consumer": 1, "worker": 0}
         [seen] = [p for p in document["processes"] if p["role"] == "consumer"]
         assert seen["pid"] == consumer.pid and seen["detail"]["concurrency"] == 1
 

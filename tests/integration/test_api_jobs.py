@@ -35,6 +35,7 @@ VIEW_KEYS = {
     "progress",
     "waited_seconds",
     "result_url",
+    "result_expires_at",
     "error",
 }
 
@@ -276,7 +277,9 @@ def test_a_result_is_404_until_the_job_has_succeeded_then_the_json_output(
     done = client.get(url, headers=auth())
     assert done.status_code == 200
     assert done.json() == {"answer": 42}
-    assert client.get(f"/jobs/{view['id']}", headers=auth()).json()["result_url"] == url
+    assert (
+        client.get(f"/jobs/{view['id']}", headers=auth()).json()["result_url"].startswith(f"{url}?expires=")
+    )
 
 
 def test_a_failed_job_shows_its_error_and_has_no_result(
@@ -372,7 +375,12 @@ def test_a_job_an_operator_resolved_as_succeeded_reads_as_succeeded_and_says_why
     job = client.get(f"/jobs/{view['id']}", headers=auth()).json()
     result = client.get(f"/jobs/{view['id']}/result", headers=auth())
 
-    assert (job["state"], job["error"], job["result_url"]) == ("succeeded", None, None)
+    assert (job["state"], job["error"], job["result_url"], job["result_expires_at"]) == (
+        "succeeded",
+        None,
+        None,
+        None,
+    )
     assert result.status_code == 404
     problem = result.json()
     assert problem["type"] == "urn:outbox-bridge:problem:resolved-without-result"
@@ -380,3 +388,5 @@ def test_a_job_an_operator_resolved_as_succeeded_reads_as_succeeded_and_says_why
     assert problem["resolved_at"] == clock_iso(clock.now())
     assert "resolved this job as succeeded" in problem["detail"] and "provider msg-7" in problem["detail"]
     assert "once it has succeeded" not in problem["detail"]
+    link = client.get(f"/jobs/{view['id']}/result?expires={int(clock.now()) + 900}&sig=x")
+    assert (link.status_code, link.json()["type"]) == (403, "urn:outbox-bridge:problem:result-link-invalid")

@@ -17,8 +17,10 @@ from api.app import create_app
 from api.auth import issue_token
 from core.backoff import Backoff
 from core.clock import FakeClock
+from core.clock import isoformat as clock_iso
 from core.settings import Settings
 from jobstore import db, fenced, intake, queries, sweeper
+from jobstore.schedule import Schedule
 from jobstore.states import State
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job
 
@@ -165,6 +167,33 @@ def test_the_job_page_links_a_committed_result_the_operator_can_open(
     assert f'href="/ui/jobs/{job_id}/result"' in page.text
     assert (result.status_code, result.json()) == (200, {"answer": 42})
     assert client.get(f"/ui/jobs/{new_job(engine, 'waiting')}/result", headers=ops).status_code == 404
+
+
+def test_the_job_page_shows_when_a_job_may_start_and_how_far_it_has_got(
+    client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str]
+) -> None:
+    delayed = db.transact(
+        engine, intake.accept, tenant="acme", owner="alice", kind="noop", payload={}, operation_key="later",
+        now=clock.now(), max_attempts=3, schedule=Schedule(delay_seconds=10),
+    ).job.id  # fmt: skip
+    running = new_job(engine, "running", kind="export", payload={"rows": 100, "chunk": 10})
+    held = claimed(engine, running)
+    db.transact(
+        engine, fenced.save_checkpoint, running, held.epoch, {"rows_written": 40, "rows": 100}, clock.now()
+    )
+    clock.advance(12)
+
+    def field(job_id: str, name: str) -> str:
+        page = client.get(f"/ui/jobs/{job_id}", headers=ops)
+        assert page.status_code == 200, page.text
+        found = re.search(rf'data-field="{name}">(.*?)</td>', page.text, re.S)
+        assert found, f"no {name} on the page"
+        return " ".join(re.sub(r"<[^>]+>", " ", found.group(1)).split())
+
+    assert field(delayed, "run-at") == clock_iso(clock.now() - 2)
+    assert field(delayed, "progress") == "- queued, waited 2.0 s"
+    assert field(running, "run-at") == "at once"
+    assert field(running, "progress") == "40 of 100"
 
 
 # many jobs

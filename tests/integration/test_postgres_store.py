@@ -185,7 +185,7 @@ def test_relays_racing_lease_batch_never_lease_one_row_twice(pg_engine: Engine) 
 
 
 def test_racing_accepts_with_one_key_create_one_job(pg_engine: Engine) -> None:
-    retries_before = db.stats.snapshot()["retries"]
+    # The losers' inserts wait on the winner's uncommitted key, skip it once it commits, and read its row.
     for key in range(20):
 
         def submit(_: int, key: int = key) -> intake.Accepted:
@@ -200,7 +200,6 @@ def test_racing_accepts_with_one_key_create_one_job(pg_engine: Engine) -> None:
         assert sum(a.created for a in answers) == 1, f"key-{key}: created once"
     assert len(all_rows(pg_engine, jobs)) == 20
     assert len(all_rows(pg_engine, outbox_table)) == 20, "one delivery per job"
-    assert db.stats.snapshot()["retries"] > retries_before, "losers hit the unique key and ran again"
 
 
 def test_racing_accepts_with_one_key_and_different_payloads_leave_one_job_and_conflicts(

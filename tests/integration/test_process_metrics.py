@@ -9,11 +9,11 @@ from sqlalchemy import Engine
 from core.clock import FakeClock
 from core.settings import Settings
 from jobstore import db, heartbeats
+from jobstore.heartbeats import this_process
 from telemetry.exposition import render
 from tests.support.scrape import Samples, parse, value
 from tests.support.store import claimed, new_jobs
 from worker.attempt import StoreContext, run_attempt
-from worker.heartbeat import this_process
 from worker.lease import LeaseKeeper
 from worker.metrics import registry_for
 

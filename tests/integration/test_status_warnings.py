@@ -14,10 +14,10 @@ from api.auth import issue_token
 from core.clock import FakeClock
 from core.settings import Settings
 from jobstore import db, heartbeats
+from jobstore.heartbeats import this_process
 from jobstore.overview import Liveness, overview
 from tests.support import procs
 from tests.support.store import new_jobs
-from worker.heartbeat import this_process
 
 LIVENESS = Liveness(alive_within=15.0, queued_age_limit=60.0)
 
@@ -38,9 +38,9 @@ def test_waiting_jobs_with_no_consumer_alive_are_a_warning_until_one_beats(
     after = db.read(engine, overview, clock.now(), LIVENESS)
 
     assert [a.code for a in before.alerts] == ["no-consumer"]
-    assert before.alive == {"relay": 1, "consumer": 0, "worker": 0}
+    assert before.alive == {"api": 0, "relay": 1, "consumer": 0, "worker": 0}
     assert after.alerts == []
-    assert after.alive == {"relay": 1, "consumer": 1, "worker": 0}
+    assert after.alive == {"api": 0, "relay": 1, "consumer": 1, "worker": 0}
 
 
 def test_a_pending_outbox_with_no_relay_alive_is_a_warning(engine: Engine, clock: FakeClock) -> None:
@@ -89,4 +89,4 @@ def test_status_prints_the_warnings_first_and_who_is_alive(engine: Engine, setti
     lines = shown.stdout.splitlines()
     assert lines[0] == "WARNING no-consumer: 2 job(s) waiting and no consumer or worker is alive"
     assert lines[1] == "WARNING no-relay: 2 outbox row(s) due and no relay is alive"
-    assert "alive: relay 0, consumer 0, worker 0" in lines
+    assert "alive: api 0, relay 0, consumer 0, worker 0" in lines

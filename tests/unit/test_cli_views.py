@@ -135,7 +135,7 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
     assert document["warnings"] == [
         {"code": "no-consumer", "message": "1 job(s) waiting and no consumer or worker is alive"}
     ]
-    assert document["alive"] == {"relay": 1, "consumer": 0, "worker": 0}
+    assert document["alive"] == {"api": 0, "relay": 1, "consumer": 0, "worker": 0}
     assert document["processes"] == [
         {
             "id": "p-1",
