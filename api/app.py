@@ -93,7 +93,7 @@ def create_app_from_env() -> FastAPI:
     """The app for settings read from the environment (uvicorn's factory with `--workers N`): each worker
     process records its own heartbeat, and logs as its parent does."""
     settings = load()
-    logs.configure("api", settings.log_format)
+    logs.configure("api", settings.log_format, job_events=settings.log_job_events)
     return create_app(settings, beat=True)
 
 

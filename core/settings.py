@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     # makes the api log a line per request (method, path without its query, status, duration).
     log_format: Literal["text", "json"] = "text"
     access_log: bool = False
+    # LOG_JOB_EVENTS=0 keeps only the job events at WARNING (failed, dead, unknown): a line per job per
+    # transition costs CPU a throughput-bound deployment may want back.
+    log_job_events: bool = True
 
     # Where the notify kind's local stub provider records deliveries, and where executions are logged.
     notify_log: Path = Path("./data/notify-provider.jsonl")

@@ -51,7 +51,7 @@ def load_settings() -> Settings:
 def setup_logging(name: str) -> None:
     """Log to stderr in LOG_FORMAT (`telemetry.logs.configure`), as the process `name`."""
     settings = load()
-    logs.configure(name, settings.log_format)
+    logs.configure(name, settings.log_format, job_events=settings.log_job_events)
     if settings.stats_dir is not None:
         db.start_stats_writer(settings.stats_dir, name)
 

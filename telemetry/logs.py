@@ -92,9 +92,13 @@ class _Handler(logging.StreamHandler):
     """The handler `configure` installs (so a second call replaces it, and leaves any other alone)."""
 
 
-def configure(role: str, log_format: LogFormat = "text", *, stream: TextIO | None = None) -> None:
+def configure(
+    role: str, log_format: LogFormat = "text", *, stream: TextIO | None = None, job_events: bool = True
+) -> None:
     """Send every logger's INFO and above to `stream` (stderr) in `log_format`, as the process `role`: a
-    process configures its logging here, once (a second call replaces what the first installed)."""
+    process configures its logging here, once (a second call replaces what the first installed). Without
+    `job_events`, only the job events at WARNING (failed, dead, unknown) are logged, and the others are not
+    even formatted."""
     handler = _Handler(sys.stderr if stream is None else stream)
     handler.setFormatter(JsonFormatter(role) if log_format == "json" else text_formatter(role))
     root = logging.getLogger()
@@ -102,6 +106,7 @@ def configure(role: str, log_format: LogFormat = "text", *, stream: TextIO | Non
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    EVENTS.setLevel(logging.NOTSET if job_events else logging.WARNING)
 
 
 @dataclass(frozen=True, slots=True)

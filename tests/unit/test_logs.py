@@ -142,3 +142,20 @@ def test_times_are_utc_with_milliseconds_also_across_a_second_boundary() -> None
         "2025-12-01T08:00:01.000Z",
         "1970-01-01T00:00:00.500Z",
     ]
+
+
+def test_without_job_events_only_the_warning_ones_are_logged() -> None:
+    root = logging.getLogger()
+    level, before = root.level, list(root.handlers)
+    out = io.StringIO()
+    try:
+        logs.configure("worker", "json", stream=out, job_events=False)
+        logs.emit([logs.job_event("succeeded", "job-1", tenant="t", kind="noop", epoch=1, attempt=1)])
+        logs.emit([logs.job_event("dead", "job-2", tenant="t", kind="noop", epoch=3, attempt=3)])
+        assert [(line["event"], line["job_id"]) for line in lines(out)] == [("dead", "job-2")]
+    finally:
+        for handler in root.handlers[:]:
+            if handler not in before:
+                root.removeHandler(handler)
+        root.setLevel(level)
+        logs.EVENTS.setLevel(logging.NOTSET)
