@@ -3,7 +3,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-# The pinned dependencies: `make install` installs the dev lock (the package, its dev and bench extras),
+# The pinned dependencies: `make install` installs the dev lock (the package, its dev, bench and otel extras),
 # the image the runtime lock (the package alone, at the same versions). Both come from pyproject.toml
 # through `make lock`; nothing else resolves versions.
 LOCK_DEV     := requirements/dev.txt
@@ -34,7 +34,7 @@ lock: ## pin every dependency (requirements/*.txt) from pyproject.toml
 	@$(BIN)/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || \
 	  { echo "make lock resolves on Python 3.11: make clean lock PYTHON=python3.11" >&2; exit 1; }
 	@test -x $(BIN)/pip-compile || $(BIN)/pip install --quiet 'pip-tools>=7.4'
-	$(PIP_COMPILE) --extra dev --extra bench -o $(LOCK_DEV) pyproject.toml
+	$(PIP_COMPILE) --extra dev --extra bench --extra otel -o $(LOCK_DEV) pyproject.toml
 	$(PIP_COMPILE) --constraint $(LOCK_DEV) -o $(LOCK_RUNTIME) pyproject.toml
 
 demo: install ## start a local stack and run the demo scenario
