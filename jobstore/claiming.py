@@ -184,6 +184,7 @@ def _as_claim(job: Job, attempt_id: str, worker: str) -> Claim:
         lease_expires_at=job.lease_expires_at,
         checkpoint=job.checkpoint,
         created_at=job.created_at,
+        traceparent=job.traceparent,
     )
 
 

@@ -60,13 +60,17 @@ def accept(
     max_attempts: int,
     deadline_seconds: float | None = None,
     schedule: Schedule | None = None,
+    traceparent: str | None = None,
 ) -> Accepted:
     """Write the job row and its outbox row together, both due at the `schedule`'s start (at once without
     one). The same tenant + key with the same request (kind, payload, deadline, start as named:
-    `fingerprint`) returns the existing job (`created=False`); with a different one, `IdempotencyConflict`."""
+    `fingerprint`) returns the existing job (`created=False`); with a different one, `IdempotencyConflict`.
+    The `traceparent` is stored with a new job and is no part of the request's identity: a retry under
+    another trace is the same request, and the job keeps its first trace."""
     request = {
         "tenant": tenant, "owner": owner, "kind": kind, "payload": payload, "operation_key": operation_key,
         "now": now, "max_attempts": max_attempts, "deadline_seconds": deadline_seconds, "schedule": schedule,
+        "traceparent": traceparent,
     }  # fmt: skip
     (outcome,) = accept_many(conn, [request])
     if isinstance(outcome, IdempotencyConflict):
@@ -111,6 +115,7 @@ def _job_row(
     max_attempts: int,
     deadline_seconds: float | None = None,
     schedule: Schedule | None = None,
+    traceparent: str | None = None,
 ) -> dict[str, Any]:
     """The row of a newly accepted job."""
     start = schedule.start(now) if schedule is not None else None
@@ -123,7 +128,7 @@ def _job_row(
         "deadline_at": None if deadline_seconds is None else now + deadline_seconds,
         "cancel_requested": False, "external_epoch": None, "checkpoint": None, "checkpoint_epoch": None,
         "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
-        "updated_at": now, "started_at": None, "finished_at": None,
+        "updated_at": now, "started_at": None, "finished_at": None, "traceparent": traceparent,
     }  # fmt: skip
 
 

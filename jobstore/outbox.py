@@ -6,8 +6,8 @@ relay that stalled past its lease cannot mark rows another relay has taken over.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy import (
     BindParameter,
@@ -75,6 +75,8 @@ def drop_pending_many(conn: Connection, job_ids: Sequence[str]) -> None:
 class Lease:
     token: str
     rows: tuple[tuple[int, str], ...]  # (outbox id, job id)
+    # The trace context stored with each leased job that has one (`jobs.traceparent`), by job id.
+    traceparents: Mapping[str, str] = field(default_factory=dict)
 
 
 _DUE = and_(
@@ -92,7 +94,14 @@ _LEASE = (
         lease_expires_at=bindparam("b_lease_until", type_=Float),
         publish_attempts=outbox.c.publish_attempts + 1,
     )
-    .returning(outbox.c.id, outbox.c.job_id)
+    # The job's trace context rides along in the same statement: a subquery, no join and no second read.
+    # (On SQLite the names come out unqualified, `WHERE id = job_id`: `id` is the subquery's own table's,
+    # which comes first, and `job_id` can only be the outbox row's.)
+    .returning(
+        outbox.c.id,
+        outbox.c.job_id,
+        select(jobs.c.traceparent).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
+    )
 )
 
 
@@ -105,7 +114,8 @@ def lease_batch(conn: Connection, *, now: float, limit: int, lease_seconds: floa
         return Lease(token, ())
     params = {"b_ids": ids, "b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}
     rows = conn.execute(_LEASE, params).all()
-    return Lease(token, tuple(sorted((int(r[0]), str(r[1])) for r in rows)))
+    traceparents = {str(r[1]): str(r[2]) for r in rows if r[2] is not None}
+    return Lease(token, tuple(sorted((int(r[0]), str(r[1])) for r in rows)), traceparents)
 
 
 _MARK = (

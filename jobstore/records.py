@@ -40,6 +40,7 @@ class Job:
     started_at: float | None
     finished_at: float | None
     run_at: float | None = None  # the start the request asked for; None: as soon as possible
+    traceparent: str | None = None  # the job's trace context (`telemetry.tracing`); None without tracing
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:
@@ -106,6 +107,7 @@ class Claim:
     lease_expires_at: float
     checkpoint: dict[str, Any] | None
     created_at: float
+    traceparent: str | None = None  # the job's stored trace context: a run span's parent without a delivery
 
 
 def dumps(value: Any) -> str:

@@ -65,6 +65,8 @@ jobs = Table(
     Column("updated_at", Float, nullable=False),
     Column("started_at", Float),
     Column("finished_at", Float),
+    # The W3C traceparent of the api's accept span (`telemetry.tracing`); null without tracing.
+    Column("traceparent", String(55)),
     UniqueConstraint("tenant", "operation_key", name="uq_jobs_tenant_operation_key"),
     Index("ix_jobs_state_available_at", "state", "available_at"),
     Index("ix_jobs_tenant_created_at", "tenant", "created_at", "id"),

@@ -10,13 +10,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, func, select, text
 
 from core.settings import Settings
 from jobstore import claiming, db, fenced, intake, migrate, queries
-from jobstore.schema import metadata, outbox
+from jobstore.records import Job
+from jobstore.schema import jobs, metadata, outbox
 from jobstore.states import State
 from tests.conftest import make_settings
 from tests.support import procs
@@ -158,6 +160,45 @@ def test_the_store_keeps_working_on_data_migrated_from_the_first_release(bare_en
     )  # fmt: skip
     assert accepted.created
     assert db.read(bare_engine, outbox_ids_in_order) == [1, 2, 3], "new outbox ids follow the migrated ones"
+
+
+def test_0006_adds_an_empty_trace_context_to_the_jobs_already_there(bare_engine: Engine) -> None:
+    migrate.upgrade(bare_engine, "0005")
+    db.transact(bare_engine, write_at_first_release)
+    migrate.upgrade(bare_engine, "0006")
+
+    assert [job.traceparent for job in db.read(bare_engine, all_jobs)] == [None, None]
+    traced = db.transact(
+        bare_engine, intake.accept, tenant="acme", owner="ann", kind="noop", payload={},
+        operation_key="k-traced", now=T0, max_attempts=3, traceparent=TRACE,
+    )  # fmt: skip
+    again = db.read(bare_engine, queries.get_job, traced.job.id)
+    assert again is not None and again.traceparent == TRACE
+
+
+def test_0006_downgrades_to_0005_keeping_the_jobs(bare_engine: Engine) -> None:
+    migrate.upgrade(bare_engine, "0006")
+    db.transact(bare_engine, write_at_first_release)
+    downgrade(bare_engine, "0005")
+
+    assert migrate.current_revision(bare_engine) == "0005"
+    columns = db.read(bare_engine, lambda conn: set(conn.execute(text("SELECT * FROM jobs")).keys()))
+    assert "traceparent" not in columns and "run_at" in columns
+    assert db.read(bare_engine, lambda conn: conn.execute(text("SELECT count(*) FROM jobs")).scalar()) == 2
+
+
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def all_jobs(conn: Connection) -> list[Job]:
+    return [Job.from_row(row) for row in conn.execute(select(jobs).order_by(jobs.c.id)).mappings()]
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    config = migrate._config()
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.downgrade(config, revision)
 
 
 def pending_outbox_jobs(conn: Connection) -> list[str]:

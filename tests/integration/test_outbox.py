@@ -182,3 +182,11 @@ def test_the_backlog_counts_due_unpublished_rows_and_the_oldest_wait(
     new_job(engine, "leased")
     lease(engine, clock, limit=1)
     assert db.read(engine, outbox.backlog, clock.now()) == outbox.Backlog(pending=2, oldest_age_seconds=3.0)
+
+
+def test_a_lease_carries_each_leased_jobs_stored_trace_context(engine: Engine, clock: FakeClock) -> None:
+    traced = {new_job(engine, key, traceparent=f"00-{key * 32}-{key * 16}-01"): key for key in ("a", "b")}
+    untraced = new_job(engine, "c")
+    held = lease(engine, clock)
+    assert {job for _, job in held.rows} == {*traced, untraced}
+    assert held.traceparents == {job: f"00-{key * 32}-{key * 16}-01" for job, key in traced.items()}

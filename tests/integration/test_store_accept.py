@@ -91,6 +91,22 @@ def test_the_same_key_and_payload_return_the_same_job_without_a_second_row(
     assert (count(engine, jobs), count(engine, outbox)) == (1, 1)
 
 
+TRACE_A = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+TRACE_B = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_retry_under_another_trace_is_the_same_request_and_keeps_the_first_trace(
+    engine: Engine, clock: FakeClock
+) -> None:
+    first = accept(engine, payload={"n": 1}, traceparent=TRACE_A)
+    again = accept(engine, payload={"n": 1}, traceparent=TRACE_B)
+    untraced = accept(engine, payload={"n": 1})
+    assert first.created and not again.created and not untraced.created
+    assert first.job.traceparent == again.job.traceparent == untraced.job.traceparent == TRACE_A
+    assert db.read(engine, queries.get_job, first.job.id).traceparent == TRACE_A  # type: ignore[union-attr]
+    assert (count(engine, jobs), count(engine, outbox)) == (1, 1)
+
+
 @pytest.mark.parametrize(
     ("kind", "payload"), [("noop", {"n": 2}), ("sleep", {"n": 1})], ids=["payload", "kind"]
 )

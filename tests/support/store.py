@@ -30,6 +30,7 @@ def add_job(
     max_attempts: int = 3,
     deadline: float | None = None,
     now: float | None = None,
+    traceparent: str | None = None,
 ) -> intake.Accepted:
     """`accept` in the caller's transaction: operation key `key`, an empty payload unless given."""
     return intake.accept(
@@ -42,6 +43,7 @@ def add_job(
         now=clock.now() if now is None else now,
         max_attempts=max_attempts,
         deadline_seconds=deadline,
+        traceparent=traceparent,
     )
 
 
