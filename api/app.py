@@ -24,7 +24,7 @@ from core.settings import Settings, load
 from handlers.registry import KINDS
 from jobstore import db
 from jobstore.heartbeats import Heartbeat
-from telemetry import logs
+from telemetry import logs, tracing
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
     serves, so `status` and the dashboard count it. `UnsafeSecret` when AUTH_SECRET is one anybody could
     sign tokens with."""
     check_secret(settings)
+    tracing.configure("api")
     engine = _make_engine(settings)
     committer = GroupCommitter(engine)
 

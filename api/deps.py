@@ -88,3 +88,11 @@ IdempotencyKey = Annotated[
         description="Names this request within your tenant: a retry with the same key returns the same job.",
     ),
 ]
+
+Traceparent = Annotated[
+    str | None,
+    Header(
+        description="A W3C trace context (`00-<trace id>-<span id>-<flags>`): the job's spans continue this "
+        "trace. One that is not valid is ignored, and the job starts a trace of its own.",
+    ),
+]

@@ -24,6 +24,7 @@ from core.settings import Settings
 from jobstore import db
 from jobstore.heartbeats import Heartbeat
 from jobstore.records import Claim
+from telemetry import tracing
 from worker.handback import Handback
 from worker.heartbeat import runner_detail
 from worker.lease import LeaseKeeper
@@ -92,6 +93,7 @@ class BaselineProcess:
 def run(settings: Settings, *, concurrency: int) -> int:
     """Run a baseline worker process until SIGTERM or SIGINT; returns the exit code (0: clean stop,
     1: a job was left running, 2: the store is not reachable or not at the code's schema revision)."""
+    tracing.configure("worker")
     engine = db.make_engine(settings, pool_size=concurrency + 3, max_overflow=concurrency)
 
     def start() -> BaselineProcess:

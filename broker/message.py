@@ -1,13 +1,18 @@
 """The AMQP message: a small frozen value with `encode`/`decode`. It only says "job X needs attention";
-the job's state lives in the store. `message_id` is the outbox row id that produced it."""
+the job's state lives in the store. `message_id` is the outbox row id that produced it. The job's trace
+context, when it has one, travels beside the body in the `traceparent` header (`trace_headers`,
+`traceparent_of`)."""
 
 from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 CONTENT_TYPE = "application/json"
+TRACEPARENT_HEADER = "traceparent"
 
 
 class UndecodableMessage(ValueError):
@@ -30,3 +35,17 @@ class JobMessage:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise UndecodableMessage(f"not a job message: {body[:80]!r}") from exc
         return cls(job_id=job_id)
+
+
+def trace_headers(traceparent: str | None) -> dict[str, str] | None:
+    """The message headers that carry `traceparent` (W3C), or None when there is none to carry."""
+    return {TRACEPARENT_HEADER: traceparent} if traceparent else None
+
+
+def traceparent_of(headers: Mapping[str, Any] | None) -> str | None:
+    """The `traceparent` a delivery's headers carry, as sent; None without one. (Whether it is a valid
+    trace context is for the tracing to decide.)"""
+    value = (headers or {}).get(TRACEPARENT_HEADER)
+    if isinstance(value, bytes):
+        value = value.decode("ascii", "replace")
+    return value if isinstance(value, str) else None

@@ -27,7 +27,7 @@ import pika.exceptions
 
 from broker import topology
 from broker.connection import BROKER_ERRORS, connection_parameters
-from broker.message import JobMessage, UndecodableMessage
+from broker.message import JobMessage, UndecodableMessage, traceparent_of
 from core.backoff import Backoff, Streak
 from core.settings import Settings
 from telemetry.instruments import BROKER_RECONNECTS, DEAD_LETTERED, DELIVERIES
@@ -49,6 +49,7 @@ class Delivery:
     generation: int
     message_id: str | None = None
     redelivered: bool = False
+    traceparent: str | None = None  # the publish span's, from the message headers (`broker.message`)
 
 
 class ConsumerCancelledByBroker(Exception):
@@ -224,6 +225,7 @@ class DeliveryLink:
             generation=generation,
             message_id=properties.message_id,
             redelivered=bool(method.redelivered),
+            traceparent=traceparent_of(properties.headers),
         )
         self._on_delivery(delivery)
 

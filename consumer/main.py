@@ -28,6 +28,7 @@ from core.settings import Settings
 from jobstore import db
 from jobstore.heartbeats import Heartbeat
 from jobstore.records import Claim
+from telemetry import tracing
 from worker.budget import ClaimBudget
 from worker.handback import Handback
 from worker.heartbeat import runner_detail
@@ -105,6 +106,7 @@ def run(settings: Settings, *, concurrency: int) -> int:
     was still running at exit, 2 when the store is not reachable or not at the code's schema revision."""
     # pika narrates every connection; the link logs what matters.
     logging.getLogger("pika").setLevel(logging.CRITICAL)
+    tracing.configure("consumer")
     engine = db.make_engine(settings, pool_size=concurrency + 4, max_overflow=concurrency)
 
     def start() -> Consumer:

@@ -138,8 +138,9 @@ class Pipeline:
         self._inbox.put(delivery)
 
     def begin(self, claim: Claim, delivery: Delivery | None) -> Running:
-        """Hold the claimed job's lease and queue it for a worker thread."""
-        return self._runners.begin(claim, delivery)
+        """Hold the claimed job's lease and queue it for a worker thread; its run span continues the
+        delivery's trace context (the stored one without a delivery)."""
+        return self._runners.begin(claim, delivery, delivery.traceparent if delivery is not None else None)
 
     def in_flight(self) -> int:
         """Jobs claimed here whose outcome is not committed yet."""

@@ -17,10 +17,11 @@ from pika.spec import Basic
 
 from broker import topology
 from broker.connection import connection_parameters
-from broker.message import CONTENT_TYPE, JobMessage
+from broker.message import CONTENT_TYPE, JobMessage, trace_headers
 from core.settings import Settings
 from jobstore.outbox import Lease
 from relay.window import ConfirmWindow, Sent, Verdict
+from telemetry import tracing
 
 log = logging.getLogger("relay.link")
 
@@ -47,11 +48,12 @@ def root_cause(error: BaseException | str) -> str:
     return repr(error)
 
 
-def message_properties(outbox_id: int) -> pika.BasicProperties:
+def message_properties(outbox_id: int, traceparent: str | None = None) -> pika.BasicProperties:
     return pika.BasicProperties(
         delivery_mode=pika.DeliveryMode.Persistent,
         content_type=CONTENT_TYPE,
         message_id=str(outbox_id),
+        headers=trace_headers(traceparent),
     )
 
 
@@ -83,17 +85,23 @@ class BrokerLink:
             try:
                 if channel is None:
                     raise pika.exceptions.ChannelWrongStateError("channel is not open")
-                channel.basic_publish(
-                    self._settings.exchange,
-                    topology.ROUTING_KEY,
-                    JobMessage(job_id).encode(),
-                    message_properties(outbox_id),
-                    mandatory=True,
-                )
+                self._publish(channel, outbox_id, job_id, lease.traceparents.get(job_id))
             except pika.exceptions.AMQPError:
                 return [Sent(row_id, lease.token) for row_id, _ in lease.rows[index:]]
             self.window.add(Sent(outbox_id, lease.token))
         return []
+
+    def _publish(self, channel: Channel, outbox_id: int, job_id: str, job_trace: str | None) -> None:
+        """One message, under a `publish` span in the job's trace whose context it carries."""
+        attributes = {"job.id": job_id, "messaging.message.id": str(outbox_id)}
+        with tracing.span("publish", job_trace, "producer", attributes) as span:
+            channel.basic_publish(
+                self._settings.exchange,
+                topology.ROUTING_KEY,
+                JobMessage(job_id).encode(),
+                message_properties(outbox_id, span.traceparent),
+                mandatory=True,
+            )
 
     def close(self) -> None:
         """Close the connection (or abandon opening it); `on_down` follows. Idempotent."""

@@ -10,6 +10,7 @@ from core.settings import Settings
 from jobstore import db
 from jobstore.heartbeats import Heartbeat
 from relay.publisher import Relay
+from telemetry import tracing
 from worker.metrics import serve_metrics
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -19,6 +20,7 @@ def run(settings: Settings) -> int:
     """Publish the outbox until asked to stop. Exit code 0 when everything held was written back."""
     # pika narrates every connection attempt; the relay logs what matters itself.
     logging.getLogger("pika").setLevel(logging.CRITICAL)
+    tracing.configure("relay")
     engine = db.make_engine(settings)
     relay = Relay(settings, engine)
     heartbeat = Heartbeat(engine, settings, "relay", lambda: {"broker_connected": relay.connected})

@@ -25,6 +25,7 @@ from jobstore import db, fenced
 from jobstore.errors import Fenced
 from jobstore.records import Claim
 from jobstore.states import State
+from telemetry import tracing
 from telemetry.instruments import ACCEPT_TO_START, RUN_SECONDS
 from worker.lease import Held
 
@@ -119,9 +120,36 @@ class AttemptOutcome:
     cancelled: bool = False
     lease_lost: bool = False
 
+    @property
+    def name(self) -> str:
+        """What the attempt came to, in a word (before the commit decides retry, failed or dead)."""
+        if self.cancelled:
+            return "cancelled"
+        if self.lease_lost:
+            return "lease_lost"
+        if self.error is not None:
+            return "failed_permanently" if self.permanent else "failed"
+        return "succeeded"
 
-def run_attempt(ctx: StoreContext) -> AttemptOutcome:
-    """Run the claimed job's kind and report the outcome; never raises for the job's own failures."""
+
+def run_attempt(ctx: StoreContext, parent: str | None = None) -> AttemptOutcome:
+    """Run the claimed job's kind and report the outcome; never raises for the job's own failures.
+
+    The attempt is a `run` span in the job's trace, a child of `parent` (the delivery's trace context) or,
+    without a valid one, of the context stored with the job; it names the job, its kind, epoch, attempt
+    number and outcome (and an error's code), never the payload or the result."""
+    claim = ctx.claim
+    attributes: dict[str, tracing.Attribute] = {"job.id": claim.job_id, "job.kind": claim.kind}
+    attributes.update({"job.epoch": claim.epoch, "job.attempt": claim.attempts})
+    with tracing.span("run", tracing.valid(parent) or claim.traceparent, "consumer", attributes) as span:
+        outcome = _attempt(ctx)
+        span.set_attribute("job.outcome", outcome.name)
+        if outcome.error is not None:
+            span.set_attribute("job.error_code", outcome.error.code)
+    return outcome
+
+
+def _attempt(ctx: StoreContext) -> AttemptOutcome:
     claim = ctx.claim
     kind = KINDS.get(claim.kind)
     if kind is None or claim.kind not in ctx.settings.allowed_kinds:

@@ -37,6 +37,7 @@ class Running:
     held: Held
     delivery: Any = None
     started: float | None = None  # when a thread began running it (monotonic), until its code returned
+    traceparent: str | None = None  # the delivery's trace context: the run span's parent (`run_attempt`)
 
 
 @dataclass(frozen=True)
@@ -78,9 +79,10 @@ class Runners:
             thread.start()
         return self
 
-    def begin(self, claim: Claim, delivery: Any = None) -> Running:
-        """Hold the claimed job's lease, count it as claimed here and queue it for a thread."""
-        running = Running(claim, self._keeper.hold(claim), delivery)
+    def begin(self, claim: Claim, delivery: Any = None, traceparent: str | None = None) -> Running:
+        """Hold the claimed job's lease, count it as claimed here and queue it for a thread; its run span
+        is a child of `traceparent` (the delivery's), else of the job's stored trace context."""
+        running = Running(claim, self._keeper.hold(claim), delivery, traceparent=traceparent)
         with self._lock:
             self._claimed[claim.attempt_id] = running
             self._unfinished[id(running)] = running
@@ -161,7 +163,8 @@ class Runners:
         if running.held.lost:  # handed back while it waited for a thread: another worker runs it
             return AttemptOutcome(lease_lost=True)
         try:
-            return run_attempt(StoreContext(self._engine, self._settings, running.claim, running.held))
+            context = StoreContext(self._engine, self._settings, running.claim, running.held)
+            return run_attempt(context, parent=running.traceparent)
         except Exception as exc:  # outside the kind's own code (e.g. the execution log): retried later
             log.exception("job %s could not run", running.claim.job_id)
             return AttemptOutcome(error=JobError("worker_error", f"{type(exc).__name__}: {exc}"))

@@ -20,6 +20,7 @@ from api.deps import (
     LinksDep,
     MetricsDep,
     SettingsDep,
+    Traceparent,
     bearer_identity,
 )
 from api.links import LinkExpired, LinkRefused, LinkSigner
@@ -45,6 +46,7 @@ from jobstore.errors import JobNotFound
 from jobstore.records import Attempt, Job, OperatorAction
 from jobstore.schedule import Schedule
 from jobstore.states import State
+from telemetry import tracing
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
@@ -77,6 +79,7 @@ async def submit_job(
     committer: CommitterDep,
     metrics: MetricsDep,
     links: LinksDep,
+    traceparent: Traceparent = None,
 ) -> Response:
     """Accept a job. The answer comes only after the job and its outbox row are committed together; the
     same Idempotency-Key with the same request (kind, payload as validated, deadline, and the start as named:
@@ -87,17 +90,21 @@ async def submit_job(
     now = clock.now()
     schedule = _schedule(job, now)
     # Validation above is CPU only and runs on the event loop; the write waits for the group commit.
-    accepted = await committer.accept(
-        tenant=identity.tenant,
-        owner=identity.user,
-        kind=kind.name,
-        payload=payload,
-        operation_key=key,
-        now=now,
-        max_attempts=settings.max_attempts,
-        deadline_seconds=job.deadline_seconds,
-        schedule=schedule,
-    )
+    with tracing.span("accept", traceparent, "server", {"job.kind": kind.name}) as span:
+        accepted = await committer.accept(
+            tenant=identity.tenant,
+            owner=identity.user,
+            kind=kind.name,
+            payload=payload,
+            operation_key=key,
+            now=now,
+            max_attempts=settings.max_attempts,
+            deadline_seconds=job.deadline_seconds,
+            schedule=schedule,
+            traceparent=span.traceparent,
+        )
+        span.set_attribute("job.id", accepted.job.id)
+        span.set_attribute("job.created", accepted.created)
     faults.hit("api.after_commit")
     if accepted.created:
         metrics.job_accepted(kind.name)
