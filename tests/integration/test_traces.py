@@ -161,3 +161,6 @@ def test_with_tracing_off_the_api_stores_a_valid_client_trace_context_as_it_came
     untraced = submit("bad", {}, traceparent="00-zz")
     assert db.read(engine, queries.get_job, traced["id"]).traceparent == CLIENT  # type: ignore[union-attr]
     assert db.read(engine, queries.get_job, untraced["id"]).traceparent is None  # type: ignore[union-attr]
+    again = submit("traced", {}, traceparent=f"00-{'1' * 32}-{'2' * 16}-01")
+    assert again["id"] == traced["id"], "a retry under another trace is the same request"
+    assert db.read(engine, queries.get_job, traced["id"]).traceparent == CLIENT  # type: ignore[union-attr]
