@@ -12,25 +12,28 @@ from sqlalchemy import Connection
 from jobstore.records import Job
 from jobstore.schema import jobs
 from telemetry.logs import JobEvent, job_event
+from telemetry.tracing import trace_id_of
 
 _KEY = "outbox_bridge.job_events"
 
 # What a move's RETURNING clause adds, so that its event is built without another statement.
-COLUMNS = (jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.epoch, jobs.c.attempts)
+COLUMNS = (jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.epoch, jobs.c.attempts, jobs.c.traceparent)
 
 
 def of_job(event: str, job: Job, **more: Any) -> JobEvent:
     """The event `event` of `job` as a row read or returned in the transaction shows it."""
     return job_event(
-        event, job.id, tenant=job.tenant, kind=job.kind, epoch=job.epoch, attempt=job.attempts, **more
-    )
+        event, job.id, tenant=job.tenant, kind=job.kind, epoch=job.epoch, attempt=job.attempts,
+        trace_id=trace_id_of(job.traceparent), **more,
+    )  # fmt: skip
 
 
 def of_row(event: str, row: Any, **more: Any) -> JobEvent:
     """The event `event` of the job whose RETURNING `row` holds `COLUMNS`."""
     return job_event(
-        event, str(row.id), tenant=row.tenant, kind=row.kind, epoch=row.epoch, attempt=row.attempts, **more
-    )
+        event, str(row.id), tenant=row.tenant, kind=row.kind, epoch=row.epoch, attempt=row.attempts,
+        trace_id=trace_id_of(row.traceparent), **more,
+    )  # fmt: skip
 
 
 def note(conn: Connection, events: Iterable[JobEvent]) -> None:

@@ -21,6 +21,7 @@ from jobstore.schedule import Schedule, available_from
 from jobstore.schema import jobs
 from jobstore.states import State
 from telemetry.logs import JobEvent, job_event
+from telemetry.tracing import trace_id_of
 
 
 def fingerprint(
@@ -102,7 +103,10 @@ def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Ac
 
 
 def _accepted(row: dict[str, Any]) -> JobEvent:
-    return job_event("accepted", row["id"], tenant=row["tenant"], kind=row["kind"], epoch=0, attempt=0)
+    return job_event(
+        "accepted", row["id"], tenant=row["tenant"], kind=row["kind"], epoch=0, attempt=0,
+        trace_id=trace_id_of(row["traceparent"]),
+    )  # fmt: skip
 
 
 def _job_row(

@@ -26,6 +26,7 @@ from sqlalchemy import (
 from jobstore import doorbells, events
 from jobstore.schema import jobs, outbox
 from telemetry.logs import job_event
+from telemetry.tracing import trace_id_of
 
 # Built once with bound parameters: building a statement costs far more than running it.
 _INSERT = insert(outbox)
@@ -129,6 +130,7 @@ _MARK = (
         outbox.c.job_id,
         select(jobs.c.tenant).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
         select(jobs.c.kind).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
+        select(jobs.c.traceparent).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
     )
 )
 
@@ -138,7 +140,13 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
     if not ids:
         return 0
     rows = conn.execute(_MARK, {"b_ids": list(ids), "b_token": token, "b_now": now}).all()
-    events.note(conn, (job_event("published", str(row[0]), tenant=row[1], kind=row[2]) for row in rows))
+    events.note(
+        conn,
+        (
+            job_event("published", str(row[0]), tenant=row[1], kind=row[2], trace_id=trace_id_of(row[3]))
+            for row in rows
+        ),
+    )
     return len(rows)
 
 

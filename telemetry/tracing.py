@@ -49,6 +49,12 @@ def format_traceparent(trace_id: int, span_id: int, flags: int) -> str:
     return f"00-{trace_id:032x}-{span_id:016x}-{flags:02x}"
 
 
+def trace_id_of(traceparent: str | None) -> str | None:
+    """The trace id (32 hex digits) of a valid `traceparent`, else None: what a job's log events carry."""
+    parsed = parse(traceparent)
+    return f"{parsed[0]:032x}" if parsed else None
+
+
 def valid(traceparent: str | None) -> str | None:
     """`traceparent` in its version-00 form if it is valid, else None (a new trace then)."""
     parsed = parse(traceparent)

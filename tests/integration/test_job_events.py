@@ -152,6 +152,25 @@ def test_a_checkpoint_and_a_publish_are_logged(engine: Engine, clock: FakeClock,
     assert SECRET not in lines.text
 
 
+def test_every_event_of_a_traced_job_carries_its_trace_id(
+    engine: Engine, clock: FakeClock, lines: Lines
+) -> None:
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    job_id = job(engine, traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
+    lease = db.transact(engine, outbox.lease_batch, now=clock.now(), limit=10, lease_seconds=30.0)
+    db.transact(engine, outbox.mark_published, lease.token, [row for row, _ in lease.rows], clock.now())
+    held = claimed(engine, job_id)
+    db.transact(engine, fenced.save_checkpoint, job_id, held.epoch, {"at": 1}, clock.now())
+    assert fail(engine, clock, held, permanent=False) is State.QUEUED
+    clock.advance(1)  # past the retry's backoff
+    assert complete(engine, clock, claimed(engine, job_id)) == [State.SUCCEEDED]
+
+    assert lines.events(job_id) == [
+        "accepted", "published", "claimed", "checkpointed", "requeued", "claimed", "succeeded",
+    ]  # fmt: skip
+    assert {line["trace_id"] for line in lines.of(job_id)} == {trace_id}
+
+
 def test_nothing_is_logged_for_a_write_that_rolled_back_or_was_refused(
     engine: Engine, clock: FakeClock, lines: Lines
 ) -> None:

@@ -55,6 +55,11 @@ def test_a_valid_traceparent_is_kept_and_a_later_version_is_read_as_version_00()
     assert tracing.valid(f"01-{TRACE_ID}-b7ad6b7169203331-01-future") == PARENT
 
 
+def test_a_log_event_takes_the_trace_id_of_a_valid_traceparent_only() -> None:
+    assert tracing.trace_id_of(PARENT) == TRACE_ID
+    assert tracing.trace_id_of(None) is None and tracing.trace_id_of(INVALID["zero trace id"]) is None
+
+
 @pytest.mark.parametrize("value", INVALID.values(), ids=INVALID.keys())
 def test_with_tracing_on_a_bad_traceparent_starts_a_new_trace(
     spans: InMemorySpanExporter, value: str
