@@ -6,8 +6,9 @@ relay that stalled past its lease cannot mark rows another relay has taken over.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     BindParameter,
@@ -24,10 +25,17 @@ from sqlalchemy import (
 )
 
 from jobstore import doorbells
-from jobstore.schema import outbox
+from jobstore.schema import jobs, outbox
 
 # Built once with bound parameters: building a statement costs far more than running it.
 _INSERT = insert(outbox)
+# A row for a job written earlier takes the job's tenant and priority from its row (the relay leases by them).
+_OF_JOB: BindParameter[str] = bindparam("job_id")
+_INSERT_FOR_JOB = insert(outbox).values(
+    job_id=_OF_JOB,
+    tenant=select(jobs.c.tenant).where(jobs.c.id == _OF_JOB).scalar_subquery(),
+    priority=select(jobs.c.priority).where(jobs.c.id == _OF_JOB).scalar_subquery(),
+)
 _DROP_PENDING = delete(outbox).where(outbox.c.job_id == bindparam("b_job"), outbox.c.published_at.is_(None))
 _DROP_PENDING_MANY = delete(outbox).where(
     outbox.c.job_id.in_(bindparam("b_jobs", expanding=True)), outbox.c.published_at.is_(None)
@@ -40,7 +48,8 @@ def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> No
     """Queue a delivery of `job_id` that comes due at `available_at`; the relays are rung when the caller's
     transaction commits (`jobstore.doorbells`)."""
     conn.execute(
-        _INSERT, {"job_id": job_id, "created_at": now, "available_at": available_at, "publish_attempts": 0}
+        _INSERT_FOR_JOB,
+        {"job_id": job_id, "created_at": now, "available_at": available_at, "publish_attempts": 0},
     )
     doorbells.note_outbox_row(conn, available_at)
 
@@ -50,13 +59,29 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -
     if not deliveries:
         return
     conn.execute(
-        _INSERT,
+        _INSERT_FOR_JOB,
         [
             {"job_id": job_id, "created_at": now, "available_at": at, "publish_attempts": 0}
             for job_id, at, now in deliveries
         ],
     )
     doorbells.note_outbox_row(conn, min(at for _, at, _ in deliveries))
+
+
+def add_accepted(conn: Connection, job_rows: Sequence[Mapping[str, Any]]) -> None:
+    """`add` for jobs being accepted in this transaction, from their rows (id, tenant, priority, available
+    at, created at), in one multi-row insert."""
+    if not job_rows:
+        return
+    conn.execute(
+        _INSERT,
+        [
+            {"job_id": row["id"], "created_at": row["created_at"], "available_at": row["available_at"],
+             "publish_attempts": 0, "tenant": row["tenant"], "priority": row["priority"]}
+            for row in job_rows
+        ],
+    )  # fmt: skip
+    doorbells.note_outbox_row(conn, min(row["available_at"] for row in job_rows))
 
 
 def drop_pending(conn: Connection, job_id: str) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
+from jobstore.priorities import Priority
 from jobstore.states import State
 
 
@@ -40,6 +41,7 @@ class Job:
     started_at: float | None
     finished_at: float | None
     run_at: float | None = None  # the start the request asked for; None: as soon as possible
+    priority: Priority = Priority.NORMAL
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:
@@ -48,6 +50,7 @@ class Job:
         values["checkpoint"] = json.loads(values["checkpoint"]) if values["checkpoint"] else None
         values["state"] = State(values["state"])
         values["cancel_requested"] = bool(values["cancel_requested"])
+        values["priority"] = Priority(values.get("priority", Priority.NORMAL))
         return cls(**values)
 
 
