@@ -47,8 +47,11 @@ class ClaimResult:
     state: State | None = None
 
 
-def _queued_due(now: ColumnElement[float]) -> ColumnElement[bool]:
-    return and_(state_in(CLAIM.sources), jobs.c.available_at <= now)
+def _queued_due(now: ColumnElement[float], *, walk_priority: bool = False) -> ColumnElement[bool]:
+    """Queued and due. `walk_priority`: written so that SQLite's planner walks the (state, priority,
+    available_at) index in order, not the (state, available_at) one's range and a sort of what it finds."""
+    available_at = jobs.c.available_at + 0 if walk_priority else jobs.c.available_at
+    return and_(state_in(CLAIM.sources), available_at <= now)
 
 
 def _expired(now: ColumnElement[float]) -> ColumnElement[bool]:
@@ -200,27 +203,69 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
 
 # Two statements, not one with an OR: each walks its own index in order and stops at the limit, where the
 # OR would gather and sort every due row (the whole backlog, in a burst) to take a few.
-def _due(which: ColumnElement[bool], order: ColumnElement[Any]) -> Any:
-    return select(jobs.c.id).where(which, _takeable(_NOW)).order_by(order).limit(bindparam("b_limit"))
+def _due(which: ColumnElement[bool], *order: ColumnElement[Any]) -> Any:
+    return select(jobs.c.id).where(which, _takeable(_NOW)).order_by(*order).limit(bindparam("b_limit"))
 
 
-_DUE_STATEMENTS = (
-    _due(_expired(_NOW), jobs.c.lease_expires_at),
-    _due(_queued_due(_NOW), jobs.c.available_at),
+_EXPIRED_DUE = _due(_expired(_NOW), jobs.c.lease_expires_at)
+# Queued jobs by priority, then age: a walk of the (state, priority, available_at) index.
+_QUEUED_DUE = _due(_queued_due(_NOW, walk_priority=True), jobs.c.priority, jobs.c.available_at)
+# When more are queued than a claim takes: by priority, then round-robin over tenants (a job's turn is its
+# rank among its tenant's due jobs of that priority), then age. It ranks every due job, so it runs only when
+# there is a backlog to order (see `outbox` for the relay's same order).
+_TURN = func.row_number().over(
+    partition_by=(jobs.c.priority, jobs.c.tenant), order_by=(jobs.c.available_at, jobs.c.id)
 )
-_DUE_SKIP_LOCKED = tuple(statement.with_for_update(skip_locked=True) for statement in _DUE_STATEMENTS)
+_RANKED = (
+    select(jobs.c.id, jobs.c.priority, jobs.c.available_at, _TURN.label("turn"))
+    .where(_queued_due(_NOW), _takeable(_NOW))
+    .subquery("ranked")
+)
+_QUEUED_FAIR = (
+    select(_RANKED.c.id)
+    .order_by(_RANKED.c.priority, _RANKED.c.turn, _RANKED.c.available_at)
+    .limit(bindparam("b_limit"))
+)
+
+
+def _due_ids(conn: Connection, now: float, limit: int) -> list[str]:
+    """The jobs a claim of `limit` takes, in order: expired leases first (oldest lease first), then queued
+    jobs: all of them when no more are due than fit; else by priority, a turn per tenant, then age. On
+    PostgreSQL rows another claimer has locked are skipped; a job ranked here that another claimer takes
+    meanwhile is refused by the claim's guard."""
+    postgres = conn.dialect.name == "postgresql"
+    expired = _EXPIRED_DUE.with_for_update(skip_locked=True) if postgres else _EXPIRED_DUE
+    job_ids = list(conn.execute(expired, {"b_now": now, "b_limit": limit}).scalars())
+    room = limit - len(job_ids)
+    if room <= 0:
+        return job_ids
+    queued_due = _QUEUED_DUE.with_for_update(skip_locked=True) if postgres else _QUEUED_DUE
+    queued = list(conn.execute(queued_due, {"b_now": now, "b_limit": room + 1}).scalars())
+    if len(queued) > room:
+        ranked = list(conn.execute(_QUEUED_FAIR, {"b_now": now, "b_limit": 2 * room}).scalars())
+        queued = _unlocked(conn, ranked, queued)[:room] if postgres else ranked[:room]
+    return job_ids + queued
+
+
+_LOCK_UNLOCKED = select(jobs.c.id).where(jobs.c.id.in_(_IDS)).with_for_update(skip_locked=True)
+
+
+def _unlocked(conn: Connection, ranked: list[str], walked: list[str]) -> list[str]:
+    """Those of `ranked` no other transaction holds locked, locked now, in the same order, then those of
+    `walked` (locked by this transaction's walk) not among them. PostgreSQL: the ranking query cannot lock,
+    and concurrent claimers all rank the same jobs first: each takes what it can, and its own walk's."""
+    free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": ranked}).scalars())
+    taken = [job_id for job_id in ranked if job_id in free]
+    return taken + [job_id for job_id in walked if job_id not in free]
 
 
 def claim_due(conn: Connection, worker: str, now: float, lease_seconds: float, limit: int) -> list[Claim]:
     """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
-    the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs,
-    oldest first; none when none is due.
+    the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs by
+    priority, then fairly across tenants, then oldest first; none when none is due.
 
     Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
-    job_ids: list[str] = []
-    for due in _DUE_SKIP_LOCKED if conn.dialect.name == "postgresql" else _DUE_STATEMENTS:
-        if len(job_ids) < limit:
-            job_ids += conn.execute(due, {"b_now": now, "b_limit": limit - len(job_ids)}).scalars()
+    job_ids = _due_ids(conn, now, limit)
     taken = _take_many(conn, job_ids, worker, now, lease_seconds)
     claims = [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
     outbox.drop_pending_many(conn, [claim.job_id for claim in claims])
@@ -228,7 +273,7 @@ def claim_due(conn: Connection, worker: str, now: float, lease_seconds: float, l
 
 
 def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) -> Claim | None:
-    """`claim_due` for one job: the job it would take first (an expired lease, else the oldest queued job),
-    or None when there is none."""
+    """`claim_due` for one job: the job it would take first (an expired lease, else the first queued job in
+    `claim_due`'s order), or None when there is none."""
     claims = claim_due(conn, worker, now, lease_seconds, 1)
     return claims[0] if claims else None

@@ -106,8 +106,33 @@ _DUE = and_(
     outbox.c.available_at <= _NOW,
     or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW),
 )
-_CANDIDATES = select(outbox.c.id).where(_DUE).order_by(outbox.c.id).limit(bindparam("b_limit"))
-_CANDIDATES_SKIP_LOCKED = _CANDIDATES.with_for_update(skip_locked=True)
+# Two orders. While no more rows are due than a lease takes, the oldest walk of the (published_at, priority,
+# id) index finds them all, and their order does not matter. When more are due, the lease takes them by
+# priority (high first), then round-robin over tenants (a row's turn is its rank among its tenant's due rows
+# of that priority), then age: one tenant's backlog cannot keep another's first row waiting behind it. That
+# order ranks every due row, so it runs only when there is a backlog to order.
+# (`available_at + 0`: so that SQLite walks that index in order, not the (published_at, available_at) one's
+# range followed by a sort of what it finds.)
+_DUE_WALKED = and_(
+    outbox.c.published_at.is_(None),
+    outbox.c.available_at + 0 <= _NOW,
+    or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW),
+)
+_ORDERED = (
+    select(outbox.c.id)
+    .where(_DUE_WALKED)
+    .order_by(outbox.c.priority, outbox.c.id)
+    .limit(bindparam("b_limit"))
+)
+_TURN = func.row_number().over(partition_by=(outbox.c.priority, outbox.c.tenant), order_by=outbox.c.id)
+_RANKED = select(outbox.c.id, outbox.c.priority, _TURN.label("turn")).where(_DUE).subquery("ranked")
+_FAIR = (
+    select(_RANKED.c.id)
+    .order_by(_RANKED.c.priority, _RANKED.c.turn, _RANKED.c.id)
+    .limit(bindparam("b_limit"))
+)
+_ORDERED_SKIP_LOCKED = _ORDERED.with_for_update(skip_locked=True)
+_LOCK_UNLOCKED = select(outbox.c.id).where(outbox.c.id.in_(_IDS)).with_for_update(skip_locked=True)
 _LEASE = (
     update(outbox)
     .where(outbox.c.id.in_(_IDS), _DUE)
@@ -120,16 +145,32 @@ _LEASE = (
 )
 
 
+def lease_order(conn: Connection, *, now: float, limit: int) -> list[int]:
+    """The ids of the due, unpublished rows no live lease holds that a lease of `limit` takes, in the order
+    it takes them: every one when there are no more than `limit`; else by priority, then a turn per tenant,
+    then age. On PostgreSQL the rows another relay's lease transaction holds locked are skipped."""
+    params = {"b_now": now, "b_limit": limit + 1}
+    postgres = conn.dialect.name == "postgresql"
+    ids = list(conn.execute(_ORDERED_SKIP_LOCKED if postgres else _ORDERED, params).scalars())
+    if len(ids) <= limit:
+        return ids
+    ranked = list(conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit}).scalars())
+    if postgres:  # the ranking cannot lock: those no other relay's lease holds, then the walk's own
+        free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": ranked}).scalars())
+        ranked = [row_id for row_id in ranked if row_id in free] + [i for i in ids if i not in free]
+    return ranked[:limit]
+
+
 def lease_batch(conn: Connection, *, now: float, limit: int, lease_seconds: float) -> Lease:
-    """Lease up to `limit` due, unpublished rows that no live lease holds, oldest first."""
-    candidates = _CANDIDATES_SKIP_LOCKED if conn.dialect.name == "postgresql" else _CANDIDATES
-    ids = list(conn.execute(candidates, {"b_now": now, "b_limit": limit}).scalars())
+    """Lease up to `limit` due, unpublished rows that no live lease holds, in `lease_order`. The lease's
+    rows keep that order (the relay publishes them in it)."""
+    ids = lease_order(conn, now=now, limit=limit)
     token = str(uuid.uuid4())
     if not ids:
         return Lease(token, ())
     params = {"b_ids": ids, "b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}
-    rows = conn.execute(_LEASE, params).all()
-    return Lease(token, tuple(sorted((int(r[0]), str(r[1])) for r in rows)))
+    taken = {int(r[0]): str(r[1]) for r in conn.execute(_LEASE, params)}
+    return Lease(token, tuple((row_id, taken[row_id]) for row_id in ids if row_id in taken))
 
 
 _MARK = (

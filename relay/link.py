@@ -7,6 +7,7 @@ connection fails to open or closes, with the messages that were still unconfirme
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 import pika
@@ -94,6 +95,19 @@ class BrokerLink:
                 return [Sent(row_id, lease.token) for row_id, _ in lease.rows[index:]]
             self.window.add(Sent(outbox_id, lease.token))
         return []
+
+    def read_depth(self, on_depth: Callable[[int], None]) -> bool:
+        """Ask the broker how many messages are ready in the queue (a passive declare); `on_depth(count)`
+        runs on the IOLoop with the answer. False when the channel is not open (no answer will come)."""
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            return False
+
+        def answered(frame: pika.frame.Method) -> None:
+            on_depth(int(frame.method.message_count))
+
+        channel.queue_declare(self._settings.queue, passive=True, callback=answered)
+        return True
 
     def close(self) -> None:
         """Close the connection (or abandon opening it); `on_down` follows. Idempotent."""
