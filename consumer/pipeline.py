@@ -66,6 +66,7 @@ REFUSED_AS = {
     Refusal.NOT_FOUND: instruments.NOT_FOUND,
     Refusal.NOT_AVAILABLE: instruments.NOT_DUE,
     Refusal.NEEDS_SWEEP: instruments.NEEDS_SWEEP,
+    Refusal.TENANT_BUSY: instruments.TENANT_BUSY,
 }
 
 
@@ -262,7 +263,8 @@ class Pipeline:
             round_.deliveries = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
         job_ids = [d.job_id for d in round_.deliveries]
         lease = self._settings.lease_seconds
-        return write_round(conn, round_.finished, job_ids, self._worker, lease, self._backoff)
+        cap = self._settings.tenant_max_running
+        return write_round(conn, round_.finished, job_ids, self._worker, lease, self._backoff, cap)
 
     def _write_round(self, round_: Round) -> None:
         written = self._patiently(self._in_transaction, round_)

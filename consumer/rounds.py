@@ -32,10 +32,10 @@ class Round:
 
 
 def claim_all(
-    conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float
+    conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float, tenant_cap: int = 0
 ) -> list[claiming.ClaimResult]:
     """Claim each job in the caller's transaction; a second delivery of one job sees it leased."""
-    return claiming.claim_many(conn, job_ids, worker, clock.now(), lease_seconds)
+    return claiming.claim_many(conn, job_ids, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap)
 
 
 def commit_all(conn: Connection, finished: Sequence[Finished], backoff: Backoff) -> list[State | None]:
@@ -52,6 +52,9 @@ def write_round(
     worker: str,
     lease_seconds: float,
     backoff: Backoff,
+    tenant_cap: int = 0,
 ) -> tuple[list[State | None], list[claiming.ClaimResult]]:
-    """One round of the store writer: commit the finished outcomes, then claim the delivered jobs."""
-    return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
+    """One round of the store writer: commit the finished outcomes, then claim the delivered jobs (within
+    `TENANT_MAX_RUNNING`: `tenant_cap`)."""
+    states = commit_all(conn, finished, backoff)
+    return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap)

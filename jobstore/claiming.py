@@ -23,7 +23,7 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import fenced, outbox, queries
+from jobstore import fenced, outbox, queries, tenantcap
 from jobstore.intake import new_id
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, state_in
@@ -38,6 +38,7 @@ class Refusal(StrEnum):
     LEASED = "leased"  # another live worker holds it
     NOT_AVAILABLE = "not_available"  # waiting out a retry backoff; its own outbox row will deliver it
     NEEDS_SWEEP = "needs_sweep"  # expired with an external effect, out of budget or past its deadline
+    TENANT_BUSY = "tenant_busy"  # its tenant runs TENANT_MAX_RUNNING jobs: delivered again a little later
 
 
 @dataclass(frozen=True)
@@ -125,14 +126,29 @@ def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds:
 
 
 def claim_many(
-    conn: Connection, job_ids: Sequence[str], worker: str, now: float, lease_seconds: float
+    conn: Connection,
+    job_ids: Sequence[str],
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    *,
+    tenant_cap: int = 0,
 ) -> list[ClaimResult]:
     """`claim` for each of `job_ids`, with the same guard, as if one after another in this order, but in a
-    few statements whatever their number. A job named twice is taken once and refused as leased after."""
-    taken = _take_many(conn, list(dict.fromkeys(job_ids)), worker, now, lease_seconds)
+    few statements whatever their number. A job named twice is taken once and refused as leased after.
+
+    With a `tenant_cap` (`TENANT_MAX_RUNNING`), a queued job whose tenant runs that many is refused as
+    `TENANT_BUSY` and its outbox row written again, due `tenantcap.RETRY_SECONDS` from `now`."""
+    distinct = list(dict.fromkeys(job_ids))
+    busy = set(_over_cap(conn, distinct, tenant_cap, now)) if tenant_cap else set()
+    taken = _take_many(
+        conn, [job_id for job_id in distinct if job_id not in busy], worker, now, lease_seconds
+    )
     results = []
     for job_id in job_ids:
-        if job_id not in taken:
+        if job_id in busy:
+            results.append(ClaimResult(refusal=Refusal.TENANT_BUSY, state=State.QUEUED))
+        elif job_id not in taken:
             results.append(_refusal(conn, job_id, now))
         elif (held := taken[job_id]) is not None:
             results.append(ClaimResult(claim=held, state=State.RUNNING))
@@ -209,7 +225,10 @@ def _due(which: ColumnElement[bool], *order: ColumnElement[Any]) -> Any:
 
 _EXPIRED_DUE = _due(_expired(_NOW), jobs.c.lease_expires_at)
 # Queued jobs by priority, then age: a walk of the (state, priority, available_at) index.
-_QUEUED_DUE = _due(_queued_due(_NOW, walk_priority=True), jobs.c.priority, jobs.c.available_at)
+_NOT_CAPPED = jobs.c.tenant.not_in(bindparam("b_capped", expanding=True))
+_QUEUED_DUE = _due(
+    and_(_queued_due(_NOW, walk_priority=True), _NOT_CAPPED), jobs.c.priority, jobs.c.available_at
+)
 # When more are queued than a claim takes: by priority, then round-robin over tenants (a job's turn is its
 # rank among its tenant's due jobs of that priority), then age. It ranks every due job, so it runs only when
 # there is a backlog to order (see `outbox` for the relay's same order).
@@ -218,7 +237,7 @@ _TURN = func.row_number().over(
 )
 _RANKED = (
     select(jobs.c.id, jobs.c.priority, jobs.c.available_at, _TURN.label("turn"))
-    .where(_queued_due(_NOW), _takeable(_NOW))
+    .where(_queued_due(_NOW), _takeable(_NOW), _NOT_CAPPED)
     .subquery("ranked")
 )
 _QUEUED_FAIR = (
@@ -228,9 +247,10 @@ _QUEUED_FAIR = (
 )
 
 
-def _due_ids(conn: Connection, now: float, limit: int) -> list[str]:
+def _due_ids(conn: Connection, now: float, limit: int, capped: Sequence[str] = ()) -> list[str]:
     """The jobs a claim of `limit` takes, in order: expired leases first (oldest lease first), then queued
-    jobs: all of them when no more are due than fit; else by priority, a turn per tenant, then age. On
+    jobs (but for those of the `capped` tenants): all of them when no more are due than fit; else by
+    priority, a turn per tenant, then age. On
     PostgreSQL rows another claimer has locked are skipped; a job ranked here that another claimer takes
     meanwhile is refused by the claim's guard."""
     postgres = conn.dialect.name == "postgresql"
@@ -240,9 +260,10 @@ def _due_ids(conn: Connection, now: float, limit: int) -> list[str]:
     if room <= 0:
         return job_ids
     queued_due = _QUEUED_DUE.with_for_update(skip_locked=True) if postgres else _QUEUED_DUE
-    queued = list(conn.execute(queued_due, {"b_now": now, "b_limit": room + 1}).scalars())
+    params = {"b_now": now, "b_limit": room + 1, "b_capped": list(capped)}
+    queued = list(conn.execute(queued_due, params).scalars())
     if len(queued) > room:
-        ranked = list(conn.execute(_QUEUED_FAIR, {"b_now": now, "b_limit": 2 * room}).scalars())
+        ranked = list(conn.execute(_QUEUED_FAIR, {**params, "b_limit": 2 * room}).scalars())
         queued = _unlocked(conn, ranked, queued)[:room] if postgres else ranked[:room]
     return job_ids + queued
 
@@ -259,21 +280,58 @@ def _unlocked(conn: Connection, ranked: list[str], walked: list[str]) -> list[st
     return taken + [job_id for job_id in walked if job_id not in free]
 
 
-def claim_due(conn: Connection, worker: str, now: float, lease_seconds: float, limit: int) -> list[Claim]:
+def claim_due(
+    conn: Connection, worker: str, now: float, lease_seconds: float, limit: int, *, tenant_cap: int = 0
+) -> list[Claim]:
     """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
     the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs by
     priority, then fairly across tenants, then oldest first; none when none is due.
 
+    With a `tenant_cap` (`TENANT_MAX_RUNNING`), the queued jobs of tenants that run that many are passed
+    over (they stay queued for a later claim).
+
     Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
-    job_ids = _due_ids(conn, now, limit)
+    job_ids = _due_ids(conn, now, limit, tenantcap.at_cap(conn, tenant_cap))
+    if tenant_cap:
+        job_ids = _within_cap(conn, job_ids, tenant_cap)
     taken = _take_many(conn, job_ids, worker, now, lease_seconds)
     claims = [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
     outbox.drop_pending_many(conn, [claim.job_id for claim in claims])
     return claims
 
 
-def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) -> Claim | None:
+def claim_next(
+    conn: Connection, worker: str, now: float, lease_seconds: float, *, tenant_cap: int = 0
+) -> Claim | None:
     """`claim_due` for one job: the job it would take first (an expired lease, else the first queued job in
     `claim_due`'s order), or None when there is none."""
-    claims = claim_due(conn, worker, now, lease_seconds, 1)
+    claims = claim_due(conn, worker, now, lease_seconds, 1, tenant_cap=tenant_cap)
     return claims[0] if claims else None
+
+
+_QUEUED_TENANTS = select(jobs.c.id, jobs.c.tenant).where(jobs.c.id.in_(_IDS), state_in(CLAIM.sources))
+
+
+def _capped_split(conn: Connection, job_ids: list[str], cap: int) -> tuple[list[str], list[str]]:
+    """Of `job_ids`, in order: the queued ones the cap admits, and those it refuses (locking, on
+    PostgreSQL, the tenants concerned first: `tenantcap.lock`)."""
+    queued = {str(r[0]): str(r[1]) for r in conn.execute(_QUEUED_TENANTS, {"b_ids": job_ids})}
+    tenants = set(queued.values())
+    tenantcap.lock(conn, tenants)
+    running = tenantcap.running(conn, tenants)
+    return tenantcap.admit([(job_id, queued[job_id]) for job_id in job_ids if job_id in queued], running, cap)
+
+
+def _within_cap(conn: Connection, job_ids: list[str], cap: int) -> list[str]:
+    """`job_ids` without the queued jobs the cap refuses (jobs already running, with an expired lease,
+    stay: taking one over adds nothing to its tenant's count)."""
+    _, refused = _capped_split(conn, job_ids, cap) if job_ids else ([], [])
+    return [job_id for job_id in job_ids if job_id not in set(refused)]
+
+
+def _over_cap(conn: Connection, job_ids: list[str], cap: int, now: float) -> list[str]:
+    """The queued jobs of `job_ids` the cap refuses; each gets its outbox row again, due a little later."""
+    _, refused = _capped_split(conn, job_ids, cap) if job_ids else ([], [])
+    if refused:
+        outbox.add_many(conn, [(job_id, now + tenantcap.RETRY_SECONDS, now) for job_id in refused])
+    return refused

@@ -24,7 +24,7 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import doorbells
+from jobstore import doorbells, tenantcap
 from jobstore.schema import jobs, outbox
 
 # Built once with bound parameters: building a statement costs far more than running it.
@@ -119,15 +119,19 @@ _DUE_WALKED = and_(
     or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW),
 )
 _ORDERED = (
-    select(outbox.c.id)
+    select(outbox.c.id, outbox.c.tenant)
     .where(_DUE_WALKED)
     .order_by(outbox.c.priority, outbox.c.id)
     .limit(bindparam("b_limit"))
 )
 _TURN = func.row_number().over(partition_by=(outbox.c.priority, outbox.c.tenant), order_by=outbox.c.id)
-_RANKED = select(outbox.c.id, outbox.c.priority, _TURN.label("turn")).where(_DUE).subquery("ranked")
+_RANKED = (
+    select(outbox.c.id, outbox.c.tenant, outbox.c.priority, _TURN.label("turn"))
+    .where(_DUE)
+    .subquery("ranked")
+)
 _FAIR = (
-    select(_RANKED.c.id)
+    select(_RANKED.c.id, _RANKED.c.tenant)
     .order_by(_RANKED.c.priority, _RANKED.c.turn, _RANKED.c.id)
     .limit(bindparam("b_limit"))
 )
@@ -145,26 +149,41 @@ _LEASE = (
 )
 
 
-def lease_order(conn: Connection, *, now: float, limit: int) -> list[int]:
+def lease_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0) -> list[int]:
     """The ids of the due, unpublished rows no live lease holds that a lease of `limit` takes, in the order
     it takes them: every one when there are no more than `limit`; else by priority, then a turn per tenant,
-    then age. On PostgreSQL the rows another relay's lease transaction holds locked are skipped."""
+    then age. On PostgreSQL the rows another relay's lease transaction holds locked are skipped. With a
+    `tenant_cap` (`TENANT_MAX_RUNNING`), a tenant gets no more rows than it may start jobs now: the rest
+    wait here, not in the queue, where a consumer could only hand them back."""
     params = {"b_now": now, "b_limit": limit + 1}
     postgres = conn.dialect.name == "postgresql"
-    ids = list(conn.execute(_ORDERED_SKIP_LOCKED if postgres else _ORDERED, params).scalars())
-    if len(ids) <= limit:
-        return ids
-    ranked = list(conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit}).scalars())
-    if postgres:  # the ranking cannot lock: those no other relay's lease holds, then the walk's own
-        free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": ranked}).scalars())
-        ranked = [row_id for row_id in ranked if row_id in free] + [i for i in ids if i not in free]
-    return ranked[:limit]
+    rows = [
+        (int(r[0]), str(r[1])) for r in conn.execute(_ORDERED_SKIP_LOCKED if postgres else _ORDERED, params)
+    ]
+    if len(rows) > limit:
+        ranked = [(int(r[0]), str(r[1])) for r in conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit})]
+        if postgres:  # the ranking cannot lock: those no other relay's lease holds, then the walk's own
+            free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": [i for i, _ in ranked]}).scalars())
+            rows = [r for r in ranked if r[0] in free] + [r for r in rows if r[0] not in free]
+        else:
+            rows = ranked
+    if tenant_cap:
+        rows = _within_cap(conn, rows, tenant_cap)
+    return [row_id for row_id, _ in rows[:limit]]
 
 
-def lease_batch(conn: Connection, *, now: float, limit: int, lease_seconds: float) -> Lease:
+def _within_cap(conn: Connection, rows: list[tuple[int, str]], cap: int) -> list[tuple[int, str]]:
+    running = tenantcap.running(conn, {tenant for _, tenant in rows})
+    admitted = set(tenantcap.admit([(str(i), tenant) for i, tenant in rows], running, cap)[0])
+    return [row for row in rows if str(row[0]) in admitted]
+
+
+def lease_batch(
+    conn: Connection, *, now: float, limit: int, lease_seconds: float, tenant_cap: int = 0
+) -> Lease:
     """Lease up to `limit` due, unpublished rows that no live lease holds, in `lease_order`. The lease's
     rows keep that order (the relay publishes them in it)."""
-    ids = lease_order(conn, now=now, limit=limit)
+    ids = lease_order(conn, now=now, limit=limit, tenant_cap=tenant_cap)
     token = str(uuid.uuid4())
     if not ids:
         return Lease(token, ())
