@@ -229,14 +229,28 @@ _NOT_CAPPED = jobs.c.tenant.not_in(bindparam("b_capped", expanding=True))
 _QUEUED_DUE = _due(
     and_(_queued_due(_NOW, walk_priority=True), _NOT_CAPPED), jobs.c.priority, jobs.c.available_at
 )
-# When more are queued than a claim takes: by priority, then round-robin over tenants (a job's turn is its
-# rank among its tenant's due jobs of that priority), then age. It ranks every due job, so it runs only when
-# there is a backlog to order (see `outbox` for the relay's same order).
+# When more are queued than a claim takes: by priority, then round-robin over tenants, then age. A job's
+# turn is its rank among its tenant's due jobs of that priority plus the jobs its tenant runs now: ranks
+# alone would start over at every claim, and a claim of one would always take the tenant whose first job
+# is oldest. It ranks every due job, so it runs only when there is a backlog of several tenants to order
+# (see `outbox` for the relay's same order).
 _TURN = func.row_number().over(
     partition_by=(jobs.c.priority, jobs.c.tenant), order_by=(jobs.c.available_at, jobs.c.id)
 )
+_RUNNING = (
+    select(jobs.c.tenant, func.count().label("running"))
+    .where(jobs.c.state == State.RUNNING.value)
+    .group_by(jobs.c.tenant)
+    .subquery("running")
+)
 _RANKED = (
-    select(jobs.c.id, jobs.c.priority, jobs.c.available_at, _TURN.label("turn"))
+    select(
+        jobs.c.id,
+        jobs.c.priority,
+        jobs.c.available_at,
+        (_TURN + func.coalesce(_RUNNING.c.running, 0)).label("turn"),
+    )
+    .select_from(jobs.outerjoin(_RUNNING, _RUNNING.c.tenant == jobs.c.tenant))
     .where(_queued_due(_NOW), _takeable(_NOW), _NOT_CAPPED)
     .subquery("ranked")
 )
@@ -262,13 +276,23 @@ def _due_ids(conn: Connection, now: float, limit: int, capped: Sequence[str] = (
     queued_due = _QUEUED_DUE.with_for_update(skip_locked=True) if postgres else _QUEUED_DUE
     params = {"b_now": now, "b_limit": room + 1, "b_capped": list(capped)}
     queued = list(conn.execute(queued_due, params).scalars())
-    if len(queued) > room:
+    if len(queued) > room and _several_tenants(conn):
         ranked = list(conn.execute(_QUEUED_FAIR, {**params, "b_limit": 2 * room}).scalars())
         queued = _unlocked(conn, ranked, queued)[:room] if postgres else ranked[:room]
-    return job_ids + queued
+    return job_ids + queued[:room]
 
 
 _LOCK_UNLOCKED = select(jobs.c.id).where(jobs.c.id.in_(_IDS)).with_for_update(skip_locked=True)
+# Two seeks of the (state, tenant) index: one tenant's backlog has no turns to rank.
+_TENANT_RANGE = select(
+    select(func.min(jobs.c.tenant)).where(state_in(CLAIM.sources)).scalar_subquery(),
+    select(func.max(jobs.c.tenant)).where(state_in(CLAIM.sources)).scalar_subquery(),
+)
+
+
+def _several_tenants(conn: Connection) -> bool:
+    lowest, highest = conn.execute(_TENANT_RANGE).one()
+    return bool(lowest != highest)
 
 
 def _unlocked(conn: Connection, ranked: list[str], walked: list[str]) -> list[str]:

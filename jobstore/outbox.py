@@ -124,9 +124,23 @@ _ORDERED = (
     .order_by(outbox.c.priority, outbox.c.id)
     .limit(bindparam("b_limit"))
 )
+# A row's turn: its rank among its tenant's due rows of that priority, plus the jobs its tenant runs now
+# (ranks alone start over at every lease: the tenant whose first row is oldest would win every small one).
 _TURN = func.row_number().over(partition_by=(outbox.c.priority, outbox.c.tenant), order_by=outbox.c.id)
+_RUNNING = (
+    select(jobs.c.tenant, func.count().label("running"))
+    .where(jobs.c.state == "running")
+    .group_by(jobs.c.tenant)
+    .subquery("running")
+)
 _RANKED = (
-    select(outbox.c.id, outbox.c.tenant, outbox.c.priority, _TURN.label("turn"))
+    select(
+        outbox.c.id,
+        outbox.c.tenant,
+        outbox.c.priority,
+        (_TURN + func.coalesce(_RUNNING.c.running, 0)).label("turn"),
+    )
+    .select_from(outbox.outerjoin(_RUNNING, _RUNNING.c.tenant == outbox.c.tenant))
     .where(_DUE)
     .subquery("ranked")
 )
@@ -160,7 +174,7 @@ def lease_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0
     rows = [
         (int(r[0]), str(r[1])) for r in conn.execute(_ORDERED_SKIP_LOCKED if postgres else _ORDERED, params)
     ]
-    if len(rows) > limit:
+    if len(rows) > limit and _several_tenants(conn):
         ranked = [(int(r[0]), str(r[1])) for r in conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit})]
         if postgres:  # the ranking cannot lock: those no other relay's lease holds, then the walk's own
             free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": [i for i, _ in ranked]}).scalars())
@@ -170,6 +184,18 @@ def lease_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0
     if tenant_cap:
         rows = _within_cap(conn, rows, tenant_cap)
     return [row_id for row_id, _ in rows[:limit]]
+
+
+# Two seeks of the (published_at, tenant) index: one tenant's backlog has no turns to rank.
+_TENANT_RANGE = select(
+    select(func.min(outbox.c.tenant)).where(outbox.c.published_at.is_(None)).scalar_subquery(),
+    select(func.max(outbox.c.tenant)).where(outbox.c.published_at.is_(None)).scalar_subquery(),
+)
+
+
+def _several_tenants(conn: Connection) -> bool:
+    lowest, highest = conn.execute(_TENANT_RANGE).one()
+    return bool(lowest != highest)
 
 
 def _within_cap(conn: Connection, rows: list[tuple[int, str]], cap: int) -> list[tuple[int, str]]:

@@ -75,6 +75,8 @@ jobs = Table(
     Index("ix_jobs_state_finished_at", "state", "finished_at"),
     # The baseline's claim: queued jobs by priority, then age, walked in order.
     Index("ix_jobs_state_priority_available_at", "state", "priority", "available_at"),
+    # Whether more than one tenant has queued jobs (the lowest and the highest name): two index seeks.
+    Index("ix_jobs_state_tenant", "state", "tenant"),
 )
 
 attempts = Table(
@@ -113,6 +115,7 @@ outbox = Table(
     Index("ix_outbox_published_at_available_at", "published_at", "available_at"),
     Index("ix_outbox_job_id", "job_id"),
     Index("ix_outbox_published_at_priority_id", "published_at", "priority", "id"),
+    Index("ix_outbox_published_at_tenant", "published_at", "tenant"),
     sqlite_autoincrement=True,
 )
 

@@ -1,17 +1,29 @@
 """How far ahead of the consumers the relay publishes: at most `PUBLISH_AHEAD` messages waiting (ready, not
-yet delivered) in the queue. What is due beyond that waits in the outbox, where each lease takes it in the
-store's order (priority, then a turn per tenant, then age: `jobstore.outbox.lease_order`), so a `high` job
-or another tenant's job waits behind at most this many messages and the consumers' prefetch, not behind the
-whole backlog. The queue has one order (a quorum queue has no priorities): the outbox is the priority queue.
+yet delivered) in the queue, and, once the relay has seen how fast the consumers take them, no more than
+about `AHEAD_SECONDS` of their work. What is due beyond that waits in the outbox, where each lease takes it
+in the store's order (priority, then a turn per tenant, then age: `jobstore.outbox.lease_order`), so a
+`high` job or another tenant's job waits behind at most that window and the consumers' prefetch, not behind
+the whole backlog. The queue has one order (a quorum queue has no priorities): the outbox is the priority
+queue.
 
 The count is read with a passive declare of the queue on the relay's channel, only while the relay is held
 back (never once per message): between readings it grows by what the relay publishes, so it can only
-overestimate, and a reading is taken again every `HELD_POLL_SECONDS` until there is room."""
+overestimate, and a reading is taken again every `HELD_POLL_SECONDS` until there is room. Two readings in a
+row also say how many messages the consumers took in between: the consumers' rate."""
 
 from __future__ import annotations
 
+import time
+
 # While held back, the queue's depth is read this often (one small round trip on the relay's channel).
 HELD_POLL_SECONDS = 0.02
+# Keep about this much of the consumers' work waiting in the queue (but never fewer than `FLOOR` messages):
+# enough that they never wait for the relay, little enough that a new job waits behind little.
+AHEAD_SECONDS = 0.25
+FLOOR = 20
+# Readings further apart than this say nothing about the current rate.
+RATE_GAP_SECONDS = 1.0
+SMOOTHING = 0.3
 
 
 class PublishAhead:
@@ -19,26 +31,34 @@ class PublishAhead:
 
     def __init__(self, cap: int, batch: int) -> None:
         self.cap = cap  # 0: no bound
-        # Lease again once this much room opened: not one message at a time.
-        self.refill = max(1, min(batch, cap) // 2) if cap else 1
         self._batch = batch
         self._waiting: int | None = None  # None: not read since the link came up
         self._since_reading = 0
+        self._read_at = 0.0
+        self._rate: float | None = None  # messages the consumers take per second, smoothed
         self.reading = False
 
     @property
     def known(self) -> bool:
         return self._waiting is not None
 
+    @property
+    def limit(self) -> int:
+        """How many messages may wait in the queue now: the cap, or less once the rate is known."""
+        if self._rate is None:
+            return self.cap
+        return max(min(FLOOR, self.cap), min(self.cap, int(self._rate * AHEAD_SECONDS)))
+
     def room(self) -> int | None:
         """How many more messages may be published now: None while held back (nothing known, or less room
-        than `refill`); `read` again, and lease when there is room."""
+        than half the limit: not one message at a time); `read` again, and lease when there is room."""
         if not self.cap:
             return self._batch
         if self._waiting is None:
             return None
-        room = self.cap - self._waiting
-        return room if room >= self.refill else None
+        limit = self.limit
+        room = limit - self._waiting
+        return room if room >= max(1, limit // 2) else None
 
     def published(self, count: int) -> None:
         if self._waiting is not None:
@@ -52,10 +72,21 @@ class PublishAhead:
     def read(self, ready: int) -> None:
         """The broker's count of ready messages, as of the reading begun last; what was published since
         counts on top (it may or may not be in the broker's count: overestimating only holds back longer)."""
+        now = time.monotonic()
+        before, gap = self._waiting, now - self._read_at
         self._waiting = ready + self._since_reading
+        if ready == 0 and self._rate is not None:
+            # The queue ran dry: the consumers took all there was and might have taken more. What they
+            # took is no measure of what they can take; ask for more ahead.
+            self._rate = min(2 * self._rate, self.cap / AHEAD_SECONDS)
+        elif before is not None and 0 < gap < RATE_GAP_SECONDS:
+            taken = max(0, before - self._waiting) / gap
+            self._rate = taken if self._rate is None else self._rate + SMOOTHING * (taken - self._rate)
+        self._read_at = now
         self.reading = False
 
     def forget(self) -> None:
         """The link went down: the next link reads the queue before it publishes."""
         self._waiting = None
+        self._rate = None
         self.reading = False

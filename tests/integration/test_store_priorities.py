@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Connection, Engine, update
 
 from core.clock import FakeClock
-from jobstore import claiming, db, outbox
+from jobstore import claiming, db, outbox, tenantcap
 from jobstore.priorities import Priority
 from jobstore.schema import jobs
 from jobstore.schema import outbox as outbox_table
@@ -110,3 +110,25 @@ def test_without_a_backlog_everything_due_is_taken_in_one_go(
     clock.advance(1)
     assert sorted(take(engine, clock, BATCH)) == sorted(ids)
     assert take(engine, clock, BATCH) == []
+
+
+@TAKES
+def test_a_take_of_one_gives_a_tenant_that_runs_nothing_its_turn_before_an_older_backlog(
+    engine: Engine, clock: FakeClock, take: Take
+) -> None:
+    heavy = new_jobs(engine, BACKLOG, tenant="heavy")
+    clock.advance(1)
+    light = new_job(engine, "light", tenant="light")
+    clock.advance(1)
+    db.transact(engine, claiming.claim_many, heavy[-1:], "elsewhere", clock.now(), LEASE)  # heavy runs one
+
+    assert take(engine, clock, 1) == [light]
+
+
+def test_a_claim_of_one_behind_a_one_tenant_backlog_takes_exactly_one(
+    engine: Engine, clock: FakeClock
+) -> None:
+    new_jobs(engine, BACKLOG)
+    clock.advance(1)
+    assert len(claim(engine, clock, 1)) == 1
+    assert db.read(engine, tenantcap.running) == {"acme": 1}

@@ -1,5 +1,6 @@
 """Priorities and fair tenants: the job's priority, and the priority and tenant of each outbox row, which
-the relay leases by (priority, then a turn per tenant, then age); indexes for the two ordered walks.
+the relay leases by (priority, then a turn per tenant, then age); indexes for the two ordered walks, and
+for telling in two index seeks whether more than one tenant waits (only then is there a turn to rank).
 
 Existing jobs are `normal` (rank 1); existing outbox rows take their job's tenant.
 
@@ -29,9 +30,13 @@ def upgrade() -> None:
     )
     op.create_index("ix_jobs_state_priority_available_at", "jobs", ["state", "priority", "available_at"])
     op.create_index("ix_outbox_published_at_priority_id", "outbox", ["published_at", "priority", "id"])
+    op.create_index("ix_jobs_state_tenant", "jobs", ["state", "tenant"])
+    op.create_index("ix_outbox_published_at_tenant", "outbox", ["published_at", "tenant"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_outbox_published_at_tenant", table_name="outbox")
+    op.drop_index("ix_jobs_state_tenant", table_name="jobs")
     op.drop_index("ix_outbox_published_at_priority_id", table_name="outbox")
     op.drop_index("ix_jobs_state_priority_available_at", table_name="jobs")
     with op.batch_alter_table("outbox") as batch:
