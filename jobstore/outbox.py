@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import (
@@ -99,6 +99,8 @@ def drop_pending_many(conn: Connection, job_ids: Sequence[str]) -> None:
 class Lease:
     token: str
     rows: tuple[tuple[int, str], ...]  # (outbox id, job id)
+    # (priority, tenant) by outbox id: what a consumer orders the deliveries it holds by.
+    orders: Mapping[int, tuple[int, str]] = field(default_factory=dict)
 
 
 _DUE = and_(
@@ -159,7 +161,7 @@ _LEASE = (
         lease_expires_at=bindparam("b_lease_until", type_=Float),
         publish_attempts=outbox.c.publish_attempts + 1,
     )
-    .returning(outbox.c.id, outbox.c.job_id)
+    .returning(outbox.c.id, outbox.c.job_id, outbox.c.priority, outbox.c.tenant)
 )
 
 
@@ -214,8 +216,10 @@ def lease_batch(
     if not ids:
         return Lease(token, ())
     params = {"b_ids": ids, "b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}
-    taken = {int(r[0]): str(r[1]) for r in conn.execute(_LEASE, params)}
-    return Lease(token, tuple((row_id, taken[row_id]) for row_id in ids if row_id in taken))
+    returned = conn.execute(_LEASE, params).all()
+    taken = {int(r[0]): str(r[1]) for r in returned}
+    orders = {int(r[0]): (int(r[2]), str(r[3])) for r in returned}
+    return Lease(token, tuple((row_id, taken[row_id]) for row_id in ids if row_id in taken), orders)
 
 
 _MARK = (

@@ -18,7 +18,7 @@ from pika.spec import Basic
 
 from broker import topology
 from broker.connection import connection_parameters
-from broker.message import CONTENT_TYPE, JobMessage
+from broker.message import CONTENT_TYPE, JobMessage, order_headers
 from core.settings import Settings
 from jobstore.outbox import Lease
 from relay.window import ConfirmWindow, Sent, Verdict
@@ -48,11 +48,12 @@ def root_cause(error: BaseException | str) -> str:
     return repr(error)
 
 
-def message_properties(outbox_id: int) -> pika.BasicProperties:
+def message_properties(outbox_id: int, order: tuple[int, str] | None = None) -> pika.BasicProperties:
     return pika.BasicProperties(
         delivery_mode=pika.DeliveryMode.Persistent,
         content_type=CONTENT_TYPE,
         message_id=str(outbox_id),
+        headers=None if order is None else order_headers(*order),
     )
 
 
@@ -88,7 +89,7 @@ class BrokerLink:
                     self._settings.exchange,
                     topology.ROUTING_KEY,
                     JobMessage(job_id).encode(),
-                    message_properties(outbox_id),
+                    message_properties(outbox_id, lease.orders.get(outbox_id)),
                     mandatory=True,
                 )
             except pika.exceptions.AMQPError:
