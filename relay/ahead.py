@@ -21,6 +21,8 @@ HELD_POLL_SECONDS = 0.02
 # enough that they never wait for the relay, little enough that a new job waits behind little.
 AHEAD_SECONDS = 0.25
 FLOOR = 20
+# Before the rate is known (a relay just connected): this many at most; a queue that runs dry doubles it.
+START = 100
 # Readings further apart than this say nothing about the current rate.
 RATE_GAP_SECONDS = 1.0
 SMOOTHING = 0.3
@@ -44,9 +46,10 @@ class PublishAhead:
 
     @property
     def limit(self) -> int:
-        """How many messages may wait in the queue now: the cap, or less once the rate is known."""
+        """How many messages may wait in the queue now: `START` (at most the cap) until the rate is known,
+        then about `AHEAD_SECONDS` of it, within `FLOOR` and the cap."""
         if self._rate is None:
-            return self.cap
+            return min(self.cap, START)
         return max(min(FLOOR, self.cap), min(self.cap, int(self._rate * AHEAD_SECONDS)))
 
     def room(self) -> int | None:
@@ -75,10 +78,11 @@ class PublishAhead:
         now = time.monotonic()
         before, gap = self._waiting, now - self._read_at
         self._waiting = ready + self._since_reading
-        if ready == 0 and self._rate is not None:
+        if ready == 0:
             # The queue ran dry: the consumers took all there was and might have taken more. What they
             # took is no measure of what they can take; ask for more ahead.
-            self._rate = min(2 * self._rate, self.cap / AHEAD_SECONDS)
+            floor = self.limit / AHEAD_SECONDS
+            self._rate = min(2 * max(self._rate or 0.0, floor), self.cap / AHEAD_SECONDS)
         elif before is not None and 0 < gap < RATE_GAP_SECONDS:
             taken = max(0, before - self._waiting) / gap
             self._rate = taken if self._rate is None else self._rate + SMOOTHING * (taken - self._rate)
