@@ -8,8 +8,8 @@ queue.
 
 The count is read with a passive declare of the queue on the relay's channel, only while the relay is held
 back (never once per message): between readings it grows by what the relay publishes, so it can only
-overestimate, and a reading is taken again every `HELD_POLL_SECONDS` until there is room. Two readings in a
-row also say how many messages the consumers took in between: the consumers' rate."""
+overestimate; a relay held back reads at once, then every `HELD_POLL_SECONDS` until there is room. Two
+readings in a row also say how many messages the consumers took in between: the consumers' rate."""
 
 from __future__ import annotations
 
@@ -51,6 +51,14 @@ class PublishAhead:
         if self._rate is None:
             return min(self.cap, START)
         return max(min(FLOOR, self.cap), min(self.cap, int(self._rate * AHEAD_SECONDS)))
+
+    def reading_delay(self) -> float:
+        """How long to wait before reading the queue again: at once when the last reading is older than
+        `HELD_POLL_SECONDS` (the count only grew since: at a steady load it is stale, not full), else the
+        rest of that poll."""
+        if self._waiting is None:
+            return 0.0
+        return max(0.0, HELD_POLL_SECONDS - (time.monotonic() - self._read_at))
 
     def room(self) -> int | None:
         """How many more messages may be published now: None while held back (nothing known, or less room

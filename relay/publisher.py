@@ -35,7 +35,7 @@ from core.settings import Settings
 from jobstore import db
 from jobstore.outbox import Lease
 from relay import ledger
-from relay.ahead import HELD_POLL_SECONDS, PublishAhead
+from relay.ahead import PublishAhead
 from relay.deadletters import Checked, DeadLetterCheck
 from relay.housekeeping import Housekept, sweep_and_prune
 from relay.ledger import Settled, Settlement
@@ -220,12 +220,11 @@ class Relay(LoopWork):
         )
 
     def _hold(self, link: BrokerLink) -> None:
-        """Read the queue's depth again soon (at once when it was never read) and lease when there is
-        room."""
+        """Read the queue's depth (at once, unless it was read within the last poll) and lease when there
+        is room."""
         if self._ahead.reading:
             return
-        delay = HELD_POLL_SECONDS if self._ahead.known else 0.0
-        self._later("depth", delay, partial(self._read_depth, link))
+        self._later("depth", self._ahead.reading_delay(), partial(self._read_depth, link))
 
     def _read_depth(self, link: BrokerLink) -> None:
         if link is not self._link or self._stopping or self._ahead.reading:
