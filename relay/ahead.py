@@ -76,13 +76,16 @@ class PublishAhead:
             self._waiting += count
         self._since_reading += count
 
-    def begin_reading(self) -> None:
+    def begin_reading(self, unconfirmed: int = 0) -> None:
+        """A reading is asked for now, with `unconfirmed` messages published and not yet confirmed: the
+        broker's count may leave them out, so they count on top of it."""
         self.reading = True
-        self._since_reading = 0
+        self._since_reading = unconfirmed
 
     def read(self, ready: int) -> None:
-        """The broker's count of ready messages, as of the reading begun last; what was published since
-        counts on top (it may or may not be in the broker's count: overestimating only holds back longer)."""
+        """The broker's count of ready messages, as of the reading begun last; what was unconfirmed then or
+        published since counts on top (it may or may not be in the broker's count: overestimating only
+        holds back until the next reading)."""
         now = time.monotonic()
         before, gap = self._waiting, now - self._read_at
         self._waiting = ready + self._since_reading

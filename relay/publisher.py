@@ -229,7 +229,7 @@ class Relay(LoopWork):
     def _read_depth(self, link: BrokerLink) -> None:
         if link is not self._link or self._stopping or self._ahead.reading:
             return
-        self._ahead.begin_reading()
+        self._ahead.begin_reading(len(link.window))
         if not link.read_depth(partial(self._on_depth, link)):
             self._ahead.forget()
 
