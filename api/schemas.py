@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
@@ -13,6 +13,7 @@ from core import clock
 from core.clock import isoformat
 from handlers.base import Progress
 from handlers.registry import KINDS
+from jobstore.priorities import Priority
 from jobstore.records import Job
 from jobstore.schedule import MAX_DELAY_SECONDS, Schedule
 from jobstore.states import State
@@ -68,6 +69,14 @@ class JobCreate(BaseModel):
         description="Start no earlier than this time (RFC 3339 with an offset; at most 30 days ahead; a "
         "time in the past, up to 30 days, means at once). Not with `delay_seconds`.",
     )
+    priority: Literal["high", "normal", "low"] = Field(
+        default="normal",
+        description="A `high` job starts before the `normal` and `low` jobs waiting with it, a `low` one "
+        "after them.",
+    )
+
+    def priority_rank(self) -> Priority:
+        return Priority.named(self.priority)
 
     def schedule(self) -> Schedule | None:
         """The start as asked; None when the request names none. ValueError when it names two."""
@@ -98,6 +107,7 @@ class JobView(BaseModel):
     updated_at: Timestamp
     deadline_at: Timestamp | None
     run_at: Timestamp | None = Field(description="The start the request asked for; null: at once.")
+    priority: Literal["high", "normal", "low"]
     cancel_requested: bool
     progress: ProgressView | None = Field(
         description="What the running kind last checkpointed (an export's rows written of its total, a "
@@ -129,6 +139,7 @@ class JobView(BaseModel):
             updated_at=isoformat(job.updated_at),
             deadline_at=isoformat(job.deadline_at),
             run_at=isoformat(job.run_at),
+            priority=job.priority.label,
             cancel_requested=job.cancel_requested,
             progress=_progress(job),
             waited_seconds=_waited(job, now),

@@ -211,7 +211,8 @@ class ClaimPool:
     ) -> tuple[list[State | None], list[Claim]]:
         now = clock.now()
         states = _commit(conn, outcomes, now, self._backoff)
-        claims = claim_due(conn, self._worker, self._settings.lease_seconds, room) if room else []
+        cap = self._settings.tenant_max_running
+        claims = claim_due(conn, self._worker, self._settings.lease_seconds, room, cap) if room else []
         return states, claims
 
     def _write_alone(self) -> None:

@@ -12,6 +12,7 @@ from bench.proxy import STYLES
 MODES = {"broker": ("broker",), "sqlite": ("sqlite",), "both": ("broker", "sqlite")}
 SYNCHRONOUS = ("FULL", "NORMAL")
 PROFILE = ("auto", "always", "never")
+SCENARIOS = ("standard", "priority", "fairness")
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class Options:
     rabbitmq_url: str | None
     profile: str
     keep: bool
+    # standard: every phase; priority, fairness: one probe phase each (`bench.probes`)
+    scenario: str = "standard"
 
     @property
     def file_suffix(self) -> str:
@@ -93,6 +96,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rabbitmq-url", help="the broker (default: settings' RABBITMQ_URL)")
     p.add_argument("--profile", choices=PROFILE, default="auto", help="py-spy the broker burst")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, traces)")
+    p.add_argument(
+        "--scenario",
+        choices=SCENARIOS,
+        default="standard",
+        help="standard: every phase; priority: a high job behind 5,000 queued normal ones; fairness: "
+        "tenant B's job behind tenant A's 5,000 queued 50 ms sleep jobs (20 probes each)",
+    )
     return p
 
 
@@ -118,4 +128,5 @@ def parse(argv: list[str]) -> Options:
         rabbitmq_url=a.rabbitmq_url,
         profile=a.profile,
         keep=a.keep,
+        scenario=a.scenario,
     )

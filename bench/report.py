@@ -194,6 +194,14 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     ),
     ("idle: statements/s", lambda r: _per_process(r, "idle", "per_process", key="statements_per_second")),
     ("broker outage", _outage),
+    (
+        "priority: high job behind 5,000 normal, accept-to-start p50/p95/p99 ms",
+        lambda r: _percentiles(r, "priority", "probe_accept_to_start_ms"),
+    ),
+    (
+        "fairness: tenant B behind A's 5,000, accept-to-start p50/p95/p99 ms",
+        lambda r: _percentiles(r, "fairness", "probe_accept_to_start_ms"),
+    ),
 ]
 
 

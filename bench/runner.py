@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from bench import loadgen, phases, plots, report, targets
+from bench import loadgen, phases, plots, probes, report, targets
 from bench.calibrate import single_row_commits
 from bench.deploy import BROKER, Deployment, broker_version, run_settings
 from bench.observe import StoreWatch
@@ -78,6 +78,9 @@ def plan(options: Options) -> list[tuple[str, str, bool]]:
 
 def phase_list(options: Options, mode: str, full: bool) -> list[tuple[str, Phase]]:
     chosen: list[tuple[str, Phase]] = [("warmup", phases.warmup)]
+    if options.scenario != "standard":  # a scenario of its own: its probes, nothing else
+        probe: Phase = probes.priority if options.scenario == "priority" else probes.fairness
+        return [*chosen, (options.scenario, probe)]
     if full:
         chosen.append(("idle", phases.idle))
     chosen += [

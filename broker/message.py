@@ -49,3 +49,25 @@ def traceparent_of(headers: Mapping[str, Any] | None) -> str | None:
     if isinstance(value, bytes):
         value = value.decode("ascii", "replace")
     return value if isinstance(value, str) else None
+
+
+# Headers a consumer orders the deliveries it holds by (priority first, then turns across tenants). They
+# only order: a message without them (published by an older relay) counts as `normal` of no tenant.
+PRIORITY_HEADER = "x-job-priority"
+TENANT_HEADER = "x-job-tenant"
+NORMAL_RANK = 1
+
+
+def order_headers(priority: int, tenant: str) -> dict[str, object]:
+    return {PRIORITY_HEADER: priority, TENANT_HEADER: tenant}
+
+
+def order_of(headers: dict[str, object] | None) -> tuple[int, str]:
+    """(priority rank, tenant) as the headers say; (normal, "") when they say nothing usable."""
+    headers = headers or {}
+    priority, tenant = headers.get(PRIORITY_HEADER), headers.get(TENANT_HEADER)
+    tenant_name = tenant.decode() if isinstance(tenant, bytes) else tenant
+    return (
+        priority if isinstance(priority, int) else NORMAL_RANK,
+        tenant_name if isinstance(tenant_name, str) else "",
+    )

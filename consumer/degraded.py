@@ -94,7 +94,13 @@ class DegradedMode:
         if self._pipeline.in_flight() >= self._concurrency:
             return FULL_PAUSE
         try:
-            claim = db.transact(self._engine, claim_next, self._worker, self._settings.lease_seconds)
+            claim = db.transact(
+                self._engine,
+                claim_next,
+                self._worker,
+                self._settings.lease_seconds,
+                self._settings.tenant_max_running,
+            )
         except db.StoreUnavailable as exc:
             log.warning("degraded mode: store unavailable: %s", exc)
             claim = None

@@ -27,7 +27,7 @@ import pika.exceptions
 
 from broker import topology
 from broker.connection import BROKER_ERRORS, connection_parameters
-from broker.message import JobMessage, UndecodableMessage, traceparent_of
+from broker.message import NORMAL_RANK, JobMessage, UndecodableMessage, order_of, traceparent_of
 from core.backoff import Backoff, Streak
 from core.settings import Settings
 from telemetry.instruments import BROKER_RECONNECTS, DEAD_LETTERED, DELIVERIES
@@ -50,6 +50,9 @@ class Delivery:
     message_id: str | None = None
     redelivered: bool = False
     traceparent: str | None = None  # the publish span's, from the message headers (`broker.message`)
+    # What the consumer orders held deliveries by: the job's priority rank, then turns across tenants.
+    priority: int = NORMAL_RANK
+    tenant: str = ""
 
 
 class ConsumerCancelledByBroker(Exception):
@@ -219,6 +222,7 @@ class DeliveryLink:
             channel.basic_reject(method.delivery_tag, requeue=False)
             DELIVERIES.labels(DEAD_LETTERED).inc()
             return
+        priority, tenant = order_of(properties.headers)
         delivery = Delivery(
             job_id=message.job_id,
             tag=method.delivery_tag,
@@ -226,6 +230,8 @@ class DeliveryLink:
             message_id=properties.message_id,
             redelivered=bool(method.redelivered),
             traceparent=traceparent_of(properties.headers),
+            priority=priority,
+            tenant=tenant,
         )
         self._on_delivery(delivery)
 

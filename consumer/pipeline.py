@@ -29,7 +29,7 @@ from typing import Any, Protocol, TypeVar
 from sqlalchemy import Connection, Engine
 
 from consumer.link import Delivery
-from consumer.rounds import Round, write_round
+from consumer.rounds import Round, take_in_order, write_round
 from core import faults
 from core.backoff import Backoff, compute_backoff
 from core.settings import Settings
@@ -66,6 +66,7 @@ REFUSED_AS = {
     Refusal.NOT_FOUND: instruments.NOT_FOUND,
     Refusal.NOT_AVAILABLE: instruments.NOT_DUE,
     Refusal.NEEDS_SWEEP: instruments.NEEDS_SWEEP,
+    Refusal.TENANT_BUSY: instruments.TENANT_BUSY,
 }
 
 
@@ -260,10 +261,12 @@ class Pipeline:
             round_.topped_up = True
             round_.finished += self._absorb(take_waiting(self._inbox))
             room = self._room()
-            round_.deliveries = [self._waiting.popleft() for _ in range(min(room, len(self._waiting)))]
+            running = Counter(held.claim.tenant for held in self._runners.claimed())
+            round_.deliveries = take_in_order(self._waiting, room, running)
         job_ids = [d.job_id for d in round_.deliveries]
         lease = self._settings.lease_seconds
-        return write_round(conn, round_.finished, job_ids, self._worker, lease, self._backoff)
+        cap = self._settings.tenant_max_running
+        return write_round(conn, round_.finished, job_ids, self._worker, lease, self._backoff, cap)
 
     def _write_round(self, round_: Round) -> None:
         written = self._patiently(self._in_transaction, round_)

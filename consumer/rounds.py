@@ -3,6 +3,8 @@ each under its own fence, then the claims of the deliveries it takes."""
 
 from __future__ import annotations
 
+import collections
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -32,10 +34,10 @@ class Round:
 
 
 def claim_all(
-    conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float
+    conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float, tenant_cap: int = 0
 ) -> list[claiming.ClaimResult]:
     """Claim each job in the caller's transaction; a second delivery of one job sees it leased."""
-    return claiming.claim_many(conn, job_ids, worker, clock.now(), lease_seconds)
+    return claiming.claim_many(conn, job_ids, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap)
 
 
 def commit_all(conn: Connection, finished: Sequence[Finished], backoff: Backoff) -> list[State | None]:
@@ -52,6 +54,30 @@ def write_round(
     worker: str,
     lease_seconds: float,
     backoff: Backoff,
+    tenant_cap: int = 0,
 ) -> tuple[list[State | None], list[claiming.ClaimResult]]:
-    """One round of the store writer: commit the finished outcomes, then claim the delivered jobs."""
-    return commit_all(conn, finished, backoff), claim_all(conn, job_ids, worker, lease_seconds)
+    """One round of the store writer: commit the finished outcomes, then claim the delivered jobs (within
+    `TENANT_MAX_RUNNING`: `tenant_cap`)."""
+    states = commit_all(conn, finished, backoff)
+    return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap)
+
+
+def take_in_order(waiting: collections.deque[Delivery], count: int, running: Counter[str]) -> list[Delivery]:
+    """Take `count` of the held deliveries, in the order the store hands out work: priority first, then
+    turns across tenants (a delivery's turn is its rank among its tenant's held deliveries of that priority
+    plus the jobs its tenant runs here), then arrival. The rest stay, in arrival order. While everything
+    held is of one priority and one tenant, that is arrival order."""
+    if count >= len(waiting) or len({(d.priority, d.tenant) for d in waiting}) == 1:
+        return [waiting.popleft() for _ in range(min(count, len(waiting)))]
+    seen: Counter[tuple[int, str]] = Counter()
+    keyed = []
+    for index, delivery in enumerate(waiting):
+        seen[(delivery.priority, delivery.tenant)] += 1
+        turn = seen[(delivery.priority, delivery.tenant)] + running[delivery.tenant]
+        keyed.append(((delivery.priority, turn, index), delivery))
+    first = sorted(keyed, key=lambda pair: pair[0])[:count]
+    chosen = {key[2] for key, _ in first}
+    kept = [delivery for index, delivery in enumerate(waiting) if index not in chosen]
+    waiting.clear()
+    waiting.extend(kept)
+    return [delivery for _, delivery in first]

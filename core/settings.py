@@ -60,6 +60,11 @@ class Settings(BaseSettings):
     relay_window: int = Field(default=1000, ge=1)
     relay_poll_seconds: float = Field(default=0.05, gt=0)
     relay_lease_seconds: float = Field(default=30.0, gt=0)
+    # Messages a relay keeps waiting in the queue at most (0: no bound); what is due beyond it waits in the
+    # outbox, which the relay leases by priority, then fairly across tenants, then age (`relay.ahead`).
+    publish_ahead: int = Field(default=500, ge=0)
+    # At most this many jobs of one tenant run at once, deployment-wide (0: no cap; `jobstore.tenantcap`).
+    tenant_max_running: int = Field(default=0, ge=0)
     sweep_interval_seconds: float = Field(default=1.0, gt=0)
     outbox_retention_seconds: float = Field(default=24 * 3600.0, ge=0)
     # Finished jobs (not `unknown`: those wait for an operator) are deleted with their attempts, outbox rows

@@ -23,7 +23,7 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import events, fenced, outbox, queries
+from jobstore import events, fenced, outbox, queries, tenantcap
 from jobstore.intake import new_id
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, state_in
@@ -38,6 +38,7 @@ class Refusal(StrEnum):
     LEASED = "leased"  # another live worker holds it
     NOT_AVAILABLE = "not_available"  # waiting out a retry backoff; its own outbox row will deliver it
     NEEDS_SWEEP = "needs_sweep"  # expired with an external effect, out of budget or past its deadline
+    TENANT_BUSY = "tenant_busy"  # its tenant runs TENANT_MAX_RUNNING jobs: delivered again a little later
 
 
 @dataclass(frozen=True)
@@ -47,8 +48,11 @@ class ClaimResult:
     state: State | None = None
 
 
-def _queued_due(now: ColumnElement[float]) -> ColumnElement[bool]:
-    return and_(state_in(CLAIM.sources), jobs.c.available_at <= now)
+def _queued_due(now: ColumnElement[float], *, walk_priority: bool = False) -> ColumnElement[bool]:
+    """Queued and due. `walk_priority`: written so that SQLite's planner walks the (state, priority,
+    available_at) index in order, not the (state, available_at) one's range and a sort of what it finds."""
+    available_at = jobs.c.available_at + 0 if walk_priority else jobs.c.available_at
+    return and_(state_in(CLAIM.sources), available_at <= now)
 
 
 def _expired(now: ColumnElement[float]) -> ColumnElement[bool]:
@@ -123,14 +127,29 @@ def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds:
 
 
 def claim_many(
-    conn: Connection, job_ids: Sequence[str], worker: str, now: float, lease_seconds: float
+    conn: Connection,
+    job_ids: Sequence[str],
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    *,
+    tenant_cap: int = 0,
 ) -> list[ClaimResult]:
     """`claim` for each of `job_ids`, with the same guard, as if one after another in this order, but in a
-    few statements whatever their number. A job named twice is taken once and refused as leased after."""
-    taken = _take_many(conn, list(dict.fromkeys(job_ids)), worker, now, lease_seconds)
+    few statements whatever their number. A job named twice is taken once and refused as leased after.
+
+    With a `tenant_cap` (`TENANT_MAX_RUNNING`), a queued job whose tenant runs that many is refused as
+    `TENANT_BUSY` and its outbox row written again, due `tenantcap.RETRY_SECONDS` from `now`."""
+    distinct = list(dict.fromkeys(job_ids))
+    busy = set(_over_cap(conn, distinct, tenant_cap, now)) if tenant_cap else set()
+    taken = _take_many(
+        conn, [job_id for job_id in distinct if job_id not in busy], worker, now, lease_seconds
+    )
     results = []
     for job_id in job_ids:
-        if job_id not in taken:
+        if job_id in busy:
+            results.append(ClaimResult(refusal=Refusal.TENANT_BUSY, state=State.QUEUED))
+        elif job_id not in taken:
             results.append(_refusal(conn, job_id, now))
         elif (held := taken[job_id]) is not None:
             results.append(ClaimResult(claim=held, state=State.RUNNING))
@@ -203,35 +222,143 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
 
 # Two statements, not one with an OR: each walks its own index in order and stops at the limit, where the
 # OR would gather and sort every due row (the whole backlog, in a burst) to take a few.
-def _due(which: ColumnElement[bool], order: ColumnElement[Any]) -> Any:
-    return select(jobs.c.id).where(which, _takeable(_NOW)).order_by(order).limit(bindparam("b_limit"))
+def _due(which: ColumnElement[bool], *order: ColumnElement[Any]) -> Any:
+    return select(jobs.c.id).where(which, _takeable(_NOW)).order_by(*order).limit(bindparam("b_limit"))
 
 
-_DUE_STATEMENTS = (
-    _due(_expired(_NOW), jobs.c.lease_expires_at),
-    _due(_queued_due(_NOW), jobs.c.available_at),
+_EXPIRED_DUE = _due(_expired(_NOW), jobs.c.lease_expires_at)
+# Queued jobs by priority, then age: a walk of the (state, priority, available_at) index.
+_NOT_CAPPED = jobs.c.tenant.not_in(bindparam("b_capped", expanding=True))
+_QUEUED_DUE = _due(
+    and_(_queued_due(_NOW, walk_priority=True), _NOT_CAPPED), jobs.c.priority, jobs.c.available_at
 )
-_DUE_SKIP_LOCKED = tuple(statement.with_for_update(skip_locked=True) for statement in _DUE_STATEMENTS)
+# When more are queued than a claim takes: by priority, then round-robin over tenants, then age. A job's
+# turn is its rank among its tenant's due jobs of that priority plus the jobs its tenant runs now: ranks
+# alone would start over at every claim, and a claim of one would always take the tenant whose first job
+# is oldest. It ranks every due job, so it runs only when there is a backlog of several tenants to order
+# (see `outbox` for the relay's same order).
+_TURN = func.row_number().over(
+    partition_by=(jobs.c.priority, jobs.c.tenant), order_by=(jobs.c.available_at, jobs.c.id)
+)
+_RUNNING = (
+    select(jobs.c.tenant, func.count().label("running"))
+    .where(jobs.c.state == State.RUNNING.value)
+    .group_by(jobs.c.tenant)
+    .subquery("running")
+)
+_RANKED = (
+    select(
+        jobs.c.id,
+        jobs.c.priority,
+        jobs.c.available_at,
+        (_TURN + func.coalesce(_RUNNING.c.running, 0)).label("turn"),
+    )
+    .select_from(jobs.outerjoin(_RUNNING, _RUNNING.c.tenant == jobs.c.tenant))
+    .where(_queued_due(_NOW), _takeable(_NOW), _NOT_CAPPED)
+    .subquery("ranked")
+)
+_QUEUED_FAIR = (
+    select(_RANKED.c.id)
+    .order_by(_RANKED.c.priority, _RANKED.c.turn, _RANKED.c.available_at)
+    .limit(bindparam("b_limit"))
+)
 
 
-def claim_due(conn: Connection, worker: str, now: float, lease_seconds: float, limit: int) -> list[Claim]:
+def _due_ids(conn: Connection, now: float, limit: int, capped: Sequence[str] = ()) -> list[str]:
+    """The jobs a claim of `limit` takes, in order: expired leases first (oldest lease first), then queued
+    jobs (but for those of the `capped` tenants): all of them when no more are due than fit; else by
+    priority, a turn per tenant, then age. On
+    PostgreSQL rows another claimer has locked are skipped; a job ranked here that another claimer takes
+    meanwhile is refused by the claim's guard."""
+    postgres = conn.dialect.name == "postgresql"
+    expired = _EXPIRED_DUE.with_for_update(skip_locked=True) if postgres else _EXPIRED_DUE
+    job_ids = list(conn.execute(expired, {"b_now": now, "b_limit": limit}).scalars())
+    room = limit - len(job_ids)
+    if room <= 0:
+        return job_ids
+    queued_due = _QUEUED_DUE.with_for_update(skip_locked=True) if postgres else _QUEUED_DUE
+    params = {"b_now": now, "b_limit": room + 1, "b_capped": list(capped)}
+    queued = list(conn.execute(queued_due, params).scalars())
+    if len(queued) > room and _several_tenants(conn):
+        ranked = list(conn.execute(_QUEUED_FAIR, {**params, "b_limit": 2 * room}).scalars())
+        queued = _unlocked(conn, ranked, queued)[:room] if postgres else ranked[:room]
+    return job_ids + queued[:room]
+
+
+_LOCK_UNLOCKED = select(jobs.c.id).where(jobs.c.id.in_(_IDS)).with_for_update(skip_locked=True)
+# Two seeks of the (state, tenant) index: one tenant's backlog has no turns to rank.
+_TENANT_RANGE = select(
+    select(func.min(jobs.c.tenant)).where(state_in(CLAIM.sources)).scalar_subquery(),
+    select(func.max(jobs.c.tenant)).where(state_in(CLAIM.sources)).scalar_subquery(),
+)
+
+
+def _several_tenants(conn: Connection) -> bool:
+    lowest, highest = conn.execute(_TENANT_RANGE).one()
+    return bool(lowest != highest)
+
+
+def _unlocked(conn: Connection, ranked: list[str], walked: list[str]) -> list[str]:
+    """Those of `ranked` no other transaction holds locked, locked now, in the same order, then those of
+    `walked` (locked by this transaction's walk) not among them. PostgreSQL: the ranking query cannot lock,
+    and concurrent claimers all rank the same jobs first: each takes what it can, and its own walk's."""
+    free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": ranked}).scalars())
+    taken = [job_id for job_id in ranked if job_id in free]
+    return taken + [job_id for job_id in walked if job_id not in free]
+
+
+def claim_due(
+    conn: Connection, worker: str, now: float, lease_seconds: float, limit: int, *, tenant_cap: int = 0
+) -> list[Claim]:
     """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
-    the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs,
-    oldest first; none when none is due.
+    the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs by
+    priority, then fairly across tenants, then oldest first; none when none is due.
+
+    With a `tenant_cap` (`TENANT_MAX_RUNNING`), the queued jobs of tenants that run that many are passed
+    over (they stay queued for a later claim).
 
     Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
-    job_ids: list[str] = []
-    for due in _DUE_SKIP_LOCKED if conn.dialect.name == "postgresql" else _DUE_STATEMENTS:
-        if len(job_ids) < limit:
-            job_ids += conn.execute(due, {"b_now": now, "b_limit": limit - len(job_ids)}).scalars()
+    job_ids = _due_ids(conn, now, limit, tenantcap.at_cap(conn, tenant_cap))
+    if tenant_cap:
+        job_ids = _within_cap(conn, job_ids, tenant_cap)
     taken = _take_many(conn, job_ids, worker, now, lease_seconds)
     claims = [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
     outbox.drop_pending_many(conn, [claim.job_id for claim in claims])
     return claims
 
 
-def claim_next(conn: Connection, worker: str, now: float, lease_seconds: float) -> Claim | None:
-    """`claim_due` for one job: the job it would take first (an expired lease, else the oldest queued job),
-    or None when there is none."""
-    claims = claim_due(conn, worker, now, lease_seconds, 1)
+def claim_next(
+    conn: Connection, worker: str, now: float, lease_seconds: float, *, tenant_cap: int = 0
+) -> Claim | None:
+    """`claim_due` for one job: the job it would take first (an expired lease, else the first queued job in
+    `claim_due`'s order), or None when there is none."""
+    claims = claim_due(conn, worker, now, lease_seconds, 1, tenant_cap=tenant_cap)
     return claims[0] if claims else None
+
+
+_QUEUED_TENANTS = select(jobs.c.id, jobs.c.tenant).where(jobs.c.id.in_(_IDS), state_in(CLAIM.sources))
+
+
+def _capped_split(conn: Connection, job_ids: list[str], cap: int) -> tuple[list[str], list[str]]:
+    """Of `job_ids`, in order: the queued ones the cap admits, and those it refuses (locking, on
+    PostgreSQL, the tenants concerned first: `tenantcap.lock`)."""
+    queued = {str(r[0]): str(r[1]) for r in conn.execute(_QUEUED_TENANTS, {"b_ids": job_ids})}
+    tenants = set(queued.values())
+    tenantcap.lock(conn, tenants)
+    running = tenantcap.running(conn, tenants)
+    return tenantcap.admit([(job_id, queued[job_id]) for job_id in job_ids if job_id in queued], running, cap)
+
+
+def _within_cap(conn: Connection, job_ids: list[str], cap: int) -> list[str]:
+    """`job_ids` without the queued jobs the cap refuses (jobs already running, with an expired lease,
+    stay: taking one over adds nothing to its tenant's count)."""
+    _, refused = _capped_split(conn, job_ids, cap) if job_ids else ([], [])
+    return [job_id for job_id in job_ids if job_id not in set(refused)]
+
+
+def _over_cap(conn: Connection, job_ids: list[str], cap: int, now: float) -> list[str]:
+    """The queued jobs of `job_ids` the cap refuses; each gets its outbox row again, due a little later."""
+    _, refused = _capped_split(conn, job_ids, cap) if job_ids else ([], [])
+    if refused:
+        outbox.add_many(conn, [(job_id, now + tenantcap.RETRY_SECONDS, now) for job_id in refused])
+    return refused

@@ -16,6 +16,7 @@ from sqlalchemy.exc import IntegrityError
 from jobstore import events, outbox
 from jobstore.db import Retry
 from jobstore.errors import IdempotencyConflict
+from jobstore.priorities import Priority
 from jobstore.records import Job, dumps
 from jobstore.schedule import Schedule, available_from
 from jobstore.schema import jobs
@@ -25,17 +26,23 @@ from telemetry.tracing import trace_id_of
 
 
 def fingerprint(
-    kind: str, payload: Any, deadline_seconds: float | None = None, schedule: Schedule | None = None
+    kind: str,
+    payload: Any,
+    deadline_seconds: float | None = None,
+    schedule: Schedule | None = None,
+    priority: Priority = Priority.NORMAL,
 ) -> str:
     """The identity of a request under an idempotency key: its kind, its payload (the caller passes it
-    validated and normalised), its deadline and its start as named (`Schedule.identity`), canonically
-    encoded. An unset field is left out, so a request that does not use a field keeps the fingerprint it had
-    before the field existed."""
+    validated and normalised), its deadline, its start as named (`Schedule.identity`) and its priority,
+    canonically encoded. An unset field (`normal` priority, named or not) is left out, so a request that
+    does not use a field keeps the fingerprint it had before the field existed."""
     request: dict[str, Any] = {"kind": kind, "payload": payload}
     if deadline_seconds is not None:
         request["deadline_seconds"] = float(deadline_seconds)
     if schedule is not None:
         request.update(schedule.identity())
+    if priority is not Priority.NORMAL:
+        request["priority"] = priority.label
     return hashlib.sha256(dumps(request).encode()).hexdigest()
 
 
@@ -62,16 +69,17 @@ def accept(
     deadline_seconds: float | None = None,
     schedule: Schedule | None = None,
     traceparent: str | None = None,
+    priority: Priority = Priority.NORMAL,
 ) -> Accepted:
     """Write the job row and its outbox row together, both due at the `schedule`'s start (at once without
-    one). The same tenant + key with the same request (kind, payload, deadline, start as named:
+    one). The same tenant + key with the same request (kind, payload, deadline, start as named, priority:
     `fingerprint`) returns the existing job (`created=False`); with a different one, `IdempotencyConflict`.
     The `traceparent` is stored with a new job and is no part of the request's identity: a retry under
     another trace is the same request, and the job keeps its first trace."""
     request = {
         "tenant": tenant, "owner": owner, "kind": kind, "payload": payload, "operation_key": operation_key,
         "now": now, "max_attempts": max_attempts, "deadline_seconds": deadline_seconds, "schedule": schedule,
-        "traceparent": traceparent,
+        "traceparent": traceparent, "priority": priority,
     }  # fmt: skip
     (outcome,) = accept_many(conn, [request])
     if isinstance(outcome, IdempotencyConflict):
@@ -86,13 +94,13 @@ def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Ac
     with one multi-row insert, and on SQLite the new jobs too (`_take_keys`)."""
     rows = [_job_row(**request) for request in requests]
     created = _take_keys(conn, rows)
-    new = [(row["id"], row["available_at"], row["created_at"]) for row in rows if row["id"] in created]
-    outbox.add_many(conn, new)
+    outbox.add_accepted(conn, [row for row in rows if row["id"] in created])
     events.note(conn, (_accepted(row) for row in rows if row["id"] in created))
     outcomes: list[Accepted | IdempotencyConflict] = []
     for row, request in zip(rows, requests, strict=True):
         if row["id"] in created:
-            job = Job(**{**row, "payload": request["payload"], "state": State.QUEUED})
+            values = {**row, "payload": request["payload"], "priority": Priority(row["priority"])}
+            job = Job(**{**values, "state": State.QUEUED})
             outcomes.append(Accepted(job, created=True))
             continue
         try:
@@ -120,12 +128,13 @@ def _job_row(
     deadline_seconds: float | None = None,
     schedule: Schedule | None = None,
     traceparent: str | None = None,
+    priority: Priority = Priority.NORMAL,
 ) -> dict[str, Any]:
     """The row of a newly accepted job."""
     start = schedule.start(now) if schedule is not None else None
     return {
         "id": new_id(), "tenant": tenant, "owner": owner, "operation_key": operation_key,
-        "fingerprint": fingerprint(kind, payload, deadline_seconds, schedule), "kind": kind,
+        "fingerprint": fingerprint(kind, payload, deadline_seconds, schedule, priority), "kind": kind,
         "payload": dumps(payload), "state": State.QUEUED.value, "epoch": 0, "attempts": 0,
         "max_attempts": max_attempts, "lease_owner": None, "lease_expires_at": None,
         "available_at": available_from(start, now), "run_at": start,
@@ -133,6 +142,7 @@ def _job_row(
         "cancel_requested": False, "external_epoch": None, "checkpoint": None, "checkpoint_epoch": None,
         "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
         "updated_at": now, "started_at": None, "finished_at": None, "traceparent": traceparent,
+        "priority": int(priority),
     }  # fmt: skip
 
 

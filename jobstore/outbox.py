@@ -8,6 +8,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import (
     BindParameter,
@@ -23,13 +24,20 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import doorbells, events
+from jobstore import doorbells, events, tenantcap
 from jobstore.schema import jobs, outbox
 from telemetry.logs import job_event
 from telemetry.tracing import trace_id_of
 
 # Built once with bound parameters: building a statement costs far more than running it.
 _INSERT = insert(outbox)
+# A row for a job written earlier takes the job's tenant and priority from its row (the relay leases by them).
+_OF_JOB: BindParameter[str] = bindparam("job_id")
+_INSERT_FOR_JOB = insert(outbox).values(
+    job_id=_OF_JOB,
+    tenant=select(jobs.c.tenant).where(jobs.c.id == _OF_JOB).scalar_subquery(),
+    priority=select(jobs.c.priority).where(jobs.c.id == _OF_JOB).scalar_subquery(),
+)
 _DROP_PENDING = delete(outbox).where(outbox.c.job_id == bindparam("b_job"), outbox.c.published_at.is_(None))
 _DROP_PENDING_MANY = delete(outbox).where(
     outbox.c.job_id.in_(bindparam("b_jobs", expanding=True)), outbox.c.published_at.is_(None)
@@ -42,7 +50,8 @@ def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> No
     """Queue a delivery of `job_id` that comes due at `available_at`; the relays are rung when the caller's
     transaction commits (`jobstore.doorbells`)."""
     conn.execute(
-        _INSERT, {"job_id": job_id, "created_at": now, "available_at": available_at, "publish_attempts": 0}
+        _INSERT_FOR_JOB,
+        {"job_id": job_id, "created_at": now, "available_at": available_at, "publish_attempts": 0},
     )
     doorbells.note_outbox_row(conn, available_at)
 
@@ -52,13 +61,29 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -
     if not deliveries:
         return
     conn.execute(
-        _INSERT,
+        _INSERT_FOR_JOB,
         [
             {"job_id": job_id, "created_at": now, "available_at": at, "publish_attempts": 0}
             for job_id, at, now in deliveries
         ],
     )
     doorbells.note_outbox_row(conn, min(at for _, at, _ in deliveries))
+
+
+def add_accepted(conn: Connection, job_rows: Sequence[Mapping[str, Any]]) -> None:
+    """`add` for jobs being accepted in this transaction, from their rows (id, tenant, priority, available
+    at, created at), in one multi-row insert."""
+    if not job_rows:
+        return
+    conn.execute(
+        _INSERT,
+        [
+            {"job_id": row["id"], "created_at": row["created_at"], "available_at": row["available_at"],
+             "publish_attempts": 0, "tenant": row["tenant"], "priority": row["priority"]}
+            for row in job_rows
+        ],
+    )  # fmt: skip
+    doorbells.note_outbox_row(conn, min(row["available_at"] for row in job_rows))
 
 
 def drop_pending(conn: Connection, job_id: str) -> None:
@@ -78,6 +103,8 @@ class Lease:
     rows: tuple[tuple[int, str], ...]  # (outbox id, job id)
     # The trace context stored with each leased job that has one (`jobs.traceparent`), by job id.
     traceparents: Mapping[str, str] = field(default_factory=dict)
+    # (priority, tenant) by outbox id: what a consumer orders the deliveries it holds by.
+    orders: Mapping[int, tuple[int, str]] = field(default_factory=dict)
 
 
 _DUE = and_(
@@ -85,8 +112,51 @@ _DUE = and_(
     outbox.c.available_at <= _NOW,
     or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW),
 )
-_CANDIDATES = select(outbox.c.id).where(_DUE).order_by(outbox.c.id).limit(bindparam("b_limit"))
-_CANDIDATES_SKIP_LOCKED = _CANDIDATES.with_for_update(skip_locked=True)
+# Two orders. While no more rows are due than a lease takes, the oldest walk of the (published_at, priority,
+# id) index finds them all, and their order does not matter. When more are due, the lease takes them by
+# priority (high first), then round-robin over tenants (a row's turn is its rank among its tenant's due rows
+# of that priority), then age: one tenant's backlog cannot keep another's first row waiting behind it. That
+# order ranks every due row, so it runs only when there is a backlog to order.
+# (`available_at + 0`: so that SQLite walks that index in order, not the (published_at, available_at) one's
+# range followed by a sort of what it finds.)
+_DUE_WALKED = and_(
+    outbox.c.published_at.is_(None),
+    outbox.c.available_at + 0 <= _NOW,
+    or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW),
+)
+_ORDERED = (
+    select(outbox.c.id, outbox.c.tenant)
+    .where(_DUE_WALKED)
+    .order_by(outbox.c.priority, outbox.c.id)
+    .limit(bindparam("b_limit"))
+)
+# A row's turn: its rank among its tenant's due rows of that priority, plus the jobs its tenant runs now
+# (ranks alone start over at every lease: the tenant whose first row is oldest would win every small one).
+_TURN = func.row_number().over(partition_by=(outbox.c.priority, outbox.c.tenant), order_by=outbox.c.id)
+_RUNNING = (
+    select(jobs.c.tenant, func.count().label("running"))
+    .where(jobs.c.state == "running")
+    .group_by(jobs.c.tenant)
+    .subquery("running")
+)
+_RANKED = (
+    select(
+        outbox.c.id,
+        outbox.c.tenant,
+        outbox.c.priority,
+        (_TURN + func.coalesce(_RUNNING.c.running, 0)).label("turn"),
+    )
+    .select_from(outbox.outerjoin(_RUNNING, _RUNNING.c.tenant == outbox.c.tenant))
+    .where(_DUE)
+    .subquery("ranked")
+)
+_FAIR = (
+    select(_RANKED.c.id, _RANKED.c.tenant)
+    .order_by(_RANKED.c.priority, _RANKED.c.turn, _RANKED.c.id)
+    .limit(bindparam("b_limit"))
+)
+_ORDERED_SKIP_LOCKED = _ORDERED.with_for_update(skip_locked=True)
+_LOCK_UNLOCKED = select(outbox.c.id).where(outbox.c.id.in_(_IDS)).with_for_update(skip_locked=True)
 _LEASE = (
     update(outbox)
     .where(outbox.c.id.in_(_IDS), _DUE)
@@ -102,21 +172,70 @@ _LEASE = (
         outbox.c.id,
         outbox.c.job_id,
         select(jobs.c.traceparent).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
+        outbox.c.priority,
+        outbox.c.tenant,
     )
 )
 
 
-def lease_batch(conn: Connection, *, now: float, limit: int, lease_seconds: float) -> Lease:
-    """Lease up to `limit` due, unpublished rows that no live lease holds, oldest first."""
-    candidates = _CANDIDATES_SKIP_LOCKED if conn.dialect.name == "postgresql" else _CANDIDATES
-    ids = list(conn.execute(candidates, {"b_now": now, "b_limit": limit}).scalars())
+def lease_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0) -> list[int]:
+    """The ids of the due, unpublished rows no live lease holds that a lease of `limit` takes, in the order
+    it takes them: every one when there are no more than `limit`; else by priority, then a turn per tenant,
+    then age. On PostgreSQL the rows another relay's lease transaction holds locked are skipped. With a
+    `tenant_cap` (`TENANT_MAX_RUNNING`), a tenant gets no more rows than it may start jobs now: the rest
+    wait here, not in the queue, where a consumer could only hand them back."""
+    params = {"b_now": now, "b_limit": limit + 1}
+    postgres = conn.dialect.name == "postgresql"
+    rows = [
+        (int(r[0]), str(r[1])) for r in conn.execute(_ORDERED_SKIP_LOCKED if postgres else _ORDERED, params)
+    ]
+    if len(rows) > limit and _several_tenants(conn):
+        ranked = [(int(r[0]), str(r[1])) for r in conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit})]
+        if postgres:  # the ranking cannot lock: those no other relay's lease holds, then the walk's own
+            free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": [i for i, _ in ranked]}).scalars())
+            rows = [r for r in ranked if r[0] in free] + [r for r in rows if r[0] not in free]
+        else:
+            rows = ranked
+    if tenant_cap:
+        rows = _within_cap(conn, rows, tenant_cap)
+    return [row_id for row_id, _ in rows[:limit]]
+
+
+# Two seeks of the (published_at, tenant) index: one tenant's backlog has no turns to rank.
+_TENANT_RANGE = select(
+    select(func.min(outbox.c.tenant)).where(outbox.c.published_at.is_(None)).scalar_subquery(),
+    select(func.max(outbox.c.tenant)).where(outbox.c.published_at.is_(None)).scalar_subquery(),
+)
+
+
+def _several_tenants(conn: Connection) -> bool:
+    lowest, highest = conn.execute(_TENANT_RANGE).one()
+    return bool(lowest != highest)
+
+
+def _within_cap(conn: Connection, rows: list[tuple[int, str]], cap: int) -> list[tuple[int, str]]:
+    running = tenantcap.running(conn, {tenant for _, tenant in rows})
+    admitted = set(tenantcap.admit([(str(i), tenant) for i, tenant in rows], running, cap)[0])
+    return [row for row in rows if str(row[0]) in admitted]
+
+
+def lease_batch(
+    conn: Connection, *, now: float, limit: int, lease_seconds: float, tenant_cap: int = 0
+) -> Lease:
+    """Lease up to `limit` due, unpublished rows that no live lease holds, in `lease_order`. The lease's
+    rows keep that order (the relay publishes them in it)."""
+    ids = lease_order(conn, now=now, limit=limit, tenant_cap=tenant_cap)
     token = str(uuid.uuid4())
     if not ids:
         return Lease(token, ())
     params = {"b_ids": ids, "b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}
-    rows = conn.execute(_LEASE, params).all()
-    traceparents = {str(r[1]): str(r[2]) for r in rows if r[2] is not None}
-    return Lease(token, tuple(sorted((int(r[0]), str(r[1])) for r in rows)), traceparents)
+    returned = conn.execute(_LEASE, params).all()
+    taken = {int(r[0]): str(r[1]) for r in returned}
+    traceparents = {str(r[1]): str(r[2]) for r in returned if r[2] is not None}
+    orders = {int(r[0]): (int(r[3]), str(r[4])) for r in returned}
+    return Lease(
+        token, tuple((row_id, taken[row_id]) for row_id in ids if row_id in taken), traceparents, orders
+    )
 
 
 _MARK = (

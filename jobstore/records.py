@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
+from jobstore.priorities import Priority
 from jobstore.states import State
 
 
@@ -41,6 +42,7 @@ class Job:
     finished_at: float | None
     run_at: float | None = None  # the start the request asked for; None: as soon as possible
     traceparent: str | None = None  # the job's trace context (`telemetry.tracing`); None without tracing
+    priority: Priority = Priority.NORMAL
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:
@@ -49,6 +51,7 @@ class Job:
         values["checkpoint"] = json.loads(values["checkpoint"]) if values["checkpoint"] else None
         values["state"] = State(values["state"])
         values["cancel_requested"] = bool(values["cancel_requested"])
+        values["priority"] = Priority(values.get("priority", Priority.NORMAL))
         return cls(**values)
 
 

@@ -51,6 +51,8 @@ jobs = Table(
     Column("available_at", Float, nullable=False),
     # When the request asked the job to start, not before (`delay_seconds` or `run_at`); null: at once.
     Column("run_at", Float),
+    # `jobstore.priorities.Priority`: 0 high, 1 normal, 2 low.
+    Column("priority", Integer, nullable=False, default=1, server_default="1"),
     Column("deadline_at", Float),
     Column("cancel_requested", Boolean, nullable=False, default=False),
     # The epoch whose attempt announced an external effect; a lost lease after it means `unknown`.
@@ -73,6 +75,10 @@ jobs = Table(
     Index("ix_jobs_state_lease_expires_at", "state", "lease_expires_at"),
     # The job retention's search: finished jobs past their retention (`jobstore.retention`).
     Index("ix_jobs_state_finished_at", "state", "finished_at"),
+    # The baseline's claim: queued jobs by priority, then age, walked in order.
+    Index("ix_jobs_state_priority_available_at", "state", "priority", "available_at"),
+    # Whether more than one tenant has queued jobs (the lowest and the highest name): two index seeks.
+    Index("ix_jobs_state_tenant", "state", "tenant"),
 )
 
 attempts = Table(
@@ -105,8 +111,13 @@ outbox = Table(
     Column("lease_token", String(36)),
     Column("lease_expires_at", Float),
     Column("publish_attempts", Integer, nullable=False, default=0),
+    # The job's priority and tenant, copied when the row is written: the relay leases by them.
+    Column("priority", Integer, nullable=False, default=1, server_default="1"),
+    Column("tenant", String(255), nullable=False, default="", server_default=""),
     Index("ix_outbox_published_at_available_at", "published_at", "available_at"),
     Index("ix_outbox_job_id", "job_id"),
+    Index("ix_outbox_published_at_priority_id", "published_at", "priority", "id"),
+    Index("ix_outbox_published_at_tenant", "published_at", "tenant"),
     sqlite_autoincrement=True,
 )
 

@@ -68,13 +68,14 @@ def jobs_list(
         print_json(views.list_document(page.items, page.next_cursor))
         return
     shown = table()
-    for column in ("id", "tenant", "kind", "state", "attempts", "epoch", "created", "error"):
+    for column in ("id", "tenant", "kind", "priority", "state", "attempts", "epoch", "created", "error"):
         shown.add_column(column)
     for job in page.items:
         shown.add_row(
             job.id,
             job.tenant,
             job.kind,
+            job.priority.label,
             job.state.value,
             str(job.attempts),
             str(job.epoch),
@@ -112,6 +113,7 @@ def _print_schedule_and_progress(view: JobView) -> None:
     done = (
         "-" if progress is None else f"{progress.done} of {'?' if progress.total is None else progress.total}"
     )
+    out.print(f"{'priority':>17}: {view.priority}")
     out.print(f"{'run at':>17}: {view.run_at or '-'}")
     out.print(f"{'progress':>17}: {done}")
     if view.waited_seconds is not None:

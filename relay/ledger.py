@@ -114,13 +114,19 @@ def lease_due(
         earliest = db.read(engine, outbox.earliest_unpublished)
         if earliest is None or earliest > now:
             return Leased(None, next_due=earliest)
-    return db.transact(engine, _settle_and_lease, settlement, now, limit, settings.relay_lease_seconds)
+    return db.transact(engine, _settle_and_lease, settlement, now, limit, settings)
 
 
 def _settle_and_lease(
-    conn: Connection, settlement: Settlement | None, now: float, limit: int, lease_seconds: float
+    conn: Connection, settlement: Settlement | None, now: float, limit: int, settings: Settings
 ) -> Leased:
     settled = settle(conn, settlement, now=now) if settlement else None
-    lease = outbox.lease_batch(conn, now=now, limit=limit, lease_seconds=lease_seconds)
+    lease = outbox.lease_batch(
+        conn,
+        now=now,
+        limit=limit,
+        lease_seconds=settings.relay_lease_seconds,
+        tenant_cap=settings.tenant_max_running,
+    )
     next_due = outbox.next_due(conn, now) if len(lease.rows) < limit else None
     return Leased(lease, settled, next_due)

@@ -7,6 +7,7 @@ connection fails to open or closes, with the messages that were still unconfirme
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 import pika
@@ -17,7 +18,7 @@ from pika.spec import Basic
 
 from broker import topology
 from broker.connection import connection_parameters
-from broker.message import CONTENT_TYPE, JobMessage, trace_headers
+from broker.message import CONTENT_TYPE, JobMessage, order_headers, trace_headers
 from core.settings import Settings
 from jobstore.outbox import Lease
 from relay.window import ConfirmWindow, Sent, Verdict
@@ -48,12 +49,14 @@ def root_cause(error: BaseException | str) -> str:
     return repr(error)
 
 
-def message_properties(outbox_id: int, traceparent: str | None = None) -> pika.BasicProperties:
+def message_properties(
+    outbox_id: int, traceparent: str | None = None, order: tuple[int, str] | None = None
+) -> pika.BasicProperties:
     return pika.BasicProperties(
         delivery_mode=pika.DeliveryMode.Persistent,
         content_type=CONTENT_TYPE,
         message_id=str(outbox_id),
-        headers=trace_headers(traceparent),
+        headers={**(order_headers(*order) if order else {}), **(trace_headers(traceparent) or {})} or None,
     )
 
 
@@ -85,13 +88,22 @@ class BrokerLink:
             try:
                 if channel is None:
                     raise pika.exceptions.ChannelWrongStateError("channel is not open")
-                self._publish(channel, outbox_id, job_id, lease.traceparents.get(job_id))
+                self._publish(
+                    channel, outbox_id, job_id, lease.traceparents.get(job_id), lease.orders.get(outbox_id)
+                )
             except pika.exceptions.AMQPError:
                 return [Sent(row_id, lease.token) for row_id, _ in lease.rows[index:]]
             self.window.add(Sent(outbox_id, lease.token))
         return []
 
-    def _publish(self, channel: Channel, outbox_id: int, job_id: str, job_trace: str | None) -> None:
+    def _publish(
+        self,
+        channel: Channel,
+        outbox_id: int,
+        job_id: str,
+        job_trace: str | None,
+        order: tuple[int, str] | None,
+    ) -> None:
         """One message, under a `publish` span in the job's trace whose context it carries."""
         attributes = {"job.id": job_id, "messaging.message.id": str(outbox_id)}
         with tracing.span("publish", job_trace, "producer", attributes) as span:
@@ -99,9 +111,22 @@ class BrokerLink:
                 self._settings.exchange,
                 topology.ROUTING_KEY,
                 JobMessage(job_id).encode(),
-                message_properties(outbox_id, span.traceparent),
+                message_properties(outbox_id, span.traceparent, order),
                 mandatory=True,
             )
+
+    def read_depth(self, on_depth: Callable[[int], None]) -> bool:
+        """Ask the broker how many messages are ready in the queue (a passive declare); `on_depth(count)`
+        runs on the IOLoop with the answer. False when the channel is not open (no answer will come)."""
+        channel = self._channel
+        if channel is None or not channel.is_open:
+            return False
+
+        def answered(frame: pika.frame.Method) -> None:
+            on_depth(int(frame.method.message_count))
+
+        channel.queue_declare(self._settings.queue, passive=True, callback=answered)
+        return True
 
     def close(self) -> None:
         """Close the connection (or abandon opening it); `on_down` follows. Idempotent."""

@@ -35,6 +35,7 @@ from core.settings import Settings
 from jobstore import db
 from jobstore.outbox import Lease
 from relay import ledger
+from relay.ahead import PublishAhead
 from relay.deadletters import Checked, DeadLetterCheck
 from relay.housekeeping import Housekept, sweep_and_prune
 from relay.ledger import Settled, Settlement
@@ -82,6 +83,7 @@ class Relay(LoopWork):
         self._rung = False
         self._wakeups = Wakeups(settings, self.ioloop, self._on_rung)
         self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
+        self._ahead = PublishAhead(settings.publish_ahead, settings.relay_batch_size)
         self._failures = 0
         self._stop_requested = False
         self._stopping = False
@@ -168,6 +170,7 @@ class Relay(LoopWork):
         if link is not self._link:
             return
         was_ready, self._link, self._ready = self._ready, None, False
+        self._ahead.forget()
         self._pending.add_unsent(unconfirmed)
         self._settle()
         if self._stopping:
@@ -202,7 +205,11 @@ class Relay(LoopWork):
         if room < self._refill_at:
             self._drained = False  # the window is full: the next confirms lease again
             return
-        limit = min(self.settings.relay_batch_size, room)
+        ahead = self._ahead.room()
+        if ahead is None:  # the queue holds enough: the outbox keeps the rest, in its order
+            self._hold(link)
+            return
+        limit = min(self.settings.relay_batch_size, room, ahead)
         idle, self._rung = self._drained and not self._rung, False
         settlement, self._pending = self._pending, Settlement()  # rides along with the lease
         self._in_store(
@@ -211,6 +218,26 @@ class Relay(LoopWork):
             then=partial(self._on_leased, limit),
             on_error=partial(self._on_lease_failed, settlement),
         )
+
+    def _hold(self, link: BrokerLink) -> None:
+        """Read the queue's depth (at once, unless it was read within the last poll) and lease when there
+        is room."""
+        if self._ahead.reading:
+            return
+        self._later("depth", self._ahead.reading_delay(), partial(self._read_depth, link))
+
+    def _read_depth(self, link: BrokerLink) -> None:
+        if link is not self._link or self._stopping or self._ahead.reading:
+            return
+        self._ahead.begin_reading(len(link.window))
+        if not link.read_depth(partial(self._on_depth, link)):
+            self._ahead.forget()
+
+    def _on_depth(self, link: BrokerLink, ready: int) -> None:
+        if link is not self._link:
+            return
+        self._ahead.read(ready)
+        self._lease_more()
 
     def _lease_and_settle(self, limit: int, idle: bool, settlement: Settlement) -> ledger.Leased:
         """On a store thread. The fault point sits between the broker's confirm and the mark."""
@@ -252,6 +279,7 @@ class Relay(LoopWork):
             unsent = [Sent(outbox_id, lease.token) for outbox_id, _ in lease.rows]
         else:
             unsent = link.publish(lease)
+            self._ahead.published(len(lease.rows) - len(unsent))
             self.peak_unconfirmed = max(self.peak_unconfirmed, len(link.window))
         self.tally.sent += len(lease.rows) - len(unsent)
         if unsent:

@@ -21,8 +21,11 @@ ALREADY_FINISHED = "already_finished"
 NOT_FOUND = "not_found"
 NOT_DUE = "not_due"
 NEEDS_SWEEP = "needs_sweep"
+TENANT_BUSY = "tenant_busy"  # its tenant ran TENANT_MAX_RUNNING jobs: delivered again later
 DEAD_LETTERED = "dead_lettered"
-DELIVERY_OUTCOMES = (RAN, LEASED_ELSEWHERE, ALREADY_FINISHED, NOT_FOUND, NOT_DUE, NEEDS_SWEEP, DEAD_LETTERED)
+DELIVERY_OUTCOMES = (
+    RAN, LEASED_ELSEWHERE, ALREADY_FINISHED, NOT_FOUND, NOT_DUE, NEEDS_SWEEP, TENANT_BUSY, DEAD_LETTERED
+)  # fmt: skip
 
 ACCEPT_TO_START = Histogram(
     "outbox_bridge_job_accept_to_start_seconds",

@@ -9,12 +9,14 @@ from jobstore import claiming
 from jobstore.records import Claim
 
 
-def claim_next(conn: Connection, worker: str, lease_seconds: float) -> Claim | None:
+def claim_next(conn: Connection, worker: str, lease_seconds: float, tenant_cap: int = 0) -> Claim | None:
     """`claiming.claim_next` at the time the transaction runs (a retried transaction reads the clock
     again)."""
-    return claiming.claim_next(conn, worker, clock.now(), lease_seconds)
+    return claiming.claim_next(conn, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap)
 
 
-def claim_due(conn: Connection, worker: str, lease_seconds: float, limit: int) -> list[Claim]:
-    """`claiming.claim_due` at the time the transaction runs."""
-    return claiming.claim_due(conn, worker, clock.now(), lease_seconds, limit)
+def claim_due(
+    conn: Connection, worker: str, lease_seconds: float, limit: int, tenant_cap: int = 0
+) -> list[Claim]:
+    """`claiming.claim_due` at the time the transaction runs, within `TENANT_MAX_RUNNING` (`tenant_cap`)."""
+    return claiming.claim_due(conn, worker, clock.now(), lease_seconds, limit, tenant_cap=tenant_cap)

@@ -82,9 +82,9 @@ async def submit_job(
     traceparent: Traceparent = None,
 ) -> Response:
     """Accept a job. The answer comes only after the job and its outbox row are committed together; the
-    same Idempotency-Key with the same request (kind, payload as validated, deadline, and the start as named:
-    the same `delay_seconds` or the same `run_at` instant) returns the original job again (202, same id). A
-    delayed job waits `queued` until its `run_at`."""
+    same Idempotency-Key with the same request (kind, payload as validated, deadline, the start as named
+    (the same `delay_seconds` or the same `run_at` instant) and priority) returns the original job again
+    (202, same id). A delayed job waits `queued` until its `run_at`."""
     kind = _accepted_kind(job.kind, settings)
     payload = _validated_payload(kind, job.payload)
     now = clock.now()
@@ -102,6 +102,7 @@ async def submit_job(
             deadline_seconds=job.deadline_seconds,
             schedule=schedule,
             traceparent=span.traceparent,
+            priority=job.priority_rank(),
         )
         span.set_attribute("job.id", accepted.job.id)
         span.set_attribute("job.created", accepted.created)

@@ -80,6 +80,9 @@ BAD_JOBS: dict[str, tuple[Any, str]] = {
         {"kind": "noop", "payload": {}, "deadline_seconds": 30 * 86400 + 1},
         "invalid-request",
     ),
+    "priority unknown": ({"kind": "noop", "payload": {}, "priority": "urgent"}, "invalid-request"),
+    "priority a number": ({"kind": "noop", "payload": {}, "priority": 0}, "invalid-request"),
+    "priority upper case": ({"kind": "noop", "payload": {}, "priority": "HIGH"}, "invalid-request"),
     "payload nested 40 deep": (
         {"kind": "noop", "payload": json.loads('{"a":' * 40 + "1" + "}" * 40)},
         "invalid-payload",
@@ -92,6 +95,15 @@ def test_an_invalid_job_is_400_and_writes_nothing(
     client: TestClient, settings: Settings, engine: Engine, body: Any, slug: str
 ) -> None:
     assert_problem(post_raw(client, settings, json.dumps(body)), 400, slug)
+    assert counts(engine) == (0, 0)
+
+
+def test_an_unknown_priority_is_400_naming_the_field(
+    client: TestClient, settings: Settings, engine: Engine
+) -> None:
+    body = {"kind": "noop", "payload": {}, "priority": "urgent"}
+    problem = assert_problem(post_raw(client, settings, json.dumps(body)), 400, "invalid-request")
+    assert ["body", "priority"] in [issue["loc"] for issue in problem["errors"]]
     assert counts(engine) == (0, 0)
 
 

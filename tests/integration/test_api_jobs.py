@@ -31,6 +31,7 @@ VIEW_KEYS = {
     "updated_at",
     "deadline_at",
     "run_at",
+    "priority",
     "cancel_requested",
     "progress",
     "waited_seconds",
@@ -169,6 +170,28 @@ def test_payloads_that_validate_to_the_same_job_are_the_same_request(
     assert (original.status_code, again.status_code) == (202, 202)
     assert again.json()["id"] == original.json()["id"]
     assert counts(engine) == (1, 1)
+
+
+def test_the_priority_is_stored_shown_and_part_of_the_request_under_its_key(
+    client: TestClient, engine: Engine, auth: Callable[..., dict[str, str]]
+) -> None:
+    body = {"kind": "noop", "payload": {"n": 1}}
+    plain = client.post("/jobs", json=body, headers=auth(key="k-plain"))
+    named = client.post("/jobs", json={**body, "priority": "normal"}, headers=auth(key="k-plain"))
+    high = client.post("/jobs", json={**body, "priority": "high"}, headers=auth(key="k-high"))
+    same = client.post("/jobs", json={**body, "priority": "high"}, headers=auth(key="k-high"))
+    low = client.post("/jobs", json={**body, "priority": "low"}, headers=auth(key="k-high"))
+    unnamed = client.post("/jobs", json=body, headers=auth(key="k-high"))
+
+    assert (plain.status_code, named.status_code, high.status_code, same.status_code) == (202,) * 4
+    assert plain.json()["priority"] == "normal" and named.json()["id"] == plain.json()["id"]
+    assert high.json()["priority"] == "high" and same.json()["id"] == high.json()["id"]
+    assert (low.status_code, unnamed.status_code) == (409, 409)
+    assert client.get(f"/jobs/{high.json()['id']}", headers=auth()).json()["priority"] == "high"
+    with engine.connect() as conn:
+        stored = dict(conn.execute(select(jobs.c.id, jobs.c.priority)).all())
+        queued = dict(conn.execute(select(outbox.c.job_id, outbox.c.priority)).all())
+    assert stored == queued == {plain.json()["id"]: 1, high.json()["id"]: 0}
 
 
 def test_idempotency_keys_are_scoped_to_the_tenant(

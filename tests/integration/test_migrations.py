@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, func, select, text
 
 from core.settings import Settings
 from jobstore import claiming, db, fenced, intake, migrate, queries
+from jobstore.priorities import Priority
 from jobstore.records import Job
 from jobstore.schema import jobs, metadata, outbox
 from jobstore.states import State
@@ -142,6 +143,8 @@ def test_data_written_at_the_first_released_schema_survives_the_upgrade_to_head(
     result = db.read(bare_engine, queries.committed_result, "job-done")
     assert result is not None and result.output == {"ok": True}
     assert db.read(bare_engine, pending_outbox_jobs) == ["job-queued"]
+    assert (queued.priority, done.priority) == (Priority.NORMAL, Priority.NORMAL)
+    assert db.read(bare_engine, outbox_orders) == [("acme", 1), ("acme", 1)], "rows take their job's tenant"
 
 
 def test_the_store_keeps_working_on_data_migrated_from_the_first_release(bare_engine: Engine) -> None:
@@ -204,6 +207,11 @@ def downgrade(engine: Engine, revision: str) -> None:
 def pending_outbox_jobs(conn: Connection) -> list[str]:
     query = select(outbox.c.job_id).where(outbox.c.published_at.is_(None)).order_by(outbox.c.id)
     return list(conn.execute(query).scalars())
+
+
+def outbox_orders(conn: Connection) -> list[tuple[str, int]]:
+    query = select(outbox.c.tenant, outbox.c.priority).order_by(outbox.c.id)
+    return [(str(tenant), int(priority)) for tenant, priority in conn.execute(query)]
 
 
 def outbox_ids_in_order(conn: Connection) -> list[int]:

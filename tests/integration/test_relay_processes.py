@@ -22,7 +22,10 @@ pytestmark = pytest.mark.broker
 @pytest.fixture
 def settings(tmp_path: Path, rabbitmq_url: str) -> Settings:
     # Small batches and windows, so the two relays take turns many times.
-    return make_settings(tmp_path, rabbitmq_url=rabbitmq_url, relay_batch_size=50, relay_window=200)
+    # Nobody consumes here: no publish-ahead window, so every row is published.
+    return make_settings(
+        tmp_path, rabbitmq_url=rabbitmq_url, relay_batch_size=50, relay_window=200, publish_ahead=0
+    )
 
 
 @pytest.fixture

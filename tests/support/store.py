@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, select
 
 from core import clock
 from jobstore import claiming, db, intake, queries
+from jobstore.priorities import Priority
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, operator_actions, outbox
 
@@ -31,6 +32,7 @@ def add_job(
     deadline: float | None = None,
     now: float | None = None,
     traceparent: str | None = None,
+    priority: Priority = Priority.NORMAL,
 ) -> intake.Accepted:
     """`accept` in the caller's transaction: operation key `key`, an empty payload unless given."""
     return intake.accept(
@@ -44,6 +46,7 @@ def add_job(
         max_attempts=max_attempts,
         deadline_seconds=deadline,
         traceparent=traceparent,
+        priority=priority,
     )
 
 

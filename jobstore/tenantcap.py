@@ -1,0 +1,81 @@
+"""`TENANT_MAX_RUNNING`: at most that many of one tenant's jobs run at once across the deployment (0: no
+cap). A claim that would take a tenant past it takes nothing for that job: the job stays queued and comes
+back later (the table's claim simply passes it over; a consumer's delivery is acked and the job's outbox
+row is written again, due after `RETRY_SECONDS`, in the claim's transaction).
+
+The count is the tenant's `running` jobs, read in the claim's transaction. SQLite has one writer at a time,
+so two claims cannot both pass it; on PostgreSQL a claim first takes a transaction-scoped advisory lock on
+each tenant it may take a job of (in one order, so two claims never wait on each other in a circle), so
+the second of two concurrent claims counts the first one's jobs."""
+
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
+
+from sqlalchemy import Connection, bindparam, func, select, text
+
+from jobstore.schema import jobs
+from jobstore.states import State
+
+# A capped tenant's job a consumer was handed is delivered again this much later.
+RETRY_SECONDS = 0.5
+# The advisory lock's first key: tenant locks do not collide with any other use of advisory locks.
+_LOCK_SPACE = 0x7465
+
+
+_RUNNING = (
+    select(jobs.c.tenant, func.count())
+    .where(jobs.c.state == State.RUNNING.value, jobs.c.tenant.in_(bindparam("b_tenants", expanding=True)))
+    .group_by(jobs.c.tenant)
+)
+_RUNNING_ALL = (
+    select(jobs.c.tenant, func.count()).where(jobs.c.state == State.RUNNING.value).group_by(jobs.c.tenant)
+)
+_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
+
+
+def running(conn: Connection, tenants: Collection[str] | None = None) -> Counter[str]:
+    """How many jobs of each of `tenants` (every tenant: None) are `running` now. Reads only running jobs
+    (the state index's prefix): a few, whatever the backlog."""
+    if tenants is None:
+        rows = conn.execute(_RUNNING_ALL)
+    elif not tenants:
+        return Counter()
+    else:
+        rows = conn.execute(_RUNNING, {"b_tenants": sorted(set(tenants))})
+    return Counter({str(tenant): int(count) for tenant, count in rows})
+
+
+def at_cap(conn: Connection, cap: int) -> list[str]:
+    """The tenants already running `cap` jobs or more (none without a cap)."""
+    if cap <= 0:
+        return []
+    return sorted(tenant for tenant, count in running(conn).items() if count >= cap)
+
+
+def lock(conn: Connection, tenants: Iterable[str]) -> None:
+    """On PostgreSQL, wait for and take this transaction's advisory lock on each tenant, in sorted order.
+    SQLite needs none: its write transactions run one at a time."""
+    if conn.dialect.name != "postgresql":
+        return
+    for tenant in sorted(set(tenants)):
+        key = zlib.crc32(tenant.encode()) - 2**31  # a stable signed 32-bit key
+        conn.execute(_LOCK, {"space": _LOCK_SPACE, "key": key})
+
+
+def admit(
+    candidates: Sequence[tuple[str, str]], running_now: Counter[str], cap: int
+) -> tuple[list[str], list[str]]:
+    """Split (job id, tenant) candidates, in order, into those the cap admits and those it refuses: a
+    tenant gets at most `cap` minus what it runs now."""
+    taken: Counter[str] = Counter()
+    admitted, refused = [], []
+    for job_id, tenant in candidates:
+        if cap > 0 and running_now[tenant] + taken[tenant] >= cap:
+            refused.append(job_id)
+        else:
+            taken[tenant] += 1
+            admitted.append(job_id)
+    return admitted, refused

@@ -1,0 +1,38 @@
+"""The order a consumer claims the deliveries it holds in (`consumer.rounds.take_in_order`): priority
+first, then turns across tenants counting what each tenant runs here, then arrival; the rest stay in
+arrival order."""
+
+from __future__ import annotations
+
+import collections
+from collections import Counter
+
+from broker.message import order_headers, order_of
+from consumer.link import Delivery
+from consumer.rounds import take_in_order
+
+
+def held(*specs: tuple[str, int, str]) -> collections.deque[Delivery]:
+    return collections.deque(
+        Delivery(job_id=job, tag=n, generation=1, priority=priority, tenant=tenant)
+        for n, (job, priority, tenant) in enumerate(specs)
+    )
+
+
+def test_a_high_delivery_and_a_tenant_that_runs_nothing_go_before_an_older_backlog() -> None:
+    waiting = held(("a1", 1, "a"), ("a2", 1, "a"), ("a3", 1, "a"), ("b1", 1, "b"), ("h", 0, "a"))
+    taken = take_in_order(waiting, 2, Counter({"a": 4}))
+    assert [d.job_id for d in taken] == ["h", "b1"]
+    assert [d.job_id for d in waiting] == ["a1", "a2", "a3"]
+
+
+def test_one_tenant_of_one_priority_is_taken_in_arrival_order() -> None:
+    waiting = held(("a1", 1, "a"), ("a2", 1, "a"), ("a3", 1, "a"))
+    assert [d.job_id for d in take_in_order(waiting, 2, Counter())] == ["a1", "a2"]
+    assert [d.job_id for d in waiting] == ["a3"]
+
+
+def test_the_order_headers_round_trip_and_their_absence_means_normal_of_no_tenant() -> None:
+    assert order_of(order_headers(0, "acme")) == (0, "acme")
+    assert order_of({"x-job-tenant": b"acme", "x-job-priority": 2}) == (2, "acme")
+    assert order_of(None) == (1, "")
