@@ -169,7 +169,12 @@ def test_0006_adds_an_empty_trace_context_to_the_jobs_already_there(bare_engine:
     migrate.upgrade(bare_engine, "0005")
     db.transact(bare_engine, write_at_first_release)
     migrate.upgrade(bare_engine, "0006")
+    traces = db.read(
+        bare_engine, lambda conn: list(conn.execute(text("SELECT traceparent FROM jobs")).scalars())
+    )
+    assert traces == [None, None]
 
+    migrate.upgrade(bare_engine, migrate.head_revision())  # the code's statements need every later column
     assert [job.traceparent for job in db.read(bare_engine, all_jobs)] == [None, None]
     traced = db.transact(
         bare_engine, intake.accept, tenant="acme", owner="ann", kind="noop", payload={},
