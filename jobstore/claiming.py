@@ -240,12 +240,7 @@ _QUEUED_DUE = _due(
 _TURN = func.row_number().over(
     partition_by=(jobs.c.priority, jobs.c.tenant), order_by=(jobs.c.available_at, jobs.c.id)
 )
-_RUNNING = (
-    select(jobs.c.tenant, func.count().label("running"))
-    .where(jobs.c.state == State.RUNNING.value)
-    .group_by(jobs.c.tenant)
-    .subquery("running")
-)
+_RUNNING = tenantcap.RUNNING_BY_TENANT
 _RANKED = (
     select(
         jobs.c.id,

@@ -133,12 +133,7 @@ _ORDERED = (
 # A row's turn: its rank among its tenant's due rows of that priority, plus the jobs its tenant runs now
 # (ranks alone start over at every lease: the tenant whose first row is oldest would win every small one).
 _TURN = func.row_number().over(partition_by=(outbox.c.priority, outbox.c.tenant), order_by=outbox.c.id)
-_RUNNING = (
-    select(jobs.c.tenant, func.count().label("running"))
-    .where(jobs.c.state == "running")
-    .group_by(jobs.c.tenant)
-    .subquery("running")
-)
+_RUNNING = tenantcap.RUNNING_BY_TENANT
 _RANKED = (
     select(
         outbox.c.id,

@@ -31,8 +31,13 @@ _RUNNING = (
     .group_by(jobs.c.tenant)
 )
 _RUNNING_ALL = (
-    select(jobs.c.tenant, func.count()).where(jobs.c.state == State.RUNNING.value).group_by(jobs.c.tenant)
+    select(jobs.c.tenant, func.count().label("running"))
+    .where(jobs.c.state == State.RUNNING.value)
+    .group_by(jobs.c.tenant)
 )
+# The running count per tenant as a subquery (`tenant`, `running`): what the fair turns of the relay's
+# lease (`jobstore.outbox`) and of the baseline's claim (`jobstore.claiming`) start from.
+RUNNING_BY_TENANT = _RUNNING_ALL.subquery("running")
 _LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 
 
