@@ -22,6 +22,7 @@ from bench.tracing import fsync_counts, fsyncs_counted, profile_summary, profile
 WARMUP_JOBS = 50
 PROFILE_JOBS = 2000  # enough samples for the shares; the profile reports no rates
 SETTLE_SECONDS = 1.0
+SNAPSHOT_WAIT = 10.0  # seconds a snapshot waits for every live process's fresh counters
 
 
 @dataclass
@@ -44,7 +45,11 @@ class Run:
         return f"{self.label}-{phase}"
 
     def snapshot(self) -> costs.Snapshot:
-        return costs.snapshot(self.deployment.stats_dir, self.deployment.names(), after=time.time())
+        # A process's stats thread writes every second; on a loaded machine it can miss a few beats, and
+        # a process left without a fresh sample would drop out of the phase's figures.
+        return costs.snapshot(
+            self.deployment.stats_dir, self.deployment.names(), after=time.time(), timeout=SNAPSHOT_WAIT
+        )
 
     def finish_timeout(self, jobs: int) -> float:
         """How long `jobs` may take to finish: generous, but bounded (20 jobs/s at the very least)."""
