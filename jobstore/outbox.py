@@ -14,6 +14,7 @@ from sqlalchemy import (
     BindParameter,
     Connection,
     Float,
+    Select,
     and_,
     bindparam,
     delete,
@@ -160,17 +161,22 @@ _LEASE = (
         lease_expires_at=bindparam("b_lease_until", type_=Float),
         publish_attempts=outbox.c.publish_attempts + 1,
     )
-    # The job's trace context rides along in the same statement: a subquery, no join and no second read.
-    # (On SQLite the names come out unqualified, `WHERE id = job_id`: `id` is the subquery's own table's,
-    # which comes first, and `job_id` can only be the outbox row's.)
-    .returning(
-        outbox.c.id,
-        outbox.c.job_id,
-        select(jobs.c.traceparent).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
-        outbox.c.priority,
-        outbox.c.tenant,
-    )
+    .returning(outbox.c.id, outbox.c.job_id, outbox.c.priority, outbox.c.tenant)
 )
+# On PostgreSQL the job's trace context rides along in the same statement, a subquery per row. Not on SQLite:
+# there a correlated subquery in RETURNING cannot use an index (3.40: `SCAN jobs` for every row returned), so
+# a lease or a mark would read the whole jobs table once per row; `_by_job` reads them by id instead.
+_LEASE_PG = _LEASE.returning(select(jobs.c.traceparent).where(jobs.c.id == outbox.c.job_id).scalar_subquery())
+_JOB_IDS: BindParameter[str] = bindparam("b_job_ids", expanding=True)
+_TRACEPARENTS = select(jobs.c.id, jobs.c.traceparent).where(jobs.c.id.in_(_JOB_IDS))
+
+
+def _by_job(conn: Connection, query: Select[Any], job_ids: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """What `query` (the job's id, then other columns of `jobs`) reads for `job_ids`, by job id: one indexed
+    lookup."""
+    if not job_ids:
+        return {}
+    return {str(r[0]): tuple(r[1:]) for r in conn.execute(query, {"b_job_ids": list(job_ids)})}
 
 
 def lease_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0) -> list[int]:
@@ -224,10 +230,16 @@ def lease_batch(
     if not ids:
         return Lease(token, ())
     params = {"b_ids": ids, "b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}
-    returned = conn.execute(_LEASE, params).all()
+    if conn.dialect.name == "postgresql":
+        returned = conn.execute(_LEASE_PG, params).all()
+        traced = {str(r[1]): r[4] for r in returned}
+    else:
+        returned = conn.execute(_LEASE, params).all()
+        found = _by_job(conn, _TRACEPARENTS, [str(r[1]) for r in returned])
+        traced = {job_id: row[0] for job_id, row in found.items()}
     taken = {int(r[0]): str(r[1]) for r in returned}
-    traceparents = {str(r[1]): str(r[2]) for r in returned if r[2] is not None}
-    orders = {int(r[0]): (int(r[3]), str(r[4])) for r in returned}
+    traceparents = {job_id: str(tp) for job_id, tp in traced.items() if tp is not None}
+    orders = {int(r[0]): (int(r[2]), str(r[3])) for r in returned}
     return Lease(
         token, tuple((row_id, taken[row_id]) for row_id in ids if row_id in taken), traceparents, orders
     )
@@ -239,25 +251,32 @@ _MARK = (
         outbox.c.id.in_(_IDS), outbox.c.lease_token == bindparam("b_token"), outbox.c.published_at.is_(None)
     )
     .values(published_at=_NOW, lease_token=None, lease_expires_at=None)
-    # The job's tenant and kind for its `published` event, read by the same statement.
-    .returning(
-        outbox.c.job_id,
-        select(jobs.c.tenant).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
-        select(jobs.c.kind).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
-        select(jobs.c.traceparent).where(jobs.c.id == outbox.c.job_id).scalar_subquery(),
-    )
+    .returning(outbox.c.job_id)
 )
+# The job's tenant, kind and trace context for its `published` event: in the same statement on PostgreSQL,
+# by `_by_job` on SQLite (see `_LEASE_PG`).
+_EVENT_COLUMNS = (jobs.c.tenant, jobs.c.kind, jobs.c.traceparent)
+_MARK_PG = _MARK.returning(
+    *(select(column).where(jobs.c.id == outbox.c.job_id).scalar_subquery() for column in _EVENT_COLUMNS)
+)
+_EVENT_FACTS = select(jobs.c.id, *_EVENT_COLUMNS).where(jobs.c.id.in_(_JOB_IDS))
 
 
 def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float) -> int:
     """Mark confirmed rows published; only rows still leased under `token` change. Returns how many did."""
     if not ids:
         return 0
-    rows = conn.execute(_MARK, {"b_ids": list(ids), "b_token": token, "b_now": now}).all()
+    params = {"b_ids": list(ids), "b_token": token, "b_now": now}
+    if conn.dialect.name == "postgresql":
+        rows = [(str(r[0]), *r[1:]) for r in conn.execute(_MARK_PG, params)]
+    else:
+        marked = [str(r[0]) for r in conn.execute(_MARK, params)]
+        found = _by_job(conn, _EVENT_FACTS, marked)
+        rows = [(job_id, *found.get(job_id, (None, None, None))) for job_id in marked]
     events.note(
         conn,
         (
-            job_event("published", str(row[0]), tenant=row[1], kind=row[2], trace_id=trace_id_of(row[3]))
+            job_event("published", row[0], tenant=row[1], kind=row[2], trace_id=trace_id_of(row[3]))
             for row in rows
         ),
     )
