@@ -12,7 +12,7 @@ from bench.proxy import STYLES
 MODES = {"broker": ("broker",), "sqlite": ("sqlite",), "both": ("broker", "sqlite")}
 SYNCHRONOUS = ("FULL", "NORMAL")
 PROFILE = ("auto", "always", "never")
-SCENARIOS = ("standard", "priority", "fairness")
+SCENARIOS = ("standard", "priority", "fairness", "delayed")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Options:
     rabbitmq_url: str | None
     profile: str
     keep: bool
-    # standard: every phase; priority, fairness: one probe phase each (`bench.probes`)
+    # standard: every phase; priority, fairness, delayed: one probe phase each (`bench.probes`)
     scenario: str = "standard"
 
     @property
@@ -101,7 +101,8 @@ def parser() -> argparse.ArgumentParser:
         choices=SCENARIOS,
         default="standard",
         help="standard: every phase; priority: a high job behind 5,000 queued normal ones; fairness: "
-        "tenant B's job behind tenant A's 5,000 queued 50 ms sleep jobs (20 probes each)",
+        "tenant B's job behind tenant A's 5,000 queued 50 ms sleep jobs; delayed: how late a job asked to "
+        "start 1 s ahead starts after that time (20 probes each)",
     )
     return p
 

@@ -1,5 +1,5 @@
-"""The priority and fairness scenarios (`bench --scenario priority|fairness`): how long one job waits to
-start behind a large backlog that is not its own.
+"""The priority, fairness and delayed scenarios (`bench --scenario priority|fairness|delayed`): how long one
+job waits to start behind a large backlog that is not its own, or after the start it asked for.
 
 - `priority`: a backlog of `BACKLOG` queued `normal` noop jobs; each probe is one `high` noop job of the
   same tenant.
@@ -8,7 +8,11 @@ start behind a large backlog that is not its own.
 
 Before each of `PROBES` probes the backlog is topped up to `BACKLOG` queued jobs (the workers drain it
 meanwhile), then the probe is accepted and the scenario waits for it to start; the figures are the probes'
-accept-to-start percentiles, and the queued backlog each probe found."""
+accept-to-start percentiles, and the queued backlog each probe found.
+
+- `delayed`: on an idle deployment, each of `PROBES` probes is one noop job accepted with `delay_seconds`
+  `DELAY_SECONDS`; the figures are how late each starts after its `run_at` (never early: a start before it
+  would be a broken promise, and is counted)."""
 
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from bench.phases import Run
 from core import clock
 from jobstore import db, intake, queries
 from jobstore.priorities import Priority
+from jobstore.schedule import Schedule
 from jobstore.schema import jobs
 from jobstore.states import State
 
@@ -31,6 +36,7 @@ PROBES = 20
 PROBE_TIMEOUT_SECONDS = 60.0
 TOP_UP_BATCH = 500
 SLEEP_SECONDS = 0.05
+DELAY_SECONDS = 1.0
 
 
 def priority(run: Run) -> dict[str, Any]:
@@ -43,6 +49,27 @@ def fairness(run: Run) -> dict[str, Any]:
     """One job of tenant B behind tenant A's `BACKLOG` queued 50 ms `sleep` jobs."""
     sleep = {"seconds": SLEEP_SECONDS}
     return _probe(run, "sleep", sleep, run.tenant("fairness-a"), run.tenant("fairness-b"), Priority.NORMAL)
+
+
+def delayed(run: Run) -> dict[str, Any]:
+    """`PROBES` noop jobs, each delayed `DELAY_SECONDS` and accepted once the one before has started: how
+    late after its `run_at` each one starts."""
+    tenant, lates = run.tenant("delayed"), []
+    for _ in range(PROBES):
+        [job_id] = db.transact(
+            run.engine, _accept_many, tenant, "noop", {}, 1, Priority.NORMAL, run, Schedule(DELAY_SECONDS)
+        )
+        _wait_started(run, job_id, DELAY_SECONDS + PROBE_TIMEOUT_SECONDS)
+        job = db.read(run.engine, queries.get_job, job_id)
+        assert job is not None and job.run_at is not None and job.started_at is not None
+        lates.append(job.started_at - job.run_at)
+    import numpy as np
+
+    return {
+        "probe": {"tenant": tenant, "kind": "noop", "delay_seconds": DELAY_SECONDS, "count": PROBES},
+        "started_early": sum(1 for late in lates if late < 0),
+        "probe_run_at_to_start_ms": percentiles_ms(np.array(lates)),
+    }
 
 
 def _probe(
@@ -63,6 +90,7 @@ def _probe(
         "probe": {"tenant": probe_tenant, "kind": kind, "priority": rank.label, "count": PROBES},
         "queued_at_probe": {"min": min(found), "max": max(found)},
         "probe_accept_to_start_ms": percentiles_ms(np.array(waits)),
+        "probe_waits_ms": [round(wait * 1000, 1) for wait in waits],  # in the order they ran
     }
 
 
@@ -83,10 +111,20 @@ def _top_up(run: Run, tenant: str, kind: str, payload: dict[str, Any]) -> int:
 
 
 def _accept_many(
-    conn: Connection, tenant: str, kind: str, payload: dict[str, Any], count: int, rank: Priority, run: Run
+    conn: Connection,
+    tenant: str,
+    kind: str,
+    payload: dict[str, Any],
+    count: int,
+    rank: Priority,
+    run: Run,
+    schedule: Schedule | None = None,
 ) -> list[str]:
     max_attempts = run.deployment.settings.max_attempts
-    request = {"tenant": tenant, "owner": "bench", "kind": kind, "payload": payload, "priority": rank}
+    request = {
+        "tenant": tenant, "owner": "bench", "kind": kind, "payload": payload, "priority": rank,
+        "schedule": schedule,
+    }  # fmt: skip
     accepted = intake.accept_many(
         conn,
         [
@@ -102,13 +140,13 @@ def _accept(run: Run, tenant: str, kind: str, payload: dict[str, Any], rank: Pri
     return job_id
 
 
-def _wait_started(run: Run, job_id: str) -> float:
+def _wait_started(run: Run, job_id: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> float:
     """Seconds from the probe's acceptance to its first attempt's start, once it has started."""
-    deadline = time.monotonic() + PROBE_TIMEOUT_SECONDS
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = db.read(run.engine, queries.get_job, job_id)
         if job is not None and job.started_at is not None:
             return job.started_at - job.created_at
         if run.stop.wait(0.01):
             raise KeyboardInterrupt
-    raise PhaseTimeout(f"probe {job_id} did not start within {PROBE_TIMEOUT_SECONDS:.0f}s")
+    raise PhaseTimeout(f"probe {job_id} did not start within {timeout:.0f}s")

@@ -202,6 +202,10 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
         "fairness: tenant B behind A's 5,000, accept-to-start p50/p95/p99 ms",
         lambda r: _percentiles(r, "fairness", "probe_accept_to_start_ms"),
     ),
+    (
+        "delayed: noop 1 s ahead, run_at-to-start p50/p95/p99 ms",
+        lambda r: _percentiles(r, "delayed", "probe_run_at_to_start_ms"),
+    ),
 ]
 
 

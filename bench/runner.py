@@ -76,11 +76,17 @@ def plan(options: Options) -> list[tuple[str, str, bool]]:
     return [(m, first, True) for m in options.modes] + [(m, s, False) for s in others for m in options.modes]
 
 
+SCENARIO_PHASES: dict[str, Phase] = {
+    "priority": probes.priority,
+    "fairness": probes.fairness,
+    "delayed": probes.delayed,
+}
+
+
 def phase_list(options: Options, mode: str, full: bool) -> list[tuple[str, Phase]]:
     chosen: list[tuple[str, Phase]] = [("warmup", phases.warmup)]
     if options.scenario != "standard":  # a scenario of its own: its probes, nothing else
-        probe: Phase = probes.priority if options.scenario == "priority" else probes.fairness
-        return [*chosen, (options.scenario, probe)]
+        return [*chosen, (options.scenario, SCENARIO_PHASES[options.scenario])]
     if full:
         chosen.append(("idle", phases.idle))
     chosen += [
