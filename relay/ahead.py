@@ -9,7 +9,19 @@ queue.
 The count is read with a passive declare of the queue on the relay's channel, only while the relay is held
 back (never once per message): between readings it grows by what the relay publishes, so it can only
 overestimate; a relay held back reads at once, then every `HELD_POLL_SECONDS` until there is room. Two
-readings in a row also say how many messages the consumers took in between: the consumers' rate."""
+readings in a row also say how many messages the consumers took in between: the consumers' rate.
+
+What the consumers take is not always what they run: a consumer also fills its prefetch (dozens of
+deliveries), so right after a quiet spell the queue runs dry once however slow the jobs are. Read as a rate,
+that one reading would open the window to the cap, and a job of another tenant would wait behind seconds of
+work. So a rate is forgotten once it is `RATE_GAP_SECONDS` old (the next busy spell starts again from
+`START`); a rate is measured only between two readings that both found messages ready (the consumers'
+prefetch was full, so what they took is what they finished), and a first measurement lowers a guess at once
+but raises it only as smoothing does; and a dry queue raises the limit only once it has been dry at every
+reading for `AHEAD_SECONDS`, with messages published in between, then once every `AHEAD_SECONDS` while it
+stays so: consumers that keep running out of work, not a prefetch filling up (which takes a few
+milliseconds). Either way the estimate at most doubles every `AHEAD_SECONDS`, and falls as fast as it is
+measured to."""
 
 from __future__ import annotations
 
@@ -38,6 +50,9 @@ class PublishAhead:
         self._since_reading = 0
         self._read_at = 0.0
         self._rate: float | None = None  # messages the consumers take per second, smoothed
+        self._dry_since: float | None = None  # since when every reading found what was published taken
+        self._ready_before = 0  # what the last reading found ready
+        self._measured = False  # the rate is a measurement (not a guess raised by a dry queue)
         self.reading = False
 
     @property
@@ -47,8 +62,9 @@ class PublishAhead:
     @property
     def limit(self) -> int:
         """How many messages may wait in the queue now: `START` (at most the cap) until the rate is known,
-        then about `AHEAD_SECONDS` of it, within `FLOOR` and the cap."""
-        if self._rate is None:
+        then about `AHEAD_SECONDS` of it, within `FLOOR` and the cap. A rate last read `RATE_GAP_SECONDS`
+        ago is no longer known."""
+        if self._rate is None or time.monotonic() - self._read_at >= RATE_GAP_SECONDS:
             return min(self.cap, START)
         return max(min(FLOOR, self.cap), min(self.cap, int(self._rate * AHEAD_SECONDS)))
 
@@ -89,14 +105,38 @@ class PublishAhead:
         now = time.monotonic()
         before, gap = self._waiting, now - self._read_at
         self._waiting = ready + self._since_reading
+        recent = before is not None and 0 < gap < RATE_GAP_SECONDS
+        if not recent:
+            # A quiet spell: what the consumers took before says nothing of now.
+            self._rate, self._dry_since, self._measured = None, None, False
         if ready == 0:
-            # The queue ran dry: the consumers took all there was and might have taken more. What they
-            # took is no measure of what they can take; ask for more ahead.
-            floor = self.limit / AHEAD_SECONDS
-            self._rate = min(2 * max(self._rate or 0.0, floor), self.cap / AHEAD_SECONDS)
-        elif before is not None and 0 < gap < RATE_GAP_SECONDS:
-            taken = max(0, before - self._waiting) / gap
-            self._rate = taken if self._rate is None else self._rate + SMOOTHING * (taken - self._rate)
+            emptied = recent and bool(before)  # messages were there (or published since) and all were taken
+            if not emptied:
+                self._dry_since = None
+            elif self._dry_since is None:
+                self._dry_since = now
+            elif now - self._dry_since >= AHEAD_SECONDS:
+                # Dry all along: the consumers take all there is and might take more. What they took is no
+                # measure of what they can take; ask for more ahead.
+                floor = self.limit / AHEAD_SECONDS
+                self._rate = min(2 * max(self._rate or 0.0, floor), self.cap / AHEAD_SECONDS)
+                self._measured = False
+                self._dry_since = now
+        else:
+            self._dry_since = None
+            if recent and self._ready_before > 0:
+                assert before is not None
+                taken = max(0, before - self._waiting) / gap
+                last = self._rate if self._rate is not None else self.limit / AHEAD_SECONDS
+                # At most doubling every AHEAD_SECONDS: a consumer that gives jobs back (`consumer.pipeline`)
+                # or reconnects takes a burst of deliveries that is no rate.
+                taken = min(taken, last * 2 ** (gap / AHEAD_SECONDS))
+                if self._measured or taken > last:
+                    self._rate = last + SMOOTHING * (taken - last)
+                else:  # a guess gives way at once to a lower measurement
+                    self._rate = taken
+                self._measured = True
+        self._ready_before = ready
         self._read_at = now
         self.reading = False
 
@@ -104,4 +144,6 @@ class PublishAhead:
         """The link went down: the next link reads the queue before it publishes."""
         self._waiting = None
         self._rate = None
+        self._dry_since, self._measured = None, False
+        self._ready_before = 0
         self.reading = False
