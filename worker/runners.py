@@ -5,8 +5,8 @@ process's store writer, which commits it and then forgets the job. They also kee
 
 from __future__ import annotations
 
+import collections
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +20,6 @@ from handlers.base import JobError
 from jobstore.records import Claim
 from worker.attempt import AttemptOutcome, StoreContext, run_attempt
 from worker.budget import ClaimBudget
-from worker.inbox import STOP
 from worker.lease import Held, LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -66,10 +65,12 @@ class Runners:
         self._keeper = keeper
         self._budget = budget
         self._finished = finished
-        self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Running | STOP
+        self._ready: collections.deque[Running] = collections.deque()  # claimed, waiting for a thread
+        self._stops = 0  # threads asked to end once nothing is ready
         self._claimed: dict[str, Running] = {}  # by attempt id: claimed here, outcome not committed
         self._unfinished: dict[int, Running] = {}  # begun, code not returned yet
         self._lock = threading.Lock()
+        self._readied = threading.Condition(self._lock)
         self._threads = [
             threading.Thread(target=self._loop, name=f"job-{n}", daemon=True) for n in range(concurrency)
         ]
@@ -86,8 +87,33 @@ class Runners:
         with self._lock:
             self._claimed[claim.attempt_id] = running
             self._unfinished[id(running)] = running
-        self._ready.put(running)
+            self._ready.append(running)
+            self._readied.notify()
         return running
+
+    def take_waiting(self, keep: int) -> list[Running]:
+        """Take back the claimed jobs still waiting for a thread, but for the first `keep` of them (in the
+        order they were claimed): no thread will start them unless `resume` gives them back."""
+        with self._lock:
+            taken = [self._ready.pop() for _ in range(max(0, len(self._ready) - keep))]
+            for running in taken:
+                self._unfinished.pop(id(running), None)
+        taken.reverse()
+        return taken
+
+    def resume(self, waiting: list[Running]) -> None:
+        """Queue jobs `take_waiting` took back for a thread again, first, in their order."""
+        with self._lock:
+            for running in reversed(waiting):
+                self._unfinished[id(running)] = running
+                self._ready.appendleft(running)
+            self._readied.notify(len(waiting))
+
+    def idle_threads(self) -> int:
+        """Threads that would start a waiting job now: those not running one."""
+        with self._lock:
+            running = sum(r.started is not None for r in self._unfinished.values())
+        return max(0, len(self._threads) - running)
 
     def forget(self, running: Running) -> bool:
         """Stop counting `running` as claimed here (its outcome is committed, or left to its lease) and stop
@@ -126,8 +152,9 @@ class Runners:
 
     def stop(self) -> None:
         """Each thread ends after the job it runs (jobs submitted before this still run first)."""
-        for _ in self._threads:
-            self._ready.put(STOP)
+        with self._lock:
+            self._stops += len(self._threads)
+            self._readied.notify_all()
 
     def alive(self) -> int:
         return sum(thread.is_alive() for thread in self._threads)
@@ -149,9 +176,22 @@ class Runners:
             unfinished = len(self._unfinished)
         return (now - min(began) if began else 0.0), unfinished
 
+    def _next(self) -> Running | None:
+        """The next claimed job for this thread (marked started), or None when the thread should end."""
+        with self._lock:
+            while not self._ready and not self._stops:
+                self._readied.wait()
+            if not self._ready:
+                self._stops -= 1
+                return None
+            running = self._ready.popleft()
+            running.started = time.monotonic()
+            return running
+
     def _loop(self) -> None:
-        while (running := self._ready.get()) is not STOP:
-            running.started = began = time.monotonic()
+        while (running := self._next()) is not None:
+            began = running.started
+            assert began is not None
             outcome = self._run(running)
             self._budget.ran(time.monotonic() - began)
             with self._lock:

@@ -325,3 +325,25 @@ def test_a_live_consumer_never_gives_a_delivery_back_under_a_mix_of_short_and_lo
         check_invariants(strict.settings, accepted=order, engine=engine)
     finally:
         strict.close()
+
+
+def test_jobs_claimed_ahead_of_a_long_kind_are_given_back_and_still_run_once(broker: Broker) -> None:
+    # Short jobs first, so the consumer claims ahead; then slow ones, which it claims ahead too until the
+    # first runs long. Those still waiting for a thread then go back to the store (for a consumer with a
+    # thread free) and their deliveries wait here: with no relay and no other consumer, this one runs them.
+    engine = broker.engine
+    short = new_jobs(engine, 40, kind="noop", payload={})
+    slow = new_jobs(engine, 24, kind="sleep", payload={"seconds": 0.15})
+    with consuming(engine, broker.settings, concurrency=2) as consumer:
+        for job_id in short:
+            broker.publish(job_id)
+        wait_succeeded(engine, len(short))
+        for job_id in slow:
+            broker.publish(job_id)
+        wait_succeeded(engine, len(short) + len(slow), timeout=30)
+        shed = consumer.pipeline.counts["shed"]
+    assert shed > 0, "the consumer never claimed ahead of the slow jobs, so this test showed nothing"
+    seen = check_invariants(broker.settings, accepted=[*short, *slow], engine=engine)
+    for job_id in slow:
+        assert seen.jobs[job_id].attempts == 1, "a job given back before it ran does not count an attempt"
+    assert broker.depth() == 0
