@@ -54,7 +54,10 @@ def test_rows_stay_unpublished_until_the_broker_confirms_them(
 ) -> None:
     target = urlsplit(rabbitmq_url)
     with FaultProxy((target.hostname or "127.0.0.1", target.port or 5672)) as proxy:
-        proxied = settings.model_copy(update={"rabbitmq_url": proxy.url_for(rabbitmq_url)})
+        # No publish-ahead window: the relay's first reading of the queue's depth would wait on the paused
+        # proxy when it comes after the pause (a slow machine), and it would publish nothing.
+        update = {"rabbitmq_url": proxy.url_for(rabbitmq_url), "publish_ahead": 0}
+        proxied = settings.model_copy(update=update)
         with running_relay(proxied, engine) as relay:
             wait_for(lambda: relay.connected, 15, what="relay connected")
             proxy.pause("to_client")  # the broker's confirms are held back; publishes still reach it

@@ -95,13 +95,16 @@ def test_a_relay_whose_lease_was_taken_over_marks_nothing(
 ) -> None:
     target = urlsplit(rabbitmq_url)
     with FaultProxy((target.hostname or "127.0.0.1", target.port or 5672)) as proxy:
-        # The stalled relay fills its window with the 10 rows, then hears no confirms for a while.
+        # The stalled relay fills its window with the 10 rows, then hears no confirms for a while. (No
+        # publish-ahead window: its first reading of the queue's depth would wait on the paused proxy when
+        # it comes after the pause, on a slow machine, and it would publish nothing.)
         stalled = settings.model_copy(
             update={
                 "rabbitmq_url": proxy.url_for(rabbitmq_url),
                 "relay_lease_seconds": 1.0,
                 "relay_window": 10,
                 "relay_batch_size": 10,
+                "publish_ahead": 0,
             }
         )
         with running_relay(stalled, engine) as first:
