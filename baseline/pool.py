@@ -9,7 +9,11 @@ more as the threads get through in about `AHEAD_SECONDS` (`worker.budget.ClaimBu
 claims ahead). Under load a round therefore commits and claims many jobs at a time; at a light load it is
 one job's claim, then its outcome.
 
-Pacing: while every room is taken, the claimer waits for a job to finish; after a round that found fewer due
+When claiming ahead stops (a job runs long), the jobs claimed ahead that still wait for a thread are given
+back to the table (`worker.runners.Runners.give_back_waiting`), so a worker with a thread free claims them.
+
+Pacing: while every room is taken, the claimer waits for a job to finish (while claiming ahead, at most
+`AHEAD_SECONDS`, to notice one that runs long); after a round that found fewer due
 jobs than room, it polls again after `FIRST_IDLE_PAUSE`, doubling on each empty poll up to `MAX_IDLE_PAUSE`
 (`baseline.pacing`). A commit's doorbell (`baseline.listening`) cuts any wait short. A busy or unreachable
 store pauses the claimer at the longest pause; it never ends it, and outcomes it could not commit are
@@ -38,7 +42,7 @@ from jobstore.records import Claim
 from jobstore.states import State
 from telemetry.instruments import FENCED_WRITES
 from worker.attempt import discard_uncommitted
-from worker.budget import ClaimBudget
+from worker.budget import AHEAD_SECONDS, ClaimBudget
 from worker.commit import backoff_of, commit_outcomes
 from worker.handback import Handback, hand_back, hand_back_all
 from worker.inbox import STOP, take_batch
@@ -166,6 +170,8 @@ class ClaimPool:
             try:
                 with self._round:
                     room, claimed = self._write_round()
+                    if self._runners.give_back_due and not self._stopping.is_set():
+                        self._runners.give_back_waiting()  # for a worker with a thread free
             except db.StoreUnavailable as exc:
                 unavailable += 1
                 _say_unavailable(unavailable, exc)
@@ -187,8 +193,10 @@ class ClaimPool:
         once stopping; otherwise the idle pause, which starts over when a round found work."""
         if self._outcomes:
             return 0.0
-        if self._stopping.is_set() or claimed == room:
+        if self._stopping.is_set():
             return None
+        if claimed == room:  # every room taken: wait for a job to finish, or to notice one running long
+            return AHEAD_SECONDS if self._runners.bursting else None
         if claimed:
             pauses.reset()
         return pauses.failed()

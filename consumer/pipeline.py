@@ -119,7 +119,6 @@ class Pipeline:
             engine, settings, keeper, self._budget, self._inbox.put, concurrency=concurrency
         )
         self._bursting = False
-        self._shed_due = False  # claiming ahead just stopped: give back what waits for a thread
         self._failed_rounds = 0  # rounds in a row the store took nothing from
         self._last_arrival = 0.0  # when the last delivery arrived (monotonic)
         self._arrival_gap = HOLD_SECONDS  # running average of the time between deliveries
@@ -175,8 +174,8 @@ class Pipeline:
                 held += self._absorb(batch)
                 if not self._accepting:
                     self._requeue_waiting()
-                if self._shed_due:
-                    self._shed()
+                if self._runners.give_back_due and self._accepting:
+                    self._give_back_waiting()
                 if self._may_hold(held):
                     continue
                 self._run_round(Round(held))
@@ -203,7 +202,7 @@ class Pipeline:
         notice a job that runs long."""
         if held:
             return max(0.0, held[0].at + HOLD_SECONDS - time.monotonic())
-        if self._shed_due:
+        if self._runners.give_back_due and self._accepting:
             return 0.0
         if self._waiting and self._room() > 0:
             return compute_backoff(self._failed_rounds, base=RETRY_FIRST_PAUSE, cap=RETRY_MAX_PAUSE)
@@ -256,35 +255,18 @@ class Pipeline:
     def _room(self) -> int:
         """How many more jobs this consumer may claim now, starting or stopping claiming ahead as the
         budget says. Deliveries beyond the room wait here, unacked, for a later round."""
-        was, self._bursting = self._bursting, self._runners.bursting() and self._accepting
-        if was and not self._bursting and self._accepting:
-            self._shed_due = True
-        return self._runners.room()
+        room = self._runners.room()
+        self._bursting = self._runners.bursting and self._accepting
+        return room
 
-    def _shed(self) -> None:
-        """Claiming ahead stopped (a job runs long): give back every claimed job still waiting for a thread
-        but one per idle thread (`worker.handback`: queued again, its attempt not counted, a new outbox row),
-        so that a consumer with a thread free runs it (the relay publishes it again) instead of it waiting
-        here behind long jobs. Its delivery waits here, unclaimed, with the others: claimed again here in
-        their order if no other consumer got to it first, else refused and acked. A job the store does not
-        release waits for a thread here again."""
-        self._shed_due = False
-        waiting = self._runners.take_waiting(keep=self._runners.idle_threads())
-        if not waiting:
-            return
-        released: list[Delivery] = []
-        by_attempt = {running.claim.attempt_id: running for running in waiting}
-
-        def forget(held: Held) -> None:
-            running = by_attempt.pop(held.claim.attempt_id)
-            if self._runners.forget(running) and running.delivery is not None:
-                released.append(running.delivery)
-
-        handed = hand_back_all(self._engine, [running.held for running in waiting], forget)
-        self._runners.resume([running for running in waiting if running.claim.attempt_id in by_attempt])
-        self._waiting.extend(released)
+    def _give_back_waiting(self) -> None:
+        """Claiming ahead stopped (a job runs long): the jobs claimed here that still wait for a thread go
+        back to the store (`Runners.give_back_waiting`), so a consumer with a thread free runs them (the
+        relay publishes them again). Their deliveries wait here, unclaimed, with the others: claimed again
+        here in their order if no other consumer got to one first, else refused and acked."""
+        released = self._runners.give_back_waiting()
+        self._waiting.extend(running.delivery for running in released if running.delivery is not None)
         self._count(shed=len(released))
-        log.info("claiming ahead stopped: %d waiting jobs given back (%s)", len(released), dict(handed))
 
     def _in_transaction(self, conn: Connection, round_: Round) -> Any:
         """The round's transaction, once it holds the write lock: first take what arrived while it waited

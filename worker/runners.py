@@ -20,6 +20,7 @@ from handlers.base import JobError
 from jobstore.records import Claim
 from worker.attempt import AttemptOutcome, StoreContext, run_attempt
 from worker.budget import ClaimBudget
+from worker.handback import hand_back_all
 from worker.lease import Held, LeaseKeeper
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,8 @@ class Runners:
         self._unfinished: dict[int, Running] = {}  # begun, code not returned yet
         self._lock = threading.Lock()
         self._readied = threading.Condition(self._lock)
+        self._bursting = False  # the budget claimed ahead at the last `room`
+        self.give_back_due = False  # claiming ahead stopped since: `give_back_waiting`
         self._threads = [
             threading.Thread(target=self._loop, name=f"job-{n}", daemon=True) for n in range(concurrency)
         ]
@@ -160,13 +163,42 @@ class Runners:
         return sum(thread.is_alive() for thread in self._threads)
 
     def room(self) -> int:
-        """How many more jobs the process may claim now (`worker.budget`)."""
+        """How many more jobs the process may claim now (`worker.budget`). When claiming ahead stops (a job
+        runs long), `give_back_due` says so until `give_back_waiting` runs."""
         longest, unfinished = self._load()
+        bursting = self._budget.bursting(longest)
+        if self._bursting and not bursting:
+            self.give_back_due = True
+        self._bursting = bursting
         return max(0, self._budget.limit(longest) - unfinished)
 
+    @property
     def bursting(self) -> bool:
-        """Whether the budget claims ahead now (jobs have been short, and none runs long)."""
-        return self._budget.bursting(self._load()[0])
+        """Whether the budget claimed ahead at the last `room` (jobs have been short, none ran long)."""
+        return self._bursting
+
+    def give_back_waiting(self) -> list[Running]:
+        """Claiming ahead stopped: give back every claimed job still waiting for a thread but one per idle
+        thread (`worker.handback`: queued again, its attempt not counted, a new outbox row), so that a
+        worker with a thread free runs it instead of it waiting here behind long jobs. Returns those given
+        back (forgotten here); a job the store does not release waits for a thread here again. Call it
+        outside any transaction of this process's."""
+        self.give_back_due = False
+        waiting = self.take_waiting(keep=self.idle_threads())
+        if not waiting:
+            return []
+        by_attempt = {running.claim.attempt_id: running for running in waiting}
+        released: list[Running] = []
+
+        def forget(held: Held) -> None:
+            running = by_attempt.pop(held.claim.attempt_id)
+            if self.forget(running):
+                released.append(running)
+
+        handed = hand_back_all(self._engine, [running.held for running in waiting], forget)
+        self.resume([running for running in waiting if running.claim.attempt_id in by_attempt])
+        log.info("claiming ahead stopped: %d waiting jobs given back (%s)", len(released), dict(handed))
+        return released
 
     def _load(self) -> tuple[float, int]:
         """How long the longest running job has run, and how many submitted jobs have not returned."""

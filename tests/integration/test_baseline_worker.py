@@ -33,8 +33,9 @@ from jobstore.records import Claim
 from jobstore.states import State
 from jobstore.turns import WriteTurn
 from tests.conftest import make_settings
+from tests.support.invariants import check_invariants
 from tests.support.procs import wait_for
-from tests.support.store import job_row, new_job
+from tests.support.store import job_row, new_job, new_jobs
 from worker.handback import Handback, hand_back
 from worker.shutdown import RELEASE_SETTLE_SECONDS
 
@@ -325,3 +326,27 @@ def test_the_worker_sweeps_a_lease_that_no_claim_may_take(
         assert process.shutdown() == 0
     assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["lost"]
     assert process.pool.tally.snapshot() == {}
+
+
+def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_once(
+    settings: Settings, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Short jobs first, so the worker claims ahead; then slow ones, which it claims ahead too until the
+    # first runs long. Those still waiting for a thread then go back to the table, where any worker with
+    # a thread free (here, this one again) claims them in their turn.
+    caplog.set_level(logging.INFO, logger="worker.runners")
+    engine = db.make_engine(settings)
+    migrate.init_schema(settings, engine)
+    short = new_jobs(engine, 40, kind="noop", payload={})
+    succeeded = lambda: db.read(engine, queries.counts_by_state)["succeeded"]  # noqa: E731
+    with running(engine, settings, concurrency=2):
+        wait_for(lambda: succeeded() == len(short), 20, what="the short jobs succeeded")
+        slow = new_jobs(engine, 24, kind="sleep", payload={"seconds": 0.15})
+        wait_for(lambda: succeeded() == len(short) + len(slow), 30, what="the slow jobs succeeded")
+    said = [r.getMessage() for r in caplog.records if "claiming ahead stopped" in r.getMessage()]
+    given = sum(int(message.split(": ")[1].split()[0]) for message in said)
+    assert given > 0, "the worker never claimed ahead of the slow jobs, so this test showed nothing"
+    seen = check_invariants(settings, accepted=[*short, *slow], engine=engine)
+    for job_id in slow:
+        assert seen.jobs[job_id].attempts == 1, "a job given back before it ran does not count an attempt"
+    engine.dispose()
