@@ -17,11 +17,10 @@ that one reading would open the window to the cap, and a job of another tenant w
 work. So a rate is forgotten once it is `RATE_GAP_SECONDS` old (the next busy spell starts again from
 `START`); a rate is measured only between two readings that both found messages ready (the consumers'
 prefetch was full, so what they took is what they finished), and a first measurement lowers a guess at once
-but raises it only as smoothing does; and a dry queue raises the limit only once it has been dry at every
-reading for `AHEAD_SECONDS`, with messages published in between, then once every `AHEAD_SECONDS` while it
-stays so: consumers that keep running out of work, not a prefetch filling up (which takes a few
-milliseconds). Either way the estimate at most doubles every `AHEAD_SECONDS`, and falls as fast as it is
-measured to."""
+but raises it at most twofold every `AHEAD_SECONDS`; and a dry queue raises the limit only once it has
+been dry at every reading for `AHEAD_SECONDS`, with messages published in between, then at every dry
+reading while it stays so: consumers that keep running out of work, not a prefetch filling up (which takes a
+few tens of milliseconds)."""
 
 from __future__ import annotations
 
@@ -120,8 +119,7 @@ class PublishAhead:
                 # measure of what they can take; ask for more ahead.
                 floor = self.limit / AHEAD_SECONDS
                 self._rate = min(2 * max(self._rate or 0.0, floor), self.cap / AHEAD_SECONDS)
-                self._measured = False
-                self._dry_since = now
+                self._measured = False  # and it doubles again at the next dry reading
         else:
             self._dry_since = None
             if recent and self._ready_before > 0:
