@@ -27,6 +27,7 @@ from bench.phases import Run
 from core import clock
 from jobstore import db, intake, queries
 from jobstore.priorities import Priority
+from jobstore.records import Job
 from jobstore.schedule import Schedule
 from jobstore.schema import jobs
 from jobstore.states import State
@@ -56,13 +57,10 @@ def delayed(run: Run) -> dict[str, Any]:
     late after its `run_at` each one starts."""
     tenant, lates = run.tenant("delayed"), []
     for _ in range(PROBES):
-        [job_id] = db.transact(
-            run.engine, _accept_many, tenant, "noop", {}, 1, Priority.NORMAL, run, Schedule(DELAY_SECONDS)
-        )
-        _wait_started(run, job_id, DELAY_SECONDS + PROBE_TIMEOUT_SECONDS)
-        job = db.read(run.engine, queries.get_job, job_id)
-        assert job is not None and job.run_at is not None and job.started_at is not None
-        lates.append(job.started_at - job.run_at)
+        job_id = _accept(run, tenant, "noop", {}, Priority.NORMAL, Schedule(DELAY_SECONDS))
+        job, started_at = _wait_started(run, job_id, DELAY_SECONDS + PROBE_TIMEOUT_SECONDS)
+        assert job.run_at is not None
+        lates.append(started_at - job.run_at)
     import numpy as np
 
     return {
@@ -81,8 +79,8 @@ def _probe(
             raise KeyboardInterrupt
         accepted += _top_up(run, backlog_tenant, kind, payload)
         found.append(db.read(run.engine, _queued, backlog_tenant))
-        job_id = _accept(run, probe_tenant, kind, payload, rank)
-        waits.append(_wait_started(run, job_id))
+        job, started_at = _wait_started(run, _accept(run, probe_tenant, kind, payload, rank))
+        waits.append(started_at - job.created_at)
     import numpy as np
 
     return {
@@ -135,18 +133,25 @@ def _accept_many(
     return [outcome.job.id for outcome in accepted if isinstance(outcome, intake.Accepted)]
 
 
-def _accept(run: Run, tenant: str, kind: str, payload: dict[str, Any], rank: Priority) -> str:
-    [job_id] = db.transact(run.engine, _accept_many, tenant, kind, payload, 1, rank, run)
+def _accept(
+    run: Run,
+    tenant: str,
+    kind: str,
+    payload: dict[str, Any],
+    rank: Priority,
+    schedule: Schedule | None = None,
+) -> str:
+    [job_id] = db.transact(run.engine, _accept_many, tenant, kind, payload, 1, rank, run, schedule)
     return job_id
 
 
-def _wait_started(run: Run, job_id: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> float:
-    """Seconds from the probe's acceptance to its first attempt's start, once it has started."""
+def _wait_started(run: Run, job_id: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> tuple[Job, float]:
+    """The probe as read once its first attempt has started, and when that was."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = db.read(run.engine, queries.get_job, job_id)
         if job is not None and job.started_at is not None:
-            return job.started_at - job.created_at
+            return job, job.started_at
         if run.stop.wait(0.01):
             raise KeyboardInterrupt
     raise PhaseTimeout(f"probe {job_id} did not start within {timeout:.0f}s")
