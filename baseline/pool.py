@@ -189,8 +189,9 @@ class ClaimPool:
 
     def _next_wait(self, room: int, claimed: int, pauses: Streak) -> float | None:
         """How long to wait for a finished job or a nudge before the next round: not at all for outcomes
-        still to commit; indefinitely while every room is taken (a job that finishes wakes the claimer) or
-        once stopping; otherwise the idle pause, which starts over when a round found work."""
+        still to commit; while every room is taken, until a job finishes (it wakes the claimer), but at most
+        `AHEAD_SECONDS` while claiming ahead (to notice a job that runs long); indefinitely once stopping;
+        otherwise the idle pause, which starts over when a round found work."""
         if self._outcomes:
             return 0.0
         if self._stopping.is_set():

@@ -94,29 +94,25 @@ class Runners:
             self._readied.notify()
         return running
 
-    def take_waiting(self, keep: int) -> list[Running]:
-        """Take back the claimed jobs still waiting for a thread, but for the first `keep` of them (in the
-        order they were claimed): no thread will start them unless `resume` gives them back."""
+    def _take_waiting(self) -> list[Running]:
+        """Take back the claimed jobs still waiting for a thread, but for one per thread not running a job
+        (the first in the order they were claimed): no thread starts them unless `_resume` gives them back."""
         with self._lock:
+            running = sum(r.started is not None for r in self._unfinished.values())
+            keep = max(0, len(self._threads) - running)
             taken = [self._ready.pop() for _ in range(max(0, len(self._ready) - keep))]
-            for running in taken:
-                self._unfinished.pop(id(running), None)
+            for one in taken:
+                self._unfinished.pop(id(one), None)
         taken.reverse()
         return taken
 
-    def resume(self, waiting: list[Running]) -> None:
-        """Queue jobs `take_waiting` took back for a thread again, first, in their order."""
+    def _resume(self, waiting: list[Running]) -> None:
+        """Queue jobs `_take_waiting` took back for a thread again, first, in their order."""
         with self._lock:
             for running in reversed(waiting):
                 self._unfinished[id(running)] = running
                 self._ready.appendleft(running)
             self._readied.notify(len(waiting))
-
-    def idle_threads(self) -> int:
-        """Threads that would start a waiting job now: those not running one."""
-        with self._lock:
-            running = sum(r.started is not None for r in self._unfinished.values())
-        return max(0, len(self._threads) - running)
 
     def forget(self, running: Running) -> bool:
         """Stop counting `running` as claimed here (its outcome is committed, or left to its lease) and stop
@@ -184,7 +180,7 @@ class Runners:
         back (forgotten here); a job the store does not release waits for a thread here again. Call it
         outside any transaction of this process's."""
         self.give_back_due = False
-        waiting = self.take_waiting(keep=self.idle_threads())
+        waiting = self._take_waiting()
         if not waiting:
             return []
         by_attempt = {running.claim.attempt_id: running for running in waiting}
@@ -196,7 +192,7 @@ class Runners:
                 released.append(running)
 
         handed = hand_back_all(self._engine, [running.held for running in waiting], forget)
-        self.resume([running for running in waiting if running.claim.attempt_id in by_attempt])
+        self._resume([running for running in waiting if running.claim.attempt_id in by_attempt])
         log.info("claiming ahead stopped: %d waiting jobs given back (%s)", len(released), dict(handed))
         return released
 
