@@ -174,7 +174,7 @@ class Pipeline:
                 held += self._absorb(batch)
                 if not self._accepting:
                     self._requeue_waiting()
-                if self._runners.give_back_due and self._accepting:
+                if self._runners.give_back_due:
                     self._give_back_waiting()
                 if self._may_hold(held):
                     continue
@@ -202,7 +202,7 @@ class Pipeline:
         notice a job that runs long."""
         if held:
             return max(0.0, held[0].at + HOLD_SECONDS - time.monotonic())
-        if self._runners.give_back_due and self._accepting:
+        if self._runners.give_back_due:
             return 0.0
         if self._waiting and self._room() > 0:
             return compute_backoff(self._failed_rounds, base=RETRY_FIRST_PAUSE, cap=RETRY_MAX_PAUSE)
@@ -263,10 +263,20 @@ class Pipeline:
         """Claiming ahead stopped (a job runs long): the jobs claimed here that still wait for a thread go
         back to the store (`Runners.give_back_waiting`), so a consumer with a thread free runs them (the
         relay publishes them again). Their deliveries wait here, unclaimed, with the others: claimed again
-        here in their order if no other consumer got to one first, else refused and acked."""
+        here in their order if no other consumer got to one first, else refused and acked.
+
+        Only where order matters: when what this consumer holds (claimed or not) is all of one priority and
+        one tenant, no job waits behind another's, and giving back would only claim the same jobs again."""
+        if not self._accepting or not self._several_orders():
+            self._runners.give_back_due = False
+            return
         released = self._runners.give_back_waiting()
         self._waiting.extend(running.delivery for running in released if running.delivery is not None)
         self._count(shed=len(released))
+
+    def _several_orders(self) -> bool:
+        held = [*self._waiting, *(r.delivery for r in self._runners.claimed() if r.delivery is not None)]
+        return len({(delivery.priority, delivery.tenant) for delivery in held}) > 1
 
     def _in_transaction(self, conn: Connection, round_: Round) -> Any:
         """The round's transaction, once it holds the write lock: first take what arrived while it waited

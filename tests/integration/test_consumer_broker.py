@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine, select
 
 from broker import topology
-from broker.message import JobMessage
+from broker.message import NORMAL_RANK, JobMessage, order_headers
 from consumer.main import Consumer
 from core.settings import Settings
 from handlers.base import JobContext, Kind
@@ -43,8 +43,10 @@ class Broker:
         self.channel = self.connection.channel()
         topology.declare(self.channel, settings)
 
-    def publish(self, job_id: str, *, body: bytes | None = None) -> None:
-        properties = pika.BasicProperties(delivery_mode=2, message_id=job_id)
+    def publish(
+        self, job_id: str, *, body: bytes | None = None, headers: dict[str, Any] | None = None
+    ) -> None:
+        properties = pika.BasicProperties(delivery_mode=2, message_id=job_id, headers=headers)
         body = JobMessage(job_id).encode() if body is None else body
         self.channel.basic_publish(self.settings.exchange, topology.ROUTING_KEY, body, properties)
 
@@ -327,10 +329,9 @@ def test_a_live_consumer_never_gives_a_delivery_back_under_a_mix_of_short_and_lo
         strict.close()
 
 
-def test_jobs_claimed_ahead_of_a_long_kind_are_given_back_and_still_run_once(broker: Broker) -> None:
-    # Short jobs first, so the consumer claims ahead; then slow ones, which it claims ahead too until the
-    # first runs long. Those still waiting for a thread then go back to the store (for a consumer with a
-    # thread free) and their deliveries wait here: with no relay and no other consumer, this one runs them.
+def claim_ahead_then_slow_jobs(broker: Broker, tenants: tuple[str, ...]) -> tuple[int, list[str], list[str]]:
+    """Short jobs first, so the consumer claims ahead; then slow ones of `tenants` in turn, which it claims
+    ahead too until the first runs long. How many it gave back, and the short and slow jobs' ids."""
     engine = broker.engine
     short = new_jobs(engine, 40, kind="noop", payload={})
     slow = new_jobs(engine, 24, kind="sleep", payload={"seconds": 0.15})
@@ -338,12 +339,28 @@ def test_jobs_claimed_ahead_of_a_long_kind_are_given_back_and_still_run_once(bro
         for job_id in short:
             broker.publish(job_id)
         wait_succeeded(engine, len(short))
-        for job_id in slow:
-            broker.publish(job_id)
+        for n, job_id in enumerate(slow):
+            broker.publish(job_id, headers=order_headers(NORMAL_RANK, tenants[n % len(tenants)]))
         wait_succeeded(engine, len(short) + len(slow), timeout=30)
-        shed = consumer.pipeline.counts["shed"]
+        return consumer.pipeline.counts["shed"], short, slow
+
+
+def test_jobs_claimed_ahead_of_a_long_kind_are_given_back_and_still_run_once(broker: Broker) -> None:
+    # Two tenants: the jobs still waiting for a thread once one runs long go back to the store (for a
+    # consumer with a thread free), and their deliveries wait here: with no relay and no other consumer,
+    # this one runs them.
+    shed, short, slow = claim_ahead_then_slow_jobs(broker, ("acme", "globex"))
     assert shed > 0, "the consumer never claimed ahead of the slow jobs, so this test showed nothing"
-    seen = check_invariants(broker.settings, accepted=[*short, *slow], engine=engine)
+    seen = check_invariants(broker.settings, accepted=[*short, *slow], engine=broker.engine)
     for job_id in slow:
         assert seen.jobs[job_id].attempts == 1, "a job given back before it ran does not count an attempt"
     assert broker.depth() == 0
+
+
+def test_a_consumer_holding_one_tenants_jobs_gives_nothing_back(broker: Broker) -> None:
+    # One priority, one tenant: no job waits behind another's, so giving back would only claim the same
+    # jobs again, each under a second epoch.
+    shed, short, slow = claim_ahead_then_slow_jobs(broker, ("acme",))
+    assert shed == 0
+    seen = check_invariants(broker.settings, accepted=[*short, *slow], engine=broker.engine)
+    assert all(seen.jobs[job_id].epoch == 1 for job_id in slow), "no job was claimed twice"
