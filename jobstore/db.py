@@ -27,7 +27,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from core.backoff import Backoff, Streak
 from core.settings import Settings
@@ -40,6 +40,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SLOW_LOCK_WAIT = 0.005
+# A PostgreSQL connection back from the pool after this long idle is pinged before it is used.
+PING_AFTER_IDLE_SECONDS = 1.0
+_IDLE_SINCE = "idle_since"
 # A busy store's transaction is tried again after 0.2 ms, doubling to 4 ms, until its timeout.
 RETRY_PAUSES = Backoff(0.0002, 0.004)
 
@@ -128,11 +131,31 @@ def make_engine(settings: Settings, **kwargs: Any) -> Engine:
             if not url.query.get("uri"):  # a URI names its own file and open mode
                 storefile.guard(engine, database)
     else:
-        engine = create_engine(
-            url, pool_pre_ping=True, isolation_level="READ COMMITTED", execution_options=options, **kwargs
-        )
+        engine = create_engine(url, isolation_level="READ COMMITTED", execution_options=options, **kwargs)
+        _ping_when_idle(engine)
     event.listen(engine, "before_cursor_execute", _count_statement)
     return engine
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Check a pooled connection with a round trip only when it comes back to work after
+    `PING_AFTER_IDLE_SECONDS` in the pool; a dead one is replaced before the caller sees it. A connection in
+    steady use goes unchecked (a ping at every checkout was one round trip in every transaction): if the
+    server dropped it meanwhile, `transact` runs the transaction again on a new one (`_attempt`)."""
+
+    @event.listens_for(engine, "checkin")
+    def _note_idle(_dbapi_connection: Any, record: Any) -> None:
+        record.info[_IDLE_SINCE] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
+        idle_since = record.info.get(_IDLE_SINCE)
+        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except Exception as exc:
+            raise DisconnectionError(f"a pooled connection failed its ping: {exc}") from exc
 
 
 def _count_statement(*_args: Any) -> None:
@@ -269,6 +292,18 @@ def _retrying(
         return result
 
 
+def _reconnecting(fn: Callable[..., T], conn: Connection, *args: Any, **kwargs: Any) -> T:
+    """`fn(conn, ...)`; a connection found lost on the way becomes `Retry`: the transaction had not sent its
+    COMMIT, so nothing of it was committed and it runs again on a new connection. (A loss during the COMMIT
+    itself is not retried: that transaction may have committed.)"""
+    try:
+        return fn(conn, *args, **kwargs)
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        raise Retry(f"the store connection was lost mid-transaction: {exc.orig}") from exc
+
+
 def _attempt(
     engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool
 ) -> tuple[T, float | None, list[JobEvent]]:
@@ -279,11 +314,11 @@ def _attempt(
             if engine.dialect.name == "sqlite":
                 conn = conn.execution_options(sqlite_begin="DEFERRED")
             with conn.begin():
-                return fn(conn, *args, **kwargs), None, []
+                return _reconnecting(fn, conn, *args, **kwargs), None, []
         doorbells.forget(conn)
         events.forget(conn)
         with conn.begin():
-            result = fn(conn, *args, **kwargs)
+            result = _reconnecting(fn, conn, *args, **kwargs)
             notifications.announce(conn)  # PostgreSQL: delivered to the listening relays as this commits
         if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
             conn.invalidate()

@@ -13,6 +13,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 import pytest
 from sqlalchemy import Connection, Engine, select
 
@@ -27,6 +28,7 @@ from jobstore.schema import outbox as outbox_table
 from jobstore.states import TERMINAL, State
 from tests.conftest import make_settings
 from tests.support.invariants import check_invariants
+from tests.support.procs import wait_for
 
 # PostgreSQL's own behaviour: once, on PostgreSQL, whatever TEST_DATABASES says.
 pytestmark = pytest.mark.databases("postgresql")
@@ -312,3 +314,49 @@ def test_a_mixed_concurrent_workload_lets_no_deadlock_or_serialization_error_esc
     assert states[State.SUCCEEDED.value] > 0 and states[State.CANCELLED.value] > 0, states
     assert sum(work.fenced.values()) > 0, "some writes lost their lease and were fenced out"
     assert max(job.epoch for job in seen.jobs.values()) > 1, "some jobs were claimed again"
+
+
+def _terminate_backend_of_next_connection(engine: Engine) -> None:
+    """Use a pooled connection, then have the server end its session while it waits in the pool."""
+    pid = db.transact(engine, lambda conn: conn.exec_driver_sql("SELECT pg_backend_pid()").scalar())
+    url = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        gone = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+        wait_for(lambda: _scalar(other.execute(gone, (pid,)).fetchone()) == 0, 10, what="the session ended")
+
+
+def _scalar(row: tuple[Any, ...] | None) -> Any:
+    assert row is not None
+    return row[0]
+
+
+def _count_runs(runs: list[int]) -> Callable[[Connection], int]:
+    def work(conn: Connection) -> int:
+        runs.append(1)
+        return int(conn.exec_driver_sql("SELECT 1").scalar_one())
+
+    return work
+
+
+def test_a_connection_dropped_while_in_the_pool_is_replaced_and_the_transaction_runs_again(
+    pg_engine: Engine,
+) -> None:
+    """A connection in steady use is not pinged at checkout: the lost one fails the first statement, which
+    committed nothing, so `transact` runs the transaction again on a new connection."""
+    pg_engine.pool.dispose()
+    _terminate_backend_of_next_connection(pg_engine)
+    runs: list[int] = []
+    assert db.transact(pg_engine, _count_runs(runs)) == 1
+    assert len(runs) == 2, "the first run met the dead connection"
+
+
+def test_a_connection_back_from_idle_is_pinged_and_replaced_before_use(
+    pg_engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 0.0)
+    pg_engine.pool.dispose()
+    _terminate_backend_of_next_connection(pg_engine)
+    runs: list[int] = []
+    assert db.transact(pg_engine, _count_runs(runs)) == 1
+    assert len(runs) == 1, "the ping found the dead connection before the transaction used it"
