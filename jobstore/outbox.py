@@ -22,6 +22,7 @@ from sqlalchemy import (
     insert,
     or_,
     select,
+    text,
     update,
 )
 
@@ -225,8 +226,85 @@ def lease_batch(
 ) -> Lease:
     """Lease up to `limit` due, unpublished rows that no live lease holds, in `lease_order`. The lease's
     rows keep that order (the relay publishes them in it)."""
-    ids = lease_order(conn, now=now, limit=limit, tenant_cap=tenant_cap)
+    return lease_due(conn, now=now, limit=limit, lease_seconds=lease_seconds, tenant_cap=tenant_cap)[0]
+
+
+def lease_due(
+    conn: Connection, *, now: float, limit: int, lease_seconds: float, tenant_cap: int = 0
+) -> tuple[Lease, float | None]:
+    """`lease_batch`, and, when it took fewer than `limit` rows, when the earliest row not yet due comes due
+    (`next_due`; None otherwise). On PostgreSQL without a `tenant_cap`, one statement does it all whenever
+    the walk's order is the lease's (`_LEASE_IN_ONE`)."""
     token = str(uuid.uuid4())
+    if conn.dialect.name == "postgresql" and not tenant_cap:
+        done = _lease_in_one(conn, token, now=now, limit=limit, lease_seconds=lease_seconds)
+        if done is not None:
+            return done
+    lease = _lease_ordered(
+        conn, token, now=now, limit=limit, lease_seconds=lease_seconds, tenant_cap=tenant_cap
+    )
+    return lease, next_due(conn, now) if len(lease.rows) < limit else None
+
+
+# PostgreSQL: `lease_order`'s walk, `_LEASE_PG` and `next_due` in one statement (one round trip where they
+# took three). It leases nothing (`walk_serves` false) when more rows are due than the lease takes and they
+# belong to several tenants: that lease needs `_FAIR`'s ranking, and `_lease_ordered` runs in the same
+# transaction (the rows this statement locked stay locked by it, so the ranking may still take them).
+_LEASE_IN_ONE = text("""
+WITH due AS (
+    SELECT id, tenant, priority FROM outbox
+    WHERE published_at IS NULL AND available_at <= :b_now
+      AND (lease_expires_at IS NULL OR lease_expires_at <= :b_now)
+    ORDER BY priority, id
+    LIMIT :b_walk
+    FOR UPDATE SKIP LOCKED
+), walk AS (
+    SELECT count(*) <= :b_limit
+        OR (SELECT min(tenant) FROM outbox WHERE published_at IS NULL)
+            = (SELECT max(tenant) FROM outbox WHERE published_at IS NULL) AS serves
+    FROM due
+), chosen AS (
+    SELECT id FROM due WHERE (SELECT serves FROM walk) ORDER BY priority, id LIMIT :b_limit
+), leased AS (
+    UPDATE outbox SET lease_token = :b_token, lease_expires_at = :b_lease_until,
+        publish_attempts = outbox.publish_attempts + 1
+    FROM chosen WHERE outbox.id = chosen.id
+    RETURNING outbox.id, outbox.job_id, outbox.priority, outbox.tenant,
+        (SELECT traceparent FROM jobs WHERE jobs.id = outbox.job_id) AS traceparent
+)
+SELECT walk.serves,
+    (SELECT min(available_at) FROM outbox WHERE published_at IS NULL AND available_at > :b_now) AS next_due,
+    leased.id, leased.job_id, leased.priority, leased.tenant, leased.traceparent
+FROM walk LEFT JOIN leased ON true
+ORDER BY leased.priority, leased.id
+""").bindparams(bindparam("b_now", type_=Float), bindparam("b_lease_until", type_=Float))
+
+
+def _lease_in_one(
+    conn: Connection, token: str, *, now: float, limit: int, lease_seconds: float
+) -> tuple[Lease, float | None] | None:
+    """The lease and `next_due` from `_LEASE_IN_ONE`, or None when its walk's order does not serve."""
+    params = {"b_now": now, "b_limit": limit, "b_walk": limit + 1, "b_token": token,
+              "b_lease_until": now + lease_seconds}  # fmt: skip
+    returned = conn.execute(_LEASE_IN_ONE, params).all()
+    if not returned[0].serves:
+        return None
+    rows = [r for r in returned if r.id is not None]
+    lease = Lease(
+        token,
+        tuple((int(r.id), str(r.job_id)) for r in rows),
+        {str(r.job_id): str(r.traceparent) for r in rows if r.traceparent is not None},
+        {int(r.id): (int(r.priority), str(r.tenant)) for r in rows},
+    )
+    due = returned[0].next_due
+    return lease, float(due) if due is not None and len(rows) < limit else None
+
+
+def _lease_ordered(
+    conn: Connection, token: str, *, now: float, limit: int, lease_seconds: float, tenant_cap: int
+) -> Lease:
+    """Lease the rows `lease_order` chooses, in its order, under `token`."""
+    ids = lease_order(conn, now=now, limit=limit, tenant_cap=tenant_cap)
     if not ids:
         return Lease(token, ())
     params = {"b_ids": ids, "b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}

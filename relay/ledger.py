@@ -121,12 +121,11 @@ def _settle_and_lease(
     conn: Connection, settlement: Settlement | None, now: float, limit: int, settings: Settings
 ) -> Leased:
     settled = settle(conn, settlement, now=now) if settlement else None
-    lease = outbox.lease_batch(
+    lease, next_due = outbox.lease_due(
         conn,
         now=now,
         limit=limit,
         lease_seconds=settings.relay_lease_seconds,
         tenant_cap=settings.tenant_max_running,
     )
-    next_due = outbox.next_due(conn, now) if len(lease.rows) < limit else None
     return Leased(lease, settled, next_due)
