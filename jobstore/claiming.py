@@ -13,15 +13,18 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
+    String,
     and_,
     bindparam,
     false,
     func,
     insert,
+    literal,
     or_,
     select,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
 
 from jobstore import events, fenced, outbox, queries, tenantcap
 from jobstore.intake import new_id
@@ -102,6 +105,31 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
 _CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
 _CLAIM_MANY = _claim_statement(jobs.c.id.in_(_IDS))
 _INSERT_ATTEMPT = insert(attempts)
+# PostgreSQL: the claim and the first attempt rows in one statement (one round trip where they took two).
+# The attempt ids are chosen beforehand, one per job asked for; a job claimed again (epoch > 1) gets its
+# attempt row after its previous one is ended as lost (`_lose_previous`), in statements of their own.
+_TAKEN = _CLAIM_MANY.cte("taken")
+_ATTEMPT_IDS = (
+    func.unnest(
+        bindparam("b_attempt_jobs", type_=ARRAY(String)), bindparam("b_attempt_ids", type_=ARRAY(String))
+    )
+    .table_valued("job_id", "attempt_id")
+    .render_derived(name="fresh")
+)
+_FIRST_ATTEMPTS = insert(attempts).from_select(
+    ["id", "job_id", "epoch", "worker", "started_at", "outcome"],
+    select(
+        _ATTEMPT_IDS.c.attempt_id,
+        _TAKEN.c.id,
+        _TAKEN.c.epoch,
+        bindparam("b_worker"),
+        _NOW,
+        literal("running"),
+    )
+    .select_from(_TAKEN.join(_ATTEMPT_IDS, _ATTEMPT_IDS.c.job_id == _TAKEN.c.id))
+    .where(_TAKEN.c.epoch == 1),
+)
+_CLAIM_MANY_PG = select(_TAKEN).add_cte(_FIRST_ATTEMPTS.cte("first_attempts"))
 
 
 def _attempt_row(job: Job, attempt_id: str, worker: str, now: float) -> dict[str, Any]:
@@ -166,13 +194,22 @@ def _take_many(
     if not job_ids:
         return {}
     params = {"b_ids": job_ids, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
-    taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY, params).mappings()]
+    if conn.dialect.name == "postgresql":
+        attempt_ids = {job_id: new_id() for job_id in job_ids}
+        params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
+        taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY_PG, params).mappings()]
+        written = {job.id for job in taken if job.epoch == 1}
+    else:
+        taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY, params).mappings()]
+        attempt_ids = {job.id: new_id() for job in taken}
+        written = set()
     _lose_previous(conn, taken, now)
     events.note(conn, (events.of_job("claimed", job, worker=worker) for job in taken))
-    fresh = {job.id: _as_claim(job, new_id(), worker) for job in taken}
-    if fresh:
+    fresh = {job.id: _as_claim(job, attempt_ids[job.id], worker) for job in taken}
+    unwritten = [job for job in taken if job.id not in written]
+    if unwritten:
         conn.execute(
-            _INSERT_ATTEMPT, [_attempt_row(job, fresh[job.id].attempt_id, worker, now) for job in taken]
+            _INSERT_ATTEMPT, [_attempt_row(job, fresh[job.id].attempt_id, worker, now) for job in unwritten]
         )
     claims: dict[str, Claim | None] = dict(fresh)
     return claims

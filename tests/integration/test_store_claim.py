@@ -220,3 +220,32 @@ def test_claim_counts_every_attempt_against_the_budget(
         assert claimed(engine, job.id).attempts == n
         clock.advance(LEASE)
     assert_refused(engine, clock, job.id, claiming.Refusal.NEEDS_SWEEP)
+
+
+def _claim_many(engine: Engine, clock: FakeClock, job_ids: list[str], worker: str) -> dict[str, str]:
+    results = db.transact(engine, claiming.claim_many, job_ids, worker, clock.now(), LEASE)
+    return {r.claim.job_id: r.claim.attempt_id for r in results if r.claim is not None}
+
+
+def _attempt_rows(engine: Engine) -> set[tuple[str, str, int, str, str]]:
+    columns = (attempts.c.id, attempts.c.job_id, attempts.c.epoch, attempts.c.worker, attempts.c.outcome)
+    return {tuple(r) for r in db.read(engine, lambda conn: conn.execute(select(*columns)).all())}  # type: ignore[misc]
+
+
+def test_claim_many_writes_each_claims_attempt_row_under_the_id_it_returns_first_time_and_again(
+    engine: Engine, clock: FakeClock
+) -> None:
+    """On PostgreSQL a first claim's attempt rows are written by the claim's own statement, a second
+    claim's after its previous attempt is ended as lost: both under the attempt ids the claims carry."""
+    ids = [accept(engine, key=f"k{i}").job.id for i in range(3)]
+    first = _claim_many(engine, clock, ids, "w1")
+    assert set(first) == set(ids)
+    assert _attempt_rows(engine) == {(first[j], j, 1, "w1", "running") for j in ids}
+    clock.advance(LEASE)
+    second = _claim_many(engine, clock, ids[:2], "w2")
+    assert set(second) == set(ids[:2])
+    assert _attempt_rows(engine) == (
+        {(first[j], j, 1, "w1", "lost") for j in ids[:2]}
+        | {(first[ids[2]], ids[2], 1, "w1", "running")}
+        | {(second[j], j, 2, "w2", "running") for j in ids[:2]}
+    )
