@@ -2,7 +2,8 @@
 
 Confirms are grouped: every verdict that arrived while the previous write was running goes into the next
 `Settlement`, written in one transaction, so the relay takes SQLite's single write lock once per group rather
-than once per message; and a settlement usually rides along with the next lease, in its transaction."""
+than once per message; and on SQLite a settlement usually rides along with the next lease, in its
+transaction."""
 
 from __future__ import annotations
 

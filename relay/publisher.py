@@ -54,8 +54,9 @@ RECONNECT_CAP_SECONDS = 4.0
 STOP_CHECK_SECONDS = 0.1
 REPORT_EVERY_SECONDS = 5.0
 SETTLE_RETRY_SECONDS = 0.5
-# Confirmed rows wait at most this long for a lease to write their marks along with it (they stay leased
-# meanwhile, so no other relay publishes them again).
+# Confirmed rows wait at most this long to be marked, for a lease to write their marks along with it on
+# SQLite and to gather more of them on PostgreSQL (they stay leased meanwhile, so no other relay publishes
+# them again).
 SETTLE_DELAY_SECONDS = 0.2
 STORE_RETRY_CAP_SECONDS = 2.0
 LINK_CLOSE_TIMEOUT_SECONDS = 3.0
@@ -83,6 +84,10 @@ class Relay(LoopWork):
         self._rung = False
         self._wakeups = Wakeups(settings, self.ioloop, self._on_rung)
         self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
+        # SQLite: confirms are written with the next lease, one write lock for both. PostgreSQL has no
+        # such lock to save, and a mark written with a lease would delay the lease's rows by its time:
+        # there they are written on their own, beside the leases (`_settle`).
+        self._settle_with_leases = not settings.is_postgresql
         self._ahead = PublishAhead(settings.publish_ahead, settings.relay_batch_size)
         self._failures = 0
         self._stop_requested = False
@@ -211,7 +216,9 @@ class Relay(LoopWork):
             return
         limit = min(self.settings.relay_batch_size, room, ahead)
         idle, self._rung = self._drained and not self._rung, False
-        settlement, self._pending = self._pending, Settlement()  # rides along with the lease
+        settlement = Settlement()
+        if self._settle_with_leases:  # rides along with the lease
+            settlement, self._pending = self._pending, settlement
         self._in_store(
             "lease",
             partial(self._lease_and_settle, limit, idle, settlement),
@@ -299,7 +306,7 @@ class Relay(LoopWork):
             or self._pending.confirmed_count >= self.settings.relay_batch_size
         ):
             self._settle()
-        else:  # the next lease takes the marks along; if none comes soon, they are written alone
+        else:  # the next lease takes the marks along (SQLite), or more gather; soon they are written alone
             self._later("settle", SETTLE_DELAY_SECONDS, self._settle)
         if self._stopping:
             self._maybe_finish()
