@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 
 from core.backoff import Backoff, Streak
 from core.settings import Settings
-from jobstore import doorbells, events, notifications, storefile
+from jobstore import doorbells, events, storefile
 from jobstore.turns import WriteTurn, shared_turn
 from telemetry.instruments import STORE_WRITE_SECONDS
 from telemetry.logs import JobEvent, emit
@@ -319,7 +319,6 @@ def _attempt(
         events.forget(conn)
         with conn.begin():
             result = _reconnecting(fn, conn, *args, **kwargs)
-            notifications.announce(conn)  # PostgreSQL: delivered to the listening relays as this commits
         if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
             conn.invalidate()
             raise Retry("the store's file was removed or replaced while a transaction committed to it")

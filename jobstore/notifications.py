@@ -1,10 +1,11 @@
 """The relays' doorbell on a PostgreSQL store: LISTEN/NOTIFY.
 
-A write transaction that adds outbox rows sends, before it commits, one `NOTIFY` on its schema's channel
-carrying the earliest `available_at` among them (`announce`). PostgreSQL delivers it when, and only if, the
-transaction commits, to every session listening on that channel: each relay keeps one connection that
-listens (`Listener`), whose socket the relay's event loop watches like the SQLite doorbell's. So a relay on
-any host leases rows the moment they are committed instead of at its next poll.
+Every INSERT statement into `outbox` sends, from a trigger in the store (migration 0008), one `NOTIFY` on
+its schema's channel carrying the earliest `available_at` among the rows it added. PostgreSQL delivers it
+when, and only if, the transaction commits, to every session listening on that channel: each relay keeps
+one connection that listens (`Listener`), whose socket the relay's event loop watches like the SQLite
+doorbell's. So a relay on any host leases rows the moment they are committed instead of at its next poll,
+and no writer spends a statement on ringing.
 
 A notification is a hint, never the truth: a relay whose listening connection is lost polls at
 `relay_poll_seconds` and listens again when it can; rows nobody announced are found by the slow poll.
@@ -19,25 +20,14 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import Connection, text
 from sqlalchemy.engine import make_url
-
-from jobstore import doorbells
 
 log = logging.getLogger(__name__)
 
+# One channel per schema (the trigger's `TG_TABLE_SCHEMA`, the listener's `current_schema()`): deployments
+# that share a database in schemas of their own do not wake each other.
 CHANNEL_PREFIX = "outbox_bridge."
 CONNECT_TIMEOUT_SECONDS = 5
-# One channel per schema: deployments that share a database in schemas of their own do not wake each other.
-_NOTIFY = text("SELECT pg_notify(:prefix || current_schema(), :payload)")
-
-
-def announce(conn: Connection) -> None:
-    """In the caller's PostgreSQL transaction, tell the listening relays about the outbox rows it added (if
-    any): delivered when the transaction commits, dropped if it rolls back. Nothing on other databases."""
-    due = doorbells.pending(conn)
-    if due is not None and conn.dialect.name == "postgresql":
-        conn.execute(_NOTIFY, {"prefix": CHANNEL_PREFIX, "payload": repr(due)})
 
 
 class ListenerLost(Exception):
