@@ -16,6 +16,7 @@ from api.access import AccessLog
 from api.auth import check_secret
 from api.committer import GroupCommitter
 from api.headers import ResponseHeaders
+from api.lean import LeanSubmit
 from api.limits import BodyLimit
 from api.links import LinkSigner
 from api.metrics import Metrics, RequestCounter, store_reader
@@ -75,6 +76,7 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
     problems.install(app)
     app.include_router(jobs.router)
     app.include_router(probes.router)
+    app.router.routes.insert(0, LeanSubmit(app.state, app.router))  # first: see api.lean
     _include_dashboard(app)
     openapi.install(app, accepted_kinds=[k for k in settings.allowed_kinds if k in KINDS])
     docs.install(app)

@@ -11,6 +11,8 @@ from pydantic import ValidationError
 from sqlalchemy import Connection, Engine
 
 from api import results
+from api.auth import Identity
+from api.committer import GroupCommitter
 from api.deps import (
     BearerDep,
     CommitterDep,
@@ -24,6 +26,7 @@ from api.deps import (
     bearer_identity,
 )
 from api.links import LinkExpired, LinkRefused, LinkSigner
+from api.metrics import Metrics
 from api.openapi import problems
 from api.payloads import check_encodable
 from api.problems import (
@@ -85,6 +88,20 @@ async def submit_job(
     same Idempotency-Key with the same request (kind, payload as validated, deadline, the start as named
     (the same `delay_seconds` or the same `run_at` instant) and priority) returns the original job again
     (202, same id). A delayed job waits `queued` until its `run_at`."""
+    return await accept_job(job, key, identity, settings, committer, metrics, links, traceparent)
+
+
+async def accept_job(
+    job: JobCreate,
+    key: str,
+    identity: Identity,
+    settings: Settings,
+    committer: GroupCommitter,
+    metrics: Metrics,
+    links: LinkSigner,
+    traceparent: str | None,
+) -> Response:
+    """`submit_job` once the request is parsed (also `api.lean`'s): 202 with the job, or the same problems."""
     kind = _accepted_kind(job.kind, settings)
     payload = _validated_payload(kind, job.payload)
     now = clock.now()

@@ -1,0 +1,118 @@
+"""`POST /jobs`'s fast path (`api.lean`) through the real app on a real store: it takes the requests the
+route would accept as sent, and any other goes to the FastAPI route, which answers it as it always has."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import Engine, func, select
+
+import api.lean
+from api.app import create_app
+from api.auth import issue_token
+from core.clock import FakeClock
+from core.settings import Settings
+from jobstore import db
+from jobstore.schema import jobs
+
+NOOP = {"kind": "noop", "payload": {}}
+
+
+@pytest.fixture
+def client(settings: Settings, engine: Engine, clock: FakeClock) -> Iterator[TestClient]:
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+@pytest.fixture
+def taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The Idempotency-Keys of the requests the fast path accepted itself."""
+    keys: list[str] = []
+    accept = api.lean.accept_job
+
+    async def counted(job: Any, key: str, *args: Any) -> Any:
+        keys.append(key)
+        return await accept(job, key, *args)
+
+    monkeypatch.setattr(api.lean, "accept_job", counted)
+    return keys
+
+
+def _headers(settings: Settings, key: str | None = "k1", **more: str) -> dict[str, str]:
+    token = issue_token(settings.auth_secret, tenant="acme", user="alice")
+    found = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **more}
+    if key is not None:
+        found["Idempotency-Key"] = key
+    return found
+
+
+def _count(engine: Engine) -> int:
+    return int(
+        db.read(engine, lambda conn: conn.execute(select(func.count()).select_from(jobs)).scalar_one())
+    )
+
+
+def test_a_plain_submission_is_taken_by_the_fast_path_and_answered_as_the_route_does(
+    client: TestClient, settings: Settings, engine: Engine, taken: list[str]
+) -> None:
+    fast = client.post("/jobs", json=NOOP, headers=_headers(settings))
+    assert fast.status_code == 202 and taken == ["k1"]
+    # The same key again, declined by the fast path (a header sent twice): the route answers with the job.
+    headers = [*_headers(settings).items(), ("X-Twice", "1"), ("X-Twice", "2")]
+    routed = client.post("/jobs", json=NOOP, headers=headers)
+    assert taken == ["k1"], "the request with a header sent twice went to the route"
+    assert (routed.status_code, routed.json()) == (fast.status_code, fast.json())
+    assert routed.headers["location"] == fast.headers["location"] == f"/jobs/{fast.json()['id']}"
+    same = {name for name in fast.headers if name not in {"date", "content-length"}}
+    assert {name: fast.headers[name] for name in same} == {name: routed.headers[name] for name in same}
+    assert _count(engine) == 1
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "status", "slug"),
+    [
+        ({"Idempotency-Key": None}, NOOP, 400, "invalid-request"),
+        ({"Idempotency-Key": "k" * 256}, NOOP, 400, "invalid-request"),
+        ({"Authorization": "Bearer not-a-token"}, NOOP, 401, "unauthorized"),
+        ({"Authorization": None}, NOOP, 401, "unauthorized"),
+        ({}, {"kind": "noop"}, 400, "invalid-request"),
+        ({}, [NOOP], 400, "invalid-request"),
+        ({"Content-Type": "text/plain"}, NOOP, 400, "invalid-request"),
+    ],
+    ids=["no key", "key too long", "bad token", "no token", "no payload", "not an object", "not json"],
+)
+def test_what_the_fast_path_declines_the_route_refuses_and_nothing_is_written(
+    client: TestClient,
+    settings: Settings,
+    engine: Engine,
+    taken: list[str],
+    headers: dict[str, str | None],
+    body: Any,
+    status: int,
+    slug: str,
+) -> None:
+    sent = {k: v for k, v in (_headers(settings) | headers).items() if v is not None}
+    response = client.post("/jobs", content=json.dumps(body), headers=sent)
+    assert response.status_code == status, response.text
+    assert response.json()["type"].endswith(slug)
+    assert taken == [] and _count(engine) == 0
+
+
+def test_what_the_fast_path_takes_and_the_kind_refuses_gets_the_routes_problem(
+    client: TestClient, settings: Settings, engine: Engine, taken: list[str]
+) -> None:
+    response = client.post("/jobs", json={"kind": "no-such-kind", "payload": {}}, headers=_headers(settings))
+    assert response.status_code == 400 and response.json()["type"].endswith("unknown-kind")
+    assert taken == ["k1"] and _count(engine) == 0
+
+
+def test_the_fast_path_is_counted_under_the_routes_template(
+    client: TestClient, settings: Settings, taken: list[str]
+) -> None:
+    assert client.post("/jobs", json=NOOP, headers=_headers(settings)).status_code == 202
+    metrics = client.get("/metrics").text
+    assert 'outbox_bridge_http_requests_total{method="POST",route="/jobs",status="202"} 1.0' in metrics
