@@ -1,7 +1,7 @@
 """The store's hot transactions timed one by one, in one process: what each costs a writer, apart from the
-rest of a deployment. Each round accepts one job, leases it (as a relay does), marks it published, and
-leases again from an empty outbox; `--gap` sleeps before each round, as a light load leaves every process
-idle between jobs.
+rest of a deployment. Each round accepts one job, leases it and marks it published (the statements a
+relay's transactions run), and leases again from an empty outbox; `--gap` sleeps before each round, as a
+light load leaves every process idle between jobs.
 
     python -m bench.roundtrips postgresql+psycopg://postgres@127.0.0.1:5432/EMPTY_DB --rounds 400
     python -m bench.roundtrips postgresql+psycopg://... --rounds 150 --gap 0.05
@@ -19,10 +19,7 @@ from typing import Any
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, intake, migrate
-from relay import ledger
-from relay.ledger import Settlement
-from relay.window import Sent
+from jobstore import db, intake, migrate, outbox
 
 STEPS = ("accept", "lease", "mark", "lease_empty")
 
@@ -31,6 +28,11 @@ def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, floa
     started = time.perf_counter()
     result = fn(*args, **kwargs)
     return result, (time.perf_counter() - started) * 1000
+
+
+def _lease(settings: Settings) -> dict[str, Any]:
+    """A relay's lease of up to 10 rows, as its `relay.ledger` asks for one."""
+    return {"now": clock.now(), "limit": 10, "lease_seconds": settings.relay_lease_seconds}
 
 
 def measure(settings: Settings, rounds: int, gap: float) -> dict[str, float]:
@@ -44,15 +46,12 @@ def measure(settings: Settings, rounds: int, gap: float) -> dict[str, float]:
         fields = request | {"operation_key": str(uuid.uuid4()), "now": clock.now()}
         _, took = _timed(db.transact, engine, intake.accept_many, [fields])
         times["accept"].append(took)
-        leased, took = _timed(ledger.lease_due, engine, settings, 10, idle=False)
+        (lease, _), took = _timed(db.transact, engine, outbox.lease_due, **_lease(settings))
         times["lease"].append(took)
-        settlement = Settlement()
-        lease = leased.lease
-        if lease is not None:
-            settlement.add_confirmed([Sent(row_id, lease.token) for row_id, _ in lease.rows])
-        _, took = _timed(db.transact, engine, ledger.settle, settlement, now=clock.now())
+        ids = [row_id for row_id, _ in lease.rows]
+        _, took = _timed(db.transact, engine, outbox.mark_published, lease.token, ids, clock.now())
         times["mark"].append(took)
-        _, took = _timed(ledger.lease_due, engine, settings, 10, idle=False)
+        _, took = _timed(db.transact, engine, outbox.lease_due, **_lease(settings))
         times["lease_empty"].append(took)
     engine.dispose()
     return {step: statistics.median(values) for step, values in times.items()}

@@ -60,21 +60,39 @@ def test_a_conflicting_key_in_a_batch_refuses_only_its_own_request(
     assert counts(engine) == (2, 2)
 
 
-def _submit_concurrently(client: TestClient, settings: Settings, how_many: int) -> list[Any]:
+def _submit_concurrently(
+    client: TestClient, settings: Settings, how_many: int, sending: threading.Semaphore | None = None
+) -> list[Any]:
+    """`how_many` submissions at once; each releases `sending` (if given) as it sends its request."""
     token = issue_token(settings.auth_secret, tenant="acme", user="alice")
 
     def submit(n: int) -> Any:
         headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": f"k-{n}"}
+        if sending is not None:
+            sending.release()
         return client.post("/jobs", json={"kind": "noop", "payload": {"n": n}}, headers=headers)
 
     with ThreadPoolExecutor(how_many) as pool:
         return list(pool.map(submit, range(how_many)))
 
 
-def _hold_write_lock(path: Path, seconds: float) -> None:
+def _hold_write_lock_for(path: Path, seconds: float) -> None:
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     time.sleep(seconds)
+    holder.execute("ROLLBACK")
+    holder.close()
+
+
+def _hold_write_lock(path: Path, sending: threading.Semaphore, how_many: int) -> None:
+    """Hold SQLite's write lock until `how_many` submissions were sent, then a second more (for them to
+    reach the group committer, however loaded the machine), at most 10 s in all."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    deadline = time.monotonic() + 10
+    for _ in range(how_many):
+        sending.acquire(timeout=max(0.0, deadline - time.monotonic()))
+    time.sleep(max(0.0, min(1.0, deadline - time.monotonic())))
     holder.execute("ROLLBACK")
     holder.close()
 
@@ -85,10 +103,11 @@ def test_submissions_that_arrive_while_a_commit_waits_share_the_next_transaction
     migrate.init_schema(settings, engine)
     with TestClient(create_app(settings)) as client, ThreadPoolExecutor(1) as locker:
         # While another connection holds the write lock, the first batch waits and the rest queue behind it.
-        held = locker.submit(_hold_write_lock, tmp_path / "jobs.db", 1.5)
+        sending = threading.Semaphore(0)
+        held = locker.submit(_hold_write_lock, tmp_path / "jobs.db", sending, 20)
         time.sleep(0.2)
         before = db.stats.snapshot()["write_transactions"]
-        answers = _submit_concurrently(client, settings, 20)
+        answers = _submit_concurrently(client, settings, 20, sending)
         held.result(timeout=10)
         transactions = db.stats.snapshot()["write_transactions"] - before
     assert [a.status_code for a in answers] == [202] * 20
@@ -104,7 +123,7 @@ def test_a_batch_that_cannot_commit_answers_every_request_503_and_writes_nothing
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
     with TestClient(create_app(settings)) as client, ThreadPoolExecutor(1) as locker:
-        held = locker.submit(_hold_write_lock, tmp_path / "jobs.db", 2.0)
+        held = locker.submit(_hold_write_lock_for, tmp_path / "jobs.db", 2.0)
         time.sleep(0.2)
         answers = _submit_concurrently(client, settings, 10)
         held.result(timeout=10)
