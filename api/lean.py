@@ -27,6 +27,7 @@ from api.auth import Identity, InvalidToken
 from api.deps import token_identity
 from api.routes.jobs import accept_job
 from api.schemas import JobCreate
+from core.settings import Settings
 
 PATH = "/jobs"
 # The scope key that sends a request on to the FastAPI route (`LeanSubmit` steps aside for it).
@@ -96,7 +97,9 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def _parse(scope: Scope, body: bytes, settings: Any) -> tuple[JobCreate, str, Identity, str | None] | None:
+def _parse(
+    scope: Scope, body: bytes, settings: Settings
+) -> tuple[JobCreate, str, Identity, str | None] | None:
     """The job, key, caller and trace context of a request the route would accept as sent; None for any
     other (the route answers it)."""
     headers: dict[bytes, bytes] = {}

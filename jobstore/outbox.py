@@ -247,7 +247,7 @@ def lease_due(
 
 
 # PostgreSQL: `lease_order`'s walk, `_LEASE_PG` and `next_due` in one statement (one round trip where they
-# took three). It leases nothing (`walk_serves` false) when more rows are due than the lease takes and they
+# took three). It leases nothing (`serves` false) when more rows are due than the lease takes and they
 # belong to several tenants: that lease needs `_FAIR`'s ranking, and `_lease_ordered` runs in the same
 # transaction (the rows this statement locked stay locked by it, so the ranking may still take them).
 _LEASE_IN_ONE = text("""
