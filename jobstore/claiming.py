@@ -15,6 +15,7 @@ from sqlalchemy import (
     Float,
     String,
     and_,
+    any_,
     bindparam,
     false,
     func,
@@ -26,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from jobstore import events, fenced, outbox, queries, tenantcap
+from jobstore import db, events, fenced, outbox, queries, tenantcap
 from jobstore.intake import new_id
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, state_in
@@ -105,10 +106,11 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
 _CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
 _CLAIM_MANY = _claim_statement(jobs.c.id.in_(_IDS))
 _INSERT_ATTEMPT = insert(attempts)
-# PostgreSQL: the claim and the first attempt rows in one statement (one round trip where they took two).
-# The attempt ids are chosen beforehand, one per job asked for; a job claimed again (epoch > 1) gets its
-# attempt row after its previous one is ended as lost (`_lose_previous`), in statements of their own.
-_TAKEN = _CLAIM_MANY.cte("taken")
+# PostgreSQL: the claim and the first attempt rows in one statement (one round trip where they took two),
+# run below SQLAlchemy (`db.direct`). The attempt ids are chosen beforehand, one per job asked for; a job
+# claimed again (epoch > 1) gets its attempt row after its previous one is ended as lost
+# (`_lose_previous`), in statements of their own.
+_TAKEN = _claim_statement(jobs.c.id == any_(bindparam("b_ids", type_=ARRAY(String)))).cte("taken")
 _ATTEMPT_IDS = (
     func.unnest(
         bindparam("b_attempt_jobs", type_=ARRAY(String)), bindparam("b_attempt_ids", type_=ARRAY(String))
@@ -129,7 +131,8 @@ _FIRST_ATTEMPTS = insert(attempts).from_select(
     .select_from(_TAKEN.join(_ATTEMPT_IDS, _ATTEMPT_IDS.c.job_id == _TAKEN.c.id))
     .where(_TAKEN.c.epoch == 1),
 )
-_CLAIM_MANY_PG = select(_TAKEN).add_cte(_FIRST_ATTEMPTS.cte("first_attempts"))
+_CLAIM_MANY_PG = db.Direct.of(select(_TAKEN).add_cte(_FIRST_ATTEMPTS.cte("first_attempts")))
+_JOB_COLUMNS = tuple(column.name for column in jobs.c)
 
 
 def _attempt_row(job: Job, attempt_id: str, worker: str, now: float) -> dict[str, Any]:
@@ -197,7 +200,8 @@ def _take_many(
     if conn.dialect.name == "postgresql":
         attempt_ids = {job_id: new_id() for job_id in job_ids}
         params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
-        taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY_PG, params).mappings()]
+        rows = db.direct(conn, _CLAIM_MANY_PG, params)
+        taken = [Job.from_row(dict(zip(_JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
         written = {job.id for job in taken if job.epoch == 1}
     else:
         taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY, params).mappings()]

@@ -26,7 +26,7 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import doorbells, events, tenantcap
+from jobstore import db, doorbells, events, tenantcap
 from jobstore.schema import jobs, outbox
 from telemetry.logs import job_event
 from telemetry.tracing import trace_id_of
@@ -230,13 +230,20 @@ def lease_batch(
 
 
 def lease_due(
-    conn: Connection, *, now: float, limit: int, lease_seconds: float, tenant_cap: int = 0
+    conn: Connection,
+    *,
+    now: float,
+    limit: int,
+    lease_seconds: float,
+    tenant_cap: int = 0,
+    at_once: bool = True,
 ) -> tuple[Lease, float | None]:
     """`lease_batch`, and, when it took fewer than `limit` rows, when the earliest row not yet due comes due
     (`next_due`; None otherwise). On PostgreSQL without a `tenant_cap`, one statement does it all whenever
-    the walk's order is the lease's (`_LEASE_IN_ONE`)."""
+    the walk's order is the lease's (`lease_due_at_once`), unless the caller has just been told it is not
+    (`at_once=False`)."""
     token = str(uuid.uuid4())
-    if conn.dialect.name == "postgresql" and not tenant_cap:
+    if at_once and conn.dialect.name == "postgresql" and not tenant_cap:
         done = _lease_in_one(conn, token, now=now, limit=limit, lease_seconds=lease_seconds)
         if done is not None:
             return done
@@ -250,7 +257,8 @@ def lease_due(
 # took three). It leases nothing (`serves` false) when more rows are due than the lease takes and they
 # belong to several tenants: that lease needs `_FAIR`'s ranking, and `_lease_ordered` runs in the same
 # transaction (the rows this statement locked stay locked by it, so the ranking may still take them).
-_LEASE_IN_ONE = text("""
+_LEASE_IN_ONE = db.Direct.of(
+    text("""
 WITH due AS (
     SELECT id, tenant, priority FROM outbox
     WHERE published_at IS NULL AND available_at <= :b_now
@@ -277,7 +285,17 @@ SELECT walk.serves,
     leased.id, leased.job_id, leased.priority, leased.tenant, leased.traceparent
 FROM walk LEFT JOIN leased ON true
 ORDER BY leased.priority, leased.id
-""").bindparams(bindparam("b_now", type_=Float), bindparam("b_lease_until", type_=Float))
+""")
+)
+
+
+def lease_due_at_once(
+    conn: Connection, *, now: float, limit: int, lease_seconds: float
+) -> tuple[Lease, float | None] | None:
+    """PostgreSQL, without a tenant cap: `lease_due` in one statement, or None, having leased nothing, when
+    more rows are due than a lease takes and they belong to several tenants (`lease_due(at_once=False)`
+    then ranks them). Being one statement, it can commit by itself (`db.transact_one`)."""
+    return _lease_in_one(conn, str(uuid.uuid4()), now=now, limit=limit, lease_seconds=lease_seconds)
 
 
 def _lease_in_one(
@@ -286,17 +304,18 @@ def _lease_in_one(
     """The lease and `next_due` from `_LEASE_IN_ONE`, or None when its walk's order does not serve."""
     params = {"b_now": now, "b_limit": limit, "b_walk": limit + 1, "b_token": token,
               "b_lease_until": now + lease_seconds}  # fmt: skip
-    returned = conn.execute(_LEASE_IN_ONE, params).all()
-    if not returned[0].serves:
+    returned = db.direct(conn, _LEASE_IN_ONE, params)
+    serves, due = returned[0][:2]
+    if not serves:
         return None
-    rows = [r for r in returned if r.id is not None]
+    # Each row: serves, next_due, then the leased row's id, job id, priority, tenant and trace context.
+    rows = [r[2:] for r in returned if r[2] is not None]
     lease = Lease(
         token,
-        tuple((int(r.id), str(r.job_id)) for r in rows),
-        {str(r.job_id): str(r.traceparent) for r in rows if r.traceparent is not None},
-        {int(r.id): (int(r.priority), str(r.tenant)) for r in rows},
+        tuple((int(row_id), str(job_id)) for row_id, job_id, *_ in rows),
+        {str(job_id): str(tp) for _, job_id, _, _, tp in rows if tp is not None},
+        {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _ in rows},
     )
-    due = returned[0].next_due
     return lease, float(due) if due is not None and len(rows) < limit else None
 
 

@@ -115,11 +115,33 @@ def lease_due(
         earliest = db.read(engine, outbox.earliest_unpublished)
         if earliest is None or earliest > now:
             return Leased(None, next_due=earliest)
+    if settings.is_postgresql and not settlement and not settings.tenant_max_running:
+        lease_seconds = settings.relay_lease_seconds
+        found = db.transact_one(
+            engine, outbox.lease_due_at_once, now=now, limit=limit, lease_seconds=lease_seconds
+        )
+        if found is not None:
+            lease, next_due = found
+            return Leased(lease, next_due=next_due)
+        return db.transact(engine, _settle_and_lease, None, now, limit, settings, at_once=False)
     return db.transact(engine, _settle_and_lease, settlement, now, limit, settings)
 
 
+def write_settlement(engine: Engine, batch: Settlement, *, now: float) -> Settled:
+    """`settle` in a transaction of its own; of one statement, committing by itself on PostgreSQL, when the
+    batch holds one lease's rows of one kind (the usual batch: one lease's confirms)."""
+    one = len(batch.confirmed) + len(batch.refused) + len(batch.unsent) == 1
+    return (db.transact_one if one else db.transact)(engine, settle, batch, now=now)
+
+
 def _settle_and_lease(
-    conn: Connection, settlement: Settlement | None, now: float, limit: int, settings: Settings
+    conn: Connection,
+    settlement: Settlement | None,
+    now: float,
+    limit: int,
+    settings: Settings,
+    *,
+    at_once: bool = True,
 ) -> Leased:
     settled = settle(conn, settlement, now=now) if settlement else None
     lease, next_due = outbox.lease_due(
@@ -128,5 +150,6 @@ def _settle_and_lease(
         limit=limit,
         lease_seconds=settings.relay_lease_seconds,
         tenant_cap=settings.tenant_max_running,
+        at_once=at_once,
     )
     return Leased(lease, settled, next_due)

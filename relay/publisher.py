@@ -32,7 +32,6 @@ from broker.connection import BROKER_ERRORS, connection_parameters, describe
 from core import clock, faults
 from core.backoff import compute_backoff
 from core.settings import Settings
-from jobstore import db
 from jobstore.outbox import Lease
 from relay import ledger
 from relay.ahead import PublishAhead
@@ -333,7 +332,7 @@ class Relay(LoopWork):
         """On a store thread. The fault point sits between the broker's confirm and the mark."""
         if batch.confirmed:
             faults.hit("relay.after_publish")
-        return db.transact(self.engine, ledger.settle, batch, now=clock.now())
+        return ledger.write_settlement(self.engine, batch, now=clock.now())
 
     def _on_settled(self, settled: Settled) -> None:
         self.tally.marked += settled.marked

@@ -15,7 +15,8 @@ from typing import Any, TypeVar
 
 import psycopg
 import pytest
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, select, text
+from sqlalchemy.exc import IntegrityError
 
 from core import clock
 from core.backoff import Backoff
@@ -360,3 +361,88 @@ def test_a_connection_back_from_idle_is_pinged_and_replaced_before_use(
     runs: list[int] = []
     assert db.transact(pg_engine, _count_runs(runs)) == 1
     assert len(runs) == 1, "the ping found the dead connection before the transaction used it"
+
+
+_SELECT_ONE = db.Direct.of(text("SELECT :b_value"))
+
+
+def _count_direct_runs(runs: list[int]) -> Callable[[Connection], int]:
+    def work(conn: Connection) -> int:
+        runs.append(1)
+        return int(db.direct(conn, _SELECT_ONE, {"b_value": 1})[0][0])
+
+    return work
+
+
+def test_a_direct_statement_on_a_dropped_connection_runs_again_like_any_statement(pg_engine: Engine) -> None:
+    """`db.direct` bypasses SQLAlchemy's execution layer, not its error handling: the lost connection is
+    invalidated and the transaction runs again on a new one."""
+    pg_engine.pool.dispose()
+    _terminate_backend_of_next_connection(pg_engine)
+    runs: list[int] = []
+    assert db.transact(pg_engine, _count_direct_runs(runs)) == 1
+    assert len(runs) == 2, "the first run met the dead connection"
+
+
+def test_a_direct_statement_raises_sqlalchemys_errors_and_its_transaction_rolls_back(
+    pg_engine: Engine,
+) -> None:
+    (job_id,) = seed(pg_engine, 1)
+    insert_twice = db.Direct.of(
+        text(
+            "INSERT INTO outbox (job_id, created_at, available_at, publish_attempts) VALUES (:b_job, 0, 0, 0)"
+        )
+    )
+    duplicate_attempt = db.Direct.of(
+        text(
+            "INSERT INTO attempts (id, job_id, epoch, worker, started_at, outcome)"
+            " VALUES ('a', :b_job, 1, 'w', 0, 'x')"
+        )
+    )
+
+    def write(conn: Connection) -> None:
+        db.direct(conn, insert_twice, {"b_job": job_id})
+        db.direct(conn, duplicate_attempt, {"b_job": job_id})
+        db.direct(conn, duplicate_attempt, {"b_job": job_id})
+
+    before = len(all_rows(pg_engine, outbox_table))
+    with pytest.raises(IntegrityError):
+        db.transact(pg_engine, write)
+    assert len(all_rows(pg_engine, outbox_table)) == before, "the first insert was rolled back with the rest"
+    assert not all_rows(pg_engine, attempts)
+
+
+_STARTED_WITH_THE_STATEMENT = text("SELECT now() = statement_timestamp()")
+
+
+def test_transact_one_commits_its_statement_by_itself(pg_engine: Engine) -> None:
+    """One round trip: no BEGIN went ahead of the statement, so its transaction began with it."""
+    assert db.transact_one(pg_engine, lambda conn: conn.execute(_STARTED_WITH_THE_STATEMENT).scalar()) is True
+    assert db.transact(pg_engine, lambda conn: conn.execute(_STARTED_WITH_THE_STATEMENT).scalar()) is False
+    assert db.transact_one(pg_engine, lambda conn: conn.execute(_STARTED_WITH_THE_STATEMENT).scalar()) is True
+
+
+def test_transact_one_refuses_a_second_statement_before_it_is_sent(pg_engine: Engine) -> None:
+    (job_id,) = seed(pg_engine, 1)
+    cancel = text("UPDATE jobs SET cancel_requested = true WHERE id = :b_job")
+
+    def two(conn: Connection) -> None:
+        conn.execute(text("SELECT 1"))
+        conn.execute(cancel, {"b_job": job_id})
+
+    with pytest.raises(db.SecondStatement):
+        db.transact_one(pg_engine, two)
+    (row,) = [r for r in all_rows(pg_engine, jobs) if r["id"] == job_id]
+    assert row["cancel_requested"] is False, "the second statement never ran"
+    # The connection it ran on goes back to the pool in its usual mode: this transaction is atomic again.
+    assert db.transact(pg_engine, lambda conn: conn.execute(_STARTED_WITH_THE_STATEMENT).scalar()) is False
+
+
+def test_transact_one_does_not_run_a_statement_again_that_may_have_committed(pg_engine: Engine) -> None:
+    pg_engine.pool.dispose()
+    _terminate_backend_of_next_connection(pg_engine)
+    runs: list[int] = []
+    with pytest.raises(db.StoreUnavailable, match="may have committed"):
+        db.transact_one(pg_engine, _count_direct_runs(runs))
+    assert len(runs) == 1
+    assert db.transact_one(pg_engine, _count_direct_runs(runs)) == 1, "the next one gets a new connection"
