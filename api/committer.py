@@ -75,6 +75,7 @@ class GroupCommitter:
         self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._received = 0
 
     async def accept(self, **fields: Any) -> intake.Accepted:
         """Accept one job (the keyword arguments of `intake.accept` without the connection); returns once the
@@ -82,8 +83,14 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         pending = _Pending(fields, loop, loop.create_future())
         self._ensure_started()
+        self._received += 1
         self._queue.put(pending)
         return await pending.future
+
+    @property
+    def received(self) -> int:
+        """How many requests have come to be committed since the start."""
+        return self._received
 
     def close(self) -> None:
         """Commit what is queued, then stop the writer."""

@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -60,16 +61,12 @@ def test_a_conflicting_key_in_a_batch_refuses_only_its_own_request(
     assert counts(engine) == (2, 2)
 
 
-def _submit_concurrently(
-    client: TestClient, settings: Settings, how_many: int, sending: threading.Semaphore | None = None
-) -> list[Any]:
-    """`how_many` submissions at once; each releases `sending` (if given) as it sends its request."""
+def _submit_concurrently(client: TestClient, settings: Settings, how_many: int) -> list[Any]:
+    """`how_many` submissions at once."""
     token = issue_token(settings.auth_secret, tenant="acme", user="alice")
 
     def submit(n: int) -> Any:
         headers = {"Authorization": f"Bearer {token}", "Idempotency-Key": f"k-{n}"}
-        if sending is not None:
-            sending.release()
         return client.post("/jobs", json={"kind": "noop", "payload": {"n": n}}, headers=headers)
 
     with ThreadPoolExecutor(how_many) as pool:
@@ -84,31 +81,31 @@ def _hold_write_lock_for(path: Path, seconds: float) -> None:
     holder.close()
 
 
-def _hold_write_lock(path: Path, sending: threading.Semaphore, how_many: int) -> None:
-    """Hold SQLite's write lock until `how_many` submissions were sent, then a second more (for them to
-    reach the group committer, however loaded the machine), at most 10 s in all."""
+def _hold_write_lock(path: Path, queued: Callable[[], bool]) -> None:
+    """Hold SQLite's write lock until `queued()` says the submissions wait for the group committer
+    (however loaded the machine), at most 20 s."""
     holder = sqlite3.connect(path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
-    deadline = time.monotonic() + 10
-    for _ in range(how_many):
-        sending.acquire(timeout=max(0.0, deadline - time.monotonic()))
-    time.sleep(max(0.0, min(1.0, deadline - time.monotonic())))
+    deadline = time.monotonic() + 20
+    while not queued() and time.monotonic() < deadline:
+        time.sleep(0.01)
     holder.execute("ROLLBACK")
     holder.close()
 
 
 def test_submissions_that_arrive_while_a_commit_waits_share_the_next_transaction(tmp_path: Path) -> None:
-    settings = make_settings(tmp_path, store_lock_timeout_seconds=10.0)
+    settings = make_settings(tmp_path, store_lock_timeout_seconds=30.0)
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
-    with TestClient(create_app(settings)) as client, ThreadPoolExecutor(1) as locker:
+    app = create_app(settings)
+    with TestClient(app) as client, ThreadPoolExecutor(1) as locker:
         # While another connection holds the write lock, the first batch waits and the rest queue behind it.
-        sending = threading.Semaphore(0)
-        held = locker.submit(_hold_write_lock, tmp_path / "jobs.db", sending, 20)
+        committer = app.state.committer
+        held = locker.submit(_hold_write_lock, tmp_path / "jobs.db", lambda: committer.received >= 20)
         time.sleep(0.2)
         before = db.stats.snapshot()["write_transactions"]
-        answers = _submit_concurrently(client, settings, 20, sending)
-        held.result(timeout=10)
+        answers = _submit_concurrently(client, settings, 20)
+        held.result(timeout=30)
         transactions = db.stats.snapshot()["write_transactions"] - before
     assert [a.status_code for a in answers] == [202] * 20
     assert len({a.json()["id"] for a in answers}) == 20
