@@ -93,6 +93,24 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# A test that measures something worth reading in every run (the scale test's jobs/s) records it with
+# `record_property(FIGURE, "...")`; the figures are printed at the end of the run, passed tests only.
+FIGURE = "figure"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    figures = [
+        (report.nodeid, value)
+        for report in terminalreporter.stats.get("passed", [])
+        for name, value in report.user_properties
+        if name == FIGURE
+    ]
+    if figures:
+        terminalreporter.section("figures measured by the tests")
+        for nodeid, value in figures:
+            terminalreporter.write_line(f"{value}  ({nodeid.split('::')[-1]})")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Run every test that uses a store once per database in TEST_DATABASES, or on the databases its
     `databases` marker names (a test of SQLite-only behaviour says `databases("sqlite")`)."""
