@@ -181,7 +181,7 @@ class Direct:
         """`statement` (Core or `text`) for PostgreSQL. Its bound parameters are passed by name to
         `direct`; an expanding `IN` cannot be (compare with `= ANY(:array)` instead)."""
         compiled = statement.compile(dialect=psycopg_dialect())
-        return cls(str(compiled), {k: v for k, v in compiled.params.items() if v is not None})
+        return cls(str(compiled), dict(compiled.params))
 
 
 def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:

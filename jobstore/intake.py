@@ -8,18 +8,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, insert, select
+from sqlalchemy import Connection, bindparam, func, insert, literal, select
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from jobstore import events, outbox
+from jobstore import db, doorbells, events, outbox
 from jobstore.db import Retry
 from jobstore.errors import IdempotencyConflict
 from jobstore.priorities import Priority
 from jobstore.records import Job, dumps
 from jobstore.schedule import Schedule, available_from
 from jobstore.schema import jobs
+from jobstore.schema import outbox as outbox_table
 from jobstore.states import State
 from telemetry.logs import JobEvent, job_event
 from telemetry.tracing import trace_id_of
@@ -90,11 +92,15 @@ def accept(
 def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Accepted | IdempotencyConflict]:
     """`accept` for each request (its keyword arguments), in order, in the caller's transaction. A
     conflicting key is that request's outcome alone (nothing is written for it); a key twice in one batch
-    is accepted once, as two accepts one after the other would be. The new jobs' outbox rows are written
-    with one multi-row insert, and on SQLite the new jobs too (`_take_keys`)."""
+    is accepted once, as two accepts one after the other would be. The new jobs and their outbox rows are
+    written with one multi-row insert each (`_take_keys`), on PostgreSQL with one statement for both
+    (`_take_keys_announced`)."""
     rows = [_job_row(**request) for request in requests]
-    created = _take_keys(conn, rows)
-    outbox.add_accepted(conn, [row for row in rows if row["id"] in created])
+    if conn.dialect.name == "postgresql":
+        created = _take_keys_announced(conn, rows)
+    else:
+        created = _take_keys(conn, rows)
+        outbox.add_accepted(conn, [row for row in rows if row["id"] in created])
     events.note(conn, (_accepted(row) for row in rows if row["id"] in created))
     outcomes: list[Accepted | IdempotencyConflict] = []
     for row, request in zip(rows, requests, strict=True):
@@ -147,18 +153,15 @@ def _job_row(
 
 
 def _take_keys(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
-    """Insert the job rows whose tenant + key is free; the ids of those inserted. Both stores insert them
-    all in one statement that skips taken keys (the common case costs one statement, not two per job). On
-    PostgreSQL an accept of a key another uncommitted transaction is inserting waits for it, then skips the
-    key if it committed (the caller reads the winner's row) or inserts it if it rolled back. A driver that
-    cannot return rows from a multi-row insert looks each key up first; when a concurrent accept of the same
-    key wins, ours fails on the unique key and the transaction runs again."""
+    """Insert the job rows whose tenant + key is free; the ids of those inserted, in one statement that
+    skips taken keys (the common case costs one statement, not two per job). A driver that cannot return
+    rows from a multi-row insert looks each key up first; when a concurrent accept of the same key wins,
+    ours fails on the unique key and the transaction runs again."""
     if not rows:
         return set()
     try:
         if conn.dialect.insert_executemany_returning:
-            statement = _INSERT_NEW_KEY_PG if conn.dialect.name == "postgresql" else _INSERT_NEW_KEY
-            return {str(r[0]) for r in conn.execute(statement, rows)}
+            return {str(r[0]) for r in conn.execute(_INSERT_NEW_KEY, rows)}
         taken = set()
         for row in rows:
             if _find_by_key(conn, row["tenant"], row["operation_key"]) is None:
@@ -167,6 +170,23 @@ def _take_keys(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
         return taken
     except IntegrityError as exc:  # read the winner's row on the rerun
         raise Retry("idempotency key raced") from exc
+
+
+def _take_keys_announced(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
+    """PostgreSQL: `_take_keys` and the new jobs' outbox rows in one statement, run below SQLAlchemy
+    (`db.direct`); the ids of the jobs inserted. An accept of a key another uncommitted transaction is
+    inserting waits for it, then skips the key if it committed (the caller reads the winner's row) or
+    inserts it if it rolled back."""
+    if not rows:
+        return set()
+    params = {f"b_{name}": [row[name] for row in rows] for name in _JOB_COLUMNS}
+    try:
+        created = {str(row[0]) for row in db.direct(conn, _ACCEPT_PG, params)}
+    except IntegrityError as exc:  # read the winner's row on the rerun
+        raise Retry("idempotency key raced") from exc
+    if created:
+        doorbells.note_outbox_row(conn, min(row["available_at"] for row in rows if row["id"] in created))
+    return created
 
 
 def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) -> Accepted:
@@ -183,11 +203,37 @@ _INSERT_NEW_KEY = (
     .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
     .returning(jobs.c.id)
 )
-_INSERT_NEW_KEY_PG = (
-    postgresql_insert(jobs)
-    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
-    .returning(jobs.c.id)
+# PostgreSQL: the job rows arrive as one array per column, the inserted ones are announced in the same
+# statement (their outbox rows take the job's tenant and priority, as `outbox.add_accepted` writes them).
+_JOB_COLUMNS = tuple(column.name for column in jobs.c)
+_ACCEPTING = (
+    func.unnest(*(bindparam(f"b_{column.name}", type_=ARRAY(column.type)) for column in jobs.c))
+    .table_valued(*_JOB_COLUMNS)
+    .render_derived(name="accepting")
 )
+_INSERTED = (
+    postgresql_insert(jobs)
+    .from_select(list(_JOB_COLUMNS), select(_ACCEPTING))
+    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
+    .returning(jobs.c.id, jobs.c.created_at, jobs.c.available_at, jobs.c.tenant, jobs.c.priority)
+    .cte("inserted")
+)
+_ANNOUNCED = (
+    insert(outbox_table)
+    .from_select(
+        ["job_id", "created_at", "available_at", "publish_attempts", "tenant", "priority"],
+        select(
+            _INSERTED.c.id,
+            _INSERTED.c.created_at,
+            _INSERTED.c.available_at,
+            literal(0),
+            _INSERTED.c.tenant,
+            _INSERTED.c.priority,
+        ),
+    )
+    .cte("announced")
+)
+_ACCEPT_PG = db.Direct.of(select(_INSERTED.c.id).add_cte(_ANNOUNCED))
 _BY_KEY = select(jobs).where(
     jobs.c.tenant == bindparam("b_tenant"), jobs.c.operation_key == bindparam("b_key")
 )

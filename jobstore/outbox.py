@@ -12,10 +12,13 @@ from typing import Any
 
 from sqlalchemy import (
     BindParameter,
+    ColumnElement,
     Connection,
     Float,
+    Integer,
     Select,
     and_,
+    any_,
     bindparam,
     delete,
     func,
@@ -25,6 +28,8 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.sql.dml import Update
 
 from jobstore import db, doorbells, events, tenantcap
 from jobstore.schema import jobs, outbox
@@ -255,8 +260,8 @@ def lease_due(
 
 # PostgreSQL: `lease_order`'s walk, `_LEASE_PG` and `next_due` in one statement (one round trip where they
 # took three). It leases nothing (`serves` false) when more rows are due than the lease takes and they
-# belong to several tenants: that lease needs `_FAIR`'s ranking, and `_lease_ordered` runs in the same
-# transaction (the rows this statement locked stay locked by it, so the ranking may still take them).
+# belong to several tenants: that lease needs `_FAIR`'s ranking, and `_lease_ordered` runs after it, in
+# the same transaction (`lease_due`) or in the next (`lease_due_at_once`, committed by itself).
 _LEASE_IN_ONE = db.Direct.of(
     text("""
 WITH due AS (
@@ -342,19 +347,23 @@ def _lease_ordered(
     )
 
 
-_MARK = (
-    update(outbox)
-    .where(
-        outbox.c.id.in_(_IDS), outbox.c.lease_token == bindparam("b_token"), outbox.c.published_at.is_(None)
+def _mark(rows: ColumnElement[bool]) -> Update:
+    return (
+        update(outbox)
+        .where(rows, outbox.c.lease_token == bindparam("b_token"), outbox.c.published_at.is_(None))
+        .values(published_at=_NOW, lease_token=None, lease_expires_at=None)
     )
-    .values(published_at=_NOW, lease_token=None, lease_expires_at=None)
-    .returning(outbox.c.job_id)
-)
-# The job's tenant, kind and trace context for its `published` event: in the same statement on PostgreSQL,
-# by `_by_job` on SQLite (see `_LEASE_PG`).
+
+
+_MARK = _mark(outbox.c.id.in_(_IDS)).returning(outbox.c.job_id)
+# The job's tenant, kind and trace context for its `published` event: in the same statement on PostgreSQL
+# (run below SQLAlchemy, `db.direct`), by `_by_job` on SQLite (see `_LEASE_PG`).
 _EVENT_COLUMNS = (jobs.c.tenant, jobs.c.kind, jobs.c.traceparent)
-_MARK_PG = _MARK.returning(
-    *(select(column).where(jobs.c.id == outbox.c.job_id).scalar_subquery() for column in _EVENT_COLUMNS)
+_MARK_PG = db.Direct.of(
+    _mark(outbox.c.id == any_(bindparam("b_ids", type_=ARRAY(Integer)))).returning(
+        outbox.c.job_id,
+        *(select(column).where(jobs.c.id == outbox.c.job_id).scalar_subquery() for column in _EVENT_COLUMNS),
+    )
 )
 _EVENT_FACTS = select(jobs.c.id, *_EVENT_COLUMNS).where(jobs.c.id.in_(_JOB_IDS))
 
@@ -365,7 +374,7 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
         return 0
     params = {"b_ids": list(ids), "b_token": token, "b_now": now}
     if conn.dialect.name == "postgresql":
-        rows = [(str(r[0]), *r[1:]) for r in conn.execute(_MARK_PG, params)]
+        rows = [(str(r[0]), *r[1:]) for r in db.direct(conn, _MARK_PG, params)]
     else:
         marked = [str(r[0]) for r in conn.execute(_MARK, params)]
         found = _by_job(conn, _EVENT_FACTS, marked)
