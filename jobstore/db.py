@@ -171,32 +171,34 @@ def _ping_when_idle(engine: Engine) -> None:
 @dataclass(frozen=True)
 class Direct:
     """A PostgreSQL statement compiled once to the driver's own SQL (`%(name)s` placeholders), with the
-    values of the literals it holds; `direct` runs it."""
+    values of the literals it holds; `direct` runs it. A `prepared` one is parsed and planned once per
+    connection: only for a statement that has one good plan whatever its parameters (after five runs
+    PostgreSQL may keep a generic plan, and the claim's walked the state index instead of the ids: the
+    start p50 at 200 jobs/s doubled). The others are planned at every run, for their parameters."""
 
     sql: str
     defaults: dict[str, Any]
+    prepared: bool = False
 
     @classmethod
-    def of(cls, statement: ClauseElement) -> Direct:
+    def of(cls, statement: ClauseElement, *, prepared: bool = False) -> Direct:
         """`statement` (Core or `text`) for PostgreSQL. Its bound parameters are passed by name to
         `direct`; an expanding `IN` cannot be (compare with `= ANY(:array)` instead)."""
         compiled = statement.compile(dialect=psycopg_dialect())
-        return cls(str(compiled), dict(compiled.params))
+        return cls(str(compiled), dict(compiled.params), prepared)
 
 
 def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run `statement` on `conn`'s PostgreSQL connection, in its transaction, below SQLAlchemy's execution
     layer; its rows, as tuples (none for a statement that returns none). For the statements of the path
     every job takes, where SQLAlchemy's layer costs more than the round trip: about 0.45 ms of client CPU
-    per statement on a cold, lightly loaded host. It is never prepared: after five runs of a prepared
-    statement PostgreSQL may switch to a generic plan, and the claim's generic plan doubled the start
-    p50 at 200 jobs/s. Its errors are SQLAlchemy's, as `conn.execute` raises them, and a lost connection
-    is invalidated, so `transact` treats both alike."""
+    per statement on a cold, lightly loaded host. Its errors are SQLAlchemy's, as `conn.execute` raises
+    them, and a lost connection is invalidated, so `transact` treats both alike."""
     _count_statement(conn)
     driver = conn.connection.driver_connection
     values = {**statement.defaults, **params} if statement.defaults else params
     try:
-        cursor = driver.execute(statement.sql, values, prepare=False)  # type: ignore[union-attr]
+        cursor = driver.execute(statement.sql, values, prepare=statement.prepared)  # type: ignore[union-attr]
         return cursor.fetchall() if cursor.description is not None else []
     except psycopg.Error as exc:
         lost = conn.dialect.is_disconnect(exc, driver, None)  # type: ignore[arg-type]

@@ -196,7 +196,7 @@ _ENDED = (
     )
     .cte("ended")
 )
-_COMPLETE_MANY_PG = db.Direct.of(select(_COMPLETED).add_cte(_ENDED))
+_COMPLETE_MANY_PG = db.Direct.of(select(_COMPLETED).add_cte(_ENDED), prepared=True)
 
 
 class _Completed(NamedTuple):

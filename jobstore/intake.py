@@ -233,7 +233,7 @@ _ANNOUNCED = (
     )
     .cte("announced")
 )
-_ACCEPT_PG = db.Direct.of(select(_INSERTED.c.id).add_cte(_ANNOUNCED))
+_ACCEPT_PG = db.Direct.of(select(_INSERTED.c.id).add_cte(_ANNOUNCED), prepared=True)
 _BY_KEY = select(jobs).where(
     jobs.c.tenant == bindparam("b_tenant"), jobs.c.operation_key == bindparam("b_key")
 )

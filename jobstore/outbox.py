@@ -290,7 +290,8 @@ SELECT walk.serves,
     leased.id, leased.job_id, leased.priority, leased.tenant, leased.traceparent
 FROM walk LEFT JOIN leased ON true
 ORDER BY leased.priority, leased.id
-""")
+"""),
+    prepared=True,
 )
 
 
