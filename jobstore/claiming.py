@@ -3,6 +3,7 @@ is told why it cannot. One guarded UPDATE decides; a job is never taken twice.""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -15,7 +16,6 @@ from sqlalchemy import (
     Float,
     String,
     and_,
-    any_,
     bindparam,
     false,
     func,
@@ -110,7 +110,7 @@ _INSERT_ATTEMPT = insert(attempts)
 # run below SQLAlchemy (`db.direct`). The attempt ids are chosen beforehand, one per job asked for; a job
 # claimed again (epoch > 1) gets its attempt row after its previous one is ended as lost
 # (`_lose_previous`), in statements of their own.
-_TAKEN = _claim_statement(jobs.c.id == any_(bindparam("b_ids", type_=ARRAY(String)))).cte("taken")
+_TAKEN = _CLAIM_MANY.cte("taken")
 _ATTEMPT_IDS = (
     func.unnest(
         bindparam("b_attempt_jobs", type_=ARRAY(String)), bindparam("b_attempt_ids", type_=ARRAY(String))
@@ -131,7 +131,16 @@ _FIRST_ATTEMPTS = insert(attempts).from_select(
     .select_from(_TAKEN.join(_ATTEMPT_IDS, _ATTEMPT_IDS.c.job_id == _TAKEN.c.id))
     .where(_TAKEN.c.epoch == 1),
 )
-_CLAIM_MANY_PG = db.Direct.of(select(_TAKEN).add_cte(_FIRST_ATTEMPTS.cte("first_attempts")))
+_CLAIM_MANY_PG = select(_TAKEN).add_cte(_FIRST_ATTEMPTS.cte("first_attempts"))
+
+
+@functools.lru_cache(maxsize=128)
+def _claim_many_pg(count: int) -> db.Direct:
+    """`_CLAIM_MANY_PG` for `count` ids, prepared: its generic plan looks each id up by the primary key (the
+    same statement comparing `id = ANY(:ids)` got a generic plan that walked the state index instead)."""
+    return db.Direct.of(_CLAIM_MANY_PG, prepared=True, expanding={"b_ids": count})
+
+
 _JOB_COLUMNS = tuple(column.name for column in jobs.c)
 
 
@@ -196,14 +205,15 @@ def _take_many(
     """The claims of those of `job_ids` that were claimable, by job id."""
     if not job_ids:
         return {}
-    params = {"b_ids": job_ids, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
+    params: dict[str, Any] = {"b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
     if conn.dialect.name == "postgresql":
         attempt_ids = {job_id: new_id() for job_id in job_ids}
         params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
-        rows = db.direct(conn, _CLAIM_MANY_PG, params)
+        rows = db.direct(conn, _claim_many_pg(len(job_ids)), params | db.expanded("b_ids", job_ids))
         taken = [Job.from_row(dict(zip(_JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
         written = {job.id for job in taken if job.epoch == 1}
     else:
+        params["b_ids"] = job_ids
         taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY, params).mappings()]
         attempt_ids = {job.id: new_id() for job in taken}
         written = set()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -30,6 +30,7 @@ from sqlalchemy import ClauseElement, Connection, Engine, create_engine, event
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.sql.compiler import SQLCompiler
 
 from core.backoff import Backoff, Streak
 from core.settings import Settings
@@ -181,11 +182,26 @@ class Direct:
     prepared: bool = False
 
     @classmethod
-    def of(cls, statement: ClauseElement, *, prepared: bool = False) -> Direct:
+    def of(
+        cls, statement: ClauseElement, *, prepared: bool = False, expanding: Mapping[str, int] | None = None
+    ) -> Direct:
         """`statement` (Core or `text`) for PostgreSQL. Its bound parameters are passed by name to
-        `direct`; an expanding `IN` cannot be (compare with `= ANY(:array)` instead)."""
+        `direct`; an expanding `IN` parameter only by its count of values (`expanding`, a statement per
+        count), its values as `expanded` names them."""
         compiled = statement.compile(dialect=psycopg_dialect())
-        return cls(str(compiled), dict(compiled.params), prepared)
+        if not expanding:
+            return cls(str(compiled), dict(compiled.params), prepared)
+        assert isinstance(compiled, SQLCompiler)
+        values = dict(compiled.params)  # the literals' values, and None for those given at each run
+        state = compiled.construct_expanded_state(
+            values | {name: [None] * n for name, n in expanding.items()}
+        )
+        return cls(state.statement, dict(state.parameters), prepared)
+
+
+def expanded(name: str, values: Sequence[Any]) -> dict[str, Any]:
+    """The parameters of an expanding `IN` parameter `name` holding `values` (`Direct.of(expanding=...)`)."""
+    return {f"{name}_{i}": value for i, value in enumerate(values, start=1)}
 
 
 def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
