@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, func, insert, literal, select
+from sqlalchemy import Connection, String, bindparam, func, insert, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -203,11 +203,19 @@ _INSERT_NEW_KEY = (
     .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
     .returning(jobs.c.id)
 )
+
+
+def _array_of(type_: Any) -> ARRAY[Any]:
+    return ARRAY(String() if isinstance(type_, String) else type_)
+
+
 # PostgreSQL: the job rows arrive as one array per column, the inserted ones are announced in the same
 # statement (their outbox rows take the job's tenant and priority, as `outbox.add_accepted` writes them).
+# An array of `varchar(n)` would truncate a longer value without a word (an explicit cast does), so the
+# arrays are of unbounded strings and the insert into the column itself refuses it.
 _JOB_COLUMNS = tuple(column.name for column in jobs.c)
 _ACCEPTING = (
-    func.unnest(*(bindparam(f"b_{column.name}", type_=ARRAY(column.type)) for column in jobs.c))
+    func.unnest(*(bindparam(f"b_{column.name}", type_=_array_of(column.type)) for column in jobs.c))
     .table_valued(*_JOB_COLUMNS)
     .render_derived(name="accepting")
 )

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import psycopg
 import pytest
 from sqlalchemy import Connection, Engine, select, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, IntegrityError
 
 from core import clock
 from core.backoff import Backoff
@@ -446,3 +446,16 @@ def test_transact_one_does_not_run_a_statement_again_that_may_have_committed(pg_
         db.transact_one(pg_engine, _count_direct_runs(runs))
     assert len(runs) == 1
     assert db.transact_one(pg_engine, _count_direct_runs(runs)) == 1, "the next one gets a new connection"
+
+
+def test_an_accept_with_a_value_too_long_for_its_column_is_refused_and_writes_nothing(
+    pg_engine: Engine,
+) -> None:
+    """The accept sends its rows as arrays; a value longer than its column is an error, not cut short."""
+    base = {"owner": "o", "kind": "noop", "payload": {}, "max_attempts": 3, "now": clock.now()}
+    fine = base | {"tenant": "t", "operation_key": "fine"}
+    too_long = base | {"tenant": "t" * 256, "operation_key": "long"}
+    with pytest.raises(DataError, match="too long"):
+        db.transact(pg_engine, intake.accept_many, [fine, too_long])
+    assert all_rows(pg_engine, jobs) == []
+    assert all_rows(pg_engine, outbox_table) == []
