@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from jobstore import db, events, fenced, outbox, queries, tenantcap
 from jobstore.intake import new_id
 from jobstore.records import Claim, Job
-from jobstore.schema import attempts, jobs, state_in
+from jobstore.schema import JOB_COLUMNS, attempts, jobs, state_in
 from jobstore.states import CLAIM, HELD, TERMINAL, State
 
 
@@ -141,9 +141,6 @@ def _claim_many_pg(count: int) -> db.Direct:
     return db.Direct.of(_CLAIM_MANY_PG, prepared=True, expanding={"b_ids": count})
 
 
-_JOB_COLUMNS = tuple(column.name for column in jobs.c)
-
-
 def _attempt_row(job: Job, attempt_id: str, worker: str, now: float) -> dict[str, Any]:
     return {"id": attempt_id, "job_id": job.id, "epoch": job.epoch, "worker": worker, "started_at": now,
             "outcome": "running"}  # fmt: skip
@@ -210,7 +207,7 @@ def _take_many(
         attempt_ids = {job_id: new_id() for job_id in job_ids}
         params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
         rows = db.direct(conn, _claim_many_pg(len(job_ids)), params | db.expanded("b_ids", job_ids))
-        taken = [Job.from_row(dict(zip(_JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
+        taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
         written = {job.id for job in taken if job.epoch == 1}
     else:
         params["b_ids"] = job_ids

@@ -416,12 +416,6 @@ def _attempt(
     """One run of the transaction; with the earliest due time of the outbox rows it added (if any) and the
     job events it noted (`jobstore.events`)."""
     with engine.connect() as conn:
-        if one:
-            doorbells.forget(conn)
-            events.forget(conn)
-            conn.execution_options(isolation_level="AUTOCOMMIT")
-            result = _committing_itself(fn, conn, *args, **kwargs)
-            return result, doorbells.noted(conn), events.committed(conn)
         if not write:
             if engine.dialect.name == "sqlite":
                 conn = conn.execution_options(sqlite_begin="DEFERRED")
@@ -429,8 +423,12 @@ def _attempt(
                 return _reconnecting(fn, conn, *args, **kwargs), None, []
         doorbells.forget(conn)
         events.forget(conn)
-        with conn.begin():
-            result = _reconnecting(fn, conn, *args, **kwargs)
+        if one:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            result = _committing_itself(fn, conn, *args, **kwargs)
+        else:
+            with conn.begin():
+                result = _reconnecting(fn, conn, *args, **kwargs)
         if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
             conn.invalidate()
             raise Retry("the store's file was removed or replaced while a transaction committed to it")

@@ -20,7 +20,7 @@ from jobstore.errors import IdempotencyConflict
 from jobstore.priorities import Priority
 from jobstore.records import Job, dumps
 from jobstore.schedule import Schedule, available_from
-from jobstore.schema import jobs
+from jobstore.schema import JOB_COLUMNS, jobs
 from jobstore.schema import outbox as outbox_table
 from jobstore.states import State
 from telemetry.logs import JobEvent, job_event
@@ -179,7 +179,7 @@ def _take_keys_announced(conn: Connection, rows: Sequence[dict[str, Any]]) -> se
     inserts it if it rolled back."""
     if not rows:
         return set()
-    params = {f"b_{name}": [row[name] for row in rows] for name in _JOB_COLUMNS}
+    params = {f"b_{name}": [row[name] for row in rows] for name in JOB_COLUMNS}
     try:
         created = {str(row[0]) for row in db.direct(conn, _ACCEPT_PG, params)}
     except IntegrityError as exc:  # read the winner's row on the rerun
@@ -213,15 +213,14 @@ def _array_of(type_: Any) -> ARRAY[Any]:
 # statement (their outbox rows take the job's tenant and priority, as `outbox.add_accepted` writes them).
 # An array of `varchar(n)` would truncate a longer value without a word (an explicit cast does), so the
 # arrays are of unbounded strings and the insert into the column itself refuses it.
-_JOB_COLUMNS = tuple(column.name for column in jobs.c)
 _ACCEPTING = (
     func.unnest(*(bindparam(f"b_{column.name}", type_=_array_of(column.type)) for column in jobs.c))
-    .table_valued(*_JOB_COLUMNS)
+    .table_valued(*JOB_COLUMNS)
     .render_derived(name="accepting")
 )
 _INSERTED = (
     postgresql_insert(jobs)
-    .from_select(list(_JOB_COLUMNS), select(_ACCEPTING))
+    .from_select(list(JOB_COLUMNS), select(_ACCEPTING))
     .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
     .returning(jobs.c.id, jobs.c.created_at, jobs.c.available_at, jobs.c.tenant, jobs.c.priority)
     .cte("inserted")

@@ -155,6 +155,10 @@ processes = Table(
 )
 
 
+# The jobs table's column names in table order: the order of a row a statement returns with `*jobs.c`.
+JOB_COLUMNS = tuple(column.name for column in jobs.c)
+
+
 def state_in(states: Collection[State]) -> ColumnElement[bool]:
     """The job's state is one of `states` (a `Move`'s sources): plain equality when there is one, so the
     statement reads, and is planned, as a hand-written `state = 'queued'` would be."""

@@ -340,15 +340,28 @@ def _count_runs(runs: list[int]) -> Callable[[Connection], int]:
     return work
 
 
+_SELECT_ONE = db.Direct.of(text("SELECT :b_value"))
+
+
+def _count_direct_runs(runs: list[int]) -> Callable[[Connection], int]:
+    def work(conn: Connection) -> int:
+        runs.append(1)
+        return int(db.direct(conn, _SELECT_ONE, {"b_value": 1})[0][0])
+
+    return work
+
+
+@pytest.mark.parametrize("counted", [_count_runs, _count_direct_runs], ids=["through SQLAlchemy", "direct"])
 def test_a_connection_dropped_while_in_the_pool_is_replaced_and_the_transaction_runs_again(
-    pg_engine: Engine,
+    pg_engine: Engine, counted: Callable[[list[int]], Callable[[Connection], int]]
 ) -> None:
     """A connection in steady use is not pinged at checkout: the lost one fails the first statement, which
-    committed nothing, so `transact` runs the transaction again on a new connection."""
+    committed nothing, so `transact` runs the transaction again on a new connection. `db.direct` bypasses
+    SQLAlchemy's execution layer, not its error handling: its lost connection is invalidated the same way."""
     pg_engine.pool.dispose()
     _terminate_backend_of_next_connection(pg_engine)
     runs: list[int] = []
-    assert db.transact(pg_engine, _count_runs(runs)) == 1
+    assert db.transact(pg_engine, counted(runs)) == 1
     assert len(runs) == 2, "the first run met the dead connection"
 
 
@@ -361,27 +374,6 @@ def test_a_connection_back_from_idle_is_pinged_and_replaced_before_use(
     runs: list[int] = []
     assert db.transact(pg_engine, _count_runs(runs)) == 1
     assert len(runs) == 1, "the ping found the dead connection before the transaction used it"
-
-
-_SELECT_ONE = db.Direct.of(text("SELECT :b_value"))
-
-
-def _count_direct_runs(runs: list[int]) -> Callable[[Connection], int]:
-    def work(conn: Connection) -> int:
-        runs.append(1)
-        return int(db.direct(conn, _SELECT_ONE, {"b_value": 1})[0][0])
-
-    return work
-
-
-def test_a_direct_statement_on_a_dropped_connection_runs_again_like_any_statement(pg_engine: Engine) -> None:
-    """`db.direct` bypasses SQLAlchemy's execution layer, not its error handling: the lost connection is
-    invalidated and the transaction runs again on a new one."""
-    pg_engine.pool.dispose()
-    _terminate_backend_of_next_connection(pg_engine)
-    runs: list[int] = []
-    assert db.transact(pg_engine, _count_direct_runs(runs)) == 1
-    assert len(runs) == 2, "the first run met the dead connection"
 
 
 def test_a_direct_statement_raises_sqlalchemys_errors_and_its_transaction_rolls_back(
