@@ -17,6 +17,7 @@ again; with no file there, the caller gets `StoreUnavailable`.
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 import weakref
@@ -248,8 +249,14 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        mode = conn.get_execution_options().get("sqlite_begin", "IMMEDIATE")
-        conn.exec_driver_sql(f"BEGIN {mode}")
+        # On the driver's connection: SQLAlchemy's execution layer would double what a BEGIN costs inside
+        # the write turn. Its errors are SQLAlchemy's all the same, so `transact` retries a busy lock.
+        sql = f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'IMMEDIATE')}"
+        _count_statement(conn)
+        try:
+            conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(sql, (), exc, sqlite3.Error, dialect=conn.dialect) from exc
 
 
 # The write turn of each SQLite file engine, and what rings its relays after a commit that added outbox
@@ -324,22 +331,32 @@ def _run(
     timeout = float(engine.get_execution_options().get("store_lock_timeout", 5.0))
     started = time.monotonic()
     turn = _turns.get(engine) if write else None
-    # A writer that does not get its turn in time goes ahead without it: SQLite's lock still decides, and
-    # a holder stuck outside its transaction (a stopped process) cannot stall everyone past the timeout.
-    took = turn is not None and not turn.held_here() and turn.acquire(timeout)
-    writing_since = time.monotonic()
+    # The pool's checkout and checkin run outside the turn: they keep no other writer waiting (on a cold
+    # host, about a sixth of a one-row write transaction's turn). A connection that cannot be had here is
+    # asked for again inside the retries, which decide what its failure means.
+    first = _checked_out(engine)
     try:
-        result, due, committed = _retrying(
-            engine, fn, args, kwargs, write=write, one=one, started=started, timeout=timeout
-        )
+        # A writer that does not get its turn in time goes ahead without it: SQLite's lock still decides,
+        # and a holder stuck outside its transaction (a stopped process) cannot stall everyone past the
+        # timeout.
+        took = turn is not None and not turn.held_here() and turn.acquire(timeout)
+        writing_since = time.monotonic()
+        try:
+            result, due, committed, last = _retrying(
+                engine, first, fn, args, kwargs, write=write, one=one, started=started, timeout=timeout
+            )
+        finally:
+            if took:
+                assert turn is not None
+                turn.release()
+            if write:
+                held = time.monotonic() - writing_since
+                stats.add(write_seconds=held)
+                STORE_WRITE_SECONDS.observe(held)
     finally:
-        if took:
-            assert turn is not None
-            turn.release()
-        if write:
-            held = time.monotonic() - writing_since
-            stats.add(write_seconds=held)
-            STORE_WRITE_SECONDS.observe(held)
+        if first is not None:
+            first.close()  # (again, if an attempt on it failed: closing is idempotent)
+    last.close()
     ringer = _ringers.get(engine)
     if due is not None and ringer is not None:  # after the turn is given back: the relay's lease needs it
         ringer.ring(due)
@@ -347,8 +364,16 @@ def _run(
     return result
 
 
+def _checked_out(engine: Engine) -> Connection | None:
+    try:
+        return engine.connect()
+    except DBAPIError:
+        return None
+
+
 def _retrying(
     engine: Engine,
+    first: Connection | None,
     fn: Callable[..., T],
     args: Any,
     kwargs: Any,
@@ -357,13 +382,25 @@ def _retrying(
     one: bool,
     started: float,
     timeout: float,
-) -> tuple[T, float | None, list[JobEvent]]:
+) -> tuple[T, float | None, list[JobEvent], Connection]:
+    """Attempts of the transaction until one commits (or the timeout): the first on `first`, each later
+    one on a connection of its own (the one before may have been lost; a failed attempt's connection is
+    given back at once). With the connection it committed on, for the caller to give back after the
+    turn."""
     pauses = Streak(RETRY_PAUSES)
+    conn = first
     while True:
         attempt_started = time.monotonic()
         try:
-            result = _attempt(engine, fn, args, kwargs, write=write, one=one)
-        except (Retry, OperationalError, DBAPIError) as exc:
+            if conn is None:
+                conn = engine.connect()
+            result = _attempt(engine, conn, fn, args, kwargs, write=write, one=one)
+        except BaseException as exc:
+            if conn is not None:
+                conn.close()
+            conn = None
+            if not isinstance(exc, Retry | DBAPIError):
+                raise
             if isinstance(exc, DBAPIError) and not _is_retryable(exc):
                 if isinstance(exc, OperationalError):
                     raise StoreUnavailable(str(exc.orig)) from exc
@@ -379,7 +416,7 @@ def _retrying(
             stats.add(write_transactions=1, lock_wait_seconds=waited, slow_lock_waits=waited > SLOW_LOCK_WAIT)
         else:
             stats.add(read_transactions=1)
-        return result
+        return (*result, conn)
 
 
 def _reconnecting(fn: Callable[..., T], conn: Connection, *args: Any, **kwargs: Any) -> T:
@@ -411,25 +448,31 @@ def _committing_itself(fn: Callable[..., T], conn: Connection, *args: Any, **kwa
 
 
 def _attempt(
-    engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool, one: bool = False
+    engine: Engine,
+    conn: Connection,
+    fn: Callable[..., T],
+    args: Any,
+    kwargs: Any,
+    *,
+    write: bool,
+    one: bool = False,
 ) -> tuple[T, float | None, list[JobEvent]]:
-    """One run of the transaction; with the earliest due time of the outbox rows it added (if any) and the
-    job events it noted (`jobstore.events`)."""
-    with engine.connect() as conn:
-        if not write:
-            if engine.dialect.name == "sqlite":
-                conn = conn.execution_options(sqlite_begin="DEFERRED")
-            with conn.begin():
-                return _reconnecting(fn, conn, *args, **kwargs), None, []
-        doorbells.forget(conn)
-        events.forget(conn)
-        if one:
-            conn.execution_options(isolation_level="AUTOCOMMIT")
-            result = _committing_itself(fn, conn, *args, **kwargs)
-        else:
-            with conn.begin():
-                result = _reconnecting(fn, conn, *args, **kwargs)
-        if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
-            conn.invalidate()
-            raise Retry("the store's file was removed or replaced while a transaction committed to it")
-        return result, doorbells.noted(conn), events.committed(conn)
+    """One run of the transaction on `conn`; with the earliest due time of the outbox rows it added (if
+    any) and the job events it noted (`jobstore.events`)."""
+    if not write:
+        if engine.dialect.name == "sqlite":
+            conn = conn.execution_options(sqlite_begin="DEFERRED")
+        with conn.begin():
+            return _reconnecting(fn, conn, *args, **kwargs), None, []
+    doorbells.forget(conn)
+    events.forget(conn)
+    if one:
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        result = _committing_itself(fn, conn, *args, **kwargs)
+    else:
+        with conn.begin():
+            result = _reconnecting(fn, conn, *args, **kwargs)
+    if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
+        conn.invalidate()
+        raise Retry("the store's file was removed or replaced while a transaction committed to it")
+    return result, doorbells.noted(conn), events.committed(conn)
