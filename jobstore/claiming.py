@@ -141,6 +141,13 @@ def _claim_many_pg(count: int) -> db.Direct:
     return db.Direct.of(_CLAIM_MANY_PG, prepared=True, expanding={"b_ids": count})
 
 
+_ATTEMPT_ROW = ("id", "job_id", "epoch", "worker", "started_at", "outcome")
+_INSERT_ATTEMPT_DIRECT = {
+    name: db.Direct.of(insert(attempts).values({c: bindparam(c) for c in _ATTEMPT_ROW}), dialect=name)
+    for name in ("sqlite", "postgresql")
+}
+
+
 def _attempt_row(job: Job, attempt_id: str, worker: str, now: float) -> dict[str, Any]:
     return {"id": attempt_id, "job_id": job.id, "epoch": job.epoch, "worker": worker, "started_at": now,
             "outcome": "running"}  # fmt: skip
@@ -210,8 +217,8 @@ def _take_many(
         taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
         written = {job.id for job in taken if job.epoch == 1}
     else:
-        params["b_ids"] = job_ids
-        taken = [Job.from_row(row) for row in conn.execute(_CLAIM_MANY, params).mappings()]
+        rows = db.direct_in(conn, _CLAIM_MANY, params, "b_ids", job_ids)
+        taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
         attempt_ids = {job.id: new_id() for job in taken}
         written = set()
     _lose_previous(conn, taken, now)
@@ -219,9 +226,10 @@ def _take_many(
     fresh = {job.id: _as_claim(job, attempt_ids[job.id], worker) for job in taken}
     unwritten = [job for job in taken if job.id not in written]
     if unwritten:
-        conn.execute(
-            _INSERT_ATTEMPT, [_attempt_row(job, fresh[job.id].attempt_id, worker, now) for job in unwritten]
-        )
+        db.direct_many(
+            conn, _INSERT_ATTEMPT_DIRECT[conn.dialect.name],
+            [_attempt_row(job, fresh[job.id].attempt_id, worker, now) for job in unwritten],
+        )  # fmt: skip
     claims: dict[str, Claim | None] = dict(fresh)
     return claims
 

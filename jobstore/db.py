@@ -17,11 +17,13 @@ again; with no file there, the caller gets `StoreUnavailable`.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -29,6 +31,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import psycopg
 from sqlalchemy import ClauseElement, Connection, Engine, create_engine, event
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
+from sqlalchemy.dialects.sqlite.pysqlite import dialect as pysqlite_dialect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -172,11 +175,12 @@ def _ping_when_idle(engine: Engine) -> None:
 
 @dataclass(frozen=True)
 class Direct:
-    """A PostgreSQL statement compiled once to the driver's own SQL (`%(name)s` placeholders), with the
-    values of the literals it holds; `direct` runs it. A `prepared` one is parsed and planned once per
-    connection: only for a statement that has one good plan whatever its parameters (after five runs
-    PostgreSQL may keep a generic plan, and the claim's walked the state index instead of the ids: the
-    start p50 at 200 jobs/s doubled). The others are planned at every run, for their parameters."""
+    """A statement compiled once to the driver's own SQL (`%(name)s` placeholders for psycopg, `:name` for
+    sqlite3), with the values of the literals it holds; `direct` runs it. On PostgreSQL a `prepared` one
+    is parsed and planned once per connection: only for a statement that has one good plan whatever its
+    parameters (after five runs PostgreSQL may keep a generic plan, and the claim's walked the state index
+    instead of the ids: the start p50 at 200 jobs/s doubled). The others are planned at every run, for
+    their parameters. sqlite3 keeps every statement it ran prepared in its connection's cache."""
 
     sql: str
     defaults: dict[str, Any]
@@ -184,46 +188,116 @@ class Direct:
 
     @classmethod
     def of(
-        cls, statement: ClauseElement, *, prepared: bool = False, expanding: Mapping[str, int] | None = None
+        cls,
+        statement: ClauseElement,
+        *,
+        prepared: bool = False,
+        expanding: Mapping[str, int] | None = None,
+        dialect: str = "postgresql",
     ) -> Direct:
-        """`statement` (Core or `text`) for PostgreSQL. Its bound parameters are passed by name to
-        `direct`; an expanding `IN` parameter only by its count of values (`expanding`, a statement per
-        count), its values as `expanded` names them."""
-        compiled = statement.compile(dialect=psycopg_dialect())
+        """`statement` (Core or `text`) for `dialect` ("postgresql" or "sqlite"). Its bound parameters are
+        passed by name to `direct`; an expanding `IN` parameter only by its count of values (`expanding`,
+        a statement per count), its values as `expanded` names them."""
+        compiled = statement.compile(dialect=_DIRECT_DIALECTS[dialect]())
         if not expanding:
             return cls(str(compiled), dict(compiled.params), prepared)
         assert isinstance(compiled, SQLCompiler)
         values = dict(compiled.params)  # the literals' values, and None for those given at each run
         state = compiled.construct_expanded_state(
-            values | {name: [None] * n for name, n in expanding.items()}
+            values | {name: [_placeholder(compiled, name)] * n for name, n in expanding.items()}
         )
         return cls(state.statement, dict(state.parameters), prepared)
 
 
+def _placeholder(compiled: SQLCompiler, name: str) -> Any:
+    """A value for one element of the expanding parameter `name`: a tuple of as many for a tuple `IN`."""
+    type_ = compiled.binds[name].type
+    return (None,) * len(getattr(type_, "types", ())) if getattr(type_, "_is_tuple_type", False) else None
+
+
+_DIRECT_DIALECTS: dict[str, Callable[[], Any]] = {
+    "postgresql": psycopg_dialect,
+    "sqlite": lambda: pysqlite_dialect(paramstyle="named", dbapi=sqlite3),
+}
+
+
 def expanded(name: str, values: Sequence[Any]) -> dict[str, Any]:
-    """The parameters of an expanding `IN` parameter `name` holding `values` (`Direct.of(expanding=...)`)."""
-    return {f"{name}_{i}": value for i, value in enumerate(values, start=1)}
+    """The parameters of an expanding `IN` parameter `name` holding `values` (`Direct.of(expanding=...)`),
+    each a value or, for a tuple `IN`, a tuple of values."""
+    named: dict[str, Any] = {}
+    for i, value in enumerate(values, start=1):
+        if isinstance(value, tuple):
+            named.update((f"{name}_{i}_{j}", part) for j, part in enumerate(value, start=1))
+        else:
+            named[f"{name}_{i}"] = value
+    return named
 
 
 def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    """Run `statement` on `conn`'s PostgreSQL connection, in its transaction, below SQLAlchemy's execution
+    """Run `statement` on `conn`'s driver connection, in its transaction, below SQLAlchemy's execution
     layer; its rows, as tuples (none for a statement that returns none). For the statements of the path
-    every job takes, where SQLAlchemy's layer costs more than the round trip: about 0.45 ms of client CPU
-    per statement on a cold, lightly loaded host. Its errors are SQLAlchemy's, as `conn.execute` raises
-    them, and a lost connection is invalidated, so `transact` treats both alike."""
-    _count_statement(conn)
+    every job takes, where SQLAlchemy's layer costs more than the statement: on PostgreSQL about 0.45 ms
+    of client CPU per statement on a cold, lightly loaded host, on SQLite 0.05-0.1 ms, all of it inside
+    the write turn. Its errors are SQLAlchemy's, as `conn.execute` raises them, and a lost connection is
+    invalidated, so `transact` treats both alike."""
     driver = conn.connection.driver_connection
     values = {**statement.defaults, **params} if statement.defaults else params
-    try:
+    _announce(conn, statement.sql, values, many=False)
+    with _as_sqlalchemys(conn, statement.sql, values):
+        if conn.dialect.name == "sqlite":
+            return driver.execute(statement.sql, values).fetchall()  # type: ignore[union-attr]
         cursor = driver.execute(statement.sql, values, prepare=statement.prepared)  # type: ignore[union-attr]
         return cursor.fetchall() if cursor.description is not None else []
+
+
+def direct_in(
+    conn: Connection, statement: ClauseElement, params: Mapping[str, Any], name: str, values: Sequence[Any]
+) -> list[tuple[Any, ...]]:
+    """`direct` of `statement` (Core, unprepared on PostgreSQL) with its expanding `IN` parameter `name`
+    holding `values`: compiled once per dialect and count of values."""
+    compiled = _compiled_in(statement, conn.dialect.name, name, len(values))
+    return direct(conn, compiled, {**params, **expanded(name, values)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled_in(statement: ClauseElement, dialect: str, name: str, count: int) -> Direct:
+    return Direct.of(statement, expanding={name: count}, dialect=dialect)
+
+
+def direct_many(conn: Connection, statement: Direct, rows: Sequence[Mapping[str, Any]]) -> int:
+    """`direct` of a statement that returns nothing, once for each of `rows` (one call into the driver);
+    the number of rows it changed in all."""
+    driver = conn.connection.driver_connection
+    values = [{**statement.defaults, **row} for row in rows] if statement.defaults else rows
+    _announce(conn, statement.sql, values, many=True)
+    with _as_sqlalchemys(conn, statement.sql, values):
+        cursor = driver.cursor()  # type: ignore[union-attr]
+        cursor.executemany(statement.sql, values)
+        return int(cursor.rowcount)
+
+
+@contextmanager
+def _as_sqlalchemys(conn: Connection, sql: str, values: Any) -> Iterator[None]:
+    """The driver's errors in the block raised as SQLAlchemy would raise them; a lost PostgreSQL
+    connection is invalidated (`transact` then runs the transaction again on a new one)."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise DBAPIError.instance(sql, values, exc, sqlite3.Error, dialect=conn.dialect) from exc
     except psycopg.Error as exc:
+        driver = conn.connection.driver_connection
         lost = conn.dialect.is_disconnect(exc, driver, None)  # type: ignore[arg-type]
         if lost:
             conn.invalidate(exc)
         raise DBAPIError.instance(
-            statement.sql, values, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+            sql, values, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
         ) from exc
+
+
+def _announce(conn: Connection, sql: str, values: Any, *, many: bool) -> None:
+    """Tell the engine's `before_cursor_execute` listeners of a statement sent below SQLAlchemy, as
+    SQLAlchemy would: the statement count (`_count_statement`), and whoever reads what ran."""
+    conn.dispatch.before_cursor_execute(conn, None, sql, values, None, many)
 
 
 def _count_statement(conn: Connection, *_args: Any) -> None:
@@ -253,10 +327,8 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
         # the write turn. Its errors are SQLAlchemy's all the same, so `transact` retries a busy lock.
         sql = f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'IMMEDIATE')}"
         _count_statement(conn)
-        try:
+        with _as_sqlalchemys(conn, sql, ()):
             conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
-        except sqlite3.Error as exc:
-            raise DBAPIError.instance(sql, (), exc, sqlite3.Error, dialect=conn.dialect) from exc
 
 
 # The write turn of each SQLite file engine, and what rings its relays after a commit that added outbox

@@ -200,7 +200,7 @@ _COMPLETE_MANY_PG = db.Direct.of(select(_COMPLETED).add_cte(_ENDED), prepared=Tr
 
 
 class _Completed(NamedTuple):
-    """A row of `_COMPLETE_MANY_PG`: the job's new state, then `events.COLUMNS`."""
+    """A row of `_COMPLETE_MANY_PG` or `_COMPLETE_MANY`: the job's new state, then `events.COLUMNS`."""
 
     state: str
     id: str
@@ -247,15 +247,16 @@ def complete_many(conn: Connection, completions: Sequence[Completion], now: floa
     if conn.dialect.name == "postgresql":
         return _complete_many_at_once(conn, completions, now)
     fences = [(c.job_id, c.epoch) for c in completions]
-    rows = conn.execute(_COMPLETE_MANY, {"b_fences": fences, "b_now": now}).all()
-    states = {str(row.id): State(row.state) for row in rows}
+    completed = db.direct_in(conn, _COMPLETE_MANY, {"b_now": now}, "b_fences", fences)
+    rows = [_Completed(*row) for row in completed]
+    states = {row.id: State(row.state) for row in rows}
     ended = [
         _ended(c.attempt_id, states[c.job_id].value, now, output=c.output)
         for c in completions
         if c.job_id in states
     ]
     if ended:
-        conn.execute(_END_ATTEMPT, ended)
+        db.direct_many(conn, _END_ATTEMPT_SQLITE, ended)
     events.note(conn, (events.of_row(row.state, row) for row in rows))
     return [states.get(c.job_id) for c in completions]
 
@@ -395,6 +396,9 @@ _END_ATTEMPT = (
         error_message=bindparam("b_message"),
     )
 )
+
+
+_END_ATTEMPT_SQLITE = db.Direct.of(_END_ATTEMPT, dialect="sqlite")
 
 
 def _end_attempt(

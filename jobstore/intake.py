@@ -153,23 +153,21 @@ def _job_row(
 
 
 def _take_keys(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
-    """Insert the job rows whose tenant + key is free; the ids of those inserted, in one statement that
-    skips taken keys (the common case costs one statement, not two per job). A driver that cannot return
-    rows from a multi-row insert looks each key up first; when a concurrent accept of the same key wins,
-    ours fails on the unique key and the transaction runs again."""
+    """SQLite: insert the job rows whose tenant + key is free, below SQLAlchemy (`db.direct_many`); the
+    ids of those inserted. When the driver counts every row inserted (the common case), that is all of
+    them; otherwise one indexed lookup of our ids says which (a key taken before, or twice in this batch,
+    skipped its row). When a concurrent accept of the same key wins, ours fails on the unique key and the
+    transaction runs again."""
     if not rows:
         return set()
     try:
-        if conn.dialect.insert_executemany_returning:
-            return {str(r[0]) for r in conn.execute(_INSERT_NEW_KEY, rows)}
-        taken = set()
-        for row in rows:
-            if _find_by_key(conn, row["tenant"], row["operation_key"]) is None:
-                conn.execute(_INSERT_JOB, row)
-                taken.add(row["id"])
-        return taken
+        inserted = db.direct_many(conn, _INSERT_NEW_KEY_SQLITE, rows)
     except IntegrityError as exc:  # read the winner's row on the rerun
         raise Retry("idempotency key raced") from exc
+    ids = [row["id"] for row in rows]
+    if inserted == len(rows):
+        return set(ids)
+    return {str(r[0]) for r in db.direct_in(conn, _IDS_PRESENT, {}, "b_ids", ids)}
 
 
 def _take_keys_announced(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
@@ -197,12 +195,13 @@ def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) ->
     return Accepted(existing, created=False)
 
 
-_INSERT_JOB = insert(jobs)
-_INSERT_NEW_KEY = (
+_INSERT_NEW_KEY_SQLITE = db.Direct.of(
     sqlite_insert(jobs)
-    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
-    .returning(jobs.c.id)
+    .values({name: bindparam(name) for name in JOB_COLUMNS})
+    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"]),
+    dialect="sqlite",
 )
+_IDS_PRESENT = select(jobs.c.id).where(jobs.c.id.in_(bindparam("b_ids", expanding=True)))
 
 
 def _array_of(type_: Any) -> ARRAY[Any]:

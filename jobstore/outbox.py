@@ -37,7 +37,6 @@ from telemetry.logs import job_event
 from telemetry.tracing import trace_id_of
 
 # Built once with bound parameters: building a statement costs far more than running it.
-_INSERT = insert(outbox)
 # A row for a job written earlier takes the job's tenant and priority from its row (the relay leases by them).
 _OF_JOB: BindParameter[str] = bindparam("job_id")
 _INSERT_FOR_JOB = insert(outbox).values(
@@ -77,16 +76,27 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -
     doorbells.note_outbox_row(conn, min(at for _, at, _ in deliveries))
 
 
+# SQLite's accept (PostgreSQL's writes these rows in its one statement, `intake._ACCEPT_PG`).
+_INSERT_ACCEPTED = db.Direct.of(
+    insert(outbox).values(
+        {c: bindparam(c) for c in ("job_id", "created_at", "available_at", "tenant", "priority")}
+        | {"publish_attempts": 0}
+    ),
+    dialect="sqlite",
+)
+
+
 def add_accepted(conn: Connection, job_rows: Sequence[Mapping[str, Any]]) -> None:
-    """`add` for jobs being accepted in this transaction, from their rows (id, tenant, priority, available
-    at, created at), in one multi-row insert."""
+    """`add` for jobs being accepted in this transaction on SQLite, from their rows (id, tenant, priority,
+    available at, created at), in one call into the driver."""
     if not job_rows:
         return
-    conn.execute(
-        _INSERT,
+    db.direct_many(
+        conn,
+        _INSERT_ACCEPTED,
         [
             {"job_id": row["id"], "created_at": row["created_at"], "available_at": row["available_at"],
-             "publish_attempts": 0, "tenant": row["tenant"], "priority": row["priority"]}
+             "tenant": row["tenant"], "priority": row["priority"]}
             for row in job_rows
         ],
     )  # fmt: skip
@@ -158,6 +168,7 @@ _FAIR = (
     .limit(bindparam("b_limit"))
 )
 _ORDERED_SKIP_LOCKED = _ORDERED.with_for_update(skip_locked=True)
+_ORDERED_SQLITE = db.Direct.of(_ORDERED, dialect="sqlite")
 _LOCK_UNLOCKED = select(outbox.c.id).where(outbox.c.id.in_(_IDS)).with_for_update(skip_locked=True)
 _LEASE = (
     update(outbox)
@@ -182,7 +193,7 @@ def _by_job(conn: Connection, query: Select[Any], job_ids: Sequence[str]) -> dic
     lookup."""
     if not job_ids:
         return {}
-    return {str(r[0]): tuple(r[1:]) for r in conn.execute(query, {"b_job_ids": list(job_ids)})}
+    return {str(r[0]): tuple(r[1:]) for r in db.direct_in(conn, query, {}, "b_job_ids", job_ids)}
 
 
 def lease_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0) -> list[int]:
@@ -193,9 +204,10 @@ def lease_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0
     wait here, not in the queue, where a consumer could only hand them back."""
     params = {"b_now": now, "b_limit": limit + 1}
     postgres = conn.dialect.name == "postgresql"
-    rows = [
-        (int(r[0]), str(r[1])) for r in conn.execute(_ORDERED_SKIP_LOCKED if postgres else _ORDERED, params)
-    ]
+    walked = (
+        conn.execute(_ORDERED_SKIP_LOCKED, params) if postgres else db.direct(conn, _ORDERED_SQLITE, params)
+    )
+    rows = [(int(r[0]), str(r[1])) for r in walked]
     if len(rows) > limit and _several_tenants(conn):
         ranked = [(int(r[0]), str(r[1])) for r in conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit})]
         if postgres:  # the ranking cannot lock: those no other relay's lease holds, then the walk's own
@@ -332,12 +344,13 @@ def _lease_ordered(
     ids = lease_order(conn, now=now, limit=limit, tenant_cap=tenant_cap)
     if not ids:
         return Lease(token, ())
-    params = {"b_ids": ids, "b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}
+    params = {"b_now": now, "b_token": token, "b_lease_until": now + lease_seconds}
+    returned: Sequence[Any]
     if conn.dialect.name == "postgresql":
-        returned = conn.execute(_LEASE_PG, params).all()
+        returned = conn.execute(_LEASE_PG, params | {"b_ids": ids}).all()
         traced = {str(r[1]): r[4] for r in returned}
     else:
-        returned = conn.execute(_LEASE, params).all()
+        returned = db.direct_in(conn, _LEASE, params, "b_ids", ids)
         found = _by_job(conn, _TRACEPARENTS, [str(r[1]) for r in returned])
         traced = {job_id: row[0] for job_id, row in found.items()}
     taken = {int(r[0]): str(r[1]) for r in returned}
@@ -377,7 +390,9 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
     if conn.dialect.name == "postgresql":
         rows = [(str(r[0]), *r[1:]) for r in db.direct(conn, _MARK_PG, params)]
     else:
-        marked = [str(r[0]) for r in conn.execute(_MARK, params)]
+        marked = [
+            str(r[0]) for r in db.direct_in(conn, _MARK, {"b_token": token, "b_now": now}, "b_ids", ids)
+        ]
         found = _by_job(conn, _EVENT_FACTS, marked)
         rows = [(job_id, *found.get(job_id, (None, None, None))) for job_id in marked]
     events.note(
@@ -411,6 +426,7 @@ def prune_published(conn: Connection, *, older_than: float, limit: int = 5000) -
 
 _EARLIEST = select(func.min(outbox.c.available_at)).where(outbox.c.published_at.is_(None))
 _NEXT_DUE = _EARLIEST.where(outbox.c.available_at > _NOW)
+_NEXT_DUE_SQLITE = db.Direct.of(_NEXT_DUE, dialect="sqlite")
 
 
 def earliest_unpublished(conn: Connection) -> float | None:
@@ -422,7 +438,10 @@ def earliest_unpublished(conn: Connection) -> float | None:
 def next_due(conn: Connection, now: float) -> float | None:
     """When the earliest unpublished row that is not due at `now` comes due (a delayed job's, a retry's),
     or None: a relay that leased everything due sets its timer for it."""
-    due = conn.execute(_NEXT_DUE, {"b_now": now}).scalar()
+    if conn.dialect.name == "sqlite":
+        due = db.direct(conn, _NEXT_DUE_SQLITE, {"b_now": now})[0][0]
+    else:
+        due = conn.execute(_NEXT_DUE, {"b_now": now}).scalar()
     return None if due is None else float(due)
 
 
