@@ -37,7 +37,7 @@ Outcome = intake.Accepted | BaseException  # an IdempotencyConflict among the ex
 
 @dataclass(frozen=True)
 class _Pending:
-    fields: dict[str, Any]
+    request: intake.Prepared
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[intake.Accepted]
 
@@ -58,12 +58,12 @@ def _settle(future: asyncio.Future[intake.Accepted], outcome: intake.Accepted | 
 
 
 def accept_all(
-    conn: Connection, requests: list[dict[str, Any]]
+    conn: Connection, requests: list[intake.Prepared]
 ) -> list[intake.Accepted | IdempotencyConflict]:
-    """`intake.accept` for each request, in the caller's transaction (`intake.accept_many`). A conflicting key
-    is that request's outcome alone (it is refused before anything is written); any other error aborts the
-    whole batch."""
-    return intake.accept_many(conn, requests)
+    """`intake.accept` for each request, in the caller's transaction (`intake.accept_prepared`). A
+    conflicting key is that request's outcome alone (it is refused before anything is written); any other
+    error aborts the whole batch."""
+    return intake.accept_prepared(conn, requests)
 
 
 class GroupCommitter:
@@ -79,9 +79,17 @@ class GroupCommitter:
 
     async def accept(self, **fields: Any) -> intake.Accepted:
         """Accept one job (the keyword arguments of `intake.accept` without the connection); returns once the
-        transaction holding it has committed. Raises what `intake.accept` or the store raised."""
+        transaction holding it has committed. Raises what `intake.accept` or the store raised. Its rows are
+        built here, before the write turn (`intake.prepare`)."""
+        try:
+            request = intake.prepare(**fields)
+        except Exception as exc:  # as a batch that failed on this request alone would answer it
+            failure = _own_failure(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
         loop = asyncio.get_running_loop()
-        pending = _Pending(fields, loop, loop.create_future())
+        pending = _Pending(request, loop, loop.create_future())
         self._ensure_started()
         self._received += 1
         self._queue.put(pending)
@@ -155,7 +163,7 @@ class GroupCommitter:
                 outcomes.append(outcomes[-1])
                 continue
             try:
-                outcomes.extend(db.transact(self._engine, accept_all, [pending.fields]))
+                outcomes.extend(db.transact(self._engine, accept_all, [pending.request]))
             except db.StoreUnavailable as exc:
                 outcomes.append(exc)
             except Exception as exc:
@@ -171,7 +179,7 @@ class GroupCommitter:
             more, stopped = self._take_waiting(self._max_batch - len(batch))
             batch.extend(more)
             stop.extend([True] if stopped else [])
-        return accept_all(conn, [p.fields for p in batch])
+        return accept_all(conn, [p.request for p in batch])
 
 
 def _own_failure(exc: Exception) -> Exception:

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from api.auth import issue_token
 from core import clock
@@ -51,10 +51,10 @@ class Tally:
             return {"statuses": dict(self.statuses), "errors": dict(self.errors)}
 
 
-def _accept_batch(conn: Connection, tenant: str, count: int, max_attempts: int) -> None:
-    """`count` accepts in the caller's transaction, as the API's group commit writes them."""
+def _prepared(tenant: str, count: int, max_attempts: int) -> list[intake.Prepared]:
+    """`count` accepts, built before their transaction as the API's group commit builds them."""
     request = {"tenant": tenant, "owner": OWNER, "kind": KIND, "payload": {}, "max_attempts": max_attempts}
-    intake.accept_many(conn, [request | {"operation_key": _key(), "now": clock.now()} for _ in range(count)])
+    return [intake.prepare(**request, operation_key=_key(), now=clock.now()) for _ in range(count)]
 
 
 @dataclass
@@ -66,7 +66,7 @@ class StoreSubmitter:
 
     def submit(self, tenant: str, count: int, tally: Tally) -> None:
         try:
-            db.transact(self.engine, _accept_batch, tenant, count, self.max_attempts)
+            db.transact(self.engine, intake.accept_prepared, _prepared(tenant, count, self.max_attempts))
         except Exception as exc:  # a failed accept is a figure, not a crash of the benchmark
             tally.add(type(exc).__name__, str(exc))
             return

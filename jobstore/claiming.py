@@ -3,7 +3,6 @@ is told why it cannot. One guarded UPDATE decides; a job is never taken twice.""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -131,14 +130,9 @@ _FIRST_ATTEMPTS = insert(attempts).from_select(
     .select_from(_TAKEN.join(_ATTEMPT_IDS, _ATTEMPT_IDS.c.job_id == _TAKEN.c.id))
     .where(_TAKEN.c.epoch == 1),
 )
+# Prepared on PostgreSQL: its generic plan looks each id up by the primary key (the same statement
+# comparing `id = ANY(:ids)` got a generic plan that walked the state index instead).
 _CLAIM_MANY_PG = select(_TAKEN).add_cte(_FIRST_ATTEMPTS.cte("first_attempts"))
-
-
-@functools.lru_cache(maxsize=128)
-def _claim_many_pg(count: int) -> db.Direct:
-    """`_CLAIM_MANY_PG` for `count` ids, prepared: its generic plan looks each id up by the primary key (the
-    same statement comparing `id = ANY(:ids)` got a generic plan that walked the state index instead)."""
-    return db.Direct.of(_CLAIM_MANY_PG, prepared=True, expanding={"b_ids": count})
 
 
 _ATTEMPT_ROW = ("id", "job_id", "epoch", "worker", "started_at", "outcome")
@@ -213,7 +207,7 @@ def _take_many(
     if conn.dialect.name == "postgresql":
         attempt_ids = {job_id: new_id() for job_id in job_ids}
         params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
-        rows = db.direct(conn, _claim_many_pg(len(job_ids)), params | db.expanded("b_ids", job_ids))
+        rows = db.direct_in(conn, _CLAIM_MANY_PG, params, "b_ids", job_ids, prepared=True)
         taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
         written = {job.id for job in taken if job.epoch == 1}
     else:

@@ -251,17 +251,23 @@ def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> li
 
 
 def direct_in(
-    conn: Connection, statement: ClauseElement, params: Mapping[str, Any], name: str, values: Sequence[Any]
+    conn: Connection,
+    statement: ClauseElement,
+    params: Mapping[str, Any],
+    name: str,
+    values: Sequence[Any],
+    *,
+    prepared: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """`direct` of `statement` (Core, unprepared on PostgreSQL) with its expanding `IN` parameter `name`
-    holding `values`: compiled once per dialect and count of values."""
-    compiled = _compiled_in(statement, conn.dialect.name, name, len(values))
+    """`direct` of `statement` (Core) with its expanding `IN` parameter `name` holding `values`: compiled
+    once per dialect and count of values, and on PostgreSQL prepared on the server when `prepared`."""
+    compiled = _compiled_in(statement, conn.dialect.name, name, len(values), prepared)
     return direct(conn, compiled, {**params, **expanded(name, values)})
 
 
 @functools.lru_cache(maxsize=1024)
-def _compiled_in(statement: ClauseElement, dialect: str, name: str, count: int) -> Direct:
-    return Direct.of(statement, expanding={name: count}, dialect=dialect)
+def _compiled_in(statement: ClauseElement, dialect: str, name: str, count: int, prepared: bool) -> Direct:
+    return Direct.of(statement, prepared=prepared, expanding={name: count}, dialect=dialect)
 
 
 def direct_many(conn: Connection, statement: Direct, rows: Sequence[Mapping[str, Any]]) -> int:
@@ -326,7 +332,7 @@ def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
         # On the driver's connection: SQLAlchemy's execution layer would double what a BEGIN costs inside
         # the write turn. Its errors are SQLAlchemy's all the same, so `transact` retries a busy lock.
         sql = f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'IMMEDIATE')}"
-        _count_statement(conn)
+        _announce(conn, sql, (), many=False)
         with _as_sqlalchemys(conn, sql, ()):
             conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
@@ -428,7 +434,8 @@ def _run(
     finally:
         if first is not None:
             first.close()  # (again, if an attempt on it failed: closing is idempotent)
-    last.close()
+    if last is not first:
+        last.close()
     ringer = _ringers.get(engine)
     if due is not None and ringer is not None:  # after the turn is given back: the relay's lease needs it
         ringer.ring(due)

@@ -89,28 +89,50 @@ def accept(
     return outcome
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """An accept's rows and outcomes, built before its transaction (`prepare`), so the write turn holds
+    only the statements: the job row, its new job as accepted and its `accepted` event."""
+
+    row: dict[str, Any]
+    accepted: Accepted
+    event: JobEvent
+
+
+def prepare(*, payload: dict[str, Any], **fields: Any) -> Prepared:
+    """What `accept` of these keyword arguments writes and answers when the key is new."""
+    row = _job_row(payload=payload, **fields)
+    job = Job(**{**row, "payload": payload, "priority": Priority(row["priority"]), "state": State.QUEUED})
+    return Prepared(row, Accepted(job, created=True), _accepted(row))
+
+
 def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Accepted | IdempotencyConflict]:
-    """`accept` for each request (its keyword arguments), in order, in the caller's transaction. A
-    conflicting key is that request's outcome alone (nothing is written for it); a key twice in one batch
-    is accepted once, as two accepts one after the other would be. The new jobs and their outbox rows are
-    written with one multi-row insert each (`_take_keys`), on PostgreSQL with one statement for both
-    (`_take_keys_announced`)."""
-    rows = [_job_row(**request) for request in requests]
+    """`accept` for each request (its keyword arguments), in order, in the caller's transaction
+    (`accept_prepared`)."""
+    return accept_prepared(conn, [prepare(**request) for request in requests])
+
+
+def accept_prepared(conn: Connection, prepared: Sequence[Prepared]) -> list[Accepted | IdempotencyConflict]:
+    """`accept` of each `prepare`d request, in order, in the caller's transaction. A conflicting key is that
+    request's outcome alone (nothing is written for it); a key twice in one batch is accepted once, as two
+    accepts one after the other would be. The new jobs and their outbox rows are written with one multi-row
+    insert each (`_take_keys`), on PostgreSQL with one statement for both (`_take_keys_announced`)."""
+    rows = [p.row for p in prepared]
     if conn.dialect.name == "postgresql":
         created = _take_keys_announced(conn, rows)
     else:
         created = _take_keys(conn, rows)
-        outbox.add_accepted(conn, [row for row in rows if row["id"] in created])
-    events.note(conn, (_accepted(row) for row in rows if row["id"] in created))
+        outbox.add_accepted(
+            conn, rows if len(created) == len(rows) else [r for r in rows if r["id"] in created]
+        )
+    events.note(conn, (p.event for p in prepared if p.row["id"] in created))
     outcomes: list[Accepted | IdempotencyConflict] = []
-    for row, request in zip(rows, requests, strict=True):
-        if row["id"] in created:
-            values = {**row, "payload": request["payload"], "priority": Priority(row["priority"])}
-            job = Job(**{**values, "state": State.QUEUED})
-            outcomes.append(Accepted(job, created=True))
+    for p in prepared:
+        if p.row["id"] in created:
+            outcomes.append(p.accepted)
             continue
         try:
-            outcomes.append(_existing(conn, row["tenant"], row["operation_key"], row["fingerprint"]))
+            outcomes.append(_existing(conn, p.row["tenant"], p.row["operation_key"], p.row["fingerprint"]))
         except IdempotencyConflict as conflict:
             outcomes.append(conflict)
     return outcomes

@@ -52,7 +52,7 @@ def test_a_conflicting_key_in_a_batch_refuses_only_its_own_request(
     settings: Settings, engine: Engine
 ) -> None:
     batch = [request("a", 1), request("b", 1), request("a", 2), request("a", 1)]
-    outcomes = db.transact(engine, accept_all, batch)
+    outcomes = db.transact(engine, accept_all, [intake.prepare(**r) for r in batch])
     first, second, conflict, repeat = outcomes
     assert isinstance(first, intake.Accepted) and first.created
     assert isinstance(second, intake.Accepted) and second.created
@@ -141,7 +141,7 @@ def _gated_batches(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threadin
     sizes: list[int] = []
     entered, gate = threading.Event(), threading.Event()
 
-    def gated(conn: Any, requests: list[dict[str, Any]]) -> Any:
+    def gated(conn: Any, requests: list[intake.Prepared]) -> Any:
         sizes.append(len(requests))
         if len(sizes) == 1:
             entered.set()
@@ -187,8 +187,8 @@ def test_a_request_the_store_refuses_fails_alone_and_the_rest_of_its_batch_commi
 def test_a_request_the_store_refuses_is_answered_400_not_503(
     settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refusing(conn: Any, requests: list[dict[str, Any]]) -> Any:
-        if any(r["payload"].get("refuse") for r in requests):
+    def refusing(conn: Any, requests: list[intake.Prepared]) -> Any:
+        if any(r.accepted.job.payload.get("refuse") for r in requests):
             raise UnicodeEncodeError("utf-8", "caf\udce9", 3, 4, "surrogates not allowed")
         return accept_all(conn, requests)
 
