@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 from sqlalchemy import Engine
@@ -53,8 +54,10 @@ class Tally:
 
 def _prepared(tenant: str, count: int, max_attempts: int) -> list[intake.Prepared]:
     """`count` accepts, built before their transaction as the API's group commit builds them."""
-    request = {"tenant": tenant, "owner": OWNER, "kind": KIND, "payload": {}, "max_attempts": max_attempts}
-    return [intake.prepare(**request, operation_key=_key(), now=clock.now()) for _ in range(count)]
+    request: dict[str, Any] = {"tenant": tenant, "owner": OWNER, "kind": KIND, "max_attempts": max_attempts}
+    return [
+        intake.prepare(**request, payload={}, operation_key=_key(), now=clock.now()) for _ in range(count)
+    ]
 
 
 @dataclass
