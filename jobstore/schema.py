@@ -155,6 +155,18 @@ processes = Table(
 )
 
 
+# Who publishes the outbox on SQLite: one relay at a time holds the role under a token it renews
+# (`jobstore.relayrole`); the others stand by. A fresh token each time the role is taken: marks written under
+# an older one change nothing.
+relay_role = Table(
+    "relay_role",
+    metadata,
+    Column("name", String(32), primary_key=True),
+    Column("token", String(36), nullable=False),
+    Column("holder", String(300), nullable=False),  # host:pid
+    Column("expires_at", Float, nullable=False),
+)
+
 # The jobs table's column names in table order: the order of a row a statement returns with `*jobs.c`.
 JOB_COLUMNS = tuple(column.name for column in jobs.c)
 

@@ -1,9 +1,9 @@
 """The relay's side of the store: lease due outbox rows, and write what the broker said about them.
 
 Confirms are grouped: every verdict that arrived while the previous write was running goes into the next
-`Settlement`, written in one transaction, so the relay takes SQLite's single write lock once per group rather
-than once per message; and on SQLite a settlement usually rides along with the next lease, in its
-transaction."""
+`Settlement`, written in one transaction, so the relay takes the write lock once per group rather than once
+per message. On SQLite the holder of the relay role takes no lease at all (`read_due`, `jobstore.relayrole`):
+its settlements are its only writes."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from sqlalchemy import Connection, Engine
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, outbox
+from jobstore import db, outbox, relayrole
 from jobstore.outbox import Lease
 from relay.window import Sent
 
@@ -81,9 +81,13 @@ class Settled:
     released: int
 
 
-def settle(conn: Connection, batch: Settlement, *, now: float) -> Settled:
+def settle(conn: Connection, batch: Settlement, *, now: float, role: bool = False) -> Settled:
     """Mark confirmed rows published and release the others, in the caller's transaction. Only rows still
-    leased under their token change: a relay whose lease was taken over writes nothing for those rows."""
+    leased under their token change: a relay whose lease was taken over writes nothing for those rows.
+    Under the relay `role` the token is the role's: confirmed rows are marked and refused ones held back
+    while it holds the role, and unsent ones need no write (they are still due)."""
+    if role:
+        return _settle_as_role(conn, batch, now=now)
     marked = sum(outbox.mark_published(conn, token, ids, now) for token, ids in batch.confirmed.items())
     released = sum(
         outbox.release(conn, token, ids, retry_at=now + REFUSED_RETRY_SECONDS)
@@ -91,6 +95,17 @@ def settle(conn: Connection, batch: Settlement, *, now: float) -> Settled:
     )
     released += sum(outbox.release(conn, token, ids, retry_at=now) for token, ids in batch.unsent.items())
     return Settled(marked=marked, stale=batch.confirmed_count - marked, released=released)
+
+
+def _settle_as_role(conn: Connection, batch: Settlement, *, now: float) -> Settled:
+    marked = sum(relayrole.mark_published(conn, token, ids, now) for token, ids in batch.confirmed.items())
+    released = sum(
+        relayrole.hold_back(conn, token, ids, now=now, retry_at=now + REFUSED_RETRY_SECONDS)
+        for token, ids in batch.refused.items()
+    )
+    return Settled(
+        marked=marked, stale=batch.confirmed_count - marked, released=released + _count(batch.unsent)
+    )
 
 
 @dataclass(frozen=True)
@@ -127,11 +142,33 @@ def lease_due(
     return db.transact(engine, _settle_and_lease, settlement, now, limit, settings)
 
 
-def write_settlement(engine: Engine, batch: Settlement, *, now: float) -> Settled:
+def write_settlement(engine: Engine, batch: Settlement, *, now: float, role: bool = False) -> Settled:
     """`settle` in a transaction of its own; of one statement, committing by itself on PostgreSQL, when the
-    batch holds one lease's rows of one kind (the usual batch: one lease's confirms)."""
+    batch holds one lease's rows of one kind (the usual batch: one lease's confirms). Under the `role`, a
+    batch of unsent rows only takes no transaction."""
+    if role and not batch.confirmed and not batch.refused:
+        return Settled(marked=0, stale=0, released=_count(batch.unsent))
     one = len(batch.confirmed) + len(batch.refused) + len(batch.unsent) == 1
-    return (db.transact_one if one else db.transact)(engine, settle, batch, now=now)
+    return (db.transact_one if one else db.transact)(engine, settle, batch, now=now, role=role)
+
+
+def read_due(
+    engine: Engine, settings: Settings, limit: int, token: str, exclude: frozenset[int], *, idle: bool
+) -> Leased:
+    """The relay role's lease: a read of up to `limit` due rows, leaving out `exclude` (`relayrole.due`).
+    When the outbox looked empty last time (`idle`), one look at the earliest row comes first."""
+    return db.read(engine, _read_due, clock.now(), limit, token, exclude, idle, settings.tenant_max_running)
+
+
+def _read_due(
+    conn: Connection, now: float, limit: int, token: str, exclude: frozenset[int], idle: bool, cap: int
+) -> Leased:
+    if idle and not exclude:
+        earliest = outbox.earliest_unpublished(conn)
+        if earliest is None or earliest > now:
+            return Leased(None, next_due=earliest)
+    lease, next_due = relayrole.due(conn, token, now=now, limit=limit, exclude=exclude, tenant_cap=cap)
+    return Leased(lease, next_due=next_due)
 
 
 def _settle_and_lease(

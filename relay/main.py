@@ -23,7 +23,12 @@ def run(settings: Settings) -> int:
     tracing.configure("relay")
     engine = db.make_engine(settings)
     relay = Relay(settings, engine)
-    heartbeat = Heartbeat(engine, settings, "relay", lambda: {"broker_connected": relay.connected})
+    heartbeat = Heartbeat(
+        engine,
+        settings,
+        "relay",
+        lambda: {"broker_connected": relay.connected, "publishing": relay.publishing},
+    )
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
         relay.request_stop()

@@ -5,8 +5,10 @@ broker said, sweeping) run on a small pool of store threads and hand their resul
 `add_callback_threadsafe`, so heartbeats keep flowing while SQLite waits for its write lock.
 
 The promises:
-- a row is marked published only after the broker confirmed its message, and only under the lease token it
-  was leased with (a relay whose lease was taken over marks nothing);
+- a row is marked published only after the broker confirmed its message, and only under the token it was
+  published under: its row lease's on PostgreSQL, the relay role's on SQLite, where one relay at a time
+  holds the role and publishes from reads (`jobstore.relayrole`) and the others stand by (a relay whose
+  lease or role was taken over marks nothing);
 - at most `relay_window` messages are unconfirmed at a time; confirms are written in groups;
 - a writer that commits outbox rows rings the relay (`relay.wake`), which leases them at once; polling only
   finds rows nobody announced;
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import uuid
 from functools import partial
 
 from sqlalchemy import Engine
@@ -32,6 +35,7 @@ from broker.connection import BROKER_ERRORS, connection_parameters, describe
 from core import clock, faults
 from core.backoff import compute_backoff
 from core.settings import Settings
+from jobstore import db, relayrole
 from jobstore.outbox import Lease
 from relay import ledger
 from relay.ahead import PublishAhead
@@ -53,14 +57,20 @@ RECONNECT_CAP_SECONDS = 4.0
 STOP_CHECK_SECONDS = 0.1
 REPORT_EVERY_SECONDS = 5.0
 SETTLE_RETRY_SECONDS = 0.5
-# Confirmed rows wait at most this long to be marked, for a lease to write their marks along with it on
-# SQLite and to gather more of them on PostgreSQL (they stay leased meanwhile, so no other relay publishes
-# them again).
+# Confirmed rows wait at most this long to be marked, for more of them to gather into one write (they stay
+# leased meanwhile, or, under the relay role, left out of its reads, so they are not published again).
 SETTLE_DELAY_SECONDS = 0.2
 STORE_RETRY_CAP_SECONDS = 2.0
 LINK_CLOSE_TIMEOUT_SECONDS = 3.0
 # After the confirm grace, how much longer shutdown may take to write back before the loop is stopped.
 WRITE_BACK_GRACE_SECONDS = 10.0
+# SQLite: the relay role is held this long from each renewal; its holder looks every `ROLE_TEND_SECONDS`
+# and renews once less than `ROLE_RENEW_SECONDS` is left (a standby looks as often, with a read); nothing is
+# published under it in its last `ROLE_MARGIN_SECONDS`.
+ROLE_SECONDS = 5.0
+ROLE_TEND_SECONDS = 1.0
+ROLE_RENEW_SECONDS = 3.0
+ROLE_MARGIN_SECONDS = 1.0
 
 
 class Relay(LoopWork):
@@ -83,10 +93,15 @@ class Relay(LoopWork):
         self._rung = False
         self._wakeups = Wakeups(settings, self.ioloop, self._on_rung)
         self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
-        # SQLite: confirms are written with the next lease, one write lock for both. PostgreSQL has no
-        # such lock to save, and a mark written with a lease would delay the lease's rows by its time:
-        # there they are written on their own, beside the leases (`_settle`).
-        self._settle_with_leases = not settings.is_postgresql
+        # Confirms are written on their own, beside the leases (`_settle`): a mark written with a lease would
+        # delay the lease's rows by its time.
+        # SQLite: only the holder of the relay role publishes, from reads (`jobstore.relayrole`); no lease
+        # takes SQLite's write lock on the way of a job. Its token, until when it holds it, and the rows it
+        # published and has not written back yet (a read leaves them out).
+        self._by_role = not settings.is_postgresql
+        self._role_token: str | None = None
+        self._role_until = 0.0
+        self._unsettled: set[int] = set()
         self._ahead = PublishAhead(settings.publish_ahead, settings.relay_batch_size)
         self._failures = 0
         self._stop_requested = False
@@ -113,6 +128,9 @@ class Relay(LoopWork):
         self._every(self.settings.retention_check_seconds, self._retain)
         self._every(self.settings.dead_letter_check_seconds, self._check_dead_letters)
         self._every(REPORT_EVERY_SECONDS, self._report)
+        if self._by_role:
+            self.ioloop.add_callback_threadsafe(self._tend_role)
+            self._every(ROLE_TEND_SECONDS, self._tend_role)
         try:
             self._serve()
         finally:
@@ -120,6 +138,7 @@ class Relay(LoopWork):
             self._store.shutdown(wait=True)
             self._dead_letters.close()
             self.ioloop.close()
+            self._give_up_role()
         self._report()
         log.info("relay stopped (%s): %s", "clean" if self.clean_exit else "forced", self.tally.line())
         return self.tally
@@ -141,6 +160,11 @@ class Relay(LoopWork):
                     with contextlib.suppress(Exception):  # whatever state pika left it in
                         link.close()
                     link.abandon("pika raised while serving the connection")
+
+    @property
+    def publishing(self) -> bool:
+        """This relay may publish: on SQLite it holds the relay role; on PostgreSQL every relay does."""
+        return not self._by_role or self._holds_role()
 
     @property
     def connected(self) -> bool:
@@ -168,6 +192,8 @@ class Relay(LoopWork):
             self._close_link()
             return
         self._drained = False
+        if self._by_role and self._role_token is None:
+            self._tend_role()  # `_on_role` leases once the role is this relay's
         self._lease_more()
 
     def on_down(self, link: BrokerLink, reason: str, unconfirmed: tuple[Sent, ...]) -> None:
@@ -215,9 +241,26 @@ class Relay(LoopWork):
             return
         limit = min(self.settings.relay_batch_size, room, ahead)
         idle, self._rung = self._drained and not self._rung, False
+        if self._by_role:
+            token = self._role_token
+            if token is None or not self._holds_role():
+                return  # a standby: the holder publishes; `_on_role` leases once this relay holds the role
+            self._in_store(
+                "lease",
+                partial(
+                    ledger.read_due,
+                    self.engine,
+                    self.settings,
+                    limit,
+                    token,
+                    frozenset(self._unsettled),
+                    idle=idle,
+                ),
+                then=partial(self._on_leased, limit),
+                on_error=partial(self._on_lease_failed, Settlement()),
+            )
+            return
         settlement = Settlement()
-        if self._settle_with_leases:  # rides along with the lease
-            settlement, self._pending = self._pending, settlement
         self._in_store(
             "lease",
             partial(self._lease_and_settle, limit, idle, settlement),
@@ -266,7 +309,7 @@ class Relay(LoopWork):
         self._drained = len(rows) < limit
         if leased.next_due is not None:  # a delayed row: leased when it comes due, not at a later poll
             self._wakeups.due_at(leased.next_due)
-        if not self._drained:
+        if not self._drained and not self._by_role:
             self._wakeups.ring_others()  # more is due than one lease took: let the other relays share it
         if self._drained and not self._rung:
             self._later("poll", self._wakeups.poll_seconds, self._lease_more)
@@ -281,6 +324,8 @@ class Relay(LoopWork):
 
     def _publish(self, lease: Lease) -> None:
         link = self._link
+        if self._by_role and (lease.token != self._role_token or not self._holds_role()):
+            return  # read under a role this relay no longer holds: the rows are still due, for the holder
         if self._stopping or not self._ready or link is None:
             unsent = [Sent(outbox_id, lease.token) for outbox_id, _ in lease.rows]
         else:
@@ -288,6 +333,8 @@ class Relay(LoopWork):
             self._ahead.published(len(lease.rows) - len(unsent))
             self.peak_unconfirmed = max(self.peak_unconfirmed, len(link.window))
         self.tally.sent += len(lease.rows) - len(unsent)
+        if self._by_role:
+            self._unsettled.update(outbox_id for outbox_id, _ in lease.rows)
         if unsent:
             self._pending.add_unsent(unsent)
             self._settle()
@@ -305,7 +352,7 @@ class Relay(LoopWork):
             or self._pending.confirmed_count >= self.settings.relay_batch_size
         ):
             self._settle()
-        else:  # the next lease takes the marks along (SQLite), or more gather; soon they are written alone
+        else:  # more gather; soon they are written, together
             self._later("settle", SETTLE_DELAY_SECONDS, self._settle)
         if self._stopping:
             self._maybe_finish()
@@ -324,7 +371,7 @@ class Relay(LoopWork):
         self._in_store(
             "settle",
             partial(self._write_settlement, batch),
-            then=self._on_settled,
+            then=partial(self._on_written, batch),
             on_error=partial(self._on_settle_failed, batch),
         )
 
@@ -332,7 +379,17 @@ class Relay(LoopWork):
         """On a store thread. The fault point sits between the broker's confirm and the mark."""
         if batch.confirmed:
             faults.hit("relay.after_publish")
-        return ledger.write_settlement(self.engine, batch, now=clock.now())
+        return ledger.write_settlement(self.engine, batch, now=clock.now(), role=self._by_role)
+
+    def _on_written(self, batch: Settlement, settled: Settled) -> None:
+        if self._by_role:  # written back (or no longer this relay's to write): a read may find them again
+            for bucket in (batch.confirmed, batch.refused, batch.unsent):
+                for ids in bucket.values():
+                    self._unsettled.difference_update(ids)
+            if batch.unsent:  # still due: published again by the next read
+                self._drained = False
+                self._lease_more()
+        self._on_settled(settled)
 
     def _on_settled(self, settled: Settled) -> None:
         self.tally.marked += settled.marked
@@ -342,8 +399,8 @@ class Relay(LoopWork):
             self._wakeups.due_at(clock.now() + ledger.REFUSED_RETRY_SECONDS)
         if settled.stale:
             log.warning(
-                "%d confirmed rows were no longer leased by this relay (its lease was taken over): "
-                "left to their new holder",
+                "%d confirmed rows were no longer this relay's to mark (its lease or role was taken over, "
+                "or the rows were dropped meanwhile): left as they are",
                 settled.stale,
             )
         if self._pending.refused or self._pending.unsent or self._stopping:
@@ -355,6 +412,88 @@ class Relay(LoopWork):
         batch.merge(self._pending)
         self._pending = batch
         self._later("settle", SETTLE_RETRY_SECONDS, self._settle)
+
+    # -- the relay role (SQLite) ---------------------------------------------------------------------------
+
+    def _holds_role(self) -> bool:
+        return self._role_token is not None and clock.now() < self._role_until - ROLE_MARGIN_SECONDS
+
+    def _tend_role(self) -> None:
+        """Renew the role, or, standing by, take it if its holder let it expire or is gone. Only a relay
+        whose broker connection is up and confirming holds it: one that lost its connection, or has waited
+        `relay_lease_seconds` for a confirm (as long as a row lease would last), hands it back for a
+        standby to take."""
+        if self._stopping or "role" in self._busy:
+            return
+        link = self._link
+        stuck = (
+            link is None or not self._ready or link.window.oldest_age() > self.settings.relay_lease_seconds
+        )
+        if stuck:
+            if self._role_token is not None:
+                log.warning(
+                    "handing back the relay role: %s",
+                    "no broker connection" if link is None or not self._ready else "confirms stopped coming",
+                )
+                token, self._role_token, self._role_until = self._role_token, None, 0.0
+                self._in_store("role", partial(self._hand_back, token), then=lambda _: None)
+            return
+        if self._role_token is not None and self._role_until - clock.now() > ROLE_RENEW_SECONDS:
+            return
+        self._in_store(
+            "role",
+            partial(self._take_or_renew, self._role_token),
+            then=self._on_role,
+            on_error=self._on_role_failed,
+        )
+
+    def _take_or_renew(self, token: str | None) -> tuple[str | None, float]:
+        """On a store thread: the token this relay holds the role under and until when, or (None, 0)."""
+        now = clock.now()
+        gone = None
+        if token is None:
+            holder = db.read(self.engine, relayrole.current)
+            if holder is not None and holder.expires_at > now:
+                if not holder.gone():
+                    return None, 0.0
+                gone = holder.token
+            token = str(uuid.uuid4())
+        took = db.transact(self.engine, relayrole.take, token, now=now, seconds=ROLE_SECONDS, gone=gone)
+        return (token, now + ROLE_SECONDS) if took else (None, 0.0)
+
+    def _on_role(self, held: tuple[str | None, float]) -> None:
+        token, until = held
+        if self._stopping:
+            self._role_token, self._role_until = token, until  # given up as the relay stops
+            return
+        if token is None:
+            if self._role_token is not None:
+                log.warning("the relay role passed to another relay: standing by")
+            self._role_token, self._role_until = None, 0.0
+            return
+        fresh, was_held = token != self._role_token, self._holds_role()
+        self._role_token, self._role_until = token, until
+        if fresh:
+            log.info("holding the relay role: this relay publishes the outbox")
+        if fresh or not was_held:  # taken, or renewed after it had run out (a stopped process): lease again
+            self._drained = False
+            self._lease_more()
+
+    def _on_role_failed(self) -> None:
+        if self._role_token is not None and not self._holds_role():
+            log.warning("could not renew the relay role in time: no publishing until it is renewed")
+
+    def _give_up_role(self) -> None:
+        """Hand the role back as the relay stops, so a standby takes it at its next look."""
+        token, self._role_token = self._role_token, None
+        if token is not None:
+            self._hand_back(token)
+
+    def _hand_back(self, token: str) -> None:
+        try:
+            db.transact(self.engine, relayrole.give_up, token)
+        except Exception as exc:  # the role then expires by itself
+            log.warning("could not hand back the relay role (%s): it expires within %.0fs", exc, ROLE_SECONDS)
 
     # -- housekeeping --------------------------------------------------------------------------------------
 

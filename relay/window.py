@@ -50,6 +50,12 @@ class ConfirmWindow:
         self._unconfirmed[self._last_tag] = sent
         return self._last_tag
 
+    def oldest_age(self) -> float:
+        """How long the oldest unconfirmed message has waited for its confirm, in seconds (0: none waits)."""
+        if not self._unconfirmed:
+            return 0.0
+        return time.monotonic() - next(iter(self._unconfirmed.values())).sent_at
+
     def returned(self, outbox_id: int) -> None:
         """The broker could not route this row's message; its coming ack does not count."""
         self._returned.add(outbox_id)

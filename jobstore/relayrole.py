@@ -1,0 +1,188 @@
+"""The relay role: on SQLite one relay at a time publishes the outbox, under a lease of the role itself.
+
+A relay leasing rows writes before every publish: one more turn of SQLite's single write lock on the path
+of every job, where the accept before it and the claim after it take one each. The holder of the role
+instead reads the due rows, publishes them, and writes only what the broker said, in groups: a confirmed
+row is marked published, a refused one is held back a little (`hold_back`), one never confirmed needs no
+write at all (it is still due). The relays that do not hold the role stand by, and take it when it expires
+or its holder's process is gone.
+
+The promises of the row lease carry over. The role is held under a fresh token each time it is taken,
+until `expires_at`, and renewed well before that; every write of the holder names its token and changes
+nothing once the role has passed on (a holder that stalled past its expiry marks nothing: the new holder
+reads those rows as due, and publishes them again). Rows a row lease holds are neither read nor marked.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import BindParameter, Connection, Float, bindparam, exists, select, text, update
+
+from jobstore import db, events
+from jobstore.outbox import Lease, lease_order, next_due
+from jobstore.schema import jobs, outbox, relay_role
+from telemetry.logs import job_event
+from telemetry.tracing import trace_id_of
+
+NAME = "relay"
+_NOW = bindparam("b_now", type_=Float)
+
+
+@dataclass(frozen=True)
+class Holder:
+    token: str
+    holder: str  # host:pid
+    expires_at: float
+
+    def gone(self) -> bool:
+        """Its process is not running on this host (it cannot be told from another host)."""
+        host, _, pid = self.holder.rpartition(":")
+        if host != socket.gethostname() or not pid.isdigit():
+            return False
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+
+def me() -> str:
+    """This process, as a holder names it."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def current(conn: Connection) -> Holder | None:
+    """Who holds the role, or held it last (None: nobody ever did)."""
+    row = conn.execute(
+        select(relay_role.c.token, relay_role.c.holder, relay_role.c.expires_at).where(
+            relay_role.c.name == NAME
+        )
+    ).first()
+    return None if row is None else Holder(str(row[0]), str(row[1]), float(row[2]))
+
+
+_TAKE = text("""
+INSERT INTO relay_role (name, token, holder, expires_at) VALUES (:name, :token, :holder, :until)
+ON CONFLICT (name) DO UPDATE
+SET token = excluded.token, holder = excluded.holder, expires_at = excluded.expires_at
+WHERE relay_role.token = excluded.token OR relay_role.token = :gone OR relay_role.expires_at <= :now
+RETURNING token
+""")
+
+
+def take(conn: Connection, token: str, *, now: float, seconds: float, gone: str | None = None) -> bool:
+    """Take the role under `token` until `now + seconds`, or renew it: only when nobody holds it, it
+    expired, its holder's token is `gone` (a process seen dead), or `token` holds it already."""
+    row = conn.execute(
+        _TAKE,
+        {
+            "name": NAME,
+            "token": token,
+            "holder": me(),
+            "until": now + seconds,
+            "now": now,
+            "gone": gone or "",
+        },
+    ).first()
+    return row is not None
+
+
+def give_up(conn: Connection, token: str) -> None:
+    """Hand the role back at once (a relay shutting down): a standby takes it at its next look."""
+    conn.execute(
+        update(relay_role)
+        .where(relay_role.c.name == NAME, relay_role.c.token == token)
+        .values(expires_at=0.0)
+    )
+
+
+# The holder's writes change a row only while `b_token` holds the role.
+_HELD = exists().where(
+    relay_role.c.name == NAME, relay_role.c.token == bindparam("b_token"), relay_role.c.expires_at > _NOW
+)
+_UNLEASED = (outbox.c.lease_expires_at.is_(None)) | (outbox.c.lease_expires_at <= _NOW)
+_IDS: BindParameter[int] = bindparam("b_ids", expanding=True)
+_ROWS = (
+    select(outbox.c.id, outbox.c.job_id, outbox.c.priority, outbox.c.tenant, jobs.c.traceparent)
+    .select_from(outbox.join(jobs, jobs.c.id == outbox.c.job_id))
+    .where(outbox.c.id.in_(_IDS))
+)
+
+
+def due(
+    conn: Connection,
+    token: str,
+    *,
+    now: float,
+    limit: int,
+    exclude: Collection[int] = (),
+    tenant_cap: int = 0,
+) -> tuple[Lease, float | None]:
+    """Read (not lease) up to `limit` due rows in `outbox.lease_order`, leaving out `exclude` (the rows
+    the holder has published and not yet written back), as a `Lease` under the role's `token`; and, when
+    it found fewer than `limit`, when the next row not yet due comes due. A read: it takes no write lock."""
+    ids = [i for i in lease_order(conn, now=now, limit=limit + len(exclude), tenant_cap=tenant_cap)
+           if i not in exclude][:limit]  # fmt: skip
+    found = {int(r[0]): r for r in db.direct_in(conn, _ROWS, {}, "b_ids", ids)} if ids else {}
+    rows = [found[i] for i in ids if i in found]
+    lease = Lease(
+        token,
+        tuple((int(r[0]), str(r[1])) for r in rows),
+        {str(r[1]): str(r[4]) for r in rows if r[4] is not None},
+        {int(r[0]): (int(r[2]), str(r[3])) for r in rows},
+    )
+    return lease, next_due(conn, now) if len(rows) < limit else None
+
+
+_MARK = (
+    update(outbox)
+    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), _UNLEASED, _HELD)
+    .values(published_at=_NOW, publish_attempts=outbox.c.publish_attempts + 1)
+    .returning(outbox.c.job_id)
+)
+_EVENT_FACTS = select(jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.traceparent).where(
+    jobs.c.id.in_(bindparam("b_job_ids", expanding=True))
+)
+
+
+def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float) -> int:
+    """Mark confirmed rows published, while `token` holds the role. Returns how many changed."""
+    if not ids:
+        return 0
+    marked = [str(r[0]) for r in db.direct_in(conn, _MARK, {"b_token": token, "b_now": now}, "b_ids", ids)]
+    facts = (
+        {str(r[0]): r[1:] for r in db.direct_in(conn, _EVENT_FACTS, {}, "b_job_ids", marked)}
+        if marked
+        else {}
+    )
+    events.note(
+        conn,
+        (
+            job_event("published", job_id, tenant=f[0], kind=f[1], trace_id=trace_id_of(f[2]))
+            for job_id in marked
+            for f in [facts.get(job_id, (None, None, None))]
+        ),
+    )
+    return len(marked)
+
+
+_HOLD_BACK = (
+    update(outbox)
+    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), _UNLEASED, _HELD)
+    .values(available_at=bindparam("b_retry_at", type_=Float), publish_attempts=outbox.c.publish_attempts + 1)
+)
+
+
+def hold_back(conn: Connection, token: str, ids: Sequence[int], *, now: float, retry_at: float) -> int:
+    """Rows the broker refused (nacked, returned) come due again at `retry_at`, while `token` holds the
+    role. Returns how many changed."""
+    if not ids:
+        return 0
+    params = {"b_token": token, "b_now": now, "b_retry_at": retry_at, "b_ids": list(ids)}
+    return int(conn.execute(_HOLD_BACK, params).rowcount)

@@ -1,0 +1,143 @@
+"""The relay role (SQLite's relays): one token holds it until it expires; its holder reads the due rows
+without a write lock, and marks or holds back rows only while it holds the role."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+from sqlalchemy import Engine
+
+from core.clock import FakeClock
+from jobstore import db, outbox, relayrole
+from tests.integration.test_outbox import RELAY_LEASE, add_row, lease, rows
+from tests.support.store import new_job
+
+pytestmark = pytest.mark.databases("sqlite")
+
+ROLE = 5.0
+
+
+def take(engine: Engine, clock: FakeClock, token: str, gone: str | None = None) -> bool:
+    return db.transact(engine, relayrole.take, token, now=clock.now(), seconds=ROLE, gone=gone)
+
+
+def due(
+    engine: Engine, clock: FakeClock, token: str, limit: int = 100, exclude: frozenset[int] = frozenset()
+) -> tuple[outbox.Lease, float | None]:
+    return db.read(engine, relayrole.due, token, now=clock.now(), limit=limit, exclude=exclude)
+
+
+def test_one_token_holds_the_role_until_it_expires_or_is_handed_back(
+    engine: Engine, clock: FakeClock
+) -> None:
+    assert db.read(engine, relayrole.current) is None
+    assert take(engine, clock, "a")
+    assert not take(engine, clock, "b"), "taken while another holds it"
+    clock.advance(ROLE - 1)
+    assert take(engine, clock, "a"), "its holder renews it"
+    clock.advance(ROLE - 1)
+    assert not take(engine, clock, "b"), "the renewal counts from when it was renewed"
+    clock.advance(1.5)
+    assert take(engine, clock, "b"), "an expired role is anyone's"
+    held = db.read(engine, relayrole.current)
+    assert held is not None and held.token == "b" and held.holder == relayrole.me()
+    assert not take(engine, clock, "a"), "the old holder's token no longer renews it"
+    db.transact(engine, relayrole.give_up, "b")
+    assert take(engine, clock, "c"), "a role handed back is taken at once"
+    assert take(engine, clock, "d", gone="c"), "so is one whose holder was seen gone"
+    assert not take(engine, clock, "e", gone="c"), "but only the gone holder's"
+
+
+def test_a_holder_seen_gone_is_one_whose_process_is_not_running_here() -> None:
+    alive = relayrole.Holder("t", relayrole.me(), 0.0)
+    assert not alive.gone()
+    host = relayrole.me().rpartition(":")[0]
+    assert relayrole.Holder("t", f"{host}:{2**22 + 12345}", 0.0).gone()  # above Linux's pid_max
+    assert not relayrole.Holder("t", f"elsewhere.example:{2**22 + 12345}", 0.0).gone(), "another host's"
+
+
+def test_the_holder_reads_due_rows_in_the_lease_order_leaving_out_its_own_without_a_write_lock(
+    engine: Engine, clock: FakeClock, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    job_ids = []
+    for key in ("a", "b", "c"):
+        job_ids.append(new_job(engine, key))
+        clock.advance(1)
+    later = new_job(engine, "later")
+    db.transact(engine, outbox.drop_pending, later)
+    add_row(engine, clock, later, due_in=60)
+    assert take(engine, clock, "role")
+    # Another writer holds SQLite's write lock all along: the read does not wait for it.
+    writer = sqlite3.connect(engine.url.database or "", timeout=0)
+    writer.execute("BEGIN IMMEDIATE")
+    try:
+        first, next_due = due(engine, clock, "role", limit=2)
+        assert first.token == "role"
+        assert [job for _, job in first.rows] == job_ids[:2]
+        assert next_due is None, "a full read says nothing of what comes due later"
+        rest, next_due = due(engine, clock, "role", exclude=frozenset(i for i, _ in first.rows))
+        assert [job for _, job in rest.rows] == job_ids[2:]
+        assert next_due == pytest.approx(clock.now() + 60)
+        assert set(rest.orders.values()) == {(1, "acme")}  # (priority, tenant), for the consumer
+    finally:
+        writer.rollback()
+        writer.close()
+    assert all(r["published_at"] is None and r["lease_token"] is None for r in rows(engine)), "a read wrote"
+
+
+def test_marks_and_hold_backs_change_rows_only_while_the_token_holds_the_role(
+    engine: Engine, clock: FakeClock
+) -> None:
+    for key in ("a", "b", "c"):
+        new_job(engine, key)
+    assert take(engine, clock, "role")
+    read, _ = due(engine, clock, "role")
+    (a, _), (b, _), (c, _) = read.rows
+    assert db.transact(engine, relayrole.mark_published, "role", [a], clock.now()) == 1
+    retry_at = clock.now() + 1.0
+    assert db.transact(engine, relayrole.hold_back, "role", [b], now=clock.now(), retry_at=retry_at) == 1
+    by_id = {r["id"]: r for r in rows(engine)}
+    assert by_id[a]["published_at"] == clock.now() and by_id[a]["publish_attempts"] == 1
+    assert by_id[b]["published_at"] is None and by_id[b]["available_at"] == retry_at
+    assert by_id[b]["publish_attempts"] == 1
+    assert [i for i, _ in due(engine, clock, "role")[0].rows] == [c], "a held-back row waits its retry"
+    clock.advance(1.0)
+    assert [i for i, _ in due(engine, clock, "role")[0].rows] == [b, c]
+    assert db.transact(engine, relayrole.mark_published, "role", [a], clock.now()) == 0, "marked once"
+
+
+def test_a_holder_whose_role_passed_on_marks_and_holds_back_nothing(engine: Engine, clock: FakeClock) -> None:
+    for key in ("a", "b"):
+        new_job(engine, key)
+    assert take(engine, clock, "old")
+    read, _ = due(engine, clock, "old")
+    (a, _), (b, _) = read.rows
+    clock.advance(ROLE + 1)  # the old holder stalled past its role
+    assert db.transact(engine, relayrole.mark_published, "old", [a], clock.now()) == 0, "expired"
+    assert take(engine, clock, "new")
+    assert db.transact(engine, relayrole.mark_published, "old", [a], clock.now()) == 0, "taken over"
+    assert (
+        db.transact(engine, relayrole.hold_back, "old", [b], now=clock.now(), retry_at=clock.now() + 9) == 0
+    )
+    before = rows(engine)
+    assert all(r["published_at"] is None and r["publish_attempts"] == 0 for r in before)
+    # The new holder finds both rows due and marks them.
+    taken, _ = due(engine, clock, "new")
+    assert [i for i, _ in taken.rows] == [a, b]
+    assert db.transact(engine, relayrole.mark_published, "new", [a, b], clock.now()) == 2
+
+
+def test_rows_a_row_lease_holds_are_neither_read_nor_marked_by_the_holder(
+    engine: Engine, clock: FakeClock
+) -> None:
+    for key in ("a", "b"):
+        new_job(engine, key)
+    held = lease(engine, clock, limit=1)
+    leased_id = held.rows[0][0]
+    assert take(engine, clock, "role")
+    read, _ = due(engine, clock, "role")
+    assert [i for i, _ in read.rows] == [r["id"] for r in rows(engine) if r["id"] != leased_id]
+    assert db.transact(engine, relayrole.mark_published, "role", [leased_id], clock.now()) == 0
+    clock.advance(RELAY_LEASE)  # the row lease ran out: the row is due for the holder
+    assert leased_id in [i for i, _ in due(engine, clock, "role")[0].rows]
