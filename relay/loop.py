@@ -85,12 +85,16 @@ class LoopWork:
             self._store_failures = 0
             then(done.result())
         else:
-            self._store_failures += 1
-            if self._store_failures <= 3 or self._store_failures % 10 == 0:
-                log.warning("store %s failed (%d in a row): %s", name, self._store_failures, error)
+            self._store_failed(name, error)
             if on_error is not None:
                 on_error()
         self._after_store()
+
+    def _store_failed(self, name: str, error: BaseException) -> None:
+        """Count a failed store call (a run of them logs its first three, then every tenth)."""
+        self._store_failures += 1
+        if self._store_failures <= 3 or self._store_failures % 10 == 0:
+            log.warning("store %s failed (%d in a row): %s", name, self._store_failures, error)
 
     def _after_store(self) -> None:
         """Runs on the loop after every store call, once its result was handled."""
