@@ -110,27 +110,22 @@ def _settle_as_role(conn: Connection, batch: Settlement, *, now: float) -> Settl
 
 @dataclass(frozen=True)
 class Leased:
-    """What one lease transaction did: the rows it leased (None when a first look found nothing due), what
-    the settlement that rode along with it changed (None without one), and, when it found fewer rows than
-    asked, when the next row not yet due comes due (None: no such row)."""
+    """What one lease did: the rows it leased or read (None when a first look found nothing due), and, when
+    it found fewer rows than asked, when the next row not yet due comes due (None: no such row)."""
 
     lease: Lease | None
-    settled: Settled | None = None
     next_due: float | None = None
 
 
-def lease_due(
-    engine: Engine, settings: Settings, limit: int, *, idle: bool, settlement: Settlement | None = None
-) -> Leased:
-    """Write `settlement` (if any) and lease up to `limit` due rows under a fresh token, in one
-    transaction. When the outbox looked empty last time (`idle`) and there is nothing to settle, a read
-    comes first, so an idle relay does not take SQLite's write lock on every poll."""
+def lease_due(engine: Engine, settings: Settings, limit: int, *, idle: bool) -> Leased:
+    """Lease up to `limit` due rows under a fresh token, in one transaction. When the outbox looked empty
+    last time (`idle`), a read comes first, so an idle relay does not take the write lock on every poll."""
     now = clock.now()
-    if idle and not settlement:
+    if idle:
         earliest = db.read(engine, outbox.earliest_unpublished)
         if earliest is None or earliest > now:
             return Leased(None, next_due=earliest)
-    if settings.is_postgresql and not settlement and not settings.tenant_max_running:
+    if settings.is_postgresql and not settings.tenant_max_running:
         lease_seconds = settings.relay_lease_seconds
         found = db.transact_one(
             engine, outbox.lease_due_at_once, now=now, limit=limit, lease_seconds=lease_seconds
@@ -138,8 +133,8 @@ def lease_due(
         if found is not None:
             lease, next_due = found
             return Leased(lease, next_due=next_due)
-        return db.transact(engine, _settle_and_lease, None, now, limit, settings, at_once=False)
-    return db.transact(engine, _settle_and_lease, settlement, now, limit, settings)
+        return db.transact(engine, _lease, now, limit, settings, at_once=False)
+    return db.transact(engine, _lease, now, limit, settings)
 
 
 def write_settlement(engine: Engine, batch: Settlement, *, now: float, role: bool = False) -> Settled:
@@ -171,16 +166,7 @@ def _read_due(
     return Leased(lease, next_due=next_due)
 
 
-def _settle_and_lease(
-    conn: Connection,
-    settlement: Settlement | None,
-    now: float,
-    limit: int,
-    settings: Settings,
-    *,
-    at_once: bool = True,
-) -> Leased:
-    settled = settle(conn, settlement, now=now) if settlement else None
+def _lease(conn: Connection, now: float, limit: int, settings: Settings, *, at_once: bool = True) -> Leased:
     lease, next_due = outbox.lease_due(
         conn,
         now=now,
@@ -189,4 +175,4 @@ def _settle_and_lease(
         tenant_cap=settings.tenant_max_running,
         at_once=at_once,
     )
-    return Leased(lease, settled, next_due)
+    return Leased(lease, next_due)

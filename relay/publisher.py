@@ -247,12 +247,11 @@ class Relay(LoopWork):
                 return  # a standby: the holder publishes; `_on_role` leases once this relay holds the role
             self._read_due(limit, token, idle)
             return
-        settlement = Settlement()
         self._in_store(
             "lease",
-            partial(self._lease_and_settle, limit, idle, settlement),
+            partial(ledger.lease_due, self.engine, self.settings, limit, idle=idle),
             then=partial(self._on_leased, limit),
-            on_error=partial(self._on_lease_failed, settlement),
+            on_error=self._on_lease_failed,
         )
 
     def _read_due(self, limit: int, token: str, idle: bool) -> None:
@@ -265,7 +264,7 @@ class Relay(LoopWork):
             )
         except Exception as exc:
             self._store_failed("lease", exc)
-            self._on_lease_failed(Settlement())
+            self._on_lease_failed()
             return
         self._store_failures = 0
         self._on_leased(limit, leased)
@@ -290,20 +289,10 @@ class Relay(LoopWork):
         self._ahead.read(ready)
         self._lease_more()
 
-    def _lease_and_settle(self, limit: int, idle: bool, settlement: Settlement) -> ledger.Leased:
-        """On a store thread. The fault point sits between the broker's confirm and the mark."""
-        if settlement.confirmed:
-            faults.hit("relay.after_publish")
-        return ledger.lease_due(self.engine, self.settings, limit, idle=idle, settlement=settlement)
-
-    def _on_lease_failed(self, settlement: Settlement) -> None:
-        settlement.merge(self._pending)
-        self._pending = settlement
+    def _on_lease_failed(self) -> None:
         self._later("poll", self._store_retry_delay(), self._lease_more)
 
     def _on_leased(self, limit: int, leased: ledger.Leased) -> None:
-        if leased.settled is not None:
-            self._on_settled(leased.settled)
         lease = leased.lease
         rows = lease.rows if lease is not None else ()
         if lease is not None and rows:
