@@ -124,11 +124,9 @@ class Lease:
     orders: Mapping[int, tuple[int, str]] = field(default_factory=dict)
 
 
-_DUE = and_(
-    outbox.c.published_at.is_(None),
-    outbox.c.available_at <= _NOW,
-    or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW),
-)
+# No live row lease holds the row.
+UNLEASED = or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW)
+_DUE = and_(outbox.c.published_at.is_(None), outbox.c.available_at <= _NOW, UNLEASED)
 # Two orders. While no more rows are due than a lease takes, the oldest walk of the (published_at, priority,
 # id) index finds them all, and their order does not matter. When more are due, the lease takes them by
 # priority (high first), then round-robin over tenants (a row's turn is its rank among its tenant's due rows
@@ -139,7 +137,7 @@ _DUE = and_(
 _DUE_WALKED = and_(
     outbox.c.published_at.is_(None),
     outbox.c.available_at + 0 <= _NOW,
-    or_(outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= _NOW),
+    UNLEASED,
 )
 _ORDERED = (
     select(outbox.c.id, outbox.c.tenant)
@@ -393,8 +391,18 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
         marked = [
             str(r[0]) for r in db.direct_in(conn, _MARK, {"b_token": token, "b_now": now}, "b_ids", ids)
         ]
-        found = _by_job(conn, _EVENT_FACTS, marked)
-        rows = [(job_id, *found.get(job_id, (None, None, None))) for job_id in marked]
+        rows = _event_facts(conn, marked)
+    _note_published(conn, rows)
+    return len(rows)
+
+
+def _event_facts(conn: Connection, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+    """(job id, tenant, kind, trace context) of each of `job_ids`, for its `published` event."""
+    found = _by_job(conn, _EVENT_FACTS, job_ids)
+    return [(job_id, *found.get(job_id, (None, None, None))) for job_id in job_ids]
+
+
+def _note_published(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
     events.note(
         conn,
         (
@@ -402,7 +410,12 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
             for row in rows
         ),
     )
-    return len(rows)
+
+
+def note_published(conn: Connection, job_ids: Sequence[str]) -> None:
+    """The `published` event of each of `job_ids`, marked in the caller's transaction by another path
+    (`jobstore.relayrole`)."""
+    _note_published(conn, _event_facts(conn, job_ids))
 
 
 def release(conn: Connection, token: str, ids: Sequence[int], *, retry_at: float) -> int:

@@ -22,11 +22,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import BindParameter, Connection, Float, bindparam, exists, select, text, update
 
-from jobstore import db, events
-from jobstore.outbox import Lease, lease_order, next_due
+from jobstore import db
+from jobstore.outbox import UNLEASED, Lease, lease_order, next_due, note_published
 from jobstore.schema import jobs, outbox, relay_role
-from telemetry.logs import job_event
-from telemetry.tracing import trace_id_of
 
 NAME = "relay"
 _NOW = bindparam("b_now", type_=Float)
@@ -47,8 +45,8 @@ class Holder:
             os.kill(int(pid), 0)
         except ProcessLookupError:
             return True
-        except PermissionError:
-            return False
+        except PermissionError:  # alive, another user's
+            pass
         return False
 
 
@@ -106,7 +104,6 @@ def give_up(conn: Connection, token: str) -> None:
 _HELD = exists().where(
     relay_role.c.name == NAME, relay_role.c.token == bindparam("b_token"), relay_role.c.expires_at > _NOW
 )
-_UNLEASED = (outbox.c.lease_expires_at.is_(None)) | (outbox.c.lease_expires_at <= _NOW)
 _IDS: BindParameter[int] = bindparam("b_ids", expanding=True)
 _ROWS = (
     select(outbox.c.id, outbox.c.job_id, outbox.c.priority, outbox.c.tenant, jobs.c.traceparent)
@@ -142,12 +139,9 @@ def due(
 
 _MARK = (
     update(outbox)
-    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), _UNLEASED, _HELD)
+    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), UNLEASED, _HELD)
     .values(published_at=_NOW, publish_attempts=outbox.c.publish_attempts + 1)
     .returning(outbox.c.job_id)
-)
-_EVENT_FACTS = select(jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.traceparent).where(
-    jobs.c.id.in_(bindparam("b_job_ids", expanding=True))
 )
 
 
@@ -156,25 +150,13 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
     if not ids:
         return 0
     marked = [str(r[0]) for r in db.direct_in(conn, _MARK, {"b_token": token, "b_now": now}, "b_ids", ids)]
-    facts = (
-        {str(r[0]): r[1:] for r in db.direct_in(conn, _EVENT_FACTS, {}, "b_job_ids", marked)}
-        if marked
-        else {}
-    )
-    events.note(
-        conn,
-        (
-            job_event("published", job_id, tenant=f[0], kind=f[1], trace_id=trace_id_of(f[2]))
-            for job_id in marked
-            for f in [facts.get(job_id, (None, None, None))]
-        ),
-    )
+    note_published(conn, marked)
     return len(marked)
 
 
 _HOLD_BACK = (
     update(outbox)
-    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), _UNLEASED, _HELD)
+    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), UNLEASED, _HELD)
     .values(available_at=bindparam("b_retry_at", type_=Float), publish_attempts=outbox.c.publish_attempts + 1)
 )
 

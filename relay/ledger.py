@@ -7,7 +7,7 @@ its settlements are its only writes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine
@@ -86,26 +86,21 @@ def settle(conn: Connection, batch: Settlement, *, now: float, role: bool = Fals
     leased under their token change: a relay whose lease was taken over writes nothing for those rows.
     Under the relay `role` the token is the role's: confirmed rows are marked and refused ones held back
     while it holds the role, and unsent ones need no write (they are still due)."""
+    mark = relayrole.mark_published if role else outbox.mark_published
+    marked = sum(mark(conn, token, ids, now) for token, ids in batch.confirmed.items())
+    retry_at = now + REFUSED_RETRY_SECONDS
     if role:
-        return _settle_as_role(conn, batch, now=now)
-    marked = sum(outbox.mark_published(conn, token, ids, now) for token, ids in batch.confirmed.items())
-    released = sum(
-        outbox.release(conn, token, ids, retry_at=now + REFUSED_RETRY_SECONDS)
-        for token, ids in batch.refused.items()
-    )
-    released += sum(outbox.release(conn, token, ids, retry_at=now) for token, ids in batch.unsent.items())
+        released = sum(
+            relayrole.hold_back(conn, token, ids, now=now, retry_at=retry_at)
+            for token, ids in batch.refused.items()
+        )
+        released += _count(batch.unsent)
+    else:
+        released = sum(
+            outbox.release(conn, token, ids, retry_at=retry_at) for token, ids in batch.refused.items()
+        )
+        released += sum(outbox.release(conn, token, ids, retry_at=now) for token, ids in batch.unsent.items())
     return Settled(marked=marked, stale=batch.confirmed_count - marked, released=released)
-
-
-def _settle_as_role(conn: Connection, batch: Settlement, *, now: float) -> Settled:
-    marked = sum(relayrole.mark_published(conn, token, ids, now) for token, ids in batch.confirmed.items())
-    released = sum(
-        relayrole.hold_back(conn, token, ids, now=now, retry_at=now + REFUSED_RETRY_SECONDS)
-        for token, ids in batch.refused.items()
-    )
-    return Settled(
-        marked=marked, stale=batch.confirmed_count - marked, released=released + _count(batch.unsent)
-    )
 
 
 @dataclass(frozen=True)
@@ -148,7 +143,7 @@ def write_settlement(engine: Engine, batch: Settlement, *, now: float, role: boo
 
 
 def read_due(
-    engine: Engine, settings: Settings, limit: int, token: str, exclude: frozenset[int], *, idle: bool
+    engine: Engine, settings: Settings, limit: int, token: str, exclude: Collection[int], *, idle: bool
 ) -> Leased:
     """The relay role's lease: a read of up to `limit` due rows, leaving out `exclude` (`relayrole.due`).
     When the outbox looked empty last time (`idle`), one look at the earliest row comes first."""
@@ -156,7 +151,7 @@ def read_due(
 
 
 def _read_due(
-    conn: Connection, now: float, limit: int, token: str, exclude: frozenset[int], idle: bool, cap: int
+    conn: Connection, now: float, limit: int, token: str, exclude: Collection[int], idle: bool, cap: int
 ) -> Leased:
     if idle and not exclude:
         earliest = outbox.earliest_unpublished(conn)

@@ -259,9 +259,8 @@ class Relay(LoopWork):
         a fraction of a millisecond, less than the two thread hand-offs of a store call would add to every
         job's way (heartbeats wait for it no longer than for any other callback)."""
         try:
-            leased = ledger.read_due(
-                self.engine, self.settings, limit, token, frozenset(self._unsettled), idle=idle
-            )
+            # The set itself, not a copy: the read runs here, on the thread that changes it.
+            leased = ledger.read_due(self.engine, self.settings, limit, token, self._unsettled, idle=idle)
         except Exception as exc:
             self._store_failed("lease", exc)
             self._on_lease_failed()
