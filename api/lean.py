@@ -1,74 +1,132 @@
-"""`POST /jobs` without FastAPI's per-request machinery, for the requests that route would accept as sent.
+"""`POST /jobs` in front of the whole app, for the requests the route would accept as sent.
 
 The route's own work (the kind, the payload, the schedule, the group commit, the answer) is small beside
-what FastAPI does around it for every request: resolving the route through the included router, solving
-ten dependencies, reading and validating the body and building the response through its own layers (about
-half of the api's CPU per accepted job under load). `LeanSubmit` sits first among the app's routes, inside
-every middleware and exception handler, and does only this: it reads the headers and the body itself and,
-when each is as the route would take it (a JSON body that is a valid `JobCreate`, a bearer token the
-deployment accepts, one Idempotency-Key of 1 to 255 characters), calls the route's `accept_job`. Anything
-else (a bad token, a missing key, a body that does not validate, an unusual header) goes to the FastAPI
-route itself with the body replayed, so every refusal is the one the route has always given, word for word.
-What `accept_job` raises (an unknown kind, a bad payload, a conflict, a store that is down) reaches the same
-exception handlers as the route's.
+what the app does around it for every request: the middleware stack (FastAPI's and Starlette's error,
+telemetry, body-limit and exit-stack layers, then the project's headers, request counter and body limit),
+the routing through the included router, ten dependencies, and reading and validating the body. Under
+load that was most of the api's CPU per accepted job.
+
+`LeanFront` is the outermost layer of the app (`api.app.App` builds it around the middleware stack). It
+takes a `POST /jobs` whose headers are each sent once, with a Content-Length within MAX_BODY_BYTES, reads
+the body itself (within HTTP_BODY_TIMEOUT_SECONDS, or it answers `body-timeout` as the body limit does)
+and, when the request is as the route would take it (a JSON body that is a valid `JobCreate`, a bearer
+token the deployment accepts, one Idempotency-Key of 1 to 255 characters), calls the route's `accept_job`.
+Anything else (a bad token, a missing key, a body that does not validate, a chunked body, an unusual
+header) goes through the whole stack to the FastAPI route with the body replayed, so every refusal is the
+one the route has always given, word for word.
+
+What the layers it skips would do for an answer it gives, it does itself: what `accept_job` raises (an
+unknown kind, a bad payload, a conflict, a store that is down) is answered by the app's own exception
+handler for it, an unexpected error by the app's error handler and then raised again for the server to
+log; every answer gets `api.headers.headers_for` the path and is counted under the route's template.
 """
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from starlette.datastructures import URLPath
-from starlette.requests import ClientDisconnect
-from starlette.routing import BaseRoute, Match, NoMatchFound
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import Identity, InvalidToken
 from api.deps import token_identity
+from api.headers import headers_for
+from api.limits import body_timeout, content_length, refusal_response
 from api.routes.jobs import accept_job
 from api.schemas import JobCreate
 from core.settings import Settings
 
 PATH = "/jobs"
-# The scope key that sends a request on to the FastAPI route (`LeanSubmit` steps aside for it).
-_DECLINED = "outbox_bridge.lean_declined"
+_METHOD = "POST"
 _MAX_KEY_CHARACTERS = 255  # as `api.deps.IdempotencyKey`
 
+Handler = Callable[[Request, Exception], Any]
 
-class LeanSubmit(BaseRoute):
-    """The fast path of `POST /jobs` (see the module); `router` is the app's, to hand declined requests to."""
 
-    path = path_format = PATH  # the template the request counter (and FastAPI's telemetry) label it by
+class LeanFront:
+    """The fast path of `POST /jobs` (see the module) in front of `stack`, the app's middleware stack.
+    `state` is the app's (settings, committer, metrics, links); `handlers` its exception handlers, by
+    exception class (`Exception`'s is the error handler for what no other handler takes)."""
 
-    def __init__(self, state: Any, router: ASGIApp) -> None:
+    def __init__(self, stack: ASGIApp, state: Any, handlers: Mapping[Any, Handler]) -> None:
+        self._stack = stack
         self._state = state
-        self._router = router
+        self._handlers = {key: value for key, value in handlers.items() if isinstance(key, type)}
+        self._headers = headers_for(PATH)
+        self._settings: Settings = state.settings
 
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        taken = (
-            scope["type"] == "http"
-            and scope["method"] == "POST"
-            and scope["path"] == PATH
-            and not scope.get(_DECLINED)
-        )
-        return (Match.FULL, {"route": self}) if taken else (Match.NONE, {})
-
-    def url_path_for(self, name: str, /, **path_params: Any) -> URLPath:
-        raise NoMatchFound(name, path_params)
-
-    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        body = await _whole_body(receive)
-        state = self._state
-        parsed = _parse(scope, body, state.settings)
-        if parsed is None:
-            scope[_DECLINED] = True
-            await self._router(scope, _replaying(body, receive), send)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != _METHOD or scope["path"] != PATH:
+            await self._stack(scope, receive, send)
             return
+        headers = _sent_once(scope)
+        declared = content_length(scope) if headers is not None else None
+        if headers is None or declared is None or declared > self._settings.max_body_bytes:
+            await self._stack(scope, receive, send)  # the body limit and the route answer these
+            return
+        try:
+            async with asyncio.timeout(self._settings.http_body_timeout_seconds):
+                body = await _whole_body(receive)
+        except TimeoutError:
+            refusal = body_timeout(self._settings.http_body_timeout_seconds)
+            await self._answer(refusal_response(refusal), scope, receive, send)
+            return
+        except ClientDisconnect:
+            return  # nobody is left to answer
+        parsed = _parse(headers, body, self._settings)
+        if parsed is None:
+            await self._stack(scope, _replaying(body, receive), send)
+            return
+        await self._accept(parsed, scope, receive, send)
+
+    async def _accept(
+        self, parsed: tuple[JobCreate, str, Identity, str | None], scope: Scope, receive: Receive, send: Send
+    ) -> None:
         job, key, identity, traceparent = parsed
-        response = await accept_job(
-            job, key, identity, state.settings, state.committer, state.metrics, state.links, traceparent
-        )
-        await response(scope, receive, send)
+        state = self._state
+        try:
+            response = await accept_job(
+                job, key, identity, state.settings, state.committer, state.metrics, state.links, traceparent
+            )
+        except Exception as exc:
+            handler = self._handler_for(exc)
+            answer = handler(Request(scope, receive), exc)
+            response = await answer if inspect.isawaitable(answer) else answer
+            await self._answer(response, scope, receive, send)
+            if handler is self._handlers.get(Exception):
+                raise  # as the app's error layer does: answered, then left to the server to log
+            return
+        await self._answer(response, scope, receive, send)
+
+    def _handler_for(self, exc: Exception) -> Handler:
+        for cls in type(exc).__mro__:
+            handler = self._handlers.get(cls)
+            if handler is not None:
+                return handler
+        raise exc  # no handler at all, not even `Exception`'s: the server's own 500
+
+    async def _answer(self, response: Response, scope: Scope, receive: Receive, send: Send) -> None:
+        for name, value in self._headers.items():
+            response.headers[name] = value
+        try:
+            await response(scope, receive, send)
+        finally:
+            self._state.metrics.request_done(_METHOD, PATH, response.status_code)
+
+
+def _sent_once(scope: Scope) -> dict[bytes, bytes] | None:
+    """The request's headers by name; None when one was sent twice (the route decides what that means)."""
+    headers: dict[bytes, bytes] = {}
+    for name, value in scope["headers"]:
+        if name in headers:
+            return None
+        headers[name] = value
+    return headers
 
 
 async def _whole_body(receive: Receive) -> bytes:
@@ -76,7 +134,7 @@ async def _whole_body(receive: Receive) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise ClientDisconnect  # as the route's own reading of the body does
+            raise ClientDisconnect
         chunks.append(message.get("body", b""))
         if not message.get("more_body", False):
             break
@@ -98,15 +156,10 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
 
 
 def _parse(
-    scope: Scope, body: bytes, settings: Settings
+    headers: dict[bytes, bytes], body: bytes, settings: Settings
 ) -> tuple[JobCreate, str, Identity, str | None] | None:
     """The job, key, caller and trace context of a request the route would accept as sent; None for any
     other (the route answers it)."""
-    headers: dict[bytes, bytes] = {}
-    for name, value in scope["headers"]:
-        if name in headers:  # a header sent twice: the route decides what that means
-            return None
-        headers[name] = value
     if headers.get(b"content-type", b"").split(b";")[0].strip().lower() != b"application/json":
         return None
     scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.problems import BODY_TIMEOUT, PAYLOAD_TOO_LARGE, ProblemType, problem_response
@@ -34,9 +35,9 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await _refuse((PAYLOAD_TOO_LARGE, self._too_large()), scope, receive, send)
+            await refuse((PAYLOAD_TOO_LARGE, self._too_large()), scope, receive, send)
             return
         await self._guarded(scope, receive, send)
 
@@ -54,7 +55,7 @@ class BodyLimit:
                 async with asyncio.timeout_at(deadline):
                     message = await receive()
             except TimeoutError:
-                refusal = (BODY_TIMEOUT, f"The request body did not arrive within {self.read_seconds:g} s.")
+                refusal = body_timeout(self.read_seconds)
                 raise BodyRefused from None
             whole = message["type"] != "http.request" or not message.get("more_body", False)
             received += len(message.get("body", b""))
@@ -76,19 +77,26 @@ class BodyLimit:
             if refusal is None:
                 raise
         if refusal is not None:
-            await _refuse(refusal, scope, receive, send)
+            await refuse(refusal, scope, receive, send)
 
     def _too_large(self) -> str:
         return f"The request body is over the limit of {self.max_bytes} bytes."
 
 
-async def _refuse(refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
+def body_timeout(read_seconds: float) -> Refusal:
+    return BODY_TIMEOUT, f"The request body did not arrive within {read_seconds:g} s."
+
+
+def refusal_response(refusal: Refusal) -> Response:
     # The rest of the body is never read, so the connection cannot carry another request.
-    response = problem_response(*refusal, headers={"Connection": "close"})
-    await response(scope, receive, send)
+    return problem_response(*refusal, headers={"Connection": "close"})
 
 
-def _content_length(scope: Scope) -> int | None:
+async def refuse(refusal: Refusal, scope: Scope, receive: Receive, send: Send) -> None:
+    await refusal_response(refusal)(scope, receive, send)
+
+
+def content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
             try:

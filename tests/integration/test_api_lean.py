@@ -116,3 +116,64 @@ def test_the_fast_path_is_counted_under_the_routes_template(
     assert client.post("/jobs", json=NOOP, headers=_headers(settings)).status_code == 202
     metrics = client.get("/metrics").text
     assert 'outbox_bridge_http_requests_total{method="POST",route="/jobs",status="202"} 1.0' in metrics
+
+
+def test_the_fast_paths_answers_carry_the_headers_of_every_answer_at_its_path(
+    client: TestClient, settings: Settings, taken: list[str]
+) -> None:
+    accepted = client.post("/jobs", json=NOOP, headers=_headers(settings))
+    conflict = client.post("/jobs", json={"kind": "noop", "payload": {"n": 1}}, headers=_headers(settings))
+    assert (accepted.status_code, conflict.status_code) == (202, 409) and taken == ["k1", "k1"]
+    for answer in (accepted, conflict):
+        assert answer.headers["x-content-type-options"] == "nosniff"
+        assert answer.headers["cache-control"] == "no-store"
+    assert conflict.headers["content-type"] == "application/problem+json"
+
+
+def test_a_chunked_body_and_one_over_the_limit_go_to_the_route(
+    client: TestClient, settings: Settings, engine: Engine, taken: list[str]
+) -> None:
+    chunked = client.post("/jobs", content=iter([json.dumps(NOOP).encode()]), headers=_headers(settings))
+    assert chunked.status_code == 202, chunked.text
+    padded = {"kind": "noop", "payload": {"pad": "x" * settings.max_body_bytes}}
+    too_large = client.post("/jobs", json=padded, headers=_headers(settings, "k2"))
+    assert too_large.status_code == 413 and too_large.json()["type"].endswith("payload-too-large")
+    assert taken == [] and _count(engine) == 1
+
+
+def test_a_store_failure_and_an_unexpected_error_get_the_apps_answers_and_are_counted(
+    settings: Settings, engine: Engine, clock: FakeClock, taken: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.committer import GroupCommitter
+
+    failures: list[Exception] = [db.StoreUnavailable("the store is gone"), RuntimeError("a bug")]
+
+    async def failing(self: GroupCommitter, **fields: Any) -> Any:
+        raise failures.pop(0)
+
+    monkeypatch.setattr(GroupCommitter, "accept", failing)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        unavailable = client.post("/jobs", json=NOOP, headers=_headers(settings, "k1"))
+        unexpected = client.post("/jobs", json=NOOP, headers=_headers(settings, "k2"))
+        metrics = client.get("/metrics").text
+    assert unavailable.status_code == 503 and unavailable.json()["type"].endswith("store-unavailable")
+    assert unavailable.headers["retry-after"]
+    assert unexpected.status_code == 503 and unexpected.json()["type"].endswith("internal-error")
+    assert "a bug" not in unexpected.text
+    for answer in (unavailable, unexpected):
+        assert answer.headers["x-content-type-options"] == "nosniff"
+    assert taken == ["k1", "k2"] and _count(engine) == 0
+    assert 'outbox_bridge_http_requests_total{method="POST",route="/jobs",status="503"} 2.0' in metrics
+
+
+def test_an_unexpected_error_is_raised_again_for_the_server_to_log(
+    settings: Settings, engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from api.committer import GroupCommitter
+
+    async def failing(self: GroupCommitter, **fields: Any) -> Any:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(GroupCommitter, "accept", failing)
+    with TestClient(create_app(settings)) as client, pytest.raises(RuntimeError, match="a bug"):
+        client.post("/jobs", json=NOOP, headers=_headers(settings))

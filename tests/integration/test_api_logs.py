@@ -87,3 +87,18 @@ def test_the_access_log_has_method_path_status_and_duration_but_never_the_query(
     assert first["message"].startswith("GET /jobs/no-such-job/result 404 ")
     assert (second["path"], second["status"]) == ("/healthz", 200)
     assert "secret-signature" not in captured.getvalue()
+
+
+@pytest.mark.databases("sqlite")
+def test_the_access_log_has_each_submission_once_fast_path_or_route(
+    settings: Settings, engine: Engine, clock: FakeClock, captured: io.StringIO
+) -> None:
+    with client_of(settings.model_copy(update={"access_log": True})) as client:
+        taken = client.post("/jobs", json={"kind": "noop", "payload": {}}, headers={"Idempotency-Key": "a"})
+        routed = client.post("/jobs", json={"kind": "noop", "payload": {}})  # no key: the route refuses it
+    assert (taken.status_code, routed.status_code) == (202, 400)
+    lines = parsed(captured, "outbox_bridge.access")
+    assert [(line["method"], line["path"], line["status"]) for line in lines] == [
+        ("POST", "/jobs", 202),
+        ("POST", "/jobs", 400),
+    ]
