@@ -4,8 +4,8 @@ the api it measures.
 Two phases, each `duration` seconds of `wrk -t2 -c<connections>` posting noop jobs, every request under a
 fresh Idempotency-Key (a Lua script written next to the run's logs):
 - `http_api`: the api alone. The relay and consumers (or baseline workers) are paused with SIGSTOP for the
-  run, so only the api and the store work; the accepted jobs run after SIGCONT, and the phase ends when
-  they have.
+  run, so only the api and the store work (stopped at a moment none of them holds the store's write lock,
+  `bench.pausing`); the accepted jobs run after SIGCONT, and the phase ends when they have.
 - `http_whole`: the whole deployment under the same load: 202s/s from wrk, and accepted-to-succeeded
   jobs/s from the store.
 
@@ -14,17 +14,15 @@ it can)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 from api.auth import issue_token
 from bench.observe import throughput
+from bench.pausing import paused
 from bench.phases import Run
 from bench.submit import OWNER
 
@@ -68,9 +66,10 @@ def http_api(run: Run) -> dict[str, Any]:
     if not available():
         return skipped()
     tenant = run.tenant("http-api")
-    with _paused(run):
+    others = [s for name, s in run.deployment.stack.services.items() if name != "api"]
+    with paused(others, run.deployment.settings) as tries:
         figures = _wrk(run, tenant)
-    return figures | {"finished": run.wait(tenant, figures["stored"])}
+    return figures | {"finished": run.wait(tenant, figures["stored"]), "pause_tries": tries}
 
 
 def http_whole(run: Run) -> dict[str, Any]:
@@ -81,19 +80,6 @@ def http_whole(run: Run) -> dict[str, Any]:
     figures = _wrk(run, tenant)
     finished = run.wait(tenant, figures["stored"])
     return figures | {"finished": finished, "accepted_to_succeeded": throughput(run.watch.timings(tenant))}
-
-
-@contextlib.contextmanager
-def _paused(run: Run) -> Iterator[None]:
-    """SIGSTOP every process but the api; SIGCONT them afterwards, whatever happens."""
-    others = [s for name, s in run.deployment.stack.services.items() if name != "api"]
-    for service in others:
-        service.signal(signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        for service in others:
-            service.signal(signal.SIGCONT)
 
 
 def _wrk(run: Run, tenant: str) -> dict[str, Any]:

@@ -1,0 +1,110 @@
+"""`bench.pausing.paused`: the api-alone phase stops the other processes at a moment none of them holds
+the store's write turn or SQLite's write lock, so the api is not left waiting on a stopped writer."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import pausing
+from core.settings import Settings
+from jobstore import db
+
+pytestmark = pytest.mark.databases("sqlite")
+
+# Half of its time inside a write transaction: on SQLite's lock alone, or under the write turn's file lock.
+HOLDER = """
+import fcntl, os, sqlite3, sys, time
+path, turn = sys.argv[1], sys.argv[2] == "turn"
+conn = sqlite3.connect(path, isolation_level=None)
+fd = os.open(path + "-write-turn", os.O_RDWR | os.O_CREAT)
+print("ready", flush=True)
+while True:
+    if turn:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("INSERT INTO ticks VALUES (1)")
+    time.sleep(0.05)
+    conn.execute("COMMIT")
+    if turn:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    time.sleep(0.05)
+"""
+
+
+class Holder:
+    def __init__(self, popen: subprocess.Popen[str]) -> None:
+        self.popen = popen
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.popen.send_signal(sig)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Path:
+    path = tmp_path / "jobs.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE ticks (n INTEGER)")
+    assert db.turn_path(path) == Path(f"{path}-write-turn")  # the holder's turn file is the store's
+    return path
+
+
+@pytest.fixture(params=["lock", "turn"])
+def holder(request: pytest.FixtureRequest, store: Path) -> Iterator[Holder]:
+    popen = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(store), request.param], stdout=subprocess.PIPE, text=True
+    )
+    assert popen.stdout is not None and popen.stdout.readline().strip() == "ready"
+    yield Holder(popen)
+    popen.send_signal(signal.SIGCONT)
+    popen.kill()
+    popen.communicate(timeout=10)
+
+
+def test_a_writer_is_stopped_only_outside_its_transaction_and_runs_again_after(
+    settings: Settings, store: Path, holder: Holder
+) -> None:
+    on_store = settings.model_copy(update={"database_url": f"sqlite:///{store}"})
+    for _ in range(10):  # a stop at any moment would land inside a transaction in about half of them
+        with pausing.paused([holder], on_store) as tries:
+            assert 1 <= tries <= pausing.TRIES
+            assert pausing._stopped(holder.pid)
+            assert pausing.writable(store), "stopped while holding the store's write turn or lock"
+        deadline = time.monotonic() + 5
+        while pausing._stopped(holder.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not pausing._stopped(holder.pid), "not resumed"
+    before = _ticks(store)
+    time.sleep(0.5)
+    assert _ticks(store) > before, "the writer does not write again after the pauses"
+
+
+def test_on_postgresql_the_first_stop_stands(settings: Settings) -> None:
+    sleeper = Holder(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], text=True))
+    try:
+        on_postgresql = settings.model_copy(update={"database_url": "postgresql+psycopg://u@127.0.0.1/db"})
+        with pausing.paused([sleeper], on_postgresql) as tries:
+            assert tries == 1 and pausing._stopped(sleeper.pid)
+    finally:
+        sleeper.popen.kill()
+        sleeper.popen.wait(10)
+
+
+def _ticks(store: Path) -> int:
+    with sqlite3.connect(store, timeout=5) as conn:
+        return int(conn.execute("SELECT count(*) FROM ticks").fetchone()[0])
