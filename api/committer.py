@@ -41,20 +41,28 @@ class _Pending:
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[intake.Accepted]
 
-    def settle(self, outcome: intake.Accepted | BaseException) -> None:
+
+def _answer(batch: list[_Pending], outcomes: list[Outcome]) -> None:
+    """Settle each request's future with its outcome, on its own loop: one call per loop for the whole
+    batch (each call wakes the loop)."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[intake.Accepted], Outcome]]] = {}
+    for pending, outcome in zip(batch, outcomes, strict=True):
+        by_loop.setdefault(pending.loop, []).append((pending.future, outcome))
+    for loop, settled in by_loop.items():
         try:
-            self.loop.call_soon_threadsafe(_settle, self.future, outcome)
+            loop.call_soon_threadsafe(_settle, settled)
         except RuntimeError:  # the loop is closed: nobody is waiting any more
             pass
 
 
-def _settle(future: asyncio.Future[intake.Accepted], outcome: intake.Accepted | BaseException) -> None:
-    if future.done():
-        return
-    if isinstance(outcome, BaseException):
-        future.set_exception(outcome)
-    else:
-        future.set_result(outcome)
+def _settle(settled: list[tuple[asyncio.Future[intake.Accepted], Outcome]]) -> None:
+    for future, outcome in settled:
+        if future.done():
+            continue
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
 
 def accept_all(
@@ -147,8 +155,7 @@ class GroupCommitter:
             outcomes = [exc] * len(batch)
         except Exception as exc:  # rolled back, perhaps because of one request
             outcomes = self._one_by_one(batch, exc)
-        for pending, outcome in zip(batch, outcomes, strict=True):
-            pending.settle(outcome)
+        _answer(batch, outcomes)
         return bool(stop)
 
     def _one_by_one(self, batch: list[_Pending], failure: Exception) -> list[Outcome]:

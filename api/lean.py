@@ -58,6 +58,10 @@ class LeanFront:
         self._state = state
         self._handlers = {key: value for key, value in handlers.items() if isinstance(key, type)}
         self._headers = headers_for(PATH)
+        self._raw_headers = [
+            (n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in self._headers.items()
+        ]
+        self._raw_names = frozenset(name for name, _ in self._raw_headers)
         self._settings: Settings = state.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -111,8 +115,11 @@ class LeanFront:
         raise exc  # no handler at all, not even `Exception`'s: the server's own 500
 
     async def _answer(self, response: Response, scope: Scope, receive: Receive, send: Send) -> None:
-        for name, value in self._headers.items():
-            response.headers[name] = value
+        if self._raw_names.isdisjoint(name for name, _ in response.raw_headers):
+            response.raw_headers.extend(self._raw_headers)
+        else:  # replaced, as the app's header layer does
+            for name, value in self._headers.items():
+                response.headers[name] = value
         try:
             await response(scope, receive, send)
         finally:
