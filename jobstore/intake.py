@@ -6,6 +6,7 @@ import hashlib
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # how `dumps` encodes a string
 from typing import Any
 
 from sqlalchemy import Connection, String, bindparam, func, insert, literal, select
@@ -38,14 +39,28 @@ def fingerprint(
     validated and normalised), its deadline, its start as named (`Schedule.identity`) and its priority,
     canonically encoded. An unset field (`normal` priority, named or not) is left out, so a request that
     does not use a field keeps the fingerprint it had before the field existed."""
-    request: dict[str, Any] = {"kind": kind, "payload": payload}
+    return _fingerprint(kind, dumps(payload), deadline_seconds, schedule, priority)
+
+
+def _fingerprint(
+    kind: str,
+    payload_text: str,
+    deadline_seconds: float | None,
+    schedule: Schedule | None,
+    priority: Priority,
+) -> str:
+    """`fingerprint` of a payload already encoded (`dumps`): the text `dumps` gives for the whole request,
+    built from the encoded fields in the order of their names, so the payload is encoded once per accept."""
+    fields = [("kind", encode_basestring(kind)), ("payload", payload_text)]
     if deadline_seconds is not None:
-        request["deadline_seconds"] = float(deadline_seconds)
+        fields.append(("deadline_seconds", dumps(float(deadline_seconds))))
     if schedule is not None:
-        request.update(schedule.identity())
+        fields.extend((name, dumps(value)) for name, value in schedule.identity().items())
     if priority is not Priority.NORMAL:
-        request["priority"] = priority.label
-    return hashlib.sha256(dumps(request).encode()).hexdigest()
+        fields.append(("priority", encode_basestring(priority.label)))
+    fields.sort()
+    text = ",".join(f'"{name}":{value}' for name, value in fields)  # the names need no escaping
+    return hashlib.sha256(f"{{{text}}}".encode()).hexdigest()
 
 
 def new_id() -> str:
@@ -160,10 +175,11 @@ def _job_row(
 ) -> dict[str, Any]:
     """The row of a newly accepted job."""
     start = schedule.start(now) if schedule is not None else None
+    payload_text = dumps(payload)
     return {
         "id": new_id(), "tenant": tenant, "owner": owner, "operation_key": operation_key,
-        "fingerprint": fingerprint(kind, payload, deadline_seconds, schedule, priority), "kind": kind,
-        "payload": dumps(payload), "state": State.QUEUED.value, "epoch": 0, "attempts": 0,
+        "fingerprint": _fingerprint(kind, payload_text, deadline_seconds, schedule, priority), "kind": kind,
+        "payload": payload_text, "state": State.QUEUED.value, "epoch": 0, "attempts": 0,
         "max_attempts": max_attempts, "lease_owner": None, "lease_expires_at": None,
         "available_at": available_from(start, now), "run_at": start,
         "deadline_at": None if deadline_seconds is None else now + deadline_seconds,
