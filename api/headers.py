@@ -5,7 +5,8 @@ may not be framed by another page (its buttons act), by either the old or the CS
 
 from __future__ import annotations
 
-from starlette.datastructures import MutableHeaders
+from collections.abc import Mapping, Sequence
+
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 EVERYWHERE = {"X-Content-Type-Options": "nosniff"}
@@ -24,6 +25,32 @@ def headers_for(path: str) -> dict[str, str]:
     return found
 
 
+Raw = list[tuple[bytes, bytes]]
+
+
+def encoded(headers: Mapping[str, str]) -> Raw:
+    """`headers` as an ASGI answer carries them: names lower-case, both as bytes."""
+    return [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
+
+
+def put(raw: Raw, extra: Sequence[tuple[bytes, bytes]]) -> None:
+    """Set each of `extra` (`encoded`) in `raw`, an answer's header list: in place of the first header of
+    its name, any others of that name dropped; appended when there is none (as Starlette's `MutableHeaders`
+    sets one)."""
+    names = {name for name, _ in extra}
+    if all(name not in names for name, _ in raw):  # the usual case: none of them set yet
+        raw.extend(extra)
+        return
+    for name, value in extra:
+        found = [index for index, (present, _) in enumerate(raw) if present == name]
+        for index in reversed(found[1:]):
+            del raw[index]
+        if found:
+            raw[found[0]] = (name, value)
+        else:
+            raw.append((name, value))
+
+
 def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + "/")
 
@@ -38,13 +65,13 @@ class ResponseHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extra = headers_for(scope["path"])
+        extra = encoded(headers_for(scope["path"]))
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in extra.items():
-                    headers[name] = value
+                headers = list(message.get("headers", ()))
+                put(headers, extra)
+                message["headers"] = headers
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

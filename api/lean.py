@@ -35,8 +35,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from api.auth import Identity, InvalidToken
 from api.deps import token_identity
-from api.headers import headers_for
-from api.limits import body_timeout, content_length, refusal_response
+from api.headers import encoded, headers_for, put
+from api.limits import body_timeout, length, refusal_response
 from api.routes.jobs import accept_job
 from api.schemas import JobCreate
 from core.settings import Settings
@@ -57,11 +57,7 @@ class LeanFront:
         self._stack = stack
         self._state = state
         self._handlers = {key: value for key, value in handlers.items() if isinstance(key, type)}
-        self._headers = headers_for(PATH)
-        self._raw_headers = [
-            (n.lower().encode("latin-1"), v.encode("latin-1")) for n, v in self._headers.items()
-        ]
-        self._raw_names = frozenset(name for name, _ in self._raw_headers)
+        self._headers = encoded(headers_for(PATH))
         self._settings: Settings = state.settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -69,7 +65,7 @@ class LeanFront:
             await self._stack(scope, receive, send)
             return
         headers = _sent_once(scope)
-        declared = content_length(scope) if headers is not None else None
+        declared = length(headers.get(b"content-length")) if headers is not None else None
         if headers is None or declared is None or declared > self._settings.max_body_bytes:
             await self._stack(scope, receive, send)  # the body limit and the route answer these
             return
@@ -115,11 +111,7 @@ class LeanFront:
         raise exc  # no handler at all, not even `Exception`'s: the server's own 500
 
     async def _answer(self, response: Response, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._raw_names.isdisjoint(name for name, _ in response.raw_headers):
-            response.raw_headers.extend(self._raw_headers)
-        else:  # replaced, as the app's header layer does
-            for name, value in self._headers.items():
-                response.headers[name] = value
+        put(response.raw_headers, self._headers)  # as the app's header layer does
         try:
             await response(scope, receive, send)
         finally:

@@ -99,8 +99,15 @@ async def refuse(refusal: Refusal, scope: Scope, receive: Receive, send: Send) -
 def content_length(scope: Scope) -> int | None:
     for name, value in scope.get("headers", ()):
         if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
+            return length(value)
     return None
+
+
+def length(value: bytes | None) -> int | None:
+    """A Content-Length header's value as a number; None when there is none or it is not a number."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
