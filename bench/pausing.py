@@ -18,10 +18,10 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
 
 from core.settings import Settings
 from jobstore import db
+from launch.stack import Service
 
 TRIES = 40
 RETRY_SECONDS = 0.05
@@ -29,17 +29,8 @@ STOP_WAIT_SECONDS = 2.0  # SIGSTOP is delivered asynchronously: how long to wait
 LOCK_PROBE_SECONDS = 0.02
 
 
-class Signalled(Protocol):
-    @property
-    def pid(self) -> int: ...
-
-    def alive(self) -> bool: ...
-
-    def signal(self, sig: signal.Signals) -> None: ...
-
-
 @contextlib.contextmanager
-def paused(processes: Sequence[Signalled], settings: Settings) -> Iterator[int]:
+def paused(processes: Sequence[Service], settings: Settings) -> Iterator[int]:
     """Stop `processes` at a moment none of them holds the store's write turn or lock, for the block;
     resume them afterwards, whatever happens. Yields how many tries it took (TRIES + 1 when no try found
     the store free: the processes are stopped all the same)."""
@@ -83,7 +74,7 @@ def writable(database: Path) -> bool:
         conn.close()
 
 
-def _stop(processes: Sequence[Signalled]) -> None:
+def _stop(processes: Sequence[Service]) -> None:
     for process in processes:
         process.signal(signal.SIGSTOP)
     deadline = time.monotonic() + STOP_WAIT_SECONDS
@@ -94,7 +85,7 @@ def _stop(processes: Sequence[Signalled]) -> None:
             time.sleep(0.001)
 
 
-def _resume(processes: Iterable[Signalled]) -> None:
+def _resume(processes: Iterable[Service]) -> None:
     for process in processes:
         process.signal(signal.SIGCONT)
 

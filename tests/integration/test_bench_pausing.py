@@ -16,6 +16,7 @@ import pytest
 from bench import pausing
 from core.settings import Settings
 from jobstore import db
+from launch.stack import Service
 
 pytestmark = pytest.mark.databases("sqlite")
 
@@ -39,21 +40,6 @@ while True:
 """
 
 
-class Holder:
-    def __init__(self, popen: subprocess.Popen[str]) -> None:
-        self.popen = popen
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
-    def signal(self, sig: signal.Signals) -> None:
-        self.popen.send_signal(sig)
-
-
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     path = tmp_path / "jobs.db"
@@ -64,20 +50,24 @@ def store(tmp_path: Path) -> Path:
     return path
 
 
+def started(tmp_path: Path, *args: str) -> Service:
+    popen = subprocess.Popen([sys.executable, "-c", *args], stdout=subprocess.PIPE)
+    return Service("holder", list(args), tmp_path / "holder.log", popen)
+
+
 @pytest.fixture(params=["lock", "turn"])
-def holder(request: pytest.FixtureRequest, store: Path) -> Iterator[Holder]:
-    popen = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(store), request.param], stdout=subprocess.PIPE, text=True
-    )
-    assert popen.stdout is not None and popen.stdout.readline().strip() == "ready"
-    yield Holder(popen)
+def holder(request: pytest.FixtureRequest, store: Path, tmp_path: Path) -> Iterator[Service]:
+    holder = started(tmp_path, HOLDER, str(store), request.param)
+    popen = holder.popen
+    assert popen.stdout is not None and popen.stdout.readline().strip() == b"ready"
+    yield holder
     popen.send_signal(signal.SIGCONT)
     popen.kill()
     popen.communicate(timeout=10)
 
 
 def test_a_writer_is_stopped_only_outside_its_transaction_and_runs_again_after(
-    settings: Settings, store: Path, holder: Holder
+    settings: Settings, store: Path, holder: Service
 ) -> None:
     on_store = settings.model_copy(update={"database_url": f"sqlite:///{store}"})
     for _ in range(10):  # a stop at any moment would land inside a transaction in about half of them
@@ -94,15 +84,15 @@ def test_a_writer_is_stopped_only_outside_its_transaction_and_runs_again_after(
     assert _ticks(store) > before, "the writer does not write again after the pauses"
 
 
-def test_on_postgresql_the_first_stop_stands(settings: Settings) -> None:
-    sleeper = Holder(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], text=True))
+def test_on_postgresql_the_first_stop_stands(settings: Settings, tmp_path: Path) -> None:
+    sleeper = started(tmp_path, "import time; time.sleep(60)")
     try:
         on_postgresql = settings.model_copy(update={"database_url": "postgresql+psycopg://u@127.0.0.1/db"})
         with pausing.paused([sleeper], on_postgresql) as tries:
             assert tries == 1 and pausing._stopped(sleeper.pid)
     finally:
         sleeper.popen.kill()
-        sleeper.popen.wait(10)
+        sleeper.popen.communicate(timeout=10)
 
 
 def _ticks(store: Path) -> int:
