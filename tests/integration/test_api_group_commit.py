@@ -93,6 +93,7 @@ def _hold_write_lock(path: Path, queued: Callable[[], bool]) -> None:
     holder.close()
 
 
+@pytest.mark.databases("sqlite")  # the commit is made to wait on SQLite's write lock
 def test_submissions_that_arrive_while_a_commit_waits_share_the_next_transaction(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=30.0)
     engine = db.make_engine(settings)
