@@ -1,7 +1,7 @@
 """The store's hot transactions timed one by one, in one process: what each costs a writer, apart from the
-rest of a deployment. Each round accepts one job, leases it and marks it published (the statements a
-relay's transactions run), and leases again from an empty outbox; `--gap` sleeps before each round, as a
-light load leaves every process idle between jobs.
+rest of a deployment. Each round accepts one job, reads it as the holder of the relay role does and marks it
+published (what a relay runs, through `relay.ledger`), and reads again from an empty outbox; `--gap` sleeps
+before each round, as a light load leaves every process idle between jobs.
 
     python -m bench.roundtrips postgresql+psycopg://postgres@127.0.0.1:5432/EMPTY_DB --rounds 400
     python -m bench.roundtrips postgresql+psycopg://... --rounds 150 --gap 0.05
@@ -19,9 +19,11 @@ from typing import Any
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, intake, migrate, outbox
+from jobstore import db, intake, migrate, relayrole
+from relay import ledger
+from relay.window import Sent
 
-STEPS = ("accept", "lease", "mark", "lease_empty")
+STEPS = ("accept", "read", "mark", "read_empty")
 
 
 def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -30,29 +32,31 @@ def _timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, floa
     return result, (time.perf_counter() - started) * 1000
 
 
-def _lease(settings: Settings) -> dict[str, Any]:
-    """A relay's lease of up to 10 rows, as its `relay.ledger` asks for one."""
-    return {"now": clock.now(), "limit": 10, "lease_seconds": settings.relay_lease_seconds}
-
-
 def measure(settings: Settings, rounds: int, gap: float) -> dict[str, float]:
     """The median milliseconds of each step over `rounds` rounds, on `settings`' store."""
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
     request = {"tenant": "t", "owner": "o", "kind": "noop", "payload": {}, "max_attempts": 3}
+    token = str(uuid.uuid4())
+    held = db.transact(
+        engine, relayrole.take, token, now=clock.now(), seconds=max(60.0, rounds * (gap + 0.1))
+    )
+    assert held, "another relay holds the relay role on this store"
     times: dict[str, list[float]] = {step: [] for step in STEPS}
     for _ in range(rounds):
         time.sleep(gap)
         fields = request | {"operation_key": str(uuid.uuid4()), "now": clock.now()}
         _, took = _timed(db.transact, engine, intake.accept_many, [fields])
         times["accept"].append(took)
-        (lease, _), took = _timed(db.transact, engine, outbox.lease_due, **_lease(settings))
-        times["lease"].append(took)
-        ids = [row_id for row_id, _ in lease.rows]
-        _, took = _timed(db.transact, engine, outbox.mark_published, lease.token, ids, clock.now())
+        read, took = _timed(ledger.read_due, engine, settings, 10, token, (), idle=False)
+        times["read"].append(took)
+        confirmed = ledger.Settlement()
+        confirmed.add_confirmed(Sent(row_id, token) for row_id, _ in (read.lease.rows if read.lease else ()))
+        _, took = _timed(ledger.write_settlement, engine, confirmed, now=clock.now())
         times["mark"].append(took)
-        _, took = _timed(db.transact, engine, outbox.lease_due, **_lease(settings))
-        times["lease_empty"].append(took)
+        _, took = _timed(ledger.read_due, engine, settings, 10, token, (), idle=False)
+        times["read_empty"].append(took)
+    db.transact(engine, relayrole.give_up, token)
     engine.dispose()
     return {step: statistics.median(values) for step, values in times.items()}
 

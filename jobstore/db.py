@@ -403,6 +403,18 @@ def read(
     return _run(engine, fn, args, kwargs, write=False)
 
 
+def read_one(
+    engine: Engine,
+    fn: Callable[Concatenate[Connection, P], T],
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> T:
+    """`read` for a read of one statement. On PostgreSQL it runs in autocommit: one round trip where BEGIN,
+    the statement and COMMIT take three. A second statement is refused before it is sent
+    (`SecondStatement`); a connection lost on the way is read again on a new one. On SQLite, `read`."""
+    return _run(engine, fn, args, kwargs, write=False, one=engine.dialect.name == "postgresql")
+
+
 def _run(
     engine: Engine, fn: Callable[..., T], args: Any, kwargs: Any, *, write: bool, one: bool = False
 ) -> T:
@@ -512,9 +524,9 @@ def _reconnecting(fn: Callable[..., T], conn: Connection, *args: Any, **kwargs: 
 
 def _committing_itself(fn: Callable[..., T], conn: Connection, *args: Any, **kwargs: Any) -> T:
     """`fn(conn, ...)` in autocommit, held to one statement (`transact_one`)."""
-    _held_to_one[conn] = 0
     try:
-        return fn(conn, *args, **kwargs)
+        with _one_statement(conn):
+            return fn(conn, *args, **kwargs)
     except DBAPIError as exc:
         if not exc.connection_invalidated:
             raise
@@ -522,6 +534,14 @@ def _committing_itself(fn: Callable[..., T], conn: Connection, *args: Any, **kwa
             f"the store connection was lost during a statement that commits itself, "
             f"which may have committed: {exc.orig}"
         ) from exc
+
+
+@contextmanager
+def _one_statement(conn: Connection) -> Iterator[None]:
+    """`conn` sends at most one statement in the block (`SecondStatement` refuses a second)."""
+    _held_to_one[conn] = 0
+    try:
+        yield
     finally:
         del _held_to_one[conn]
 
@@ -539,6 +559,10 @@ def _attempt(
     """One run of the transaction on `conn`; with the earliest due time of the outbox rows it added (if
     any) and the job events it noted (`jobstore.events`)."""
     if not write:
+        if one:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            with _one_statement(conn):
+                return _reconnecting(fn, conn, *args, **kwargs), None, []
         if engine.dialect.name == "sqlite":
             conn = conn.execution_options(sqlite_begin="DEFERRED")
         with conn.begin():

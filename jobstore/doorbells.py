@@ -103,17 +103,14 @@ class Ringer:
         self._seen: int | None = None  # the directory's mtime when it was listed
         self._lock = threading.Lock()
 
-    def ring(self, due: float, *, skip: str | None = None) -> None:
-        """Tell every listening relay (but the one named `skip`) that rows coming due at `due` were
-        committed. Never raises."""
+    def ring(self, due: float) -> None:
+        """Tell every listening relay that rows coming due at `due` were committed. Never raises."""
         try:
             directory, names = self._listening()
         except OSError:
             return  # no relay has ever listened here
         sender, message = _sending_socket(), _MESSAGE.pack(due)
         for name in names:
-            if name == skip:
-                continue
             with contextlib.suppress(OSError):  # full (it is awake anyway), or its relay is gone
                 sender.sendto(message, directory.address(name))
 

@@ -67,8 +67,8 @@ class Listener:
         return self._fileno
 
     def take(self) -> float | None:
-        """Read every notification waiting; the earliest due time they announced (ignoring this relay's own
-        `ring_others`), or None. Raises `ListenerLost` when the connection failed."""
+        """Read every notification waiting; the earliest due time they announced, or None. Raises
+        `ListenerLost` when the connection failed."""
         pgconn = self._conn.pgconn
         try:
             pgconn.consume_input()
@@ -79,13 +79,6 @@ class Listener:
         heard, self._heard = self._heard, []
         return min((due for due in map(self._due, heard) if due is not None), default=None)
 
-    def ring_others(self, due: float) -> None:
-        """Wake the other listening relays about rows due at `due`. Raises `ListenerLost` on failure."""
-        try:
-            self._conn.execute("SELECT pg_notify(%s, %s)", (self.channel, f"{due!r} {self.name}"))
-        except psycopg.Error as exc:
-            raise ListenerLost(str(exc)) from exc
-
     def close(self) -> None:
         try:
             self._conn.close()
@@ -93,10 +86,7 @@ class Listener:
             pass
 
     def _due(self, payload: str) -> float | None:
-        due, _, sender = payload.partition(" ")
-        if sender == self.name:
-            return None
         try:
-            return float(due)
+            return float(payload.partition(" ")[0])
         except ValueError:
             return None

@@ -194,21 +194,27 @@ def _by_job(conn: Connection, query: Select[Any], job_ids: Sequence[str]) -> dic
     return {str(r[0]): tuple(r[1:]) for r in db.direct_in(conn, query, {}, "b_job_ids", job_ids)}
 
 
-def lease_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0) -> list[int]:
+def lease_order(
+    conn: Connection, *, now: float, limit: int, tenant_cap: int = 0, locking: bool = True
+) -> list[int]:
     """The ids of the due, unpublished rows no live lease holds that a lease of `limit` takes, in the order
     it takes them: every one when there are no more than `limit`; else by priority, then a turn per tenant,
-    then age. On PostgreSQL the rows another relay's lease transaction holds locked are skipped. With a
-    `tenant_cap` (`TENANT_MAX_RUNNING`), a tenant gets no more rows than it may start jobs now: the rest
-    wait here, not in the queue, where a consumer could only hand them back."""
+    then age. On PostgreSQL, `locking` (a lease about to write them) locks the rows it walks and skips the
+    rows another relay's lease transaction holds locked; a read (`locking=False`, the relay role's) locks
+    nothing. With a `tenant_cap` (`TENANT_MAX_RUNNING`), a tenant gets no more rows than it may start jobs
+    now: the rest wait here, not in the queue, where a consumer could only hand them back."""
     params = {"b_now": now, "b_limit": limit + 1}
     postgres = conn.dialect.name == "postgresql"
-    walked = (
-        conn.execute(_ORDERED_SKIP_LOCKED, params) if postgres else db.direct(conn, _ORDERED_SQLITE, params)
-    )
-    rows = [(int(r[0]), str(r[1])) for r in walked]
+    if postgres:
+        rows = [
+            (int(r[0]), str(r[1]))
+            for r in conn.execute(_ORDERED_SKIP_LOCKED if locking else _ORDERED, params)
+        ]
+    else:
+        rows = [(int(r[0]), str(r[1])) for r in db.direct(conn, _ORDERED_SQLITE, params)]
     if len(rows) > limit and _several_tenants(conn):
         ranked = [(int(r[0]), str(r[1])) for r in conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit})]
-        if postgres:  # the ranking cannot lock: those no other relay's lease holds, then the walk's own
+        if postgres and locking:  # the ranking cannot lock: the rows no other lease holds, then the walk's
             free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": [i for i, _ in ranked]}).scalars())
             rows = [r for r in ranked if r[0] in free] + [r for r in rows if r[0] not in free]
         else:
@@ -371,11 +377,14 @@ _MARK = _mark(outbox.c.id.in_(_IDS)).returning(outbox.c.job_id)
 # The job's tenant, kind and trace context for its `published` event: in the same statement on PostgreSQL
 # (run below SQLAlchemy, `db.direct`), by `_by_job` on SQLite (see `_LEASE_PG`).
 _EVENT_COLUMNS = (jobs.c.tenant, jobs.c.kind, jobs.c.traceparent)
+# A PostgreSQL mark's RETURNING: each marked row's job id, then its job's columns for the event
+# (`note_published_rows`).
+EVENT_FACTS_RETURNED = (
+    outbox.c.job_id,
+    *(select(column).where(jobs.c.id == outbox.c.job_id).scalar_subquery() for column in _EVENT_COLUMNS),
+)
 _MARK_PG = db.Direct.of(
-    _mark(outbox.c.id == any_(bindparam("b_ids", type_=ARRAY(Integer)))).returning(
-        outbox.c.job_id,
-        *(select(column).where(jobs.c.id == outbox.c.job_id).scalar_subquery() for column in _EVENT_COLUMNS),
-    )
+    _mark(outbox.c.id == any_(bindparam("b_ids", type_=ARRAY(Integer)))).returning(*EVENT_FACTS_RETURNED)
 )
 _EVENT_FACTS = select(jobs.c.id, *_EVENT_COLUMNS).where(jobs.c.id.in_(_JOB_IDS))
 
@@ -386,14 +395,9 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
         return 0
     params = {"b_ids": list(ids), "b_token": token, "b_now": now}
     if conn.dialect.name == "postgresql":
-        rows = [(str(r[0]), *r[1:]) for r in db.direct(conn, _MARK_PG, params)]
-    else:
-        marked = [
-            str(r[0]) for r in db.direct_in(conn, _MARK, {"b_token": token, "b_now": now}, "b_ids", ids)
-        ]
-        rows = _event_facts(conn, marked)
-    _note_published(conn, rows)
-    return len(rows)
+        return note_published_rows(conn, db.direct(conn, _MARK_PG, params))
+    marked = [str(r[0]) for r in db.direct_in(conn, _MARK, {"b_token": token, "b_now": now}, "b_ids", ids)]
+    return note_published_rows(conn, _event_facts(conn, marked))
 
 
 def _event_facts(conn: Connection, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -402,20 +406,23 @@ def _event_facts(conn: Connection, job_ids: Sequence[str]) -> list[tuple[Any, ..
     return [(job_id, *found.get(job_id, (None, None, None))) for job_id in job_ids]
 
 
-def _note_published(conn: Connection, rows: Sequence[tuple[Any, ...]]) -> None:
+def note_published_rows(conn: Connection, rows: Sequence[Sequence[Any]]) -> int:
+    """The `published` event of each marked row, given as (job id, tenant, kind, trace context): what
+    `EVENT_FACTS_RETURNED` returns. Returns how many rows there were."""
     events.note(
         conn,
         (
-            job_event("published", row[0], tenant=row[1], kind=row[2], trace_id=trace_id_of(row[3]))
+            job_event("published", str(row[0]), tenant=row[1], kind=row[2], trace_id=trace_id_of(row[3]))
             for row in rows
         ),
     )
+    return len(rows)
 
 
 def note_published(conn: Connection, job_ids: Sequence[str]) -> None:
     """The `published` event of each of `job_ids`, marked in the caller's transaction by another path
-    (`jobstore.relayrole`)."""
-    _note_published(conn, _event_facts(conn, job_ids))
+    (`jobstore.relayrole` on SQLite)."""
+    note_published_rows(conn, _event_facts(conn, job_ids))
 
 
 def release(conn: Connection, token: str, ids: Sequence[int], *, retry_at: float) -> int:

@@ -1,11 +1,12 @@
-"""The relay role: on SQLite one relay at a time publishes the outbox, under a lease of the role itself.
+"""The relay role: one relay at a time publishes the outbox, under a lease of the role itself.
 
-A relay leasing rows writes before every publish: one more turn of SQLite's single write lock on the path
-of every job, where the accept before it and the claim after it take one each. The holder of the role
-instead reads the due rows, publishes them, and writes only what the broker said, in groups: a confirmed
-row is marked published, a refused one is held back a little (`hold_back`), one never confirmed needs no
-write at all (it is still due). The relays that do not hold the role stand by, and take it when it expires
-or its holder's process is gone.
+A relay leasing rows writes before every publish: one more write transaction on the path of every job,
+where the accept before it and the claim after it take one each (on SQLite a turn of its single write lock,
+on PostgreSQL a commit that waits for its WAL flush). The holder of the role instead reads the due rows,
+publishes them, and writes only what the broker said, in groups: a confirmed row is marked published, a
+refused one is held back a little (`hold_back`), one never confirmed needs no write at all (it is still
+due). The relays that do not hold the role stand by, and take it when it expires or its holder's process
+is gone. On PostgreSQL the read is one statement, committed by itself (`due_at_once`).
 
 The promises of the row lease carry over. The role is held under a fresh token each time it is taken,
 until `expires_at`, and renewed well before that; every write of the holder names its token and changes
@@ -20,10 +21,32 @@ import socket
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import BindParameter, Connection, Float, bindparam, exists, select, text, update
+from sqlalchemy import (
+    ARRAY,
+    BindParameter,
+    ColumnElement,
+    Connection,
+    Float,
+    Integer,
+    Update,
+    any_,
+    bindparam,
+    exists,
+    select,
+    text,
+    update,
+)
 
 from jobstore import db
-from jobstore.outbox import UNLEASED, Lease, lease_order, next_due, note_published
+from jobstore.outbox import (
+    EVENT_FACTS_RETURNED,
+    UNLEASED,
+    Lease,
+    lease_order,
+    next_due,
+    note_published,
+    note_published_rows,
+)
 from jobstore.schema import jobs, outbox, relay_role
 
 NAME = "relay"
@@ -124,8 +147,8 @@ def due(
     """Read (not lease) up to `limit` due rows in `outbox.lease_order`, leaving out `exclude` (the rows
     the holder has published and not yet written back), as a `Lease` under the role's `token`; and, when
     it found fewer than `limit`, when the next row not yet due comes due. A read: it takes no write lock."""
-    ids = [i for i in lease_order(conn, now=now, limit=limit + len(exclude), tenant_cap=tenant_cap)
-           if i not in exclude][:limit]  # fmt: skip
+    walked = lease_order(conn, now=now, limit=limit + len(exclude), tenant_cap=tenant_cap, locking=False)
+    ids = [i for i in walked if i not in exclude][:limit]
     found = {int(r[0]): r for r in db.direct_in(conn, _ROWS, {}, "b_ids", ids)} if ids else {}
     rows = [found[i] for i in ids if i in found]
     lease = Lease(
@@ -137,19 +160,85 @@ def due(
     return lease, next_due(conn, now) if len(rows) < limit else None
 
 
-_MARK = (
-    update(outbox)
-    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), UNLEASED, _HELD)
-    .values(published_at=_NOW, publish_attempts=outbox.c.publish_attempts + 1)
-    .returning(outbox.c.job_id)
+# PostgreSQL: the walk of `outbox.lease_order` (locking nothing, leaving out the rows the holder has
+# published and not yet written back), the rows' trace context and `next_due`, in one statement. It reads
+# nothing (`serves` false) when more rows are due than the read takes and they belong to several tenants:
+# that read needs the fair ranking, and `due` runs it after this one.
+_DUE_IN_ONE = db.Direct.of(
+    text("""
+WITH due AS (
+    SELECT id, job_id, tenant, priority FROM outbox
+    WHERE published_at IS NULL AND available_at <= :b_now
+      AND (lease_expires_at IS NULL OR lease_expires_at <= :b_now)
+      AND id <> ALL(CAST(:b_exclude AS bigint[]))
+    ORDER BY priority, id
+    LIMIT :b_walk
+), walk AS (
+    SELECT count(*) <= :b_limit
+        OR (SELECT min(tenant) FROM outbox WHERE published_at IS NULL)
+            = (SELECT max(tenant) FROM outbox WHERE published_at IS NULL) AS serves
+    FROM due
+), chosen AS (
+    SELECT id, job_id, priority, tenant FROM due WHERE (SELECT serves FROM walk) ORDER BY priority, id
+    LIMIT :b_limit
+)
+SELECT walk.serves,
+    (SELECT min(available_at) FROM outbox WHERE published_at IS NULL AND available_at > :b_now) AS next_due,
+    chosen.id, chosen.job_id, chosen.priority, chosen.tenant,
+    (SELECT traceparent FROM jobs WHERE jobs.id = chosen.job_id) AS traceparent
+FROM walk LEFT JOIN chosen ON true
+ORDER BY chosen.priority, chosen.id
+"""),
+    prepared=True,
+)
+
+
+def due_at_once(
+    conn: Connection, token: str, *, now: float, limit: int, exclude: Collection[int] = ()
+) -> tuple[Lease, float | None] | None:
+    """PostgreSQL, without a tenant cap: `due` in one statement, which can run on its own (`db.read_one`),
+    or None when more rows are due than the read takes and they belong to several tenants (`due` then
+    ranks them)."""
+    params = {"b_now": now, "b_limit": limit, "b_walk": limit + 1, "b_exclude": list(exclude)}
+    returned = db.direct(conn, _DUE_IN_ONE, params)
+    serves, later = returned[0][:2]
+    if not serves:
+        return None
+    # Each row: serves, next_due, then the row's id, job id, priority, tenant and trace context.
+    rows = [r[2:] for r in returned if r[2] is not None]
+    lease = Lease(
+        token,
+        tuple((int(row_id), str(job_id)) for row_id, job_id, *_ in rows),
+        {str(job_id): str(tp) for _, job_id, _, _, tp in rows if tp is not None},
+        {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _ in rows},
+    )
+    return lease, float(later) if later is not None and len(rows) < limit else None
+
+
+def _mark(rows: ColumnElement[bool]) -> Update:
+    return (
+        update(outbox)
+        .where(rows, outbox.c.published_at.is_(None), UNLEASED, _HELD)
+        .values(published_at=_NOW, publish_attempts=outbox.c.publish_attempts + 1)
+    )
+
+
+_MARK = _mark(outbox.c.id.in_(_IDS)).returning(outbox.c.job_id)
+# PostgreSQL: the job's tenant, kind and trace context for its `published` event in the same statement.
+_MARK_PG = db.Direct.of(
+    _mark(outbox.c.id == any_(bindparam("b_ids", type_=ARRAY(Integer)))).returning(*EVENT_FACTS_RETURNED)
 )
 
 
 def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float) -> int:
-    """Mark confirmed rows published, while `token` holds the role. Returns how many changed."""
+    """Mark confirmed rows published, while `token` holds the role. Returns how many changed. One statement
+    on PostgreSQL."""
     if not ids:
         return 0
-    marked = [str(r[0]) for r in db.direct_in(conn, _MARK, {"b_token": token, "b_now": now}, "b_ids", ids)]
+    params = {"b_token": token, "b_now": now}
+    if conn.dialect.name == "postgresql":
+        return note_published_rows(conn, db.direct(conn, _MARK_PG, params | {"b_ids": list(ids)}))
+    marked = [str(r[0]) for r in db.direct_in(conn, _MARK, params, "b_ids", ids)]
     note_published(conn, marked)
     return len(marked)
 

@@ -1,9 +1,11 @@
-"""The relay's side of the store: lease due outbox rows, and write what the broker said about them.
+"""The relay's side of the store: read due outbox rows under the relay role, and write what the broker said
+about them.
 
 Confirms are grouped: every verdict that arrived while the previous write was running goes into the next
-`Settlement`, written in one transaction, so the relay takes the write lock once per group rather than once
-per message. On SQLite the holder of the relay role takes no lease at all (`read_due`, `jobstore.relayrole`):
-its settlements are its only writes."""
+`Settlement`, written in one transaction, so the relay writes once per group rather than once per message.
+The holder of the relay role takes no lease (`read_due`, `jobstore.relayrole`): its settlements are its only
+writes. `settle` also writes back rows leased under row leases (`jobstore.outbox.lease_batch`), which no
+relay takes any more."""
 
 from __future__ import annotations
 
@@ -112,42 +114,30 @@ class Leased:
     next_due: float | None = None
 
 
-def lease_due(engine: Engine, settings: Settings, limit: int, *, idle: bool) -> Leased:
-    """Lease up to `limit` due rows under a fresh token, in one transaction. When the outbox looked empty
-    last time (`idle`), a read comes first, so an idle relay does not take the write lock on every poll."""
-    now = clock.now()
-    if idle:
-        earliest = db.read(engine, outbox.earliest_unpublished)
-        if earliest is None or earliest > now:
-            return Leased(None, next_due=earliest)
-    if settings.is_postgresql and not settings.tenant_max_running:
-        lease_seconds = settings.relay_lease_seconds
-        found = db.transact_one(
-            engine, outbox.lease_due_at_once, now=now, limit=limit, lease_seconds=lease_seconds
-        )
-        if found is not None:
-            lease, next_due = found
-            return Leased(lease, next_due=next_due)
-        return db.transact(engine, _lease, now, limit, settings, at_once=False)
-    return db.transact(engine, _lease, now, limit, settings)
-
-
-def write_settlement(engine: Engine, batch: Settlement, *, now: float, role: bool = False) -> Settled:
-    """`settle` in a transaction of its own; of one statement, committing by itself on PostgreSQL, when the
-    batch holds one lease's rows of one kind (the usual batch: one lease's confirms). Under the `role`, a
-    batch of unsent rows only takes no transaction."""
-    if role and not batch.confirmed and not batch.refused:
+def write_settlement(engine: Engine, batch: Settlement, *, now: float) -> Settled:
+    """`settle` under the relay role in a transaction of its own; of one statement, committing by itself on
+    PostgreSQL, when the batch holds one kind of verdict under one token (the usual batch: confirms). A
+    batch of unsent rows only takes no transaction (they are still due)."""
+    if not batch.confirmed and not batch.refused:
         return Settled(marked=0, stale=0, released=_count(batch.unsent))
-    one = len(batch.confirmed) + len(batch.refused) + len(batch.unsent) == 1
-    return (db.transact_one if one else db.transact)(engine, settle, batch, now=now, role=role)
+    one = len(batch.confirmed) + len(batch.refused) == 1
+    return (db.transact_one if one else db.transact)(engine, settle, batch, now=now, role=True)
 
 
 def read_due(
     engine: Engine, settings: Settings, limit: int, token: str, exclude: Collection[int], *, idle: bool
 ) -> Leased:
     """The relay role's lease: a read of up to `limit` due rows, leaving out `exclude` (`relayrole.due`).
-    When the outbox looked empty last time (`idle`), one look at the earliest row comes first."""
-    return db.read(engine, _read_due, clock.now(), limit, token, exclude, idle, settings.tenant_max_running)
+    On SQLite, when the outbox looked empty last time (`idle`), one look at the earliest row comes first.
+    On PostgreSQL without a tenant cap, one statement that runs on its own (`relayrole.due_at_once`) reads
+    the rows and the next due time, in one round trip."""
+    now, cap = clock.now(), settings.tenant_max_running
+    if settings.is_postgresql and not cap:
+        found = db.read_one(engine, relayrole.due_at_once, token, now=now, limit=limit, exclude=exclude)
+        if found is not None:
+            return Leased(*found)
+        idle = False  # rows are due: more than one read takes, of several tenants
+    return db.read(engine, _read_due, now, limit, token, exclude, idle, cap)
 
 
 def _read_due(
@@ -159,15 +149,3 @@ def _read_due(
             return Leased(None, next_due=earliest)
     lease, next_due = relayrole.due(conn, token, now=now, limit=limit, exclude=exclude, tenant_cap=cap)
     return Leased(lease, next_due=next_due)
-
-
-def _lease(conn: Connection, now: float, limit: int, settings: Settings, *, at_once: bool = True) -> Leased:
-    lease, next_due = outbox.lease_due(
-        conn,
-        now=now,
-        limit=limit,
-        lease_seconds=settings.relay_lease_seconds,
-        tenant_cap=settings.tenant_max_running,
-        at_once=at_once,
-    )
-    return Leased(lease, next_due)

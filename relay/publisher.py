@@ -1,25 +1,25 @@
 """The relay: due outbox rows -> RabbitMQ under publisher confirms, plus the store's housekeeping.
 
-Everything that touches pika runs on one thread, the IOLoop's. Store calls (leasing rows, writing what the
-broker said, sweeping) run on a small pool of store threads and hand their results back to the loop with
-`add_callback_threadsafe`, so heartbeats keep flowing while SQLite waits for its write lock.
+Everything that touches pika runs on one thread, the IOLoop's. Store calls (reading due rows on
+PostgreSQL, writing what the broker said, sweeping) run on a small pool of store threads and hand their
+results back to the loop with `add_callback_threadsafe`, so heartbeats keep flowing while the store is slow.
 
 The promises:
-- a row is marked published only after the broker confirmed its message, and only under the token it was
-  published under: its row lease's on PostgreSQL, the relay role's on SQLite, where one relay at a time
-  holds the role and publishes from reads (`jobstore.relayrole`) and the others stand by (a relay whose
-  lease or role was taken over marks nothing);
+- one relay at a time holds the relay role and publishes, from reads (`jobstore.relayrole`); the others
+  stand by and take the role when its holder stops, dies or lets it expire;
+- a row is marked published only after the broker confirmed its message, and only under the role's token
+  it was published under (a relay whose role was taken over marks nothing);
 - at most `relay_window` messages are unconfirmed at a time; confirms are written in groups;
-- a writer that commits outbox rows rings the relay (`relay.wake`), which leases them at once; polling only
+- a writer that commits outbox rows rings the relay (`relay.wake`), which reads them at once; polling only
   finds rows nobody announced;
-- a nacked or returned message leaves its row pending (released after a short delay); a connection lost
-  with unconfirmed messages releases their rows at once;
+- a nacked or returned message leaves its row pending (due again after a short delay); a connection lost
+  with unconfirmed messages leaves their rows due at once;
 - while the broker is unreachable the relay keeps reconnecting with bounded, jittered backoff and keeps
   sweeping expired jobs, pruning the outbox and applying the job retention;
 - while it is reachable, messages dead-lettered into `jobs.dead` are settled from the store every
   `DEAD_LETTER_CHECK_SECONDS` (`relay.deadletters`): a job still queued is announced again;
-- `request_stop` stops leasing, waits (bounded) for outstanding confirms, writes what was confirmed,
-  releases the rest and closes the connection.
+- `request_stop` stops reading, waits (bounded) for outstanding confirms, writes what was confirmed,
+  hands the role back and closes the connection.
 """
 
 from __future__ import annotations
@@ -57,14 +57,14 @@ RECONNECT_CAP_SECONDS = 4.0
 STOP_CHECK_SECONDS = 0.1
 REPORT_EVERY_SECONDS = 5.0
 SETTLE_RETRY_SECONDS = 0.5
-# Confirmed rows wait at most this long to be marked, for more of them to gather into one write (they stay
-# leased meanwhile, or, under the relay role, left out of its reads, so they are not published again).
+# Confirmed rows wait at most this long to be marked, for more of them to gather into one write (the role's
+# reads leave them out meanwhile, so they are not published again).
 SETTLE_DELAY_SECONDS = 0.2
 STORE_RETRY_CAP_SECONDS = 2.0
 LINK_CLOSE_TIMEOUT_SECONDS = 3.0
 # After the confirm grace, how much longer shutdown may take to write back before the loop is stopped.
 WRITE_BACK_GRACE_SECONDS = 10.0
-# SQLite: the relay role is held this long from each renewal; its holder looks every `ROLE_TEND_SECONDS`
+# The relay role is held this long from each renewal; its holder looks every `ROLE_TEND_SECONDS`
 # and renews once less than `ROLE_RENEW_SECONDS` is left (a standby looks as often, with a read); nothing is
 # published under it in its last `ROLE_MARGIN_SECONDS`.
 ROLE_SECONDS = 5.0
@@ -93,12 +93,11 @@ class Relay(LoopWork):
         self._rung = False
         self._wakeups = Wakeups(settings, self.ioloop, self._on_rung)
         self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
-        # Confirms are written on their own, beside the leases (`_settle`): a mark written with a lease would
-        # delay the lease's rows by its time.
-        # SQLite: only the holder of the relay role publishes, from reads (`jobstore.relayrole`); no lease
-        # takes SQLite's write lock on the way of a job. Its token, until when it holds it, and the rows it
-        # published and has not written back yet (a read leaves them out).
-        self._by_role = not settings.is_postgresql
+        # Confirms are written on their own, beside the reads (`_settle`): a mark written with a read would
+        # delay the read's rows by its time.
+        # Only the holder of the relay role publishes, from reads (`jobstore.relayrole`); no lease writes on
+        # the way of a job. Its token, until when it holds it, and the rows it published and has not written
+        # back yet (a read leaves them out).
         self._role_token: str | None = None
         self._role_until = 0.0
         self._unsettled: set[int] = set()
@@ -128,9 +127,8 @@ class Relay(LoopWork):
         self._every(self.settings.retention_check_seconds, self._retain)
         self._every(self.settings.dead_letter_check_seconds, self._check_dead_letters)
         self._every(REPORT_EVERY_SECONDS, self._report)
-        if self._by_role:
-            self.ioloop.add_callback_threadsafe(self._tend_role)
-            self._every(ROLE_TEND_SECONDS, self._tend_role)
+        self.ioloop.add_callback_threadsafe(self._tend_role)
+        self._every(ROLE_TEND_SECONDS, self._tend_role)
         try:
             self._serve()
         finally:
@@ -163,8 +161,8 @@ class Relay(LoopWork):
 
     @property
     def publishing(self) -> bool:
-        """This relay may publish: on SQLite it holds the relay role; on PostgreSQL every relay does."""
-        return not self._by_role or self._holds_role()
+        """This relay may publish: it holds the relay role."""
+        return self._holds_role()
 
     @property
     def connected(self) -> bool:
@@ -192,7 +190,7 @@ class Relay(LoopWork):
             self._close_link()
             return
         self._drained = False
-        if self._by_role and self._role_token is None:
+        if self._role_token is None:
             self._tend_role()  # `_on_role` leases once the role is this relay's
         self._lease_more()
 
@@ -241,23 +239,29 @@ class Relay(LoopWork):
             return
         limit = min(self.settings.relay_batch_size, room, ahead)
         idle, self._rung = self._drained and not self._rung, False
-        if self._by_role:
-            token = self._role_token
-            if token is None or not self._holds_role():
-                return  # a standby: the holder publishes; `_on_role` leases once this relay holds the role
-            self._read_due(limit, token, idle)
+        token = self._role_token
+        if token is None or not self._holds_role():
+            return  # a standby: the holder publishes; `_on_role` leases once this relay holds the role
+        if self.settings.is_postgresql:  # a round trip to a server, which may hang: not on the loop
+            read = partial(
+                ledger.read_due,
+                self.engine,
+                self.settings,
+                limit,
+                token,
+                frozenset(self._unsettled),
+                idle=idle,
+            )
+            self._in_store(
+                "lease", read, then=partial(self._on_leased, limit), on_error=self._on_lease_failed
+            )
             return
-        self._in_store(
-            "lease",
-            partial(ledger.lease_due, self.engine, self.settings, limit, idle=idle),
-            then=partial(self._on_leased, limit),
-            on_error=self._on_lease_failed,
-        )
+        self._read_due(limit, token, idle)
 
     def _read_due(self, limit: int, token: str, idle: bool) -> None:
-        """The relay role's lease: a read, on the loop's own thread. A WAL read waits for no writer and takes
-        a fraction of a millisecond, less than the two thread hand-offs of a store call would add to every
-        job's way (heartbeats wait for it no longer than for any other callback)."""
+        """SQLite: the relay role's lease, a read on the loop's own thread. A WAL read waits for no writer and
+        takes a fraction of a millisecond, less than the two thread hand-offs of a store call would add to
+        every job's way (heartbeats wait for it no longer than for any other callback)."""
         try:
             # The set itself, not a copy: the read runs here, on the thread that changes it.
             leased = ledger.read_due(self.engine, self.settings, limit, token, self._unsettled, idle=idle)
@@ -299,8 +303,6 @@ class Relay(LoopWork):
         self._drained = len(rows) < limit
         if leased.next_due is not None:  # a delayed row: leased when it comes due, not at a later poll
             self._wakeups.due_at(leased.next_due)
-        if not self._drained and not self._by_role:
-            self._wakeups.ring_others()  # more is due than one lease took: let the other relays share it
         if self._drained and not self._rung:
             self._later("poll", self._wakeups.poll_seconds, self._lease_more)
         else:
@@ -314,7 +316,7 @@ class Relay(LoopWork):
 
     def _publish(self, lease: Lease) -> None:
         link = self._link
-        if self._by_role and (lease.token != self._role_token or not self._holds_role()):
+        if lease.token != self._role_token or not self._holds_role():
             return  # read under a role this relay no longer holds: the rows are still due, for the holder
         if self._stopping or not self._ready or link is None:
             unsent = [Sent(outbox_id, lease.token) for outbox_id, _ in lease.rows]
@@ -323,8 +325,7 @@ class Relay(LoopWork):
             self._ahead.published(len(lease.rows) - len(unsent))
             self.peak_unconfirmed = max(self.peak_unconfirmed, len(link.window))
         self.tally.sent += len(lease.rows) - len(unsent)
-        if self._by_role:
-            self._unsettled.update(outbox_id for outbox_id, _ in lease.rows)
+        self._unsettled.update(outbox_id for outbox_id, _ in lease.rows)
         if unsent:
             self._pending.add_unsent(unsent)
             self._settle()
@@ -369,16 +370,16 @@ class Relay(LoopWork):
         """On a store thread. The fault point sits between the broker's confirm and the mark."""
         if batch.confirmed:
             faults.hit("relay.after_publish")
-        return ledger.write_settlement(self.engine, batch, now=clock.now(), role=self._by_role)
+        return ledger.write_settlement(self.engine, batch, now=clock.now())
 
     def _on_written(self, batch: Settlement, settled: Settled) -> None:
-        if self._by_role:  # written back (or no longer this relay's to write): a read may find them again
-            for bucket in (batch.confirmed, batch.refused, batch.unsent):
-                for ids in bucket.values():
-                    self._unsettled.difference_update(ids)
-            if batch.unsent:  # still due: published again by the next read
-                self._drained = False
-                self._lease_more()
+        # Written back (or no longer this relay's to write): a read may find them again.
+        for bucket in (batch.confirmed, batch.refused, batch.unsent):
+            for ids in bucket.values():
+                self._unsettled.difference_update(ids)
+        if batch.unsent:  # still due: published again by the next read
+            self._drained = False
+            self._lease_more()
         self._on_settled(settled)
 
     def _on_settled(self, settled: Settled) -> None:
@@ -403,7 +404,7 @@ class Relay(LoopWork):
         self._pending = batch
         self._later("settle", SETTLE_RETRY_SECONDS, self._settle)
 
-    # -- the relay role (SQLite) ---------------------------------------------------------------------------
+    # -- the relay role ---------------------------------------------------------------------------------
 
     def _holds_role(self) -> bool:
         return self._role_token is not None and clock.now() < self._role_until - ROLE_MARGIN_SECONDS

@@ -76,19 +76,6 @@ class Wakeups:
             self._doorbell = None
         self._stop_listening()
 
-    def ring_others(self) -> None:
-        """Wake the other relays: this one found more due rows than it could lease at once, and they
-        would otherwise find them only at their next poll."""
-        if self._ringer is not None and self._doorbell is not None:
-            self._ringer.ring(clock.now(), skip=self._doorbell.name)
-        elif self._listener is not None:
-            try:
-                self._listener.ring_others(clock.now())
-            except ListenerLost as exc:
-                self._lost(exc)
-                return
-            self._on_notified()  # what arrived while it rang was read off the socket already
-
     def due_at(self, at: float) -> None:
         """Rows come due at `at` (store clock): wake now, or keep one timer for the earliest such time."""
         delay = at - clock.now()

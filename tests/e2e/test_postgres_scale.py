@@ -1,7 +1,8 @@
 """The broker path at scale on PostgreSQL: four `outbox-bridge relay` and four `outbox-bridge consumer`
 processes share one PostgreSQL store and one RabbitMQ queue and drain 5,000 jobs. Nothing crashes here, so
-every outbox row must be published exactly once (one lease, one confirm), every delivery must reach exactly
-one consumer, every job must run once and succeed, and no deadlock or serialization error may reach a log."""
+every outbox row must be published exactly once (read by the relay role's holder, confirmed once), every
+delivery must reach exactly one consumer, every job must run once and succeed, and no deadlock or
+serialization error may reach a log."""
 
 from __future__ import annotations
 
@@ -200,7 +201,7 @@ def test_four_relays_and_four_consumers_on_postgresql_drain_5000_jobs_once_each(
 
 
 def assert_every_row_published_once(fleet: Fleet) -> None:
-    """One outbox row per job, leased once and confirmed once: so says the store, so say the relays."""
+    """One outbox row per job, published once and confirmed once: so says the store, so say the relays."""
     rows = db.read(fleet.engine, outbox_summary)
     assert rows == {"rows": JOBS, "published": JOBS, "min_attempts": 1, "max_attempts": 1, "jobs": JOBS}
     relays = sum((relay_tally(log_of(p)) for p in fleet.procs if p.args[0] == "relay"), Counter())

@@ -10,7 +10,7 @@ from jobstore import db
 from jobstore.schema import jobs, outbox
 
 
-def test_each_round_accepts_leases_and_marks_one_job(settings: Settings, engine: Engine) -> None:
+def test_each_round_accepts_reads_and_marks_one_job(settings: Settings, engine: Engine) -> None:
     medians = measure(settings, rounds=3, gap=0.0)
     assert set(medians) == set(STEPS) and all(ms > 0 for ms in medians.values())
     counts = db.read(
@@ -20,4 +20,4 @@ def test_each_round_accepts_leases_and_marks_one_job(settings: Settings, engine:
             conn.execute(select(func.count()).where(outbox.c.published_at.is_not(None))).scalar_one(),
         ),
     )
-    assert counts == (3, 3), "three jobs accepted, each outbox row leased and marked published"
+    assert counts == (3, 3), "three jobs accepted, each outbox row read and marked published"

@@ -1,8 +1,7 @@
 """Relays woken by commits on a PostgreSQL store (jobstore/notifications.py, relay/wake.py), against a real
-PostgreSQL and a real RabbitMQ: nothing is announced for a rolled-back transaction, a relay does not wake
-itself when it rings the others, and a relay whose listening connection is cut polls meanwhile and listens
-again. That a committed job is published at once, and a row announced for later when it comes due, is shown
-for both stores in test_relay_wakeup.py."""
+PostgreSQL and a real RabbitMQ: nothing is announced for a rolled-back transaction, and a relay whose
+listening connection is cut polls meanwhile and listens again. That a committed job is published at once,
+and a row announced for later when it comes due, is shown for both stores in test_relay_wakeup.py."""
 
 from __future__ import annotations
 
@@ -83,19 +82,6 @@ def test_a_commit_that_adds_outbox_rows_notifies_and_a_rolled_back_one_does_not(
         db.transact(engine, add_then_fail)
     db.transact(engine, lambda conn: conn.execute(text("SELECT 1")))
     assert heard(listener, 0.5) is None, "a rolled-back or rowless transaction notified"
-
-
-def test_a_relay_ringing_the_others_wakes_them_and_not_itself(settings: Settings, engine: Engine) -> None:
-    one, other = Listener.open(settings.database_url), Listener.open(settings.database_url)
-    assert one is not None and other is not None
-    other.name = "relay-elsewhere"  # as a relay on another host would be named
-    try:
-        one.ring_others(42.0)
-        assert heard(other, 5.0) == 42.0
-        assert heard(one, 0.5) is None
-    finally:
-        one.close()
-        other.close()
 
 
 @pytest.mark.broker

@@ -1,19 +1,21 @@
-"""The relay role (SQLite's relays): one token holds it until it expires; its holder reads the due rows
-without a write lock, and marks or holds back rows only while it holds the role."""
+"""The relay role: one token holds it until it expires; its holder reads the due rows without a write lock
+(on PostgreSQL without locking a row, in one statement that agrees with the general read), and marks or
+holds back rows only while it holds the role."""
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from core.clock import FakeClock
 from jobstore import db, outbox, relayrole
+from jobstore.schema import outbox as outbox_table
 from tests.integration.test_outbox import RELAY_LEASE, add_row, lease, rows
 from tests.support.store import new_job
-
-pytestmark = pytest.mark.databases("sqlite")
 
 ROLE = 5.0
 
@@ -25,7 +27,32 @@ def take(engine: Engine, clock: FakeClock, token: str, gone: str | None = None) 
 def due(
     engine: Engine, clock: FakeClock, token: str, limit: int = 100, exclude: frozenset[int] = frozenset()
 ) -> tuple[outbox.Lease, float | None]:
-    return db.read(engine, relayrole.due, token, now=clock.now(), limit=limit, exclude=exclude)
+    read = db.read(engine, relayrole.due, token, now=clock.now(), limit=limit, exclude=exclude)
+    if engine.dialect.name == "postgresql":  # the relay's read there: one statement, on its own
+        at_once = db.read_one(
+            engine, relayrole.due_at_once, token, now=clock.now(), limit=limit, exclude=exclude
+        )
+        assert at_once == read, "the one-statement read disagrees with the general one"
+    return read
+
+
+@contextmanager
+def writer_holding_the_outbox(engine: Engine) -> Iterator[None]:
+    """Another writer inside its transaction: on SQLite holding the write lock, on PostgreSQL every outbox
+    row locked (a lease's walk, `FOR UPDATE SKIP LOCKED`, would skip them all)."""
+    if engine.dialect.name == "sqlite":
+        writer = sqlite3.connect(engine.url.database or "", timeout=0)
+        writer.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            writer.rollback()
+            writer.close()
+        return
+    with engine.connect() as conn, conn.begin() as transaction:
+        conn.execute(select(outbox_table.c.id).with_for_update())
+        yield
+        transaction.rollback()
 
 
 def test_one_token_holds_the_role_until_it_expires_or_is_handed_back(
@@ -68,10 +95,9 @@ def test_the_holder_reads_due_rows_in_the_lease_order_leaving_out_its_own_withou
     db.transact(engine, outbox.drop_pending, later)
     add_row(engine, clock, later, due_in=60)
     assert take(engine, clock, "role")
-    # Another writer holds SQLite's write lock all along: the read does not wait for it.
-    writer = sqlite3.connect(engine.url.database or "", timeout=0)
-    writer.execute("BEGIN IMMEDIATE")
-    try:
+    # Another writer holds SQLite's write lock, or PostgreSQL's row locks, all along: the read does not wait
+    # for it, nor skip what it holds.
+    with writer_holding_the_outbox(engine):
         first, next_due = due(engine, clock, "role", limit=2)
         assert first.token == "role"
         assert [job for _, job in first.rows] == job_ids[:2]
@@ -80,10 +106,22 @@ def test_the_holder_reads_due_rows_in_the_lease_order_leaving_out_its_own_withou
         assert [job for _, job in rest.rows] == job_ids[2:]
         assert next_due == pytest.approx(clock.now() + 60)
         assert set(rest.orders.values()) == {(1, "acme")}  # (priority, tenant), for the consumer
-    finally:
-        writer.rollback()
-        writer.close()
     assert all(r["published_at"] is None and r["lease_token"] is None for r in rows(engine)), "a read wrote"
+
+
+def test_a_read_behind_a_backlog_of_several_tenants_gives_each_tenant_its_turn(
+    engine: Engine, clock: FakeClock
+) -> None:
+    first_tenants = [new_job(engine, f"a{n}", tenant="a") for n in range(3)]
+    other = new_job(engine, "b0", tenant="b")
+    assert take(engine, clock, "role")
+    if engine.dialect.name == "postgresql":  # the one statement leaves this read to the ranking
+        params = {"now": clock.now(), "limit": 2}
+        assert db.read_one(engine, relayrole.due_at_once, "role", **params) is None
+    read, _ = db.read(engine, relayrole.due, "role", now=clock.now(), limit=2)
+    assert [job for _, job in read.rows] == [first_tenants[0], other], (
+        "b's first row waits behind a's first only"
+    )
 
 
 def test_marks_and_hold_backs_change_rows_only_while_the_token_holds_the_role(
