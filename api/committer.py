@@ -19,6 +19,7 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection, Engine
@@ -150,7 +151,7 @@ class GroupCommitter:
         stop: list[bool] = [True] if stopped else []
         outcomes: list[Outcome]
         try:
-            outcomes = list(db.transact(self._engine, self._accept_topped_up, batch, stop))
+            outcomes = list(intake.accept_committed(self._engine, partial(self._topped_up, batch, stop)))
         except db.StoreUnavailable as exc:  # not any request's fault: each gets it
             outcomes = [exc] * len(batch)
         except Exception as exc:  # rolled back, perhaps because of one request
@@ -177,16 +178,14 @@ class GroupCommitter:
                 outcomes.append(_own_failure(exc))
         return outcomes
 
-    def _accept_topped_up(
-        self, conn: Connection, batch: list[_Pending], stop: list[bool]
-    ) -> list[intake.Accepted | IdempotencyConflict]:
-        """In the transaction, once it holds the write lock: add the requests that queued while it waited
-        (to `batch`, so a rerun keeps them), then accept them all."""
+    def _topped_up(self, batch: list[_Pending], stop: list[bool]) -> list[intake.Prepared]:
+        """In the transaction, once it holds the write turn: add the requests that queued while it waited
+        (to `batch`, so a rerun keeps them); the requests to accept."""
         if not stop:
             more, stopped = self._take_waiting(self._max_batch - len(batch))
             batch.extend(more)
             stop.extend([True] if stopped else [])
-        return accept_all(conn, [p.request for p in batch])
+        return [p.request for p in batch]
 
 
 def _own_failure(exc: Exception) -> Exception:

@@ -18,7 +18,7 @@ from sqlalchemy import Engine
 
 from api.auth import issue_token
 from core import clock
-from jobstore import db, intake
+from jobstore import intake
 
 KIND = "noop"
 OWNER = "bench"
@@ -62,14 +62,16 @@ def _prepared(tenant: str, count: int, max_attempts: int) -> list[intake.Prepare
 
 @dataclass
 class StoreSubmitter:
-    """Accepts jobs in this process, `intake.accept` inside `db.transact`, `batch` accepts per transaction."""
+    """Accepts jobs in this process as the api commits them (`intake.accept_committed`), `batch` accepts per
+    transaction."""
 
     engine: Engine
     max_attempts: int
 
     def submit(self, tenant: str, count: int, tally: Tally) -> None:
         try:
-            db.transact(self.engine, intake.accept_prepared, _prepared(tenant, count, self.max_attempts))
+            prepared = _prepared(tenant, count, self.max_attempts)
+            intake.accept_committed(self.engine, lambda: prepared)
         except Exception as exc:  # a failed accept is a figure, not a crash of the benchmark
             tally.add(type(exc).__name__, str(exc))
             return

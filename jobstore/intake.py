@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from json.encoder import encode_basestring  # how `dumps` encodes a string
 from typing import Any
 
-from sqlalchemy import Connection, String, bindparam, func, insert, literal, select
+from sqlalchemy import Connection, Engine, String, bindparam, func, insert, literal, select
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
@@ -132,6 +132,35 @@ def accept_prepared(conn: Connection, prepared: Sequence[Prepared]) -> list[Acce
     request's outcome alone (nothing is written for it); a key twice in one batch is accepted once, as two
     accepts one after the other would be. The new jobs and their outbox rows are written with one multi-row
     insert each (`_take_keys`), on PostgreSQL with one statement for both (`_take_keys_announced`)."""
+    return _outcomes(conn, prepared, take_keys(conn, prepared))
+
+
+def accept_committed(
+    engine: Engine, requests: Callable[[], Sequence[Prepared]]
+) -> list[Accepted | IdempotencyConflict]:
+    """`accept_prepared` of what `requests()` returns, committed; `requests` is called once the transaction
+    holds its write turn (a caller may top up its batch there), and again if the transaction runs again.
+    On PostgreSQL the writes are one statement that commits by itself (`db.transact_one`: one round trip
+    where BEGIN, the statement and COMMIT take three); a key that was already taken (the request again, or
+    a conflict) is then read in a transaction of its own. The job that holds it had committed before the
+    statement skipped it, so the read finds it as the same transaction's next statement would have."""
+    if engine.dialect.name != "postgresql":
+        return db.transact(engine, lambda conn: accept_prepared(conn, requests()))
+    taken: list[Prepared] = []
+
+    def take(conn: Connection) -> set[str]:
+        taken[:] = requests()
+        return take_keys(conn, taken)
+
+    created = db.transact_one(engine, take)
+    if len(created) == len(taken):
+        return [p.accepted for p in taken]
+    return db.read(engine, _outcomes, taken, created)
+
+
+def take_keys(conn: Connection, prepared: Sequence[Prepared]) -> set[str]:
+    """Write the job and outbox rows of each request whose key is new, and note their `accepted` events, in
+    the caller's transaction; the ids of the jobs written. One statement on PostgreSQL."""
     rows = [p.row for p in prepared]
     if conn.dialect.name == "postgresql":
         created = _take_keys_announced(conn, rows)
@@ -141,6 +170,14 @@ def accept_prepared(conn: Connection, prepared: Sequence[Prepared]) -> list[Acce
             conn, rows if len(created) == len(rows) else [r for r in rows if r["id"] in created]
         )
     events.note(conn, (p.event for p in prepared if p.row["id"] in created))
+    return created
+
+
+def _outcomes(
+    conn: Connection, prepared: Sequence[Prepared], created: set[str]
+) -> list[Accepted | IdempotencyConflict]:
+    """Each request's outcome once `take_keys` wrote `created`: a new job as accepted, else the job that
+    holds its key (the original, for the same request) or the conflict."""
     outcomes: list[Accepted | IdempotencyConflict] = []
     for p in prepared:
         if p.row["id"] in created:

@@ -17,7 +17,6 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
-from api import committer as committer_module
 from api.app import create_app
 from api.auth import issue_token
 from api.committer import GroupCommitter, accept_all
@@ -136,6 +135,9 @@ def test_a_batch_that_cannot_commit_answers_every_request_503_and_writes_nothing
 REFUSED_TENANTS = {"sqlite": ["caf\udce9"], "postgresql": ["caf\udce9", "caf\x00e"]}
 
 
+take_keys = intake.take_keys  # the writes of every accept, which the tests below wrap
+
+
 def _gated_batches(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.Event, threading.Event]:
     """Record the size of every batch the committer writes, and hold the first one inside its transaction
     (`entered` is set) until `gate` is set, so the requests sent meanwhile make up the next batch."""
@@ -147,9 +149,9 @@ def _gated_batches(monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threadin
         if len(sizes) == 1:
             entered.set()
             assert gate.wait(10), "the test never opened the gate"
-        return accept_all(conn, requests)
+        return take_keys(conn, requests)
 
-    monkeypatch.setattr(committer_module, "accept_all", gated)
+    monkeypatch.setattr(intake, "take_keys", gated)
     return sizes, entered, gate
 
 
@@ -191,9 +193,9 @@ def test_a_request_the_store_refuses_is_answered_400_not_503(
     def refusing(conn: Any, requests: list[intake.Prepared]) -> Any:
         if any(r.accepted.job.payload.get("refuse") for r in requests):
             raise UnicodeEncodeError("utf-8", "caf\udce9", 3, 4, "surrogates not allowed")
-        return accept_all(conn, requests)
+        return take_keys(conn, requests)
 
-    monkeypatch.setattr(committer_module, "accept_all", refusing)
+    monkeypatch.setattr(intake, "take_keys", refusing)
     token = issue_token(settings.auth_secret, tenant="acme", user="alice")
     with TestClient(create_app(settings)) as client:
         answers = [
