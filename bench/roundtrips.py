@@ -46,7 +46,9 @@ def measure(settings: Settings, rounds: int, gap: float) -> dict[str, float]:
     for _ in range(rounds):
         time.sleep(gap)
         fields = request | {"operation_key": str(uuid.uuid4()), "now": clock.now()}
-        _, took = _timed(db.transact, engine, intake.accept_many, [fields])
+        _, took = _timed(
+            intake.accept_committed, engine, lambda f=fields: [intake.prepare(**f)]
+        )  # as the api
         times["accept"].append(took)
         read, took = _timed(ledger.read_due, engine, settings, 10, token, (), idle=False)
         times["read"].append(took)
