@@ -26,6 +26,7 @@ from sqlalchemy import (
     BindParameter,
     ColumnElement,
     Connection,
+    Engine,
     Float,
     Integer,
     Update,
@@ -42,6 +43,7 @@ from jobstore.outbox import (
     EVENT_FACTS_RETURNED,
     UNLEASED,
     Lease,
+    earliest_unpublished,
     lease_order,
     next_due,
     note_published,
@@ -213,6 +215,44 @@ def due_at_once(
         {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _ in rows},
     )
     return lease, float(later) if later is not None and len(rows) < limit else None
+
+
+def read(
+    engine: Engine,
+    token: str,
+    *,
+    now: float,
+    limit: int,
+    exclude: Collection[int] = (),
+    tenant_cap: int = 0,
+    idle: bool = False,
+) -> tuple[Lease | None, float | None]:
+    """The holder's read of up to `limit` due rows, leaving out `exclude` (`due`), in a read of its own. On
+    PostgreSQL without a `tenant_cap`, one statement that runs on its own (`due_at_once`: one round trip).
+    On SQLite, when the outbox looked empty last time (`idle`), one look at the earliest row comes first:
+    (None, when it comes due) while nothing is due."""
+    if engine.dialect.name == "postgresql" and not tenant_cap:
+        found = db.read_one(engine, due_at_once, token, now=now, limit=limit, exclude=exclude)
+        if found is not None:
+            return found
+        idle = False  # rows are due: more than one read takes, of several tenants
+    return db.read(engine, _due_unless_idle, token, now, limit, exclude, tenant_cap, idle)
+
+
+def _due_unless_idle(
+    conn: Connection,
+    token: str,
+    now: float,
+    limit: int,
+    exclude: Collection[int],
+    tenant_cap: int,
+    idle: bool,
+) -> tuple[Lease | None, float | None]:
+    if idle and not exclude:
+        earliest = earliest_unpublished(conn)
+        if earliest is None or earliest > now:
+            return None, earliest
+    return due(conn, token, now=now, limit=limit, exclude=exclude, tenant_cap=tenant_cap)
 
 
 def _mark(rows: ColumnElement[bool]) -> Update:

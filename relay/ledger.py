@@ -127,25 +127,9 @@ def write_settlement(engine: Engine, batch: Settlement, *, now: float) -> Settle
 def read_due(
     engine: Engine, settings: Settings, limit: int, token: str, exclude: Collection[int], *, idle: bool
 ) -> Leased:
-    """The relay role's lease: a read of up to `limit` due rows, leaving out `exclude` (`relayrole.due`).
-    On SQLite, when the outbox looked empty last time (`idle`), one look at the earliest row comes first.
-    On PostgreSQL without a tenant cap, one statement that runs on its own (`relayrole.due_at_once`) reads
-    the rows and the next due time, in one round trip."""
-    now, cap = clock.now(), settings.tenant_max_running
-    if settings.is_postgresql and not cap:
-        found = db.read_one(engine, relayrole.due_at_once, token, now=now, limit=limit, exclude=exclude)
-        if found is not None:
-            return Leased(*found)
-        idle = False  # rows are due: more than one read takes, of several tenants
-    return db.read(engine, _read_due, now, limit, token, exclude, idle, cap)
-
-
-def _read_due(
-    conn: Connection, now: float, limit: int, token: str, exclude: Collection[int], idle: bool, cap: int
-) -> Leased:
-    if idle and not exclude:
-        earliest = outbox.earliest_unpublished(conn)
-        if earliest is None or earliest > now:
-            return Leased(None, next_due=earliest)
-    lease, next_due = relayrole.due(conn, token, now=now, limit=limit, exclude=exclude, tenant_cap=cap)
-    return Leased(lease, next_due=next_due)
+    """The relay role's lease: a read of up to `limit` due rows, leaving out `exclude` (`relayrole.read`)."""
+    lease, next_due = relayrole.read(
+        engine, token, now=clock.now(), limit=limit, exclude=exclude, tenant_cap=settings.tenant_max_running,
+        idle=idle,
+    )  # fmt: skip
+    return Leased(lease, next_due)
