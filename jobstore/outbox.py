@@ -326,11 +326,19 @@ def _lease_in_one(
     """The lease and `next_due` from `_LEASE_IN_ONE`, or None when its walk's order does not serve."""
     params = {"b_now": now, "b_limit": limit, "b_walk": limit + 1, "b_token": token,
               "b_lease_until": now + lease_seconds}  # fmt: skip
-    returned = db.direct(conn, _LEASE_IN_ONE, params)
+    return walked_in_one(token, db.direct(conn, _LEASE_IN_ONE, params), limit)
+
+
+def walked_in_one(
+    token: str, returned: Sequence[Sequence[Any]], limit: int
+) -> tuple[Lease, float | None] | None:
+    """The rows of a one-statement walk (`_LEASE_IN_ONE`, the relay role's `due_at_once`) as a `Lease` under
+    `token`, with `next_due` when it found fewer than `limit`; None when the walk's order did not serve.
+    Each row returned: serves, next_due, then a row's id, job id, priority, tenant and trace context (all
+    null when it found none)."""
     serves, due = returned[0][:2]
     if not serves:
         return None
-    # Each row: serves, next_due, then the leased row's id, job id, priority, tenant and trace context.
     rows = [r[2:] for r in returned if r[2] is not None]
     lease = Lease(
         token,

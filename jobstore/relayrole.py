@@ -48,6 +48,7 @@ from jobstore.outbox import (
     next_due,
     note_published,
     note_published_rows,
+    walked_in_one,
 )
 from jobstore.schema import jobs, outbox, relay_role
 
@@ -202,19 +203,7 @@ def due_at_once(
     or None when more rows are due than the read takes and they belong to several tenants (`due` then
     ranks them)."""
     params = {"b_now": now, "b_limit": limit, "b_walk": limit + 1, "b_exclude": list(exclude)}
-    returned = db.direct(conn, _DUE_IN_ONE, params)
-    serves, later = returned[0][:2]
-    if not serves:
-        return None
-    # Each row: serves, next_due, then the row's id, job id, priority, tenant and trace context.
-    rows = [r[2:] for r in returned if r[2] is not None]
-    lease = Lease(
-        token,
-        tuple((int(row_id), str(job_id)) for row_id, job_id, *_ in rows),
-        {str(job_id): str(tp) for _, job_id, _, _, tp in rows if tp is not None},
-        {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _ in rows},
-    )
-    return lease, float(later) if later is not None and len(rows) < limit else None
+    return walked_in_one(token, db.direct(conn, _DUE_IN_ONE, params), limit)
 
 
 def read(
