@@ -257,14 +257,12 @@ def lease_due(
     limit: int,
     lease_seconds: float,
     tenant_cap: int = 0,
-    at_once: bool = True,
 ) -> tuple[Lease, float | None]:
     """`lease_batch`, and, when it took fewer than `limit` rows, when the earliest row not yet due comes due
     (`next_due`; None otherwise). On PostgreSQL without a `tenant_cap`, one statement does it all whenever
-    the walk's order is the lease's (`lease_due_at_once`), unless the caller has just been told it is not
-    (`at_once=False`)."""
+    the walk's order is the lease's (`_LEASE_IN_ONE`)."""
     token = str(uuid.uuid4())
-    if at_once and conn.dialect.name == "postgresql" and not tenant_cap:
+    if conn.dialect.name == "postgresql" and not tenant_cap:
         done = _lease_in_one(conn, token, now=now, limit=limit, lease_seconds=lease_seconds)
         if done is not None:
             return done
@@ -277,7 +275,7 @@ def lease_due(
 # PostgreSQL: `lease_order`'s walk, `_LEASE_PG` and `next_due` in one statement (one round trip where they
 # took three). It leases nothing (`serves` false) when more rows are due than the lease takes and they
 # belong to several tenants: that lease needs `_FAIR`'s ranking, and `_lease_ordered` runs after it, in
-# the same transaction (`lease_due`) or in the next (`lease_due_at_once`, committed by itself).
+# the same transaction (`lease_due`).
 _LEASE_IN_ONE = db.Direct.of(
     text("""
 WITH due AS (
@@ -309,15 +307,6 @@ ORDER BY leased.priority, leased.id
 """),
     prepared=True,
 )
-
-
-def lease_due_at_once(
-    conn: Connection, *, now: float, limit: int, lease_seconds: float
-) -> tuple[Lease, float | None] | None:
-    """PostgreSQL, without a tenant cap: `lease_due` in one statement, or None, having leased nothing, when
-    more rows are due than a lease takes and they belong to several tenants (`lease_due(at_once=False)`
-    then ranks them). Being one statement, it can commit by itself (`db.transact_one`)."""
-    return _lease_in_one(conn, str(uuid.uuid4()), now=now, limit=limit, lease_seconds=lease_seconds)
 
 
 def _lease_in_one(
