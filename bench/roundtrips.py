@@ -1,7 +1,7 @@
 """The store's hot transactions timed one by one, in one process: what each costs a writer, apart from the
 rest of a deployment. Each round accepts one job, reads it as the holder of the relay role does and marks it
-published (what a relay runs, through `relay.ledger`), and reads again from an empty outbox; `--gap` sleeps
-before each round, as a light load leaves every process idle between jobs.
+published (what a relay runs, through `jobstore.relayrole`), and reads again from an empty outbox; `--gap`
+sleeps before each round, as a light load leaves every process idle between jobs.
 
     python -m bench.roundtrips postgresql+psycopg://postgres@127.0.0.1:5432/EMPTY_DB --rounds 400
     python -m bench.roundtrips postgresql+psycopg://... --rounds 150 --gap 0.05
