@@ -16,6 +16,7 @@ from sqlalchemy import (
     String,
     and_,
     bindparam,
+    delete,
     false,
     func,
     insert,
@@ -30,6 +31,7 @@ from jobstore import db, events, fenced, outbox, queries, tenantcap
 from jobstore.intake import new_id
 from jobstore.records import Claim, Job
 from jobstore.schema import JOB_COLUMNS, attempts, jobs, state_in
+from jobstore.schema import outbox as outbox_rows
 from jobstore.states import CLAIM, HELD, TERMINAL, State
 
 
@@ -133,6 +135,12 @@ _FIRST_ATTEMPTS = insert(attempts).from_select(
 # Prepared on PostgreSQL: its generic plan looks each id up by the primary key (the same statement
 # comparing `id = ANY(:ids)` got a generic plan that walked the state index instead).
 _CLAIM_MANY_PG = select(_TAKEN).add_cte(_FIRST_ATTEMPTS.cte("first_attempts"))
+# The table's path (`claim_due`) also drops the claimed jobs' pending outbox rows, in the same statement on
+# PostgreSQL: a statement of its own was one more round trip, and its list of ids was planned every time.
+_DROP_PENDING_TAKEN = delete(outbox_rows).where(
+    outbox_rows.c.job_id.in_(select(_TAKEN.c.id)), outbox_rows.c.published_at.is_(None)
+)
+_CLAIM_DUE_PG = _CLAIM_MANY_PG.add_cte(_DROP_PENDING_TAKEN.cte("dropped"))
 
 
 _ATTEMPT_ROW = ("id", "job_id", "epoch", "worker", "started_at", "outcome")
@@ -198,16 +206,24 @@ def claim_many(
 
 
 def _take_many(
-    conn: Connection, job_ids: list[str], worker: str, now: float, lease_seconds: float
+    conn: Connection,
+    job_ids: list[str],
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    *,
+    drop_pending: bool = False,
 ) -> dict[str, Claim | None]:
-    """The claims of those of `job_ids` that were claimable, by job id."""
+    """The claims of those of `job_ids` that were claimable, by job id; with `drop_pending`, the pending
+    outbox rows of the jobs taken are dropped."""
     if not job_ids:
         return {}
     params: dict[str, Any] = {"b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
     if conn.dialect.name == "postgresql":
         attempt_ids = {job_id: new_id() for job_id in job_ids}
         params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
-        rows = db.direct_in(conn, _CLAIM_MANY_PG, params, "b_ids", job_ids, prepared=True)
+        statement = _CLAIM_DUE_PG if drop_pending else _CLAIM_MANY_PG
+        rows = db.direct_in(conn, statement, params, "b_ids", job_ids, prepared=True)
         taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
         written = {job.id for job in taken if job.epoch == 1}
     else:
@@ -215,6 +231,8 @@ def _take_many(
         taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
         attempt_ids = {job.id: new_id() for job in taken}
         written = set()
+        if drop_pending:
+            outbox.drop_pending_many(conn, [job.id for job in taken])
     _lose_previous(conn, taken, now)
     events.note(conn, (events.of_job("claimed", job, worker=worker) for job in taken))
     fresh = {job.id: _as_claim(job, attempt_ids[job.id], worker) for job in taken}
@@ -366,10 +384,8 @@ def claim_due(
     job_ids = _due_ids(conn, now, limit, tenantcap.at_cap(conn, tenant_cap))
     if tenant_cap:
         job_ids = _within_cap(conn, job_ids, tenant_cap)
-    taken = _take_many(conn, job_ids, worker, now, lease_seconds)
-    claims = [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
-    outbox.drop_pending_many(conn, [claim.job_id for claim in claims])
-    return claims
+    taken = _take_many(conn, job_ids, worker, now, lease_seconds, drop_pending=True)
+    return [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
 
 
 def claim_next(

@@ -201,6 +201,21 @@ def test_claim_next_drops_only_the_claimed_jobs_pending_outbox_rows(engine: Engi
     assert db.read(engine, lambda conn: list(conn.execute(still_published).scalars())) == published
 
 
+def test_claim_due_drops_the_pending_outbox_rows_of_every_job_it_takes_and_only_theirs(
+    engine: Engine, clock: FakeClock
+) -> None:
+    jobs = []
+    for name in ("first", "second", "third"):
+        jobs.append(accept(engine, name).job)
+        clock.advance(1)
+    assert pending_outbox(engine) == [job.id for job in jobs]
+
+    taken = db.transact(engine, claiming.claim_due, "w", clock.now(), LEASE, 2)
+
+    assert [claim.job_id for claim in taken] == [jobs[0].id, jobs[1].id]
+    assert pending_outbox(engine) == [jobs[2].id]
+
+
 def test_claim_next_takes_over_an_expired_lease(engine: Engine, clock: FakeClock) -> None:
     job = accept(engine).job
     first = claimed(engine, job.id, worker="w1")
