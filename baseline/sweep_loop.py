@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from baseline.pacing import jittered
 from core import clock
 from core.settings import Settings
-from jobstore import db, sweeper
+from jobstore import db, statistics, sweeper
 from worker.commit import backoff_of
 from worker.retention import OutputSweep, retain
 
@@ -49,7 +49,9 @@ class SweepLoop:
                 self.retain_once()
 
     def sweep_once(self) -> None:
-        """One sweep; a busy or unreachable store postpones it to the next round instead of failing."""
+        """Fresh planner statistics where they went stale (`jobstore.statistics`), then one sweep; a busy or
+        unreachable store postpones the sweep to the next round instead of failing."""
+        statistics.refresh(self._engine)
         backoff = backoff_of(self._settings)
         try:
             settled = db.transact(self._engine, sweeper.sweep_expired, clock.now(), backoff=backoff)

@@ -11,7 +11,7 @@ from sqlalchemy import Engine
 
 from core import clock
 from core.settings import Settings
-from jobstore import db, outbox, sweeper
+from jobstore import db, outbox, statistics, sweeper
 from worker.commit import backoff_of
 
 
@@ -34,11 +34,12 @@ class Housekept:
 
 def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
     """One sweep, one prune and one re-announcement, each in its own transaction (each is retried on lock
-    contention)."""
+    contention), then fresh planner statistics where they went stale (`jobstore.statistics`)."""
     now = clock.now()
     swept = db.transact(engine, sweeper.sweep_expired, now, backoff=backoff_of(settings))
     pruned = db.transact(engine, outbox.prune_published, older_than=now - settings.outbox_retention_seconds)
     reannounced = db.transact(
         engine, sweeper.reannounce_stale, now, older_than=now - settings.reannounce_after_seconds
     )
+    statistics.refresh(engine)
     return Housekept(swept, pruned, reannounced)

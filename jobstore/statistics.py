@@ -1,0 +1,68 @@
+"""Fresh planner statistics for PostgreSQL's hot tables.
+
+PostgreSQL plans each statement with the row counts its last ANALYZE of the table saw, and autovacuum
+analyzes a table only once a tenth of it changed, looking at most once a minute (`autovacuum_naptime`).
+A queue's tables change faster than that: after a burst into a table last counted with few queued jobs,
+the claim's due walk reads and sorts every queued job, the claim's `UPDATE ... WHERE id IN (...)` walks
+the state indexes instead of the primary key, and dropping a claimed job's pending outbox row reads every
+pending row, so each claim costs in proportion to the backlog until the next ANALYZE (measured in
+`docs/scaling.md`). The sweepers (the relay's housekeeping, a baseline worker's sweep loop) call `refresh`
+every sweep, so a table is analyzed within about a sweep interval of changing that much.
+
+SQLite keeps no such counts unless asked to, and plans these statements by their indexes alone."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import SQLAlchemyError
+
+log = logging.getLogger(__name__)
+
+TABLES = ("jobs", "outbox")
+# A table is analyzed again once this many of its rows changed since its last ANALYZE, and at least
+# CHANGED_FRACTION of them (autovacuum's defaults are 50 rows and a tenth, checked once a minute).
+MIN_CHANGED = 500
+CHANGED_FRACTION = 0.1
+# An ANALYZE waits at most this long for its table lock (a VACUUM of the table holds it): the sweeper that
+# runs it has leases to settle, and the next sweep tries again.
+LOCK_TIMEOUT = "200ms"
+
+_STALE = text(
+    "SELECT relname FROM pg_stat_user_tables"
+    " WHERE relid = ANY(CAST(:tables AS regclass[]))"
+    " AND n_mod_since_analyze > GREATEST(:min_changed, :fraction * n_live_tup)"
+)
+
+
+def stale(engine: Engine) -> list[str]:
+    """The store tables whose rows changed enough since their last ANALYZE (none on SQLite)."""
+    if engine.dialect.name != "postgresql":
+        return []
+    params = {"tables": list(TABLES), "min_changed": MIN_CHANGED, "fraction": CHANGED_FRACTION}
+    with engine.connect() as conn:
+        return sorted(str(name) for name in conn.execute(_STALE, params).scalars())
+
+
+def refresh(engine: Engine) -> list[str]:
+    """ANALYZE each stale table (`stale`); returns those analyzed. A table whose lock is not to be had
+    within `LOCK_TIMEOUT`, or a store that fails, is left for the next call."""
+    analyzed = []
+    try:
+        tables = stale(engine)
+    except SQLAlchemyError as exc:
+        log.debug("could not read the planner statistics' age: %s", exc)
+        return []
+    for table in tables:
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
+                conn.execute(text(f"ANALYZE {table}"))
+        except SQLAlchemyError as exc:
+            log.debug("ANALYZE %s postponed: %s", table, exc)
+            continue
+        analyzed.append(table)
+    if analyzed:
+        log.debug("analyzed %s: their planner statistics were stale", ", ".join(analyzed))
+    return analyzed

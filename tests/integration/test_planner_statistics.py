@@ -1,0 +1,75 @@
+"""PostgreSQL plans the claim with the row counts of its last ANALYZE: after a burst into a table it last
+counted with no queued job, the due walk may read and sort every queued job (whether it does turns on
+costs a few units apart; `docs/scaling.md` has a case that did). The sweepers refresh the statistics of a
+table that changed that much (`jobstore.statistics`), after which the walk is an ordered index walk."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, event, text
+
+from core import clock
+from jobstore import claiming, db, statistics
+from tests.support.procs import wait_for
+from tests.support.store import new_jobs
+
+pytestmark = pytest.mark.databases("postgresql")
+
+BACKLOG = 3000
+
+
+def walk_plan(engine: Engine) -> str:
+    """The plan of the claim's walk of queued jobs, as `claiming._due_ids` runs it now."""
+    seen: list[tuple[str, Any]] = []
+
+    def note(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+        if "ORDER BY jobs.priority" in statement:
+            seen.append((statement, parameters))
+
+    def walk(conn: Connection) -> str:
+        event.listen(engine, "before_cursor_execute", note)
+        try:
+            claiming._due_ids(conn, clock.now(), 10)
+        finally:
+            event.remove(engine, "before_cursor_execute", note)
+        [(statement, parameters)] = seen
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute("EXPLAIN " + statement, parameters)
+        return "\n".join(str(row[0]) for row in cursor.fetchall())
+
+    with engine.connect() as conn, conn.begin() as transaction:
+        plan = walk(conn)
+        transaction.rollback()
+    return plan
+
+
+def test_a_burst_into_a_table_counted_nearly_empty_is_analyzed_and_walked_in_order(engine: Engine) -> None:
+    finished = new_jobs(engine, 1000)
+    with engine.begin() as conn:
+        for table in statistics.TABLES:
+            conn.execute(text(f"ALTER TABLE {table} SET (autovacuum_enabled = false)"))
+        # What a store looks like between bursts: its jobs finished, none queued, and counted so.
+        conn.execute(text("UPDATE jobs SET state = 'succeeded' WHERE id = ANY(:ids)"), {"ids": finished})
+        conn.execute(text("ANALYZE jobs"))
+        conn.execute(text("ANALYZE outbox"))
+    for _ in range(BACKLOG // 500):
+        new_jobs(engine, 500)
+
+    # The counters reach pg_stat_user_tables once the inserting connections flush them (within a second).
+    wait_for(lambda: statistics.stale(engine) == ["jobs", "outbox"], timeout=10, what="stale statistics")
+    assert statistics.refresh(engine) == ["jobs", "outbox"]
+
+    plan = walk_plan(engine)
+    assert "Sort" not in plan and "ix_jobs_state_priority_available_at" in plan, plan
+    assert statistics.stale(engine) == [] and statistics.refresh(engine) == []
+    claims = db.transact(engine, claiming.claim_due, "w", clock.now(), 60.0, 10)
+    assert len(claims) == 10
+
+
+def test_sqlite_has_no_statistics_to_refresh(tmp_path: Any) -> None:
+    from sqlalchemy import create_engine
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'store.db'}")
+    assert statistics.stale(engine) == [] and statistics.refresh(engine) == []
