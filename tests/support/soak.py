@@ -68,7 +68,8 @@ class Submitted:
 
 
 class Clients:
-    """`threads` clients, each submitting one request after another until stopped. A request that meets a
+    """`threads` clients, each submitting one request after another until stopped, starting one at most every
+    `pace` seconds (0: as fast as the api answers). A request that meets a
     connection error or a 503 is sent again, same body, same key, every `retry_pause` seconds, until its
     202; it gives up (a failure) only once the load has been stopped for `grace` seconds, which must cover
     the restart of an api that chaos killed (a kill during a restart prolongs the outage). Any other
@@ -82,8 +83,10 @@ class Clients:
         seed: int = 0,
         retry_pause: float = 0.1,
         grace: float = 20.0,
+        pace: float = 0.0,
     ) -> None:
         self._client = client
+        self._pace = pace
         self._retry_pause = retry_pause
         self._grace = grace
         self._stop = threading.Event()
@@ -132,7 +135,9 @@ class Clients:
         kinds, weights = list(MIX), list(MIX.values())
         with self._client() as client:
             n = 0
-            while not self._stop.is_set():
+            last = time.monotonic() - self._pace
+            while not self._stop.wait(max(0.0, last + self._pace - time.monotonic())):
+                last = time.monotonic()
                 kind = rng.choices(kinds, weights)[0]
                 request = Submitted(intake.new_id(), kind, payload_of(kind, rng, n))
                 with self._lock:
