@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 
 from core import clock
 from jobstore import claiming, db, statistics
@@ -69,7 +69,5 @@ def test_a_burst_into_a_table_counted_nearly_empty_is_analyzed_and_walked_in_ord
 
 
 def test_sqlite_has_no_statistics_to_refresh(tmp_path: Any) -> None:
-    from sqlalchemy import create_engine
-
     engine = create_engine(f"sqlite:///{tmp_path / 'store.db'}")
     assert statistics.stale(engine) == [] and statistics.refresh(engine) == []
