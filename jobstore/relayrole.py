@@ -166,14 +166,16 @@ def due(
 # PostgreSQL: the walk of `outbox.lease_order` (locking nothing, leaving out the rows the holder has
 # published and not yet written back), the rows' trace context and `next_due`, in one statement. It reads
 # nothing (`serves` false) when more rows are due than the read takes and they belong to several tenants:
-# that read needs the fair ranking, and `due` runs it after this one.
+# that read needs the fair ranking, and `due` runs it after this one. The rows left out are a hashed
+# `NOT IN`: `id <> ALL(...)` compared each row walked with every one of them (a relay's window holds up to
+# 1,000): 30-60 ms a read behind a backlog, 120-220 ms once the prepared statement's generic plan took over.
 _DUE_IN_ONE = db.Direct.of(
     text("""
 WITH due AS (
     SELECT id, job_id, tenant, priority FROM outbox
     WHERE published_at IS NULL AND available_at <= :b_now
       AND (lease_expires_at IS NULL OR lease_expires_at <= :b_now)
-      AND id <> ALL(CAST(:b_exclude AS bigint[]))
+      AND id NOT IN (SELECT unnest(CAST(:b_exclude AS bigint[])))
     ORDER BY priority, id
     LIMIT :b_walk
 ), walk AS (

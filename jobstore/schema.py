@@ -4,6 +4,7 @@ seconds."""
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Any
 
 from sqlalchemy import (
     Boolean,
@@ -18,6 +19,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
 from jobstore.states import State
@@ -99,6 +101,11 @@ attempts = Table(
     UniqueConstraint("job_id", "epoch", name="uq_attempts_job_id_epoch"),
 )
 
+_UNPUBLISHED_ONLY: dict[str, Any] = {
+    "postgresql_where": text("published_at IS NULL"),
+    "sqlite_where": text("published_at IS NULL"),
+}
+
 outbox = Table(
     "outbox",
     metadata,
@@ -116,8 +123,10 @@ outbox = Table(
     Column("tenant", String(255), nullable=False, default="", server_default=""),
     Index("ix_outbox_published_at_available_at", "published_at", "available_at"),
     Index("ix_outbox_job_id", "job_id"),
-    Index("ix_outbox_published_at_priority_id", "published_at", "priority", "id"),
-    Index("ix_outbox_published_at_tenant", "published_at", "tenant"),
+    # The unpublished rows only, in the orders the relays walk them (migration 0010 says why).
+    Index("ix_outbox_due_priority_id", "priority", "id", **_UNPUBLISHED_ONLY),
+    Index("ix_outbox_due_tenant", "tenant", **_UNPUBLISHED_ONLY),
+    Index("ix_outbox_due_available_at", "available_at", **_UNPUBLISHED_ONLY),
     sqlite_autoincrement=True,
 )
 
