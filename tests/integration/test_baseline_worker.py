@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from baseline import pacing
+from baseline import pacing, pool
 from baseline.pacing import FIRST_IDLE_PAUSE, MAX_IDLE_PAUSE, idle_pauses
 from baseline.worker import BaselineProcess
 from core import clock
@@ -36,6 +36,7 @@ from tests.conftest import make_settings
 from tests.support.invariants import check_invariants
 from tests.support.procs import wait_for
 from tests.support.store import job_row, new_job, new_jobs
+from worker import budget
 from worker.handback import Handback, hand_back
 from worker.shutdown import RELEASE_SETTLE_SECONDS
 
@@ -331,11 +332,16 @@ def test_the_worker_sweeps_a_lease_that_no_claim_may_take(
 
 
 def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_once(
-    settings: Settings, caplog: pytest.LogCaptureFixture
+    settings: Settings, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Short jobs first, so the worker claims ahead; then slow ones, which it claims ahead too until the
     # first runs long. Those still waiting for a thread then go back to the table, where any worker with
     # a thread free (here, this one again) claims them in their turn.
+    # Claiming ahead starts after 16 jobs in a row ran under half of `AHEAD_SECONDS`: at its 50 ms, one noop
+    # held up 25 ms by a loaded machine (the suite's other processes) kept the worker from ever claiming
+    # ahead. At 200 ms, a noop is short and a 0.5 s job long on any machine this suite runs on.
+    for module in (budget, pool):
+        monkeypatch.setattr(module, "AHEAD_SECONDS", 0.2)
     caplog.set_level(logging.INFO, logger="worker.runners")
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
@@ -343,7 +349,7 @@ def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_on
     succeeded = lambda: db.read(engine, queries.counts_by_state)["succeeded"]  # noqa: E731
     with running(engine, settings, concurrency=2):
         wait_for(lambda: succeeded() == len(short), 20, what="the short jobs succeeded")
-        slow = new_jobs(engine, 24, kind="sleep", payload={"seconds": 0.15})
+        slow = new_jobs(engine, 8, kind="sleep", payload={"seconds": 0.5})
         wait_for(lambda: succeeded() == len(short) + len(slow), 30, what="the slow jobs succeeded")
     said = [r.getMessage() for r in caplog.records if "claiming ahead stopped" in r.getMessage()]
     given = sum(int(message.split(": ")[1].split()[0]) for message in said)
