@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from bench import costs
+from bench import costs, machine
 from bench.deploy import Deployment
 from bench.observe import StoreWatch, Timings, cdf_ms, percentiles_ms, throughput
 from bench.options import Options
@@ -83,16 +83,17 @@ def idle(run: Run) -> dict[str, Any]:
 
 def _burst(run: Run, phase: str, submit: Any, how: dict[str, Any]) -> dict[str, Any]:
     tenant, tally = run.tenant(phase), Tally()
-    before = run.snapshot()
+    before, cpu_before = run.snapshot(), machine.read()
     submit(tenant, tally)
     finished = run.wait(tenant, tally.accepted)
+    cpu = machine.spent(cpu_before, machine.read(), tally.accepted)
     spent = costs.delta(before, run.snapshot())
     timings = run.watch.timings(tenant)
     return (
         how
         | throughput(timings)
         | {"finished": finished, "submitted": tally.as_dict()}
-        | {"cost": costs.per_job(spent, tally.accepted)}
+        | {"cost": costs.per_job(spent, tally.accepted), "machine": cpu}
         | _latencies(timings, with_cdf=False)
     )
 
@@ -131,9 +132,10 @@ def latency_light(run: Run) -> dict[str, Any]:
 def _open_loop_latency(run: Run, phase: str, rate: float) -> dict[str, Any]:
     o = run.options
     tenant, tally = run.tenant(phase), Tally()
-    before = run.snapshot()
+    before, cpu_before = run.snapshot(), machine.read()
     schedule = open_loop(lambda: run.store.submit(tenant, 1, tally), rate, o.duration, run.stop)
     finished = run.wait(tenant, tally.accepted)
+    cpu = machine.spent(cpu_before, machine.read(), tally.accepted)
     spent = costs.delta(before, run.snapshot())
     timings = run.watch.timings(tenant)
     return {
@@ -145,6 +147,7 @@ def _open_loop_latency(run: Run, phase: str, rate: float) -> dict[str, Any]:
         "finished": finished,
         "submitted": tally.as_dict(),
         "cost": costs.per_job(spent, tally.accepted),
+        "machine": cpu,
         "achieved": throughput(timings),
     } | _latencies(timings, with_cdf=True)
 

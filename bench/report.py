@@ -96,6 +96,17 @@ def _per_process(run: Result, *path: str, key: str | None = None, digits: int = 
     return ", ".join(f"{name} {_num(v, digits)}" for name, v in shown.items()) or "-"
 
 
+def _machine(run: Result, phase: str) -> str:
+    """All the machine's CPU per 1,000 jobs (with the store's and the broker's servers' part of it) and
+    how busy its cores were (`bench.machine`)."""
+    found = figure(run, phase, "machine")
+    if not found:
+        return "-"
+    cpu = found["cpu_seconds_per_1000_jobs"]
+    servers = ", ".join(f"{name} {_num(cpu[name], 2)}" for name in cpu if name != "all")
+    return f"{_num(cpu['all'], 2)} ({servers}); {_num(found['busy_percent'])} % of {found['cores']} cores"
+
+
 PHASES_BY_LOAD = ("burst_store", "burst_http", "latency")
 
 
@@ -192,6 +203,8 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
         "CPU s per 1,000 jobs (HTTP burst)",
         lambda r: _per_process(r, "burst_http", "cost", "cpu_seconds_per_1000_jobs"),
     ),
+    ("whole machine, store burst: CPU s per 1,000 jobs; cores busy", lambda r: _machine(r, "burst_store")),
+    ("whole machine, fixed load: CPU s per 1,000 jobs; cores busy", lambda r: _machine(r, "latency")),
     ("idle: statements/s", lambda r: _per_process(r, "idle", "per_process", key="statements_per_second")),
     ("broker outage", _outage),
     (

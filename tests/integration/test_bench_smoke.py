@@ -87,6 +87,9 @@ def _assert_burst(phase: dict[str, Any], processes: set[str]) -> None:
     assert cost["write_ms_per_job"] > 0
     assert processes <= set(cost["write_ms_per_job_by_process"])
     assert processes <= set(cost["cpu_seconds_per_1000_jobs"])
+    whole = phase["machine"]  # read from /proc: the tests run on Linux
+    assert whole["cpu_seconds_per_1000_jobs"]["all"] > 0 and 0 < whole["busy_percent"] <= 100
+    assert {"postgresql", "rabbitmq"} <= set(whole["cpu_seconds_per_1000_jobs"])
     start = phase["accept_to_start_ms"]
     assert 0 <= start["p50"] <= start["p95"] <= start["p99"] <= start["max"]
 
