@@ -7,9 +7,14 @@ of the spread between runs on a shared machine (fsync latency swings with other 
 from __future__ import annotations
 
 import sqlite3
+import statistics
+import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
+
+import pika
 
 SECONDS = 2.0
 
@@ -37,3 +42,78 @@ def single_row_commits(directory: Path, synchronous: str, seconds: float = SECON
         "seconds": round(elapsed, 2),
         "commits_per_second": round(commits / elapsed, 1),
     }
+
+
+# As far apart as the light load's jobs (20 a second): every process on the way wakes from idle.
+HOP_ROUNDS = 60
+HOP_GAP_SECONDS = 0.05
+
+
+def quorum_hop(url: str, rounds: int = HOP_ROUNDS, gap: float = HOP_GAP_SECONDS) -> dict[str, Any]:
+    """How long RabbitMQ takes to hand a message on right now: a persistent message published with
+    confirms to a quorum queue of its own (the kind the job queue is) until a consumer on a second
+    connection has it, `rounds` times, `gap` seconds apart. The broker path's floor between the relay's
+    publish and a consumer's claim: the quorum queue delivers a message once a majority has written it
+    (one node here: its own fsync)."""
+    queue = f"outbox-bridge.calibration.{uuid.uuid4().hex[:8]}"
+    publisher = pika.BlockingConnection(pika.URLParameters(url))
+    hops: list[float] = []
+    try:
+        channel = publisher.channel()
+        channel.queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+        channel.confirm_delivery()
+        ready, done = threading.Event(), threading.Event()
+        reader = threading.Thread(
+            target=_take_hops,
+            args=(url, queue, rounds, hops, ready, done, 10.0 + 2 * rounds * gap),
+            name="hop-reader",
+            daemon=True,
+        )
+        reader.start()
+        ready.wait(10.0)
+        for _ in range(rounds):
+            time.sleep(gap)
+            sent = repr(time.perf_counter()).encode()
+            channel.basic_publish("", queue, sent, pika.BasicProperties(delivery_mode=2))
+        done.wait(20.0 + 2 * rounds * gap)
+        channel.queue_delete(queue)
+    finally:
+        publisher.close()
+    hops.sort()
+    return {
+        "how": f"quorum queue, persistent, publisher confirms; {rounds} messages {gap * 1000:.0f} ms apart",
+        "messages": len(hops),
+        "publish_to_delivery_ms": {
+            "p50": round(statistics.median(hops) * 1000, 3) if hops else None,
+            "p99": round(hops[max(0, int(len(hops) * 0.99) - 1)] * 1000, 3) if hops else None,
+        },
+    }
+
+
+def _take_hops(
+    url: str,
+    queue: str,
+    rounds: int,
+    hops: list[float],
+    ready: threading.Event,
+    done: threading.Event,
+    within: float,
+) -> None:
+    """Consume `rounds` messages of `queue` on a connection of its own, noting each one's time on the way."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    try:
+        channel = connection.channel()
+        channel.basic_qos(prefetch_count=10)
+
+        def take(ch: Any, method: Any, _properties: Any, body: bytes) -> None:
+            hops.append(time.perf_counter() - float(body))
+            ch.basic_ack(method.delivery_tag)
+
+        channel.basic_consume(queue, take)
+        ready.set()
+        deadline = time.monotonic() + within
+        while len(hops) < rounds and time.monotonic() < deadline:
+            connection.process_data_events(time_limit=0.1)
+    finally:
+        done.set()
+        connection.close()

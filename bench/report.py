@@ -81,8 +81,11 @@ def _num(value: Any, digits: int = 1) -> str:
 
 
 def _percentiles(run: Result, phase: str, which: str) -> str:
-    p = figure(run, phase, which) or {}
-    return " / ".join(_num(p.get(k), 2) for k in ("p50", "p95", "p99")) if p else "-"
+    return _percentiles_of(figure(run, phase, which), "p50", "p95", "p99")
+
+
+def _percentiles_of(found: dict[str, Any] | None, *keys: str) -> str:
+    return " / ".join(_num(found.get(k), 2) for k in keys) if found else "-"
 
 
 def _offered(run: Result, phase: str) -> str:
@@ -137,6 +140,12 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     (
         "SQLite single-row commits/s (calibration)",
         lambda r: _num((r.get("calibration") or {}).get("commits_per_second")),
+    ),
+    (
+        "RabbitMQ quorum queue, publish-to-delivery p50 / p99 ms, 20 messages/s (calibration)",
+        lambda r: _percentiles_of(
+            (r.get("broker_calibration") or {}).get("publish_to_delivery_ms"), "p50", "p99"
+        ),
     ),
     (
         "store burst: jobs/s accepted-to-succeeded",

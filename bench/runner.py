@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 
 from bench import loadgen, phases, plots, probes, report, targets
-from bench.calibrate import single_row_commits
+from bench.calibrate import quorum_hop, single_row_commits
 from bench.deploy import BROKER, Deployment, broker_version, run_settings
 from bench.observe import StoreWatch
 from bench.options import Options, parse
@@ -137,6 +137,8 @@ def run_deployment(
         cleanup.callback(lambda: result.update(pids=deployment.names()))
         try:
             result["calibration"] = single_row_commits(workdir, synchronous)
+            if mode == BROKER:
+                result["broker_calibration"] = quorum_hop(settings.rabbitmq_url)
             _started(deployment, label)
             run = _run_context(label, options, deployment, settings, stop, cleanup)
             _run_phases(run, phase_list(options, mode, full), result, proxy)

@@ -97,6 +97,12 @@ def _assert_burst(phase: dict[str, Any], processes: set[str]) -> None:
 def _assert_run(run: dict[str, Any]) -> None:
     assert "error" not in run
     assert run["calibration"]["commits_per_second"] > 0
+    if run["mode"] == "broker":  # the quorum queue's own hop, timed on a queue of its own
+        hop = run["broker_calibration"]
+        assert (
+            hop["messages"] == 60
+            and 0 < hop["publish_to_delivery_ms"]["p50"] <= hop["publish_to_delivery_ms"]["p99"]
+        )
     phases = run["phases"]
     expected = {"warmup", "idle", "burst_store", "burst_http", "http_api", "http_whole", "latency"}
     expected |= {"latency_light"}
