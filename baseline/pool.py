@@ -15,7 +15,8 @@ back to the table (`worker.runners.Runners.give_back_waiting`), so a worker with
 Pacing: while every room is taken, the claimer waits for a job to finish (while claiming ahead, at most
 `AHEAD_SECONDS`, to notice one that runs long); after a round that found fewer due
 jobs than room, it polls again after `FIRST_IDLE_PAUSE`, doubling on each empty poll up to `MAX_IDLE_PAUSE`
-(`baseline.pacing`). A commit's doorbell (`baseline.listening`) cuts any wait short. A busy or unreachable
+(`baseline.pacing`); while the process listens on its doorbell (`baseline.listening`), at the longest
+pause at once, since each commit of due jobs rings it and cuts any wait short. A busy or unreachable
 store pauses the claimer at the longest pause; it never ends it, and outcomes it could not commit are
 committed by a later round (the fence makes a late one harmless).
 """
@@ -116,6 +117,8 @@ class ClaimPool:
         )
         self._outcomes: list[Finished] = []  # finished, waiting for the next round to commit them
         self._round = threading.Lock()
+        # Whether the process listens on its store's bell now (`baseline.listening`); set by the process.
+        self.bell_open: Callable[[], bool] = lambda: False
         self.tally = OutcomeCounts()
         self._claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
 
@@ -191,7 +194,8 @@ class ClaimPool:
         """How long to wait for a finished job or a nudge before the next round: not at all for outcomes
         still to commit; while every room is taken, until a job finishes (it wakes the claimer), but at most
         `AHEAD_SECONDS` while claiming ahead (to notice a job that runs long); indefinitely once stopping;
-        otherwise the idle pause, which starts over when a round found work."""
+        otherwise the idle pause, which starts over when a round found work (the longest at once while the
+        process's bell is open: `bell_open`)."""
         if self._outcomes:
             return 0.0
         if self._stopping.is_set():
@@ -200,6 +204,11 @@ class ClaimPool:
             return AHEAD_SECONDS if self._runners.bursting else None
         if claimed:
             pauses.reset()
+        if self.bell_open():
+            # Every commit of due jobs nudges the claimer at once: quick polls after work would only find
+            # what the bell announces. What no commit announces (a lease that ran out, a tenant back under
+            # its cap) is left to the idle pause, as while idle.
+            return pauses.at_cap()
         return pauses.failed()
 
     def _write_round(self) -> tuple[int, int]:

@@ -51,6 +51,7 @@ class BaselineProcess:
         )
         self.sweeper = SweepLoop(engine, settings, self.stopping)
         self.listening = Listening(settings, self.pool.nudge, self.stopping)
+        self.pool.bell_open = lambda: self.listening.listening
         self.heartbeat = Heartbeat(engine, settings, "worker", runner_detail(self.keeper, concurrency))
 
     def start(self) -> BaselineProcess:

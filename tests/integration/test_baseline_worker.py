@@ -179,6 +179,34 @@ def test_an_idle_worker_is_woken_by_a_commit_instead_of_waiting_out_its_pause(
     assert took < 2.0, f"ran after {took:.2f}s: the worker waited out its idle pause"
 
 
+def test_a_listening_worker_does_not_poll_quickly_after_each_job(settings: Settings, engine: Engine) -> None:
+    # Each commit of a due job rings the bell, so quick polls after work would find nothing. Without a bell
+    # the pause after a round that took less than its room starts at about a millisecond and doubles: some
+    # six polls in each 100 ms gap (70 write transactions here where 31 are enough).
+    jobs, gap = 10, 0.1
+    with running(engine, settings, concurrency=2) as process:
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        time.sleep(0.3)
+        before, started = db.stats.snapshot()["write_transactions"], time.monotonic()
+        job_ids = []
+        for i in range(jobs):
+            job_ids.append(new_job(engine, key=f"paced-{i}"))
+            time.sleep(gap)
+        wait_for(
+            lambda: all(job_row(engine, j).state is State.SUCCEEDED for j in job_ids), 10, what="the jobs run"
+        )
+        written = db.stats.snapshot()["write_transactions"] - before - jobs  # less the accepts above
+        idle_polls = (time.monotonic() - started) / (
+            MAX_IDLE_PAUSE / 2
+        )  # the idle pause: at least half its cap
+        assert process.shutdown() == 0
+    # A claim and a commit per job, the idle polls, and a few of the keeper's, sweeper's and heartbeat's.
+    allowed = 2 * jobs + idle_polls + 5
+    assert written <= allowed, (
+        f"{written} write transactions for {jobs} jobs (at most {allowed:.0f} expected)"
+    )
+
+
 @pytest.mark.databases("sqlite")
 def test_workers_pause_on_a_removed_store_say_why_once_and_resume_once_it_is_restored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
