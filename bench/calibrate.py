@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pika
+import pika.exceptions
 
 SECONDS = 2.0
 
@@ -53,8 +54,16 @@ def quorum_hop(url: str, rounds: int = HOP_ROUNDS, gap: float = HOP_GAP_SECONDS)
     """How long RabbitMQ takes to hand a message on right now: a persistent message published with
     confirms to a quorum queue of its own (the kind the job queue is) until a consumer on a second
     connection has it, `rounds` times, `gap` seconds apart. The broker path's floor between the relay's
-    publish and a consumer's claim: the quorum queue delivers a message once a majority has written it
-    (one node here: its own fsync)."""
+    publish and a consumer's claim: the quorum queue delivers a message once a majority of its members
+    has written it to its log (a single node: its own write). A broker that cannot be reached gives an
+    `error` instead of the figures."""
+    try:
+        return _quorum_hop(url, rounds, gap)
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _quorum_hop(url: str, rounds: int, gap: float) -> dict[str, Any]:
     queue = f"outbox-bridge.calibration.{uuid.uuid4().hex[:8]}"
     publisher = pika.BlockingConnection(pika.URLParameters(url))
     hops: list[float] = []
@@ -100,8 +109,9 @@ def _take_hops(
     within: float,
 ) -> None:
     """Consume `rounds` messages of `queue` on a connection of its own, noting each one's time on the way."""
-    connection = pika.BlockingConnection(pika.URLParameters(url))
+    connection = None
     try:
+        connection = pika.BlockingConnection(pika.URLParameters(url))
         channel = connection.channel()
         channel.basic_qos(prefetch_count=10)
 
@@ -116,4 +126,5 @@ def _take_hops(
             connection.process_data_events(time_limit=0.1)
     finally:
         done.set()
-        connection.close()
+        if connection is not None and connection.is_open:
+            connection.close()
