@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Engine, create_engine, func, select
 
 from jobstore.schema import jobs, outbox
-from jobstore.states import TERMINAL, State
+from jobstore.states import ACTIVE, TERMINAL, State
 
 if TYPE_CHECKING:
     import numpy as np
 
 TERMINAL_VALUES = [s.value for s in TERMINAL]
+ACTIVE_VALUES = sorted(s.value for s in ACTIVE)
 PERCENTILES = (50, 95, 99)
 
 
@@ -73,6 +74,13 @@ class StoreWatch:
         succeeded = counts.pop(State.SUCCEEDED.value, 0)
         return Progress(succeeded, sum(counts.values()))
 
+    def unfinished(self, tenant: str) -> int:
+        """How many jobs of `tenant` are still queued or running: a range of the (state, tenant) index that
+        shrinks as they finish, where counting the finished jobs reads every one of them."""
+        query = select(func.count()).where(jobs.c.state.in_(ACTIVE_VALUES), jobs.c.tenant == tenant)
+        with self.engine.connect() as conn:
+            return int(conn.execute(query).scalar_one())
+
     def wait_finished(
         self,
         tenant: str,
@@ -81,14 +89,19 @@ class StoreWatch:
         stop: threading.Event,
         poll: float = 0.05,
     ) -> Progress:
-        """Wait until `expected` jobs of `tenant` are terminal; `PhaseTimeout` past `timeout` seconds."""
+        """Wait until `expected` jobs of `tenant` are terminal; `PhaseTimeout` past `timeout` seconds. While
+        some are unfinished it counts only those (`unfinished`): counting the finished ones took 8 ms of
+        PostgreSQL's time a poll in a 5,000-job burst (20 polls a second), taken from the work it measures;
+        the unfinished ones take about half."""
         deadline = time.monotonic() + timeout
         while True:
             want = expected() if callable(expected) else expected
-            progress = self.progress(tenant)
-            if progress.finished >= want:
-                return progress
+            if not self.unfinished(tenant):
+                progress = self.progress(tenant)
+                if progress.finished >= want:
+                    return progress
             if time.monotonic() >= deadline:
+                progress = self.progress(tenant)
                 raise PhaseTimeout(f"{tenant}: {progress.finished} of {want} jobs finished in {timeout:.0f}s")
             if stop.wait(poll):
                 raise KeyboardInterrupt
