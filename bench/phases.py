@@ -81,19 +81,34 @@ def idle(run: Run) -> dict[str, Any]:
     return {"seconds": run.options.idle_seconds, "per_process": costs.rates(spent)}
 
 
+Start = tuple[costs.Snapshot, machine.Reading | None]
+
+
+def _start(run: Run) -> Start:
+    """The counters at a phase's start: each process's (`costs`) and the whole machine's (`machine`)."""
+    return run.snapshot(), machine.read()
+
+
+def _costs_since(run: Run, start: Start, jobs: int) -> dict[str, Any]:
+    """What the phase's `jobs` cost since `start`: by process (`costs.per_job`) and the whole machine's
+    CPU (`machine.spent`), read first: `run.snapshot` may wait up to a second for fresh counters."""
+    before, reading = start
+    cpu = machine.spent(reading, machine.read(), jobs)
+    return {"cost": costs.per_job(costs.delta(before, run.snapshot()), jobs), "machine": cpu}
+
+
 def _burst(run: Run, phase: str, submit: Any, how: dict[str, Any]) -> dict[str, Any]:
     tenant, tally = run.tenant(phase), Tally()
-    before, cpu_before = run.snapshot(), machine.read()
+    start = _start(run)
     submit(tenant, tally)
     finished = run.wait(tenant, tally.accepted)
-    cpu = machine.spent(cpu_before, machine.read(), tally.accepted)
-    spent = costs.delta(before, run.snapshot())
+    cost = _costs_since(run, start, tally.accepted)
     timings = run.watch.timings(tenant)
     return (
         how
         | throughput(timings)
         | {"finished": finished, "submitted": tally.as_dict()}
-        | {"cost": costs.per_job(spent, tally.accepted), "machine": cpu}
+        | cost
         | _latencies(timings, with_cdf=False)
     )
 
@@ -132,11 +147,10 @@ def latency_light(run: Run) -> dict[str, Any]:
 def _open_loop_latency(run: Run, phase: str, rate: float) -> dict[str, Any]:
     o = run.options
     tenant, tally = run.tenant(phase), Tally()
-    before, cpu_before = run.snapshot(), machine.read()
+    start = _start(run)
     schedule = open_loop(lambda: run.store.submit(tenant, 1, tally), rate, o.duration, run.stop)
     finished = run.wait(tenant, tally.accepted)
-    cpu = machine.spent(cpu_before, machine.read(), tally.accepted)
-    spent = costs.delta(before, run.snapshot())
+    cost = _costs_since(run, start, tally.accepted)
     timings = run.watch.timings(tenant)
     return {
         "path": "store",
@@ -146,8 +160,7 @@ def _open_loop_latency(run: Run, phase: str, rate: float) -> dict[str, Any]:
         "max_schedule_lag_ms": round(schedule.max_lag_seconds * 1000, 2),
         "finished": finished,
         "submitted": tally.as_dict(),
-        "cost": costs.per_job(spent, tally.accepted),
-        "machine": cpu,
+        **cost,
         "achieved": throughput(timings),
     } | _latencies(timings, with_cdf=True)
 
