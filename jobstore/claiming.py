@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from jobstore import db, events, fenced, outbox, queries, tenantcap
-from jobstore.intake import new_id
+from jobstore.intake import new_attempt_id
 from jobstore.records import Claim, Job
 from jobstore.schema import JOB_COLUMNS, attempts, jobs, state_in
 from jobstore.schema import outbox as outbox_rows
@@ -167,7 +167,7 @@ def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds:
     job = Job.from_row(row)
     _lose_previous(conn, [job], now)
     events.note(conn, [events.of_job("claimed", job, worker=worker)])
-    attempt_id = new_id()
+    attempt_id = new_attempt_id()
     conn.execute(_INSERT_ATTEMPT, _attempt_row(job, attempt_id, worker, now))
     return ClaimResult(claim=_as_claim(job, attempt_id, worker), state=State.RUNNING)
 
@@ -220,7 +220,7 @@ def _take_many(
         return {}
     params: dict[str, Any] = {"b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
     if conn.dialect.name == "postgresql":
-        attempt_ids = {job_id: new_id() for job_id in job_ids}
+        attempt_ids = {job_id: new_attempt_id() for job_id in job_ids}
         params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
         statement = _CLAIM_DUE_PG if drop_pending else _CLAIM_MANY_PG
         rows = db.direct_in(conn, statement, params, "b_ids", job_ids, prepared=True)
@@ -229,7 +229,7 @@ def _take_many(
     else:
         rows = db.direct_in(conn, _CLAIM_MANY, params, "b_ids", job_ids)
         taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
-        attempt_ids = {job.id: new_id() for job in taken}
+        attempt_ids = {job.id: new_attempt_id() for job in taken}
         written = set()
         if drop_pending:
             outbox.drop_pending_many(conn, [job.id for job in taken])
