@@ -23,7 +23,7 @@ from typing import Any
 from api.auth import issue_token
 from bench.observe import throughput
 from bench.pausing import paused
-from bench.phases import Run
+from bench.phases import Run, costs_since, start_costs
 from bench.submit import OWNER
 
 CONNECTIONS = 16
@@ -67,9 +67,18 @@ def http_api(run: Run) -> dict[str, Any]:
         return skipped()
     tenant = run.tenant("http-api")
     others = [s for name, s in run.deployment.stack.services.items() if name != "api"]
+    start = start_costs(run)
     with paused(others, run.deployment.settings) as tries:
         figures = _wrk(run, tenant)
-    return figures | {"finished": run.wait(tenant, figures["stored"]), "pause_tries": tries}
+    spent = costs_since(run, start, figures["stored"])
+    api_cpu = spent["cost"]["cpu_seconds_per_1000_jobs"].get("api")
+    return figures | {
+        # The api's CPU per job it accepted (ms), and the whole machine's while only the api and wrk ran.
+        "api_cpu_ms_per_job": api_cpu,
+        "machine": spent["machine"],
+        "finished": run.wait(tenant, figures["stored"]),
+        "pause_tries": tries,
+    }
 
 
 def http_whole(run: Run) -> dict[str, Any]:

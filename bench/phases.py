@@ -84,12 +84,12 @@ def idle(run: Run) -> dict[str, Any]:
 Start = tuple[costs.Snapshot, machine.Reading | None]
 
 
-def _start(run: Run) -> Start:
+def start_costs(run: Run) -> Start:
     """The counters at a phase's start: each process's (`costs`) and the whole machine's (`machine`)."""
     return run.snapshot(), machine.read()
 
 
-def _costs_since(run: Run, start: Start, jobs: int) -> dict[str, Any]:
+def costs_since(run: Run, start: Start, jobs: int) -> dict[str, Any]:
     """What the phase's `jobs` cost since `start`: by process (`costs.per_job`) and the whole machine's
     CPU (`machine.spent`), read first: `run.snapshot` may wait up to a second for fresh counters."""
     before, reading = start
@@ -99,10 +99,10 @@ def _costs_since(run: Run, start: Start, jobs: int) -> dict[str, Any]:
 
 def _burst(run: Run, phase: str, submit: Any, how: dict[str, Any]) -> dict[str, Any]:
     tenant, tally = run.tenant(phase), Tally()
-    start = _start(run)
+    start = start_costs(run)
     submit(tenant, tally)
     finished = run.wait(tenant, tally.accepted)
-    cost = _costs_since(run, start, tally.accepted)
+    cost = costs_since(run, start, tally.accepted)
     timings = run.watch.timings(tenant)
     return (
         how
@@ -147,10 +147,10 @@ def latency_light(run: Run) -> dict[str, Any]:
 def _open_loop_latency(run: Run, phase: str, rate: float) -> dict[str, Any]:
     o = run.options
     tenant, tally = run.tenant(phase), Tally()
-    start = _start(run)
+    start = start_costs(run)
     schedule = open_loop(lambda: run.store.submit(tenant, 1, tally), rate, o.duration, run.stop)
     finished = run.wait(tenant, tally.accepted)
-    cost = _costs_since(run, start, tally.accepted)
+    cost = costs_since(run, start, tally.accepted)
     timings = run.watch.timings(tenant)
     return {
         "path": "store",

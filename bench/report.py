@@ -126,6 +126,14 @@ def _wrk(run: Result, phase: str) -> str:
     return f"{_num(found['accepted_per_second'])} ({_num(latency['50'], 2)} / {_num(latency['99'], 2)})"
 
 
+def _wrk_cpu(run: Result) -> str:
+    api = figure(run, "http_api", "api_cpu_ms_per_job")
+    everything = figure(run, "http_api", "machine", "cpu_seconds_per_1000_jobs", "all")
+    if api is None and everything is None:
+        return "-"
+    return f"{_num(api, 3)} / {_num(everything, 3)}"
+
+
 def _outage(run: Result) -> str:
     if run["mode"] != "broker" or figure(run, "outage") is None:
         return "-"
@@ -155,6 +163,7 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     ("HTTP burst: jobs/s accepted-to-succeeded", lambda r: _num(figure(r, "burst_http", "jobs_per_second"))),
     ("HTTP burst: accepts/s (202s)", lambda r: _num(figure(r, "burst_http", "accepts_per_second"))),
     ("wrk, api alone: 202s/s (p50 / p99 ms)", lambda r: _wrk(r, "http_api")),
+    ("wrk, api alone: CPU ms per job, api / whole machine (wrk's part too)", _wrk_cpu),
     ("wrk, whole deployment: 202s/s (p50 / p99 ms)", lambda r: _wrk(r, "http_whole")),
     (
         "wrk, whole deployment: jobs/s accepted-to-succeeded",

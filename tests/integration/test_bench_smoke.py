@@ -122,6 +122,12 @@ def _assert_run(run: dict[str, Any]) -> None:
     if "fsync" in phases:
         assert phases["fsync"]["fsyncs_per_job"] > 0  # synchronous=FULL syncs every commit
     _assert_wrk(phases["http_api"], phases["http_whole"])
+    if "skipped" not in phases["http_api"]:  # the api's own CPU, and the machine's with wrk's
+        assert (
+            0
+            < phases["http_api"]["api_cpu_ms_per_job"]
+            < phases["http_api"]["machine"]["cpu_seconds_per_1000_jobs"]["all"]
+        )
 
 
 def _assert_wrk(*measured: dict[str, Any]) -> None:
