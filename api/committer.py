@@ -118,6 +118,8 @@ class GroupCommitter:
             thread.join(STOP_TIMEOUT_SECONDS)
 
     def _ensure_started(self) -> None:
+        if self._thread is not None:  # the usual case, without the lock
+            return
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(target=self._write_loop, name="group-commit", daemon=True)

@@ -6,11 +6,12 @@ telemetry, body-limit and exit-stack layers, then the project's headers, request
 the routing through the included router, ten dependencies, and reading and validating the body. Under
 load that was most of the api's CPU per accepted job.
 
-`LeanFront` is the outermost layer of the app (`api.app.App` builds it around the middleware stack). It
-takes a `POST /jobs` whose headers are each sent once, with a Content-Length within MAX_BODY_BYTES, reads
-the body itself (within HTTP_BODY_TIMEOUT_SECONDS, or it answers `body-timeout` as the body limit does)
-and, when the request is as the route would take it (a JSON body that is a valid `JobCreate`, a bearer
-token the deployment accepts, one Idempotency-Key of 1 to 255 characters), calls the route's `accept_job`.
+`LeanFront` is the outermost layer of the app (`api.app.App` puts it in front of FastAPI's own handling of
+a request, so FastAPI's telemetry check and Starlette's dispatch are skipped too). It takes a `POST /jobs`
+whose headers are each sent once, with a Content-Length within MAX_BODY_BYTES, reads the body itself
+(within HTTP_BODY_TIMEOUT_SECONDS, or it answers `body-timeout` as the body limit does) and, when the
+request is as the route would take it (a JSON body that is a valid `JobCreate`, a bearer token the
+deployment accepts, one Idempotency-Key of 1 to 255 characters), calls the route's `accept_job`.
 Anything else (a bad token, a missing key, a body that does not validate, a chunked body, an unusual
 header) goes through the whole stack to the FastAPI route with the body replayed, so every refusal is the
 one the route has always given, word for word.
@@ -49,7 +50,7 @@ Handler = Callable[[Request, Exception], Any]
 
 
 class LeanFront:
-    """The fast path of `POST /jobs` (see the module) in front of `stack`, the app's middleware stack.
+    """The fast path of `POST /jobs` (see the module) in front of `stack`, the app as FastAPI serves it.
     `state` is the app's (settings, committer, metrics, links); `handlers` its exception handlers, by
     exception class (`Exception`'s is the error handler for what no other handler takes)."""
 

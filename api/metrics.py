@@ -10,6 +10,7 @@ scrape with `503`. With `--workers N` each worker process counts its own request
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
@@ -45,15 +46,25 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        # Each label set's child, looked up once: `labels()` takes a lock and builds a key every time.
+        self._request_counters: dict[tuple[str, str, int], Any] = {}
+        self._accepted_counters: dict[str, Any] = {}
         instruments.register(self.registry, "api")
         self.registry.register(StoreClientCollector(db.stats.snapshot))
         self.registry.register(StoreCollector(read_store, strict=True))
 
     def request_done(self, method: str, route: str, status: int) -> None:
-        self._requests.labels(method, route, str(status)).inc()
+        key = (method, route, status)
+        counter = self._request_counters.get(key)
+        if counter is None:  # the label sets are bounded: known methods, route templates, statuses
+            counter = self._request_counters[key] = self._requests.labels(method, route, str(status))
+        counter.inc()
 
     def job_accepted(self, kind: str) -> None:
-        self._accepted.labels(kind).inc()
+        counter = self._accepted_counters.get(kind)
+        if counter is None:
+            counter = self._accepted_counters[kind] = self._accepted.labels(kind)
+        counter.inc()
 
     def render(self) -> bytes:
         return render(self.registry)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -128,29 +129,47 @@ class JobView(BaseModel):
     def of(cls, job: Job, now: float | None = None, links: LinkSigner | None = None) -> JobView:
         """The view of `job` at `now` (the clock's, unless given), its result link signed by `links` (without
         one, as on the command line: the path that takes a bearer token, and no expiry)."""
-        now = clock.now() if now is None else now
-        link = _result_link(job, now, links)
+        fields = view_fields(job, now, links)
+        progress, error = fields["progress"], fields["error"]
         return cls.model_construct(
-            id=job.id,
-            kind=job.kind,
-            state=job.state,
-            attempts=job.attempts,
-            created_at=isoformat(job.created_at),
-            updated_at=isoformat(job.updated_at),
-            deadline_at=isoformat(job.deadline_at),
-            run_at=isoformat(job.run_at),
-            priority=job.priority.label,
-            cancel_requested=job.cancel_requested,
-            progress=_progress(job),
-            waited_seconds=_waited(job, now),
-            result_url=link.url if link else None,
-            result_expires_at=isoformat(link.expires) if link else None,
-            error=(
-                ErrorView.model_construct(code=job.error_code, message=job.error_message or "")
-                if job.error_code
-                else None
-            ),
-        )
+            **fields | {
+                "progress": None if progress is None else ProgressView.model_construct(**progress),
+                "error": None if error is None else ErrorView.model_construct(**error),
+            }
+        )  # fmt: skip
+
+
+def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = None) -> dict[str, Any]:
+    """`JobView.of`'s fields, in its order, as plain values (the nested views as dicts)."""
+    now = clock.now() if now is None else now
+    link = _result_link(job, now, links)
+    return {
+        "id": job.id,
+        "kind": job.kind,
+        "state": job.state,
+        "attempts": job.attempts,
+        "created_at": isoformat(job.created_at),
+        "updated_at": isoformat(job.updated_at),
+        "deadline_at": isoformat(job.deadline_at),
+        "run_at": isoformat(job.run_at),
+        "priority": job.priority.label,
+        "cancel_requested": job.cancel_requested,
+        "progress": _progress(job),
+        "waited_seconds": _waited(job, now),
+        "result_url": link.url if link else None,
+        "result_expires_at": isoformat(link.expires) if link else None,
+        "error": {"code": job.error_code, "message": job.error_message or ""} if job.error_code else None,
+    }
+
+
+# As pydantic writes a JobView: compact, and non-ASCII text as UTF-8 rather than escaped.
+_encode_view = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+
+
+def view_json(job: Job, now: float | None = None, links: LinkSigner | None = None) -> bytes:
+    """`JobView.of(job, now, links).model_dump_json()`, encoded without building the model (what every
+    answer of `POST /jobs` and `GET /jobs/{id}` sends)."""
+    return _encode_view(view_fields(job, now, links)).encode()
 
 
 def _result_link(job: Job, now: float, links: LinkSigner | None) -> ResultLink | None:
@@ -162,14 +181,14 @@ def _result_link(job: Job, now: float, links: LinkSigner | None) -> ResultLink |
     return links.link(job.id, job.tenant, job.result_attempt_id, now)
 
 
-def _progress(job: Job) -> ProgressView | None:
+def _progress(job: Job) -> dict[str, int | None] | None:
     """The progress the job's kind reads in its checkpoint, kept under the fence: a checkpoint an earlier
     attempt saved counts only for a kind whose new attempt resumes from it (`Kind.progress_of`)."""
     kind = KINDS.get(job.kind)
     if kind is None:
         return None
     found: Progress | None = kind.progress_of(job.checkpoint, current=job.checkpoint_epoch == job.epoch)
-    return None if found is None else ProgressView.model_construct(done=found.done, total=found.total)
+    return None if found is None else {"done": found.done, "total": found.total}
 
 
 def _waited(job: Job, now: float) -> float | None:

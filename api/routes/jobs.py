@@ -39,7 +39,7 @@ from api.problems import (
     UNKNOWN_KIND,
     issues,
 )
-from api.schemas import JobCreate, JobPage, JobView, job_url
+from api.schemas import JobCreate, JobPage, JobView, job_url, view_json
 from core import clock, faults
 from core.settings import Settings
 from handlers.base import Kind
@@ -59,6 +59,13 @@ JSON = "application/json"
 def _json(view: JobView | JobPage, status: int = 200, headers: dict[str, str] | None = None) -> Response:
     # Already validated by construction: serialize once, skipping FastAPI's response-model round trip.
     return Response(view.model_dump_json(), status_code=status, media_type=JSON, headers=headers)
+
+
+def _job_json(
+    job: Job, links: LinkSigner, status: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """The job's view as `_json(JobView.of(job, links=links))` answers it, encoded without the model."""
+    return Response(view_json(job, links=links), status_code=status, media_type=JSON, headers=headers)
 
 
 @router.post(
@@ -126,7 +133,7 @@ async def accept_job(
     faults.hit("api.after_commit")
     if accepted.created:
         metrics.job_accepted(kind.name)
-    return _json(JobView.of(accepted.job, links=links), 202, {"Location": job_url(accepted.job.id)})
+    return _job_json(accepted.job, links, 202, {"Location": job_url(accepted.job.id)})
 
 
 def _accepted_kind(name: str, settings: Settings) -> Kind:
@@ -199,7 +206,7 @@ def read_job(job_id: str, identity: IdentityDep, engine: EngineDep, links: Links
     job = db.read(engine, queries.get_job, job_id, tenant=identity.tenant)
     if job is None:
         raise JobNotFound(job_id)
-    return _json(JobView.of(job, links=links))
+    return _job_json(job, links)
 
 
 @router.post(
@@ -220,7 +227,7 @@ def cancel_job(job_id: str, identity: IdentityDep, engine: EngineDep, links: Lin
     committed result stands."""
     outcome, job = db.transact(engine, _cancel, job_id, clock.now(), identity.tenant)
     status = 202 if outcome is operator.CancelOutcome.REQUESTED else 200
-    return _json(JobView.of(job, links=links), status)
+    return _job_json(job, links, status)
 
 
 def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[operator.CancelOutcome, Job]:
