@@ -22,9 +22,13 @@ SERVERS = {"postgresql": ("postgres",), "rabbitmq": ("beam.smp",)}
 
 @dataclass(frozen=True)
 class Reading:
-    at: float  # time.monotonic()
+    at: float  # time.monotonic() when `/proc/stat` was read
     busy: float  # CPU seconds all cores spent busy since boot (user, nice, system, irq, softirq)
     servers: dict[str, float]  # CPU seconds of each server's live processes
+    # CPU seconds of all cores since boot, busy or not (the busy, idle, iowait and steal ticks): the share
+    # of the cores' time that was busy is taken from these counters alone, not from the clock, which is
+    # read a moment apart from them (a share over 100 % once).
+    total: float | None = None
 
 
 def read(proc: Path = PROC) -> Reading | None:
@@ -34,14 +38,17 @@ def read(proc: Path = PROC) -> Reading | None:
         first = (proc / "stat").read_text().splitlines()[0].split()
     except (OSError, IndexError):
         return None
-    user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in first[1:8])
+    at = time.monotonic()
+    user, nice, system, idle, iowait, irq, softirq = (int(v) for v in first[1:8])
+    steal = int(first[8]) if len(first) > 8 else 0
+    busy = user + nice + system + irq + softirq
     servers = dict.fromkeys(SERVERS, 0.0)
     for stat in proc.glob("[0-9]*/stat"):
         name, ticks = _process(stat)
         for server, names in SERVERS.items():
             if name in names:
                 servers[server] += ticks / tick
-    return Reading(time.monotonic(), (user + nice + system + irq + softirq) / tick, servers)
+    return Reading(at, busy / tick, servers, (busy + idle + iowait + steal) / tick)
 
 
 def _process(stat: Path) -> tuple[str | None, int]:
@@ -63,10 +70,14 @@ def spent(before: Reading | None, after: Reading | None, jobs: int) -> dict[str,
     cores = os.cpu_count() or 1
     busy = after.busy - before.busy
     per_server = {name: after.servers[name] - before.servers[name] for name in SERVERS}
+    if before.total is not None and after.total is not None and after.total > before.total:
+        capacity = after.total - before.total
+    else:
+        capacity = (after.at - before.at) * cores
     return {
         "seconds": round(after.at - before.at, 3),
         "cores": cores,
-        "busy_percent": round(100 * busy / ((after.at - before.at) * cores), 1),
+        "busy_percent": round(min(100.0, 100 * busy / capacity), 1),
         "cpu_seconds_per_1000_jobs": {"all": round(busy * 1000 / jobs, 3)}
         | {name: round(max(0.0, seconds) * 1000 / jobs, 3) for name, seconds in per_server.items()},
     }

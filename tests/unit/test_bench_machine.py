@@ -39,6 +39,18 @@ def test_a_reading_sums_the_busy_ticks_and_each_servers_processes(tmp_path: Path
     assert reading is not None
     assert reading.busy == pytest.approx((100 + 5 + 50 + 3 + 2) / TICK)  # idle and iowait left out
     assert reading.servers == pytest.approx({"postgresql": 60 / TICK, "rabbitmq": 30 / TICK})
+    assert reading.total == pytest.approx((100 + 5 + 50 + 9000 + 7 + 3 + 2) / TICK)  # steal 0 here
+
+
+def test_the_busy_share_comes_from_the_counters_not_the_clock() -> None:
+    # The clock says 1.9 s passed where the counters saw 2 s of both cores: the share is still at most all.
+    before = machine.Reading(at=10.0, busy=100.0, servers=dict.fromkeys(machine.SERVERS, 0.0), total=500.0)
+    after = machine.Reading(at=11.9, busy=103.0, servers=before.servers, total=504.0)
+    found = machine.spent(before, after, jobs=100)
+    assert found is not None and found["busy_percent"] == 75.0
+    saturated = machine.Reading(at=11.9, busy=104.0, servers=before.servers, total=504.0)
+    found = machine.spent(before, saturated, jobs=100)
+    assert found is not None and found["busy_percent"] == 100.0
 
 
 def test_what_a_phase_spent_is_per_1000_jobs_and_a_share_of_the_cores() -> None:
