@@ -16,7 +16,8 @@ Pacing: while every room is taken, the claimer waits for a job to finish (while 
 `AHEAD_SECONDS`, to notice one that runs long); after a round that found fewer due
 jobs than room, it polls again after `FIRST_IDLE_PAUSE`, doubling on each empty poll up to `MAX_IDLE_PAUSE`
 (`baseline.pacing`); while the process listens on its doorbell (`baseline.listening`), at the longest
-pause at once, since each commit of due jobs rings it and cuts any wait short. A busy or unreachable
+pause at once, since each commit of due jobs rings it and cuts any wait short. A poll its pause started
+reads whether any job is due before it takes the write lock (`claiming.any_due`). A busy or unreachable
 store pauses the claimer at the longest pause; it never ends it, and outcomes it could not commit are
 committed by a later round (the fence makes a late one harmless).
 """
@@ -48,7 +49,7 @@ from worker.commit import backoff_of, commit_outcomes
 from worker.handback import Handback, hand_back, hand_back_all
 from worker.inbox import STOP, take_batch
 from worker.lease import Held, LeaseKeeper
-from worker.polling import claim_due
+from worker.polling import any_due, claim_due
 from worker.runners import Finished, Runners
 
 log = logging.getLogger(__name__)
@@ -172,7 +173,7 @@ class ClaimPool:
             self._outcomes += [item for item in batch if isinstance(item, Finished)]
             try:
                 with self._round:
-                    room, claimed = self._write_round()
+                    room, claimed = self._write_round(polled=not batch)
                     if self._runners.give_back_due and not self._stopping.is_set():
                         self._runners.give_back_waiting()  # for a worker with a thread free
             except db.StoreUnavailable as exc:
@@ -211,13 +212,19 @@ class ClaimPool:
             return pauses.at_cap()
         return pauses.failed()
 
-    def _write_round(self) -> tuple[int, int]:
+    def _write_round(self, *, polled: bool) -> tuple[int, int]:
         """Commit the waiting outcomes and claim up to the room in one transaction; returns the room and
-        how many jobs were claimed."""
+        how many jobs were claimed. A round its idle pause started (`polled`: no job finished, no commit
+        rang) with nothing to commit first reads whether any job is due, and takes the write lock only if
+        one is: most such polls find nothing, and on SQLite every writer of the host would wait behind an
+        empty write transaction."""
         outcomes = list(self._outcomes)
         room = 0 if self._stopping.is_set() else self._runners.room()
         if not outcomes and not room:
             return 0, 0
+        if polled and not outcomes:
+            if not db.read(self._engine, any_due, self._settings.tenant_max_running):
+                return room, 0
         states, claims = db.transact(self._engine, self._commit_and_claim, outcomes, room)
         self._outcomes = self._outcomes[len(outcomes) :]
         self._committed(outcomes, states)

@@ -388,6 +388,17 @@ def claim_due(
     return [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
 
 
+def any_due(conn: Connection, now: float, *, tenant_cap: int = 0) -> bool:
+    """Whether `claim_due` might take a job now: False only when it would take none (neither of its walks
+    finds a row). It only reads, so an idle poller asks it in a read transaction before it takes the write
+    lock for a claim."""
+    params = {"b_now": now, "b_limit": 1}
+    if conn.execute(_EXPIRED_DUE, params).first() is not None:
+        return True
+    capped = tenantcap.at_cap(conn, tenant_cap)
+    return conn.execute(_QUEUED_DUE, params | {"b_capped": capped}).first() is not None
+
+
 def claim_next(
     conn: Connection, worker: str, now: float, lease_seconds: float, *, tenant_cap: int = 0
 ) -> Claim | None:

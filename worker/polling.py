@@ -20,3 +20,8 @@ def claim_due(
 ) -> list[Claim]:
     """`claiming.claim_due` at the time the transaction runs, within `TENANT_MAX_RUNNING` (`tenant_cap`)."""
     return claiming.claim_due(conn, worker, clock.now(), lease_seconds, limit, tenant_cap=tenant_cap)
+
+
+def any_due(conn: Connection, tenant_cap: int = 0) -> bool:
+    """`claiming.any_due` at the time the transaction runs."""
+    return claiming.any_due(conn, clock.now(), tenant_cap=tenant_cap)

@@ -207,6 +207,25 @@ def test_a_listening_worker_does_not_poll_quickly_after_each_job(settings: Setti
     )
 
 
+def test_an_idle_worker_polls_with_reads_not_write_transactions(settings: Settings, engine: Engine) -> None:
+    # An idle poll finds nothing; on SQLite a write transaction for it would take the host's write lock
+    # some fifteen times a second for nothing. A job that comes due is still taken at once.
+    with running(engine, settings, concurrency=2) as process:
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        time.sleep(0.3)
+        before, started = db.stats.snapshot(), time.monotonic()
+        time.sleep(1.0)
+        after, took = db.stats.snapshot(), time.monotonic() - started
+        job_id = new_job(engine, key="after-idle")
+        wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job to run")
+        assert process.shutdown() == 0
+    polls = after["read_transactions"] - before["read_transactions"]
+    written = after["write_transactions"] - before["write_transactions"]
+    assert polls >= 0.5 * took / MAX_IDLE_PAUSE, f"{polls} idle polls in {took:.2f}s"  # 6 or more
+    # The keeper's, sweeper's and heartbeat's own writes, at most a few a second.
+    assert written <= 4, f"{written} write transactions in {took:.2f}s of idling ({polls} polls)"
+
+
 @pytest.mark.databases("sqlite")
 def test_workers_pause_on_a_removed_store_say_why_once_and_resume_once_it_is_restored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
@@ -250,12 +269,13 @@ def test_workers_outlast_a_store_locked_past_its_timeout(
     migrate.init_schema(settings, engine)
     caplog.set_level(logging.WARNING)
     with running(engine, settings) as process:
+        # Due while the store is locked: a poll reads that it is due, then cannot take the write lock.
+        job_id = new_job(engine, now=clock.now() + 0.3)
         locker = sqlite3.connect(settings.database_url.removeprefix("sqlite:///"), isolation_level=None)
         locker.execute("BEGIN IMMEDIATE")
         time.sleep(1.0)  # five store timeouts' worth: the claimer gives up at least once
         locker.execute("ROLLBACK")
         locker.close()
-        job_id = new_job(engine)
         wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job to succeed")
         assert process.pool.running() == 3  # the claimer and both runners
         assert process.shutdown() == 0
