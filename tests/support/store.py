@@ -7,6 +7,7 @@ the same job, as the store's idempotency says."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Engine, select
@@ -16,8 +17,24 @@ from jobstore import claiming, db, intake, queries
 from jobstore.priorities import Priority
 from jobstore.records import Claim, Job
 from jobstore.schema import attempts, jobs, operator_actions, outbox
+from jobstore.states import State
 
 LEASE = 30.0  # the lease `claimed` takes unless told otherwise
+# A queued noop job as the store would hand it out, never stored: what `a_job` changes.
+_A_JOB = Job(
+    id="8a26491b-3c5d-4e6f-8a9b-0c1d2e3f4a5b", tenant="acme", owner="alice", operation_key="op-1",
+    fingerprint="f", kind="noop", payload={}, state=State.QUEUED, epoch=0, attempts=0, max_attempts=3,
+    lease_owner=None, lease_expires_at=None, available_at=1_700_000_000.0, deadline_at=None,
+    cancel_requested=False, external_epoch=None, checkpoint=None, checkpoint_epoch=None,
+    result_attempt_id=None, error_code=None, error_message=None, created_at=1_700_000_000.0,
+    updated_at=1_700_000_000.0, started_at=None, finished_at=None,
+)  # fmt: skip
+
+
+def a_job(**fields: Any) -> Job:
+    """A job record held in memory only (for views and documents): a queued noop job of tenant acme,
+    accepted at 1,700,000,000, with `fields` changed."""
+    return replace(_A_JOB, **fields)
 
 
 def add_job(

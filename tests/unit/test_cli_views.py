@@ -11,9 +11,10 @@ from jobstore.heartbeats import Process
 from jobstore.outbox import Backlog
 from jobstore.overview import Overview
 from jobstore.queries import DueQueue
-from jobstore.records import Attempt, Job
+from jobstore.records import Attempt
 from jobstore.states import State
 from outbox_bridge import views
+from tests.support.store import a_job
 
 RELAY = Process(
     id="p-1",
@@ -25,30 +26,15 @@ RELAY = Process(
     last_seen_at=1_700_000_005.0,
     detail={"broker_connected": True},
 )
-JOB = Job(
-    id="8a26491b-3c5d-4e6f-8a9b-0c1d2e3f4a5b",
-    tenant="acme",
-    owner="alice",
-    operation_key="op-1",
-    fingerprint="f",
+JOB = a_job(
     kind="notify",
     payload={"to": "ops@example.com", "message": "hi"},
     state=State.UNKNOWN,
     epoch=2,
     attempts=2,
-    max_attempts=3,
-    lease_owner=None,
-    lease_expires_at=None,
-    available_at=1_700_000_000.0,
-    deadline_at=None,
-    cancel_requested=False,
     external_epoch=2,
-    checkpoint=None,
-    checkpoint_epoch=None,
-    result_attempt_id=None,
     error_code="lease_lost_after_effect",
     error_message="the provider may have been called",
-    created_at=1_700_000_000.0,
     updated_at=1_700_000_042.5,
     started_at=1_700_000_001.0,
     finished_at=1_700_000_042.5,

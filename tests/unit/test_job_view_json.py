@@ -13,37 +13,11 @@ from api.schemas import JobView, view_json
 from jobstore.priorities import Priority
 from jobstore.records import Job
 from jobstore.states import State
+from tests.support.store import a_job
 
 NOW = 1_700_000_100.25
 LINKS = LinkSigner(b"k" * 32, 3600)
-QUEUED = Job(
-    id="01a23fde-1464-7944-a95a-9cb8826f6a3a",
-    tenant="acme",
-    owner="alice",
-    operation_key="op-1",
-    fingerprint="f",
-    kind="noop",
-    payload={},
-    state=State.QUEUED,
-    epoch=0,
-    attempts=0,
-    max_attempts=3,
-    lease_owner=None,
-    lease_expires_at=None,
-    available_at=1_700_000_000.0,
-    deadline_at=None,
-    cancel_requested=False,
-    external_epoch=None,
-    checkpoint=None,
-    checkpoint_epoch=None,
-    result_attempt_id=None,
-    error_code=None,
-    error_message=None,
-    created_at=1_700_000_000.0,
-    updated_at=1_700_000_000.0,
-    started_at=None,
-    finished_at=None,
-)
+QUEUED = a_job(id="01a23fde-1464-7944-a95a-9cb8826f6a3a")
 SHAPES = {
     "queued, just accepted": QUEUED,
     "queued, not yet due, high, with a deadline": replace(
