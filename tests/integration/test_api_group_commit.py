@@ -17,6 +17,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
+from api import committer as committer_module
 from api.app import create_app
 from api.auth import issue_token
 from api.committer import GroupCommitter, accept_all
@@ -209,3 +210,34 @@ def test_a_request_the_store_refuses_is_answered_400_not_503(
     assert [a.status_code for a in answers] == [400, 202]
     assert answers[0].json()["type"] == "urn:outbox-bridge:problem:invalid-request"
     assert counts(engine) == (1, 1)
+
+
+def test_requests_that_come_together_wait_briefly_for_each_other_and_a_lone_one_does_not(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes, entered, gate = _gated_batches(monkeypatch)
+    monkeypatch.setattr(committer_module, "GATHER_SECONDS", 0.3)
+    committer = GroupCommitter(engine)
+
+    async def submit() -> float:
+        opener = asyncio.ensure_future(committer.accept(**request("opener", 0)))
+        await asyncio.to_thread(entered.wait, 10)
+        together = [asyncio.ensure_future(committer.accept(**request(k, 1))) for k in ("a", "b")]
+        await asyncio.sleep(0)  # both queued behind the held batch
+        gate.set()
+        await asyncio.gather(opener, *together)  # a batch of two: the next ones are gathered
+        first = asyncio.ensure_future(committer.accept(**request("c", 1)))
+        await asyncio.sleep(0.05)  # well within the gathering pause
+        await asyncio.gather(first, committer.accept(**request("d", 1)))
+        await committer.accept(**request("e", 1))  # after a batch of two: gathered, alone
+        started = time.monotonic()
+        await committer.accept(**request("f", 1))  # after a batch of one: at once
+        return time.monotonic() - started
+
+    try:
+        lone = asyncio.run(submit())
+    finally:
+        committer.close()
+    assert sizes == [1, 2, 2, 1, 1]
+    assert lone < 0.3, f"a lone request waited {lone:.2f}s"
+    assert counts(engine) == (7, 7)
