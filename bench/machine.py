@@ -28,7 +28,7 @@ class Reading:
     # CPU seconds of all cores since boot, busy or not (the busy, idle, iowait and steal ticks): the share
     # of the cores' time that was busy is taken from these counters alone, not from the clock, which is
     # read a moment apart from them (a share over 100 % once).
-    total: float | None = None
+    total: float
 
 
 def read(proc: Path = PROC) -> Reading | None:
@@ -65,19 +65,14 @@ def _process(stat: Path) -> tuple[str | None, int]:
 def spent(before: Reading | None, after: Reading | None, jobs: int) -> dict[str, object] | None:
     """What the machine spent between two readings: CPU seconds per 1,000 jobs in all and by server, and
     the share of the cores' time that was busy."""
-    if before is None or after is None or not jobs or after.at <= before.at:
+    if before is None or after is None or not jobs or after.total <= before.total:
         return None
-    cores = os.cpu_count() or 1
     busy = after.busy - before.busy
     per_server = {name: after.servers[name] - before.servers[name] for name in SERVERS}
-    if before.total is not None and after.total is not None and after.total > before.total:
-        capacity = after.total - before.total
-    else:
-        capacity = (after.at - before.at) * cores
     return {
         "seconds": round(after.at - before.at, 3),
-        "cores": cores,
-        "busy_percent": round(min(100.0, 100 * busy / capacity), 1),
+        "cores": os.cpu_count() or 1,
+        "busy_percent": round(100 * busy / (after.total - before.total), 1),
         "cpu_seconds_per_1000_jobs": {"all": round(busy * 1000 / jobs, 3)}
         | {name: round(max(0.0, seconds) * 1000 / jobs, 3) for name, seconds in per_server.items()},
     }

@@ -55,9 +55,11 @@ def test_the_busy_share_comes_from_the_counters_not_the_clock() -> None:
 
 def test_what_a_phase_spent_is_per_1000_jobs_and_a_share_of_the_cores() -> None:
     cores = os.cpu_count() or 1
-    before = machine.Reading(at=10.0, busy=100.0, servers={"postgresql": 5.0, "rabbitmq": 1.0})
+    before = machine.Reading(at=10.0, busy=100.0, servers={"postgresql": 5.0, "rabbitmq": 1.0}, total=900.0)
     half_busy = 100.0 + 2.0 * cores * 0.5  # 2 s, every core half busy
-    after = machine.Reading(at=12.0, busy=half_busy, servers={"postgresql": 5.5, "rabbitmq": 1.2})
+    after = machine.Reading(
+        at=12.0, busy=half_busy, servers={"postgresql": 5.5, "rabbitmq": 1.2}, total=900.0 + 2.0 * cores
+    )
     found = machine.spent(before, after, jobs=2000)
     assert found is not None
     assert found["busy_percent"] == 50.0 and found["cores"] == cores and found["seconds"] == 2.0
@@ -69,8 +71,8 @@ def test_what_a_phase_spent_is_per_1000_jobs_and_a_share_of_the_cores() -> None:
 
 
 def test_without_a_reading_or_a_job_there_is_no_figure(tmp_path: Path) -> None:
-    reading = machine.Reading(at=1.0, busy=1.0, servers=dict.fromkeys(machine.SERVERS, 0.0))
+    reading = machine.Reading(at=1.0, busy=1.0, servers=dict.fromkeys(machine.SERVERS, 0.0), total=10.0)
     assert machine.read(tmp_path / "missing") is None
     assert machine.spent(None, reading, jobs=10) is None
     assert machine.spent(reading, reading, jobs=10) is None
-    assert machine.spent(reading, machine.Reading(2.0, 2.0, reading.servers), jobs=0) is None
+    assert machine.spent(reading, machine.Reading(2.0, 2.0, reading.servers, 12.0), jobs=0) is None
