@@ -222,9 +222,8 @@ class ClaimPool:
         room = 0 if self._stopping.is_set() else self._runners.room()
         if not outcomes and not room:
             return 0, 0
-        if polled and not outcomes:
-            if not db.read(self._engine, any_due, self._settings.tenant_max_running):
-                return room, 0
+        if polled and not outcomes and not db.read(self._engine, any_due, self._settings.tenant_max_running):
+            return room, 0
         states, claims = db.transact(self._engine, self._commit_and_claim, outcomes, room)
         self._outcomes = self._outcomes[len(outcomes) :]
         self._committed(outcomes, states)

@@ -12,7 +12,6 @@ The file is replaced."""
 from __future__ import annotations
 
 import argparse
-import os
 import sqlite3
 import uuid
 from collections import Counter
@@ -103,7 +102,6 @@ def main() -> None:
     found = measure(args.path, history=args.history, rounds=args.rounds, batch=args.batch)
     print("  ".join(f"{step} {size / 1024:.1f}" for step, size in found.items()), f"KiB per {args.batch}-job")
     print(f"all steps: {sum(found.values()) / 1024 / args.batch:.1f} KiB per job")
-    os.sync()
 
 
 if __name__ == "__main__":

@@ -82,9 +82,9 @@ def new_attempt_id() -> str:
     characters need not tell attempts apart; the random bits keep it unguessable and unique."""
     millis = time.time_ns() // 1_000_000
     bits = int.from_bytes(os.urandom(10), "big")
-    value = millis << 80 | 7 << 76 | (bits >> 62 & 0xFFF) << 64 | 0b10 << 62 | bits & _LOW_62
-    text = f"{value:032x}"
-    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return str(
+        uuid.UUID(int=millis << 80 | 7 << 76 | (bits >> 62 & 0xFFF) << 64 | 0b10 << 62 | bits & _LOW_62)
+    )
 
 
 @dataclass(frozen=True)
