@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -17,6 +16,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
+from core.entropy import random_bytes
 from jobstore import db, doorbells, events, outbox
 from jobstore.db import Retry
 from jobstore.errors import IdempotencyConflict
@@ -68,7 +68,7 @@ def _fingerprint(
 def new_id() -> str:
     """A new job id: a random UUID (version 4). Operators name a job by the first few characters of its id
     (`outbox-bridge jobs show 8a26491b`, the dashboard's short ids), so those must differ from job to job."""
-    return str(uuid.uuid4())
+    return str(uuid.UUID(bytes=random_bytes(16), version=4))
 
 
 _LOW_62 = (1 << 62) - 1
@@ -81,7 +81,7 @@ def new_attempt_id() -> str:
     it changes is written whole and fsynced at the commit). Nobody types an attempt id, so its first
     characters need not tell attempts apart; the random bits keep it unguessable and unique."""
     millis = time.time_ns() // 1_000_000
-    bits = int.from_bytes(os.urandom(10), "big")
+    bits = int.from_bytes(random_bytes(10), "big")
     return str(
         uuid.UUID(int=millis << 80 | 7 << 76 | (bits >> 62 & 0xFFF) << 64 | 0b10 << 62 | bits & _LOW_62)
     )
