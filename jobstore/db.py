@@ -260,9 +260,24 @@ def direct_in(
     prepared: bool = False,
 ) -> list[tuple[Any, ...]]:
     """`direct` of `statement` (Core) with its expanding `IN` parameter `name` holding `values`: compiled
-    once per dialect and count of values, and on PostgreSQL prepared on the server when `prepared`."""
-    compiled = _compiled_in(statement, conn.dialect.name, name, len(values), prepared)
-    return direct(conn, compiled, {**params, **expanded(name, values)})
+    once per dialect and size of list (`padded_count`; the list is filled up to it with its last value,
+    which an `IN` reads as it read it once), and on PostgreSQL prepared on the server when `prepared`."""
+    count = padded_count(len(values))
+    compiled = _compiled_in(statement, conn.dialect.name, name, count, prepared)
+    filled = [*values, *[values[-1]] * (count - len(values))] if count > len(values) else values
+    return direct(conn, compiled, {**params, **expanded(name, filled)})
+
+
+def padded_count(count: int) -> int:
+    """The size of list a statement with `count` values in an expanding `IN` is compiled for: `count` up to
+    8, then rounded up to a quarter of its power of two (9-16 in steps of 2, 17-32 in steps of 4, ...), so
+    at most a fifth of the values repeat. Each size is a statement of its own for SQLAlchemy to compile
+    (a millisecond or more: in a burst, when the batches take new sizes, a fifth of a consumer's CPU went
+    to compiling) and for the driver to prepare; rounded, a statement has four sizes per doubling."""
+    if count <= 8:
+        return count
+    step = 1 << ((count - 1).bit_length() - 3)
+    return -(-count // step) * step
 
 
 @functools.lru_cache(maxsize=1024)

@@ -12,7 +12,7 @@ from jobstore import claiming, db, fenced, operator
 from jobstore.records import Claim, dumps
 from jobstore.schema import attempts, jobs
 from jobstore.states import State
-from tests.support.store import new_job
+from tests.support.store import new_job, new_jobs
 
 LEASE = 30.0
 
@@ -103,3 +103,17 @@ def test_complete_many_completes_each_under_its_own_fence_and_leaves_the_fenced_
     assert rows[(cancel, 1)][1] == "cancelled"
     assert rows[(stale, 1)][1:] == ("lost", None), "the fenced attempt's output was not written"
     assert rows[(stale, 2)][1] == "running"
+
+
+def test_batches_whose_sizes_are_filled_up_claim_and_complete_each_job_once(
+    engine: Engine, clock: FakeClock
+) -> None:
+    # 11 jobs are claimed by a statement for 12 ids (`db.padded_count`), the last id twice; the same for
+    # their completions' fences.
+    job_ids = new_jobs(engine, 11)
+    results = claim_many(engine, clock, job_ids)
+    claims = [r.claim for r in results]
+    assert all(c is not None for c in claims) and len({c.attempt_id for c in claims}) == 11
+    assert complete_many(engine, clock, claims) == [State.SUCCEEDED] * 11
+    assert len(attempt_rows(engine)) == 11, "one attempt each, the repeated id's too"
+    assert db.padded_count(11) == 12
