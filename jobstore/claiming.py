@@ -30,7 +30,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from jobstore import db, events, fenced, outbox, queries, tenantcap
 from jobstore.intake import new_attempt_id
 from jobstore.records import Claim, Job
-from jobstore.schema import JOB_COLUMNS, attempts, jobs, state_in
+from jobstore.schema import JOB_COLUMNS, SQLITE_JOBS_BY_ID, attempts, jobs, state_in
 from jobstore.schema import outbox as outbox_rows
 from jobstore.states import CLAIM, HELD, TERMINAL, State
 
@@ -105,7 +105,7 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
 
 
 _CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
-_CLAIM_MANY = _claim_statement(jobs.c.id.in_(_IDS))
+_CLAIM_MANY = _claim_statement(jobs.c.id.in_(_IDS)).with_hint(SQLITE_JOBS_BY_ID, dialect_name="sqlite")
 _INSERT_ATTEMPT = insert(attempts)
 # PostgreSQL: the claim and the first attempt rows in one statement (one round trip where they took two),
 # run below SQLAlchemy (`db.direct`). The attempt ids are chosen beforehand, one per job asked for; a job

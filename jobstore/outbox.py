@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.dml import Update
 
 from jobstore import db, doorbells, events, tenantcap
-from jobstore.schema import jobs, outbox
+from jobstore.schema import SQLITE_BY_ROWID, jobs, outbox
 from telemetry.logs import job_event
 from telemetry.tracing import trace_id_of
 
@@ -141,6 +141,7 @@ _DUE_WALKED = and_(
 )
 _ORDERED = (
     select(outbox.c.id, outbox.c.tenant)
+    .with_hint(outbox, "INDEXED BY ix_outbox_due_priority_id", dialect_name="sqlite")
     .where(_DUE_WALKED)
     .order_by(outbox.c.priority, outbox.c.id)
     .limit(bindparam("b_limit"))
@@ -170,6 +171,7 @@ _ORDERED_SQLITE = db.Direct.of(_ORDERED, dialect="sqlite")
 _LOCK_UNLOCKED = select(outbox.c.id).where(outbox.c.id.in_(_IDS)).with_for_update(skip_locked=True)
 _LEASE = (
     update(outbox)
+    .with_hint(SQLITE_BY_ROWID, dialect_name="sqlite")
     .where(outbox.c.id.in_(_IDS), _DUE)
     .values(
         lease_token=bindparam("b_token"),
@@ -225,9 +227,16 @@ def lease_order(
 
 
 # Two seeks of the (published_at, tenant) index: one tenant's backlog has no turns to rank.
+_DUE_TENANTS = "INDEXED BY ix_outbox_due_tenant"
 _TENANT_RANGE = select(
-    select(func.min(outbox.c.tenant)).where(outbox.c.published_at.is_(None)).scalar_subquery(),
-    select(func.max(outbox.c.tenant)).where(outbox.c.published_at.is_(None)).scalar_subquery(),
+    select(func.min(outbox.c.tenant))
+    .with_hint(outbox, _DUE_TENANTS, dialect_name="sqlite")
+    .where(outbox.c.published_at.is_(None))
+    .scalar_subquery(),
+    select(func.max(outbox.c.tenant))
+    .with_hint(outbox, _DUE_TENANTS, dialect_name="sqlite")
+    .where(outbox.c.published_at.is_(None))
+    .scalar_subquery(),
 )
 
 
@@ -365,6 +374,7 @@ def _lease_ordered(
 def _mark(rows: ColumnElement[bool]) -> Update:
     return (
         update(outbox)
+        .with_hint(SQLITE_BY_ROWID, dialect_name="sqlite")
         .where(rows, outbox.c.lease_token == bindparam("b_token"), outbox.c.published_at.is_(None))
         .values(published_at=_NOW, lease_token=None, lease_expires_at=None)
     )

@@ -50,7 +50,7 @@ from jobstore.outbox import (
     note_published_rows,
     walked_in_one,
 )
-from jobstore.schema import jobs, outbox, relay_role
+from jobstore.schema import SQLITE_BY_ROWID, jobs, outbox, relay_role
 
 NAME = "relay"
 _NOW = bindparam("b_now", type_=Float)
@@ -249,6 +249,7 @@ def _due_unless_idle(
 def _mark(rows: ColumnElement[bool]) -> Update:
     return (
         update(outbox)
+        .with_hint(SQLITE_BY_ROWID, dialect_name="sqlite")
         .where(rows, outbox.c.published_at.is_(None), UNLEASED, _HELD)
         .values(published_at=_NOW, publish_attempts=outbox.c.publish_attempts + 1)
     )

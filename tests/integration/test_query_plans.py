@@ -53,6 +53,10 @@ def scans(engine: Engine, executed: list[tuple[str, Any]]) -> list[tuple[str, st
                 continue
             for row in raw.execute("EXPLAIN QUERY PLAN " + statement, parameters or ()):
                 detail = str(row[3])
+                # A walk of a partial index of the unpublished rows, in its order, reads the backlog
+                # only, and stops at the statement's LIMIT: the relay's walk of the due rows is one.
+                if detail.startswith("SCAN outbox USING INDEX ix_outbox_due_"):
+                    continue
                 if any(detail.startswith(f"SCAN {table}") for table in BIG_TABLES):
                     found.append((statement, detail))
     finally:

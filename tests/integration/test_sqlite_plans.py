@@ -1,0 +1,60 @@
+"""The hot statements that pick rows by id use the index they name on SQLite, whose planner has no statistics
+on a store (nothing runs ANALYZE): without the names, a claim by id walked every queued job, the relay's mark
+every unpublished row and its read sorted every due row (`jobstore.schema`, `SQLITE_JOBS_BY_ID`)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import ClauseElement, Engine
+
+from jobstore import claiming, db, migrate, outbox, relayrole
+from tests.conftest import sqlite_settings
+
+PLANS = {
+    "claim by ids": (claiming._CLAIM_MANY, "b_ids", "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"),
+    "relay role's mark": (relayrole._MARK, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
+    "lease by ids": (outbox._LEASE, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
+    "mark by ids": (outbox._MARK, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
+}
+
+
+def plan(engine: Engine, sql: str) -> list[str]:
+    params: dict[str, Any] = dict.fromkeys(re.findall(r":(\w+)", sql))
+    with engine.connect() as conn:
+        driver: Any = conn.connection.driver_connection
+        return [str(row[-1]) for row in driver.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()]
+
+
+@pytest.fixture
+def sqlite(tmp_path: Path) -> Iterator[Engine]:
+    """A new SQLite store of the test's own, whatever store the suite runs on (PostgreSQL plans from
+    statistics of its own)."""
+    settings = sqlite_settings(tmp_path)
+    engine = db.make_engine(settings)
+    migrate.init_schema(settings, engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_a_statement_by_ids_looks_each_id_up(sqlite: Engine, name: str) -> None:
+    statement, parameter, expected = PLANS[name]
+    compiled: ClauseElement = statement
+    sql = db._compiled_in(compiled, "sqlite", parameter, 12, False).sql
+    assert plan(sqlite, sql)[0] == expected
+
+
+def test_the_relay_walks_due_rows_in_order_on_their_index_without_sorting(sqlite: Engine) -> None:
+    assert plan(sqlite, outbox._ORDERED_SQLITE.sql) == ["SCAN outbox USING INDEX ix_outbox_due_priority_id"]
+
+
+def test_the_relays_tenant_check_seeks_the_due_tenants_index(sqlite: Engine) -> None:
+    with sqlite.connect() as conn:
+        sql = str(outbox._TENANT_RANGE.compile(dialect=conn.dialect))
+    steps = plan(sqlite, sql)
+    assert steps.count("SEARCH outbox USING INDEX ix_outbox_due_tenant") == 2, steps
