@@ -275,14 +275,20 @@ def direct_in(
     values: Sequence[Any],
     *,
     prepared: bool = False,
+    firsts: str | None = None,
 ) -> list[tuple[Any, ...]]:
     """`direct` of `statement` (Core) with its expanding `IN` parameter `name` holding `values`: compiled
     once per dialect and size of list (`padded_count`; the list is filled up to it with its last value,
-    which an `IN` reads as it read it once), and on PostgreSQL prepared on the server when `prepared`."""
+    which an `IN` reads as it read it once), and on PostgreSQL prepared on the server when `prepared`.
+    With `firsts`, `values` are tuples and the statement's expanding parameter of that name holds the
+    first element of each (a tuple `IN` that SQLite cannot look up in an index beside a plain one it can)."""
     count = padded_count(len(values))
-    compiled = _compiled_in(statement, conn.dialect.name, name, count, prepared)
+    compiled = _compiled_in(statement, conn.dialect.name, name, count, prepared, firsts)
     filled = [*values, *[values[-1]] * (count - len(values))] if count > len(values) else values
-    return direct(conn, compiled, {**params, **expanded(name, filled)})
+    named = {**params, **expanded(name, filled)}
+    if firsts is not None:
+        named |= expanded(firsts, [value[0] for value in filled])
+    return direct(conn, compiled, named)
 
 
 def padded_count(count: int) -> int:
@@ -298,8 +304,11 @@ def padded_count(count: int) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def _compiled_in(statement: ClauseElement, dialect: str, name: str, count: int, prepared: bool) -> Direct:
-    return Direct.of(statement, prepared=prepared, expanding={name: count}, dialect=dialect)
+def _compiled_in(
+    statement: ClauseElement, dialect: str, name: str, count: int, prepared: bool, firsts: str | None = None
+) -> Direct:
+    expanding = {name: count} if firsts is None else {name: count, firsts: count}
+    return Direct.of(statement, prepared=prepared, expanding=expanding, dialect=dialect)
 
 
 def direct_many(conn: Connection, statement: Direct, rows: Sequence[Mapping[str, Any]]) -> int:

@@ -38,7 +38,7 @@ from jobstore import db, events, outbox
 from jobstore.decisions import Decision, decide_completion, decide_failure
 from jobstore.errors import Fenced
 from jobstore.records import Job, dumps
-from jobstore.schema import attempts, jobs, state_in
+from jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
 from jobstore.states import HELD, State
 
 # Hot statements are built once with bound parameters: building a statement costs far more than running it.
@@ -165,7 +165,11 @@ _ATTEMPT_OF_EPOCH = (
     .where(attempts.c.job_id == jobs.c.id, attempts.c.epoch == jobs.c.epoch)
     .scalar_subquery()
 )
-_COMPLETE_MANY = _complete_statement(_FENCES, _ATTEMPT_OF_EPOCH)
+# SQLite: the fences' job ids once more, as a plain `IN` the primary key's index looks up (a tuple `IN` it
+# cannot: it walked the jobs running under a live lease instead; `jobstore.schema.SQLITE_JOBS_BY_ID`).
+_COMPLETE_MANY = _complete_statement(
+    and_(jobs.c.id.in_(bindparam("b_fence_ids", expanding=True)), _FENCES), _ATTEMPT_OF_EPOCH
+).with_hint(SQLITE_JOBS_BY_ID, dialect_name="sqlite")
 # PostgreSQL: the same, and the attempts it ends, in one statement run below SQLAlchemy (`db.direct`): one
 # round trip where the two statements took two. Each completion is a row of `_FINISHING`.
 _FINISHING = (
@@ -247,7 +251,7 @@ def complete_many(conn: Connection, completions: Sequence[Completion], now: floa
     if conn.dialect.name == "postgresql":
         return _complete_many_at_once(conn, completions, now)
     fences = [(c.job_id, c.epoch) for c in completions]
-    completed = db.direct_in(conn, _COMPLETE_MANY, {"b_now": now}, "b_fences", fences)
+    completed = db.direct_in(conn, _COMPLETE_MANY, {"b_now": now}, "b_fences", fences, firsts="b_fence_ids")
     rows = [_Completed(*row) for row in completed]
     states = {row.id: State(row.state) for row in rows}
     ended = [

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import ClauseElement, Engine
 
-from jobstore import claiming, db, migrate, outbox, relayrole
+from jobstore import claiming, db, fenced, migrate, outbox, relayrole
 from tests.conftest import sqlite_settings
 
 PLANS = {
@@ -20,6 +20,11 @@ PLANS = {
     "relay role's mark": (relayrole._MARK, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
     "lease by ids": (outbox._LEASE, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
     "mark by ids": (outbox._MARK, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
+    "pending rows dropped by job": (
+        outbox._DROP_PENDING_MANY,
+        "b_jobs",
+        "SEARCH outbox USING INDEX ix_outbox_job_id (job_id=?)",
+    ),
 }
 
 
@@ -39,6 +44,11 @@ def sqlite(tmp_path: Path) -> Iterator[Engine]:
     migrate.init_schema(settings, engine)
     yield engine
     engine.dispose()
+
+
+def test_a_completion_looks_each_fenced_job_up(sqlite: Engine) -> None:
+    sql = db._compiled_in(fenced._COMPLETE_MANY, "sqlite", "b_fences", 12, False, "b_fence_ids").sql
+    assert plan(sqlite, sql)[0] == "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"
 
 
 @pytest.mark.parametrize("name", PLANS)
