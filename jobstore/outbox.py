@@ -233,18 +233,18 @@ def lease_order(
     return [row_id for row_id, _ in rows[:limit]]
 
 
-# Two seeks of the (published_at, tenant) index: one tenant's backlog has no turns to rank.
-_DUE_TENANTS = "INDEXED BY ix_outbox_due_tenant"
-_TENANT_RANGE = select(
-    select(func.min(outbox.c.tenant))
-    .with_hint(outbox, _DUE_TENANTS, dialect_name="sqlite")
-    .where(outbox.c.published_at.is_(None))
-    .scalar_subquery(),
-    select(func.max(outbox.c.tenant))
-    .with_hint(outbox, _DUE_TENANTS, dialect_name="sqlite")
-    .where(outbox.c.published_at.is_(None))
-    .scalar_subquery(),
-)
+def _unpublished_tenant(extreme: Any) -> Any:
+    """`extreme` (`func.min` or `func.max`) of the unpublished rows' tenants: one seek of their index."""
+    return (
+        select(extreme(outbox.c.tenant))
+        .with_hint(outbox, "INDEXED BY ix_outbox_due_tenant", dialect_name="sqlite")
+        .where(outbox.c.published_at.is_(None))
+        .scalar_subquery()
+    )
+
+
+# Two seeks of the unpublished rows' tenant index: one tenant's backlog has no turns to rank.
+_TENANT_RANGE = select(_unpublished_tenant(func.min), _unpublished_tenant(func.max))
 
 
 def _several_tenants(conn: Connection) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import ClauseElement, Engine
+from sqlalchemy import Engine
 
 from jobstore import claiming, db, fenced, migrate, outbox, relayrole
 from tests.conftest import sqlite_settings
@@ -54,8 +54,7 @@ def test_a_completion_looks_each_fenced_job_up(sqlite: Engine) -> None:
 @pytest.mark.parametrize("name", PLANS)
 def test_a_statement_by_ids_looks_each_id_up(sqlite: Engine, name: str) -> None:
     statement, parameter, expected = PLANS[name]
-    compiled: ClauseElement = statement
-    sql = db._compiled_in(compiled, "sqlite", parameter, 12, False).sql
+    sql = db._compiled_in(statement, "sqlite", parameter, 12, False).sql
     assert plan(sqlite, sql)[0] == expected
 
 
