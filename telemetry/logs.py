@@ -83,13 +83,48 @@ class JsonFormatter(logging.Formatter):
         return _ENCODER.encode(line)
 
 
+class _TextFormatter(logging.Formatter):
+    """`logging.Formatter` whose default time text is made once per second, not once per line."""
+
+    def __init__(self, fmt: str) -> None:
+        super().__init__(fmt)
+        self._last = (-1, "")  # (second, its text), one attribute: a thread never sees half an update
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None or not self.default_msec_format:
+            return super().formatTime(record, datefmt)
+        second = int(record.created)
+        last_second, text = self._last
+        if second != last_second:
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._last = (second, text)
+        return self.default_msec_format % (text, record.msecs)
+
+
 def text_formatter(role: str) -> logging.Formatter:
     """The terminal's format: time, role and pid, level, logger, message."""
-    return logging.Formatter(f"%(asctime)s {role}[%(process)d] %(levelname)s %(name)s: %(message)s")
+    return _TextFormatter(f"%(asctime)s {role}[%(process)d] %(levelname)s %(name)s: %(message)s")
 
 
 class _Handler(logging.StreamHandler):
     """The handler `configure` installs (so a second call replaces it, and leaves any other alone)."""
+
+    def emit_all(self, records: list[logging.LogRecord]) -> None:
+        """`emit` each record, in one write and one flush of the stream."""
+        lines = []
+        for record in records:
+            try:
+                lines.append(self.format(record) + self.terminator)
+            except Exception:
+                self.handleError(record)
+        if not lines:
+            return
+        with self.lock:  # type: ignore[union-attr]
+            try:
+                self.stream.write("".join(lines))
+                self.flush()
+            except Exception:
+                self.handleError(records[-1])
 
 
 def configure(
@@ -161,17 +196,49 @@ def job_event(
 
 def emit(events: Iterable[JobEvent]) -> None:
     """Log each event on `outbox_bridge.events`, one record each, its text `<event> job_id=<id> tenant=...`
-    and its fields as the record's own. Call it only once the transaction that made the moves committed."""
-    for e in events:
-        if EVENTS.isEnabledFor(e.level):
-            fields = e.fields()
-            names = tuple(fields)
-            text = _texts.get(names) or _text(names)
-            # Made here rather than by `EVENTS.log`, which would walk the stack for a caller: it is this.
-            record = EVENTS.makeRecord(
-                EVENTS.name, e.level, __file__, 0, text, tuple(fields.values()), None, "emit", fields
-            )
+    and its fields as the record's own. Call it only once the transaction that made the moves committed:
+    the events of one transaction share its moment (one record is made, the others are copies of it), and
+    when `configure`'s handler is the only one they reach, they are written in one write."""
+    enabled = [e for e in events if EVENTS.isEnabledFor(e.level)]
+    if not enabled:
+        return
+    # Made here rather than by `EVENTS.log`, which would walk the stack for a caller: it is this.
+    first = EVENTS.makeRecord(EVENTS.name, logging.INFO, __file__, 0, "", (), None, "emit")
+    records = [_record_of(first, e) for e in enabled]
+    handler = _sole_handler()
+    if handler is None:
+        for record in records:
             EVENTS.handle(record)
+    else:
+        handler.emit_all([r for r in records if r.levelno >= handler.level and EVENTS.filter(r)])
+
+
+def _record_of(first: logging.LogRecord, event: JobEvent) -> logging.LogRecord:
+    """`first` (its time, process and thread) as the record of `event`."""
+    fields = event.fields()
+    names = tuple(fields)
+    record = first.__class__.__new__(first.__class__)
+    record.__dict__.update(first.__dict__)
+    record.__dict__.update(fields)
+    record.msg = _texts.get(names) or _text(names)
+    record.args = tuple(fields.values())
+    record.levelno, record.levelname = event.level, logging.getLevelName(event.level)
+    return record
+
+
+def _sole_handler() -> _Handler | None:
+    """`configure`'s handler when it is the only one an event reaches and no filter stands on the way,
+    else None (each record then takes logging's own path)."""
+    if EVENTS.disabled or EVENTS.handlers or not EVENTS.propagate:
+        return None
+    found: list[logging.Handler] = []
+    logger: logging.Logger | None = EVENTS.parent
+    while logger is not None:
+        found += logger.handlers
+        logger = logger.parent if logger.propagate else None
+    if len(found) != 1 or not isinstance(found[0], _Handler) or found[0].filters:
+        return None
+    return found[0]
 
 
 # The text of an event, `%s job_id=%s tenant=%s ...`, by the names of its fields, in order (a few shapes).

@@ -8,6 +8,7 @@ import json
 import logging
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -159,3 +160,78 @@ def test_without_job_events_only_the_warning_ones_are_logged() -> None:
                 root.removeHandler(handler)
         root.setLevel(level)
         logs.EVENTS.setLevel(logging.NOTSET)
+
+
+class _Writes(io.StringIO):
+    """A stream that counts the writes it takes."""
+
+    writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+@contextmanager
+def alone() -> Iterator[logging.Logger]:
+    """The root logger with no handler at all (pytest's own, added as each test runs, are set aside), put
+    back as it was after."""
+    root = logging.getLogger()
+    level, before = root.level, list(root.handlers)
+    root.handlers = []
+    try:
+        yield root
+    finally:
+        root.handlers = before
+        root.setLevel(level)
+
+
+MOVES = [
+    logs.job_event("claimed", "j1", tenant="acme", kind="noop", epoch=1, attempt=1, worker="w1"),
+    logs.job_event("succeeded", "j2", tenant="acme", kind="noop", epoch=1, attempt=1),
+    logs.job_event("dead", "j3", tenant="beta", kind="sleep", epoch=3, attempt=3, error_code="boom"),
+]
+
+
+def _without_time(text: str, log_format: str) -> list[Any]:
+    if log_format == "json":
+        return [{k: v for k, v in json.loads(line).items() if k != "ts"} for line in text.splitlines()]
+    return [line.split(" ", 2)[2] for line in text.splitlines()]  # after the date and the time
+
+
+@pytest.mark.parametrize("log_format", ["text", "json"])
+def test_a_transactions_events_are_one_write_with_the_lines_logging_would_write(
+    log_format: logs.LogFormat,
+) -> None:
+    out = _Writes()
+    with alone() as root:
+        logs.configure("consumer", log_format, stream=out)
+        logs.emit(MOVES)
+        assert out.writes == 1
+        batched = out.getvalue()
+        # A second handler anywhere on the way: each record takes logging's own path, one write each.
+        root.addHandler(logging.NullHandler())
+        out.seek(0), out.truncate(0)
+        out.writes = 0
+        logs.emit(MOVES)
+    assert out.writes == len(MOVES)
+    assert _without_time(batched, log_format) == _without_time(out.getvalue(), log_format)
+    assert len(batched.splitlines()) == len(MOVES)
+
+
+def test_a_filter_on_the_handler_is_honoured() -> None:
+    out = io.StringIO()
+    with alone() as root:
+        logs.configure("consumer", "json", stream=out)
+        [handler] = root.handlers
+        handler.addFilter(lambda record: getattr(record, "job_id", None) != "j2")
+        logs.emit(MOVES)
+    assert [line["job_id"] for line in lines(out)] == ["j1", "j3"]
+
+
+def test_the_text_time_is_loggings_own_also_across_a_second_boundary() -> None:
+    ours, theirs = logs.text_formatter("relay"), logging.Formatter("%(asctime)s")
+    record = logging.LogRecord("x", logging.INFO, "", 0, "m", None, None)
+    for created in (1764576000.25, 1764576000.999, 1764576001.0, 1764576001.5, 0.5):
+        record.created, record.msecs = created, int(created % 1 * 1000)
+        assert ours.formatTime(record) == theirs.formatTime(record)
