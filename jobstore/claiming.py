@@ -3,6 +3,7 @@ is told why it cannot. One guarded UPDATE decides; a job is never taken twice.""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -29,8 +30,8 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from jobstore import db, events, fenced, outbox, queries, tenantcap
 from jobstore.intake import new_attempt_id
-from jobstore.records import Claim, Job
-from jobstore.schema import JOB_COLUMNS, SQLITE_JOBS_BY_ID, attempts, jobs, state_in
+from jobstore.records import Claim
+from jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
 from jobstore.schema import outbox as outbox_rows
 from jobstore.states import CLAIM, HELD, TERMINAL, State
 
@@ -87,6 +88,14 @@ _NOW = bindparam("b_now", type_=Float)
 _IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
 
 
+# What a claim returns of each job it took: the fields of its `Claim`, in this order (`_claim_of`).
+_CLAIMED = (
+    jobs.c.id, jobs.c.epoch, jobs.c.attempts, jobs.c.kind, jobs.c.payload, jobs.c.tenant, jobs.c.owner,
+    jobs.c.operation_key, jobs.c.deadline_at, jobs.c.lease_expires_at, jobs.c.checkpoint, jobs.c.created_at,
+    jobs.c.traceparent,
+)  # fmt: skip
+
+
 def _claim_statement(which: ColumnElement[bool]) -> Any:
     return (
         update(jobs)
@@ -100,7 +109,7 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
             updated_at=_NOW,
             started_at=func.coalesce(jobs.c.started_at, _NOW),
         )
-        .returning(*jobs.c)
+        .returning(*_CLAIMED)
     )
 
 
@@ -150,9 +159,9 @@ _INSERT_ATTEMPT_DIRECT = {
 }
 
 
-def _attempt_row(job: Job, attempt_id: str, worker: str, now: float) -> dict[str, Any]:
-    return {"id": attempt_id, "job_id": job.id, "epoch": job.epoch, "worker": worker, "started_at": now,
-            "outcome": "running"}  # fmt: skip
+def _attempt_row(claim: Claim, now: float) -> dict[str, Any]:
+    return {"id": claim.attempt_id, "job_id": claim.job_id, "epoch": claim.epoch, "worker": claim.worker,
+            "started_at": now, "outcome": "running"}  # fmt: skip
 
 
 def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds: float) -> ClaimResult:
@@ -161,15 +170,14 @@ def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds:
     Only a queued, available job (or a running one whose lease expired with no external effect started)
     within its budget and deadline is taken; otherwise the result says why not."""
     params = {"b_id": job_id, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
-    row = conn.execute(_CLAIM, params).mappings().first()
+    row = conn.execute(_CLAIM, params).first()
     if row is None:
         return _refusal(conn, job_id, now)
-    job = Job.from_row(row)
-    _lose_previous(conn, [job], now)
-    events.note(conn, [events.of_job("claimed", job, worker=worker)])
-    attempt_id = new_attempt_id()
-    conn.execute(_INSERT_ATTEMPT, _attempt_row(job, attempt_id, worker, now))
-    return ClaimResult(claim=_as_claim(job, attempt_id, worker), state=State.RUNNING)
+    taken = _claim_of(row, new_attempt_id(), worker)
+    _lose_previous(conn, [taken.job_id] if taken.epoch > 1 else [], now)
+    events.note(conn, [events.of_claim("claimed", taken)])
+    conn.execute(_INSERT_ATTEMPT, _attempt_row(taken, now))
+    return ClaimResult(claim=taken, state=State.RUNNING)
 
 
 def claim_many(
@@ -224,54 +232,52 @@ def _take_many(
         params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
         statement = _CLAIM_DUE_PG if drop_pending else _CLAIM_MANY_PG
         rows = db.direct_in(conn, statement, params, "b_ids", job_ids, prepared=True)
-        taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
-        written = {job.id for job in taken if job.epoch == 1}
+        taken = [_claim_of(row, attempt_ids[row[0]], worker) for row in rows]
+        written = {claim.job_id for claim in taken if claim.epoch == 1}
     else:
         rows = db.direct_in(conn, _CLAIM_MANY, params, "b_ids", job_ids)
-        taken = [Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
-        attempt_ids = {job.id: new_attempt_id() for job in taken}
+        taken = [_claim_of(row, new_attempt_id(), worker) for row in rows]
         written = set()
         if drop_pending:
-            outbox.drop_pending_many(conn, [job.id for job in taken])
-    _lose_previous(conn, taken, now)
-    events.note(conn, (events.of_job("claimed", job, worker=worker) for job in taken))
-    fresh = {job.id: _as_claim(job, attempt_ids[job.id], worker) for job in taken}
-    unwritten = [job for job in taken if job.id not in written]
+            outbox.drop_pending_many(conn, [claim.job_id for claim in taken])
+    _lose_previous(conn, [claim.job_id for claim in taken if claim.epoch > 1], now)
+    events.note(conn, (events.of_claim("claimed", claim) for claim in taken))
+    unwritten = [claim for claim in taken if claim.job_id not in written]
     if unwritten:
         db.direct_many(
             conn, _INSERT_ATTEMPT_DIRECT[conn.dialect.name],
-            [_attempt_row(job, fresh[job.id].attempt_id, worker, now) for job in unwritten],
+            [_attempt_row(claim, now) for claim in unwritten],
         )  # fmt: skip
-    claims: dict[str, Claim | None] = dict(fresh)
-    return claims
+    return {claim.job_id: claim for claim in taken}
 
 
-def _lose_previous(conn: Connection, taken: Sequence[Job], now: float) -> None:
-    """The previous attempt, if its worker vanished, ends as lost when the job is claimed again. A first
-    claim (epoch 1) has no previous attempt, so it costs no statement."""
-    again = [job.id for job in taken if job.epoch > 1]
+def _lose_previous(conn: Connection, again: list[str], now: float) -> None:
+    """The previous attempts of the jobs claimed `again` (epoch > 1), if their workers vanished, end as
+    lost. A first claim has no previous attempt, so it costs no statement."""
     if again:
         fenced.lose_running_attempts(conn, again, now)
 
 
-def _as_claim(job: Job, attempt_id: str, worker: str) -> Claim:
-    assert job.lease_expires_at is not None
+def _claim_of(row: Sequence[Any], attempt_id: str, worker: str) -> Claim:
+    """The `Claim` of a job a claim returned (`_CLAIMED`)."""
+    (job_id, epoch, attempts, kind, payload, tenant, owner, operation_key, deadline_at, lease_expires_at,
+     checkpoint, created_at, traceparent) = row  # fmt: skip
     return Claim(
-        job_id=job.id,
+        job_id=job_id,
         attempt_id=attempt_id,
-        epoch=job.epoch,
-        attempts=job.attempts,
+        epoch=epoch,
+        attempts=attempts,
         worker=worker,
-        kind=job.kind,
-        payload=job.payload,
-        tenant=job.tenant,
-        owner=job.owner,
-        operation_key=job.operation_key,
-        deadline_at=job.deadline_at,
-        lease_expires_at=job.lease_expires_at,
-        checkpoint=job.checkpoint,
-        created_at=job.created_at,
-        traceparent=job.traceparent,
+        kind=kind,
+        payload=json.loads(payload),
+        tenant=tenant,
+        owner=owner,
+        operation_key=operation_key,
+        deadline_at=deadline_at,
+        lease_expires_at=lease_expires_at,
+        checkpoint=json.loads(checkpoint) if checkpoint else None,
+        created_at=created_at,
+        traceparent=traceparent,
     )
 
 

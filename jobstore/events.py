@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from jobstore.records import Job
+from jobstore.records import Claim, Job
 from jobstore.schema import jobs
 from telemetry.logs import JobEvent, job_event
 from telemetry.tracing import trace_id_of
@@ -25,6 +25,14 @@ def of_job(event: str, job: Job, **more: Any) -> JobEvent:
     return job_event(
         event, job.id, tenant=job.tenant, kind=job.kind, epoch=job.epoch, attempt=job.attempts,
         trace_id=trace_id_of(job.traceparent), **more,
+    )  # fmt: skip
+
+
+def of_claim(event: str, claim: Claim, **more: Any) -> JobEvent:
+    """The event `event` of the job `claim` holds, as the claim took it."""
+    return job_event(
+        event, claim.job_id, tenant=claim.tenant, kind=claim.kind, epoch=claim.epoch, attempt=claim.attempts,
+        trace_id=trace_id_of(claim.traceparent), worker=claim.worker, **more,
     )  # fmt: skip
 
 
