@@ -113,6 +113,8 @@ def create_app_from_env() -> FastAPI:
     process records its own heartbeat, and logs as its parent does."""
     settings = load()
     logs.configure("api", settings.log_format, job_events=settings.log_job_events)
+    if settings.stats_dir is not None:  # each worker's own counters, beside its parent's (the benchmark's)
+        db.start_stats_writer(settings.stats_dir, "api")
     return create_app(settings, beat=True)
 
 

@@ -78,9 +78,17 @@ class Deployment:
     whatever happened inside."""
 
     def __init__(
-        self, mode: str, settings: Settings, workdir: Path, *, processes: int, concurrency: int | None
+        self,
+        mode: str,
+        settings: Settings,
+        workdir: Path,
+        *,
+        processes: int,
+        concurrency: int | None,
+        api_workers: int = 1,
     ) -> None:
         self.mode = mode
+        self.api_workers = api_workers
         self.settings = settings
         self.workdir = workdir
         self.processes = processes
@@ -101,7 +109,7 @@ class Deployment:
         finally:
             engine.dispose()
         port = free_port()
-        self._record(self.stack.start_api(port))
+        self._record(self.stack.start_api(port, workers=self.api_workers))
         self.api_url = f"http://127.0.0.1:{port}"
         if self.mode == BROKER:
             self._start_broker_side()

@@ -38,6 +38,7 @@ class Options:
     keep: bool
     # standard: every phase; priority, fairness, delayed: one probe phase each (`bench.probes`)
     scenario: str = "standard"
+    api_workers: int = 1  # api processes (`api --workers`)
 
     @property
     def file_suffix(self) -> str:
@@ -71,6 +72,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_positive(int), default=5000, help="burst size (default 5000)")
     p.add_argument("--consumers", type=_positive(int), default=2, help="consumer or worker processes")
     p.add_argument("--concurrency", type=_positive(int), help="threads per consumer/worker (their default)")
+    p.add_argument(
+        "--api-workers", type=_positive(int), default=1, help="api processes (`api --workers`, default 1)"
+    )
     p.add_argument("--rate", type=_positive(float), default=200.0, help="offered load, jobs/s (default 200)")
     p.add_argument("--light-rate", type=float, default=20.0, help="a second, light load (0: skip it)")
     p.add_argument("--duration", type=_positive(float), default=10.0, help="latency phase seconds")
@@ -130,4 +134,5 @@ def parse(argv: list[str]) -> Options:
         profile=a.profile,
         keep=a.keep,
         scenario=a.scenario,
+        api_workers=a.api_workers,
     )

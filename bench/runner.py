@@ -117,7 +117,11 @@ def run_deployment(
     (its processes may be in any state); the figures of the phases before it stand."""
     label = f"{mode}-{synchronous.lower()}"
     result: dict[str, Any] = {"mode": mode, "synchronous": synchronous, "processes": options.consumers}
-    result |= {"concurrency": options.concurrency or "default", "phases": {}}
+    result |= {
+        "concurrency": options.concurrency or "default",
+        "api_workers": options.api_workers,
+        "phases": {},
+    }
     result["load_average_at_start"] = [round(x, 2) for x in os.getloadavg()]
     runs.append(result)
     workdir = Path(tempfile.mkdtemp(prefix=f"outbox-bridge-bench-{label}-"))
@@ -132,7 +136,14 @@ def run_deployment(
         wants_outage = mode == BROKER and full and options.outage_seconds
         proxy = _proxy(settings, options.outage_style, cleanup) if wants_outage else None
         deployment = cleanup.enter_context(
-            Deployment(mode, settings, workdir, processes=options.consumers, concurrency=options.concurrency)
+            Deployment(
+                mode,
+                settings,
+                workdir,
+                processes=options.consumers,
+                concurrency=options.concurrency,
+                api_workers=options.api_workers,
+            )
         )
         cleanup.callback(lambda: result.update(pids=deployment.names()))
         try:

@@ -112,8 +112,10 @@ class Stack:
         old = self.services[name]
         return self.start(name, *old.args, **old.extra_env)
 
-    def start_api(self, port: int, name: str = "api") -> Service:
-        service = self.start(name, "api", "--host", "127.0.0.1", "--port", str(port))
+    def start_api(self, port: int, name: str = "api", workers: int = 1) -> Service:
+        """`outbox-bridge api` on `port`, with `workers` processes (`--workers`), once it answers ready."""
+        more = ["--workers", str(workers)] if workers > 1 else []
+        service = self.start(name, "api", "--host", "127.0.0.1", "--port", str(port), *more)
         wait_ready(f"http://127.0.0.1:{port}/readyz", service)
         return service
 

@@ -190,3 +190,25 @@ def test_bench_interrupted_stops_what_it_started_and_keeps_the_figures(tmp_path:
     assert {"warmup", "idle"} <= set(run["phases"])
     assert "burst_store" not in run["phases"]
     _assert_nothing_left([run])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_with_two_api_processes_counts_both_and_stops_them(tmp_path: Path) -> None:
+    args = ["--mode", "sqlite", *SMALL, "--fsync-jobs", "0", "--light-rate", "0", "--api-workers", "2"]
+    proc = _bench(tmp_path, args, {})
+    code, output = _finish(proc, timeout=240)
+    assert code == 0, output[-6000:]
+
+    (run,) = json.loads((tmp_path / "out" / "results-sqlite.json").read_text())["runs"]
+    assert run["api_workers"] == 2
+    # Each api worker process writes its own counters beside its parent's: named api-<pid>.
+    workers = [
+        n for n in run["phases"]["burst_http"]["cost"]["cpu_seconds_per_1000_jobs"] if n.startswith("api-")
+    ]
+    assert len(workers) == 2, run["phases"]["burst_http"]["cost"]["cpu_seconds_per_1000_jobs"]
+    _assert_wrk(run["phases"]["http_api"], run["phases"]["http_whole"])
+    if "skipped" not in run["phases"]["http_api"]:
+        assert run["phases"]["http_api"]["api_cpu_ms_per_job"] > 0
+    worker_pids = [int(n.removeprefix("api-")) for n in workers]
+    _assert_nothing_left([run, {"pids": worker_pids}])

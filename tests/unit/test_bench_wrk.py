@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from bench import loadgen
 from bench.loadgen import parse
 
 REPORT = """Running 8s test @ http://127.0.0.1:18555/jobs
@@ -41,3 +42,10 @@ def test_a_clean_report_has_no_rejections() -> None:
 def test_a_report_without_its_request_count_is_an_error() -> None:
     with pytest.raises(ValueError, match="no match"):
         parse("wrk: connection refused\n")
+
+
+def test_the_apis_cpu_is_its_process_and_each_of_its_workers() -> None:
+    by_process = {"api": 0.01, "api-101": 0.2, "api-102": 0.3, "bench": 0.7, "worker-1": 0.4}
+    assert loadgen.api_cpu_per_job(by_process) == 0.51
+    assert loadgen.api_cpu_per_job({"api": 0.25, "relay": 0.1}) == 0.25
+    assert loadgen.api_cpu_per_job({"relay": 0.1}) is None
