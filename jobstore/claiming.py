@@ -174,7 +174,7 @@ def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds:
     if row is None:
         return _refusal(conn, job_id, now)
     taken = _claim_of(row, new_attempt_id(), worker)
-    _lose_previous(conn, [taken.job_id] if taken.epoch > 1 else [], now)
+    _lose_previous(conn, [taken], now)
     events.note(conn, [events.of_claim("claimed", taken)])
     conn.execute(_INSERT_ATTEMPT, _attempt_row(taken, now))
     return ClaimResult(claim=taken, state=State.RUNNING)
@@ -240,7 +240,7 @@ def _take_many(
         written = set()
         if drop_pending:
             outbox.drop_pending_many(conn, [claim.job_id for claim in taken])
-    _lose_previous(conn, [claim.job_id for claim in taken if claim.epoch > 1], now)
+    _lose_previous(conn, taken, now)
     events.note(conn, (events.of_claim("claimed", claim) for claim in taken))
     unwritten = [claim for claim in taken if claim.job_id not in written]
     if unwritten:
@@ -251,9 +251,10 @@ def _take_many(
     return {claim.job_id: claim for claim in taken}
 
 
-def _lose_previous(conn: Connection, again: list[str], now: float) -> None:
-    """The previous attempts of the jobs claimed `again` (epoch > 1), if their workers vanished, end as
-    lost. A first claim has no previous attempt, so it costs no statement."""
+def _lose_previous(conn: Connection, taken: Sequence[Claim], now: float) -> None:
+    """The previous attempt, if its worker vanished, ends as lost when the job is claimed again. A first
+    claim (epoch 1) has no previous attempt, so it costs no statement."""
+    again = [claim.job_id for claim in taken if claim.epoch > 1]
     if again:
         fenced.lose_running_attempts(conn, again, now)
 
