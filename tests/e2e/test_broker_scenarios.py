@@ -173,11 +173,7 @@ class Stack:
             with contextlib.suppress(ValueError):  # already waited for: its log is closed
                 proc.wait(10)
         try:
-            channel = self.channel()
-            for queue in (self.settings.queue, self.settings.dead_letter_queue):
-                channel.queue_delete(queue)
-            for exchange in (self.settings.exchange, self.settings.dead_letter_exchange):
-                channel.exchange_delete(exchange)
+            topology.delete(self.channel(), self.settings)
             assert self._broker is not None
             self._broker.close()
         finally:

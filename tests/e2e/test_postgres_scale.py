@@ -20,6 +20,7 @@ import pika
 import pytest
 from sqlalchemy import Connection, func, select
 
+from broker import topology
 from core import clock
 from core.settings import Settings
 from jobstore import db, intake, migrate
@@ -91,10 +92,7 @@ class Fleet:
                 proc.kill()
         try:
             with broker(self.settings) as channel:
-                for queue in (self.settings.queue, self.settings.dead_letter_queue):
-                    channel.queue_delete(queue)
-                for exchange in (self.settings.exchange, self.settings.dead_letter_exchange):
-                    channel.exchange_delete(exchange)
+                topology.delete(channel, self.settings)
         finally:
             self.engine.dispose()
 

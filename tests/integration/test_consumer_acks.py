@@ -29,11 +29,7 @@ def settings(tmp_path: Path, rabbitmq_url: str) -> Iterator[Settings]:
     settings = make_settings(tmp_path, rabbitmq_url=rabbitmq_url)
     yield settings
     connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_url))
-    channel = connection.channel()
-    for queue in (settings.queue, settings.dead_letter_queue):
-        channel.queue_delete(queue)
-    for exchange in (settings.exchange, settings.dead_letter_exchange):
-        channel.exchange_delete(exchange)
+    topology.delete(connection.channel(), settings)
     connection.close()
 
 

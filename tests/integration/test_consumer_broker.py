@@ -56,11 +56,7 @@ class Broker:
         return int(declared.method.message_count)
 
     def close(self) -> None:
-        s = self.settings
-        for queue in (s.queue, s.dead_letter_queue):
-            self.channel.queue_delete(queue)
-        for exchange in (s.exchange, s.dead_letter_exchange):
-            self.channel.exchange_delete(exchange)
+        topology.delete(self.channel, self.settings)
         self.connection.close()
 
 

@@ -42,10 +42,7 @@ def channel(settings: Settings) -> Iterator[pika.adapters.blocking_connection.Bl
     ch = connection.channel()
     topology.declare(ch, settings)
     yield ch
-    for queue in (settings.queue, settings.dead_letter_queue):
-        ch.queue_delete(queue)
-    for exchange in (settings.exchange, settings.dead_letter_exchange):
-        ch.exchange_delete(exchange)
+    topology.delete(ch, settings)
     connection.close()
 
 

@@ -170,13 +170,11 @@ class Broker:
         """Delete the test's queues and exchanges, on a fresh connection (the test's may have died)."""
         if self.connection.is_open:
             self.connection.close()
-        s = self.settings
         with closing(pika.BlockingConnection(self._params)) as connection:
             channel = connection.channel()
-            for queue in (*self._extra_queues, s.queue, s.dead_letter_queue):
+            for queue in self._extra_queues:
                 channel.queue_delete(queue)
-            for exchange in (s.exchange, s.dead_letter_exchange):
-                channel.exchange_delete(exchange)
+            topology.delete(channel, self.settings)
 
 
 @contextmanager
