@@ -11,7 +11,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
@@ -31,16 +31,18 @@ _ENCODER = json.JSONEncoder(default=str, ensure_ascii=False, separators=(",", ":
 
 
 class _Seconds:
-    """The `2026-12-01T08:10:00` part of a time, formatted once per second, not once per line."""
+    """The seconds part of a time (by default `2026-12-01T08:10:00`, UTC), formatted once per second, not
+    once per line: `fmt` for `time.strftime` of what `convert` (`time.gmtime`, `time.localtime`) makes."""
 
-    def __init__(self) -> None:
+    def __init__(self, fmt: str = "%Y-%m-%dT%H:%M:%S", convert: Callable[[float], Any] = time.gmtime) -> None:
+        self.fmt, self.convert = fmt, convert
         self.last = (-1, "")  # one attribute, so a thread never sees one second with another's text
 
     def __call__(self, created: float) -> str:
         second = int(created)
         last_second, text = self.last
         if second != last_second:
-            text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            text = time.strftime(self.fmt, self.convert(second))
             self.last = (second, text)
         return text
 
@@ -84,21 +86,16 @@ class JsonFormatter(logging.Formatter):
 
 
 class _TextFormatter(logging.Formatter):
-    """`logging.Formatter` whose default time text is made once per second, not once per line."""
+    """`logging.Formatter` whose default time text is made once per second (`_Seconds`), not once per line."""
 
     def __init__(self, fmt: str) -> None:
         super().__init__(fmt)
-        self._last = (-1, "")  # (second, its text), one attribute: a thread never sees half an update
+        self._seconds = _Seconds(self.default_time_format, self.converter)
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
         if datefmt is not None or not self.default_msec_format:
             return super().formatTime(record, datefmt)
-        second = int(record.created)
-        last_second, text = self._last
-        if second != last_second:
-            text = time.strftime(self.default_time_format, self.converter(record.created))
-            self._last = (second, text)
-        return self.default_msec_format % (text, record.msecs)
+        return self.default_msec_format % (self._seconds(record.created), record.msecs)
 
 
 def text_formatter(role: str) -> logging.Formatter:
