@@ -44,17 +44,20 @@ _INSERT_FOR_JOB = insert(outbox).values(
     tenant=select(jobs.c.tenant).where(jobs.c.id == _OF_JOB).scalar_subquery(),
     priority=select(jobs.c.priority).where(jobs.c.id == _OF_JOB).scalar_subquery(),
 )
-_BY_JOB = "INDEXED BY ix_outbox_job_id"  # SQLite (`jobstore.schema.SQLITE_JOBS_BY_ID` says why)
-_DROP_PENDING = (
-    delete(outbox)
-    .with_hint(_BY_JOB, dialect_name="sqlite")
-    .where(outbox.c.job_id == bindparam("b_job"), outbox.c.published_at.is_(None))
-)
-_DROP_PENDING_MANY = (
-    delete(outbox)
-    .with_hint(_BY_JOB, dialect_name="sqlite")
-    .where(outbox.c.job_id.in_(bindparam("b_jobs", expanding=True)), outbox.c.published_at.is_(None))
-)
+
+
+def _drop_pending(of_jobs: ColumnElement[bool]) -> Any:
+    """The unpublished rows of the jobs `of_jobs` picks, deleted; on SQLite found through the job id's
+    index (`jobstore.schema.SQLITE_JOBS_BY_ID` says why it is named)."""
+    return (
+        delete(outbox)
+        .with_hint("INDEXED BY ix_outbox_job_id", dialect_name="sqlite")
+        .where(of_jobs, outbox.c.published_at.is_(None))
+    )
+
+
+_DROP_PENDING = _drop_pending(outbox.c.job_id == bindparam("b_job"))
+_DROP_PENDING_MANY = _drop_pending(outbox.c.job_id.in_(bindparam("b_jobs", expanding=True)))
 _NOW = bindparam("b_now", type_=Float)
 _IDS: BindParameter[int] = bindparam("b_ids", expanding=True)
 
