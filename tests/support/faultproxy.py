@@ -2,7 +2,7 @@
 
     with FaultProxy(("127.0.0.1", 5672)) as proxy:
         url = proxy.url_for("amqp://guest:guest@127.0.0.1:5672/%2F")
-        proxy.refuse()      # stop listening: new connections are refused (the port stays reserved for us)
+        proxy.refuse()      # stop listening: new connections are refused (the port stays bound, ours)
         proxy.listen()      # accept again, on the same port
         proxy.cut()         # reset every open connection, both ends
         proxy.pause("to_client")  # hold bytes flowing back to clients (e.g. publisher confirms)
@@ -55,6 +55,9 @@ class FaultProxy:
         self.max_links = max_links
         self._selector = selectors.DefaultSelector()
         self._listener: socket.socket | None = None
+        # While not listening, the port stays bound to this socket (not listening: connections are refused),
+        # so that no other process's socket takes it meanwhile and `listen` finds it in use.
+        self._held: socket.socket | None = None
         self._links: set[_Link] = set()
         self._paused: set[str] = set()
         self._control: queue.Queue[tuple[Callable[[], object], threading.Event, list[object]]] = queue.Queue()
@@ -63,7 +66,8 @@ class FaultProxy:
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
         self._running = True
         self.accepted = 0
-        self.port = self._reserve_port(port)
+        self._held = self._new_listener(port)
+        self.port = int(self._held.getsockname()[1])
         self._thread = threading.Thread(target=self._loop, name="fault-proxy", daemon=True)
 
     # -- control (any thread) ------------------------------------------------------------------------------
@@ -117,6 +121,7 @@ class FaultProxy:
         if self._thread.is_alive():
             self._call(self._shutdown)
             self._thread.join(timeout=CONTROL_TIMEOUT)
+        self._release()
         self._selector.close()
         self._wake_r.close()
         self._wake_w.close()
@@ -131,12 +136,6 @@ class FaultProxy:
         return result[0] if result else None
 
     # -- the loop (proxy thread only) ----------------------------------------------------------------------
-
-    def _reserve_port(self, port: int) -> int:
-        probe = self._new_listener(port)
-        chosen = int(probe.getsockname()[1])
-        probe.close()
-        return chosen
 
     def _new_listener(self, port: int) -> socket.socket:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -171,7 +170,7 @@ class FaultProxy:
     def _open_listener(self) -> None:
         if self._listener is not None:
             return
-        self._listener = self._new_listener(self.port)
+        self._listener, self._held = self._held or self._new_listener(self.port), None
         self._listener.listen(64)
         self._listener.setblocking(False)
         self._selector.register(self._listener, selectors.EVENT_READ, ("listen", None))
@@ -181,6 +180,13 @@ class FaultProxy:
             self._selector.unregister(self._listener)
             self._listener.close()
             self._listener = None
+        if self._running and self._held is None:
+            self._held = self._new_listener(self.port)
+
+    def _release(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def _cut_all(self) -> int:
         links = list(self._links)
@@ -190,8 +196,9 @@ class FaultProxy:
 
     def _shutdown(self) -> None:
         self._cut_all()
-        self._close_listener()
         self._running = False
+        self._close_listener()
+        self._release()
 
     def _accept(self) -> None:
         assert self._listener is not None
