@@ -20,6 +20,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -65,6 +66,7 @@ class FaultProxy:
         self._wake_r.setblocking(False)
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
         self._running = True
+        self._failure: BaseException | None = None
         self.accepted = 0
         self._held = self._new_listener(port)
         self.port = int(self._held.getsockname()[1])
@@ -121,6 +123,8 @@ class FaultProxy:
         if self._thread.is_alive():
             self._call(self._shutdown)
             self._thread.join(timeout=CONTROL_TIMEOUT)
+        else:  # never started, or died: nothing else touches the sockets now
+            self._shutdown()
         self._release()
         self._selector.close()
         self._wake_r.close()
@@ -131,8 +135,12 @@ class FaultProxy:
         result: list[object] = []
         self._control.put((fn, done, result))
         self._wake_w.send(b"x")
-        if not done.wait(CONTROL_TIMEOUT):
-            raise TimeoutError("fault proxy did not answer")
+        deadline = time.monotonic() + CONTROL_TIMEOUT
+        while not done.wait(0.05):
+            if not self._thread.is_alive():
+                raise RuntimeError("the fault proxy's thread died") from self._failure
+            if time.monotonic() > deadline:
+                raise TimeoutError("fault proxy did not answer")
         return result[0] if result else None
 
     # -- the loop (proxy thread only) ----------------------------------------------------------------------
@@ -144,15 +152,25 @@ class FaultProxy:
         return sock
 
     def _loop(self) -> None:
-        while self._running:
-            for key, events in self._selector.select(timeout=1.0):
-                kind, link = key.data
-                if kind == "wake":
-                    self._run_control()
-                elif kind == "listen":
+        try:
+            while self._running:
+                self._dispatch(self._selector.select(timeout=1.0))
+        except Exception as exc:  # kept, so that the next control call fails with it rather than timing out
+            self._failure = exc
+
+    def _dispatch(self, ready: list[tuple[selectors.SelectorKey, int]]) -> None:
+        """Handle one select batch. A control call early in the batch can close or replace a socket that a
+        later entry of the same batch names (`refuse` closes the listener a pending "listen" entry was
+        for; `cut` drops a link): such stale entries are skipped."""
+        for key, events in ready:
+            kind, link = key.data
+            if kind == "wake":
+                self._run_control()
+            elif kind == "listen":
+                if key.fileobj is self._listener:
                     self._accept()
-                else:
-                    self._service(link, key.fileobj, events)  # type: ignore[arg-type]
+            else:
+                self._service(link, key.fileobj, events)  # type: ignore[arg-type]
 
     def _run_control(self) -> None:
         try:
