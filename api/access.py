@@ -8,7 +8,7 @@ import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from telemetry.logs import ACCESS
+from outbox_bridge.telemetry.logs import ACCESS
 
 # What an answer that escaped every handler becomes (api.problems answers unexpected errors with 503).
 UNHANDLED_STATUS = 503

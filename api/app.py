@@ -12,21 +12,21 @@ from fastapi import FastAPI
 from sqlalchemy import Engine
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api import docs, openapi, problems
-from api.access import AccessLog
-from api.auth import check_secret
-from api.committer import GroupCommitter
-from api.headers import ResponseHeaders
-from api.lean import LeanFront
-from api.limits import BodyLimit
-from api.links import LinkSigner
-from api.metrics import Metrics, RequestCounter, store_reader
-from api.routes import jobs, probes
-from core.settings import Settings, load
-from handlers.registry import KINDS
-from jobstore import db
-from jobstore.heartbeats import Heartbeat
-from telemetry import logs, tracing
+from outbox_bridge.api import docs, openapi, problems
+from outbox_bridge.api.access import AccessLog
+from outbox_bridge.api.auth import check_secret
+from outbox_bridge.api.committer import GroupCommitter
+from outbox_bridge.api.headers import ResponseHeaders
+from outbox_bridge.api.lean import LeanFront
+from outbox_bridge.api.limits import BodyLimit
+from outbox_bridge.api.links import LinkSigner
+from outbox_bridge.api.metrics import Metrics, RequestCounter, store_reader
+from outbox_bridge.api.routes import jobs, probes
+from outbox_bridge.core.settings import Settings, load
+from outbox_bridge.handlers.registry import KINDS
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.heartbeats import Heartbeat
+from outbox_bridge.telemetry import logs, tracing
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +130,9 @@ def _make_engine(settings: Settings) -> Engine:
 def _include_dashboard(app: FastAPI) -> None:
     """Mount the operator dashboard when its module is there; the API serves without it."""
     try:
-        dashboard = importlib.import_module("api.dashboard")
+        dashboard = importlib.import_module("outbox_bridge.api.dashboard")
     except ModuleNotFoundError as exc:
-        if exc.name != "api.dashboard":
+        if exc.name != "outbox_bridge.api.dashboard":
             log.error("the dashboard is not served: %s", exc)
         return
     app.include_router(dashboard.router)

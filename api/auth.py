@@ -15,7 +15,7 @@ from typing import Any, TypeGuard
 
 import jwt
 
-from core.settings import DEV_AUTH_SECRET, Settings
+from outbox_bridge.core.settings import DEV_AUTH_SECRET, Settings
 
 ALGORITHM = "HS256"
 MIN_SECRET_BYTES = 32

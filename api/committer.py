@@ -32,8 +32,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DataError
 
-from jobstore import db, intake
-from jobstore.errors import IdempotencyConflict, Unstorable
+from outbox_bridge.jobstore import db, intake
+from outbox_bridge.jobstore.errors import IdempotencyConflict, Unstorable
 
 log = logging.getLogger(__name__)
 

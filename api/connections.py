@@ -30,7 +30,7 @@ try:
 except ImportError:  # httptools is not installed: the pure-Python parser serves
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
-from core.settings import Settings
+from outbox_bridge.core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import Engine
 
-from api.auth import Identity, InvalidToken, TokenPolicy, verify_token
-from api.committer import GroupCommitter
-from api.links import LinkSigner
-from api.metrics import Metrics
-from api.problems import BEARER_CHALLENGE, INVALID_TOKEN_CHALLENGE, UNAUTHORIZED
-from core.settings import Settings
+from outbox_bridge.api.auth import Identity, InvalidToken, TokenPolicy, verify_token
+from outbox_bridge.api.committer import GroupCommitter
+from outbox_bridge.api.links import LinkSigner
+from outbox_bridge.api.metrics import Metrics
+from outbox_bridge.api.problems import BEARER_CHALLENGE, INVALID_TOKEN_CHALLENGE, UNAUTHORIZED
+from outbox_bridge.core.settings import Settings
 
 bearer = HTTPBearer(
     auto_error=False,

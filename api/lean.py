@@ -34,13 +34,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.auth import Identity, InvalidToken
-from api.deps import token_identity
-from api.headers import encoded, headers_for, put
-from api.limits import body_timeout, length, refusal_response
-from api.routes.jobs import accept_job
-from api.schemas import JobCreate
-from core.settings import Settings
+from outbox_bridge.api.auth import Identity, InvalidToken
+from outbox_bridge.api.deps import token_identity
+from outbox_bridge.api.headers import encoded, headers_for, put
+from outbox_bridge.api.limits import body_timeout, length, refusal_response
+from outbox_bridge.api.routes.jobs import accept_job
+from outbox_bridge.api.schemas import JobCreate
+from outbox_bridge.core.settings import Settings
 
 PATH = "/jobs"
 _METHOD = "POST"

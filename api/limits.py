@@ -15,7 +15,7 @@ import asyncio
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.problems import BODY_TIMEOUT, PAYLOAD_TOO_LARGE, ProblemType, problem_response
+from outbox_bridge.api.problems import BODY_TIMEOUT, PAYLOAD_TOO_LARGE, ProblemType, problem_response
 
 # What the client gets instead of the app's answer: a problem and its detail.
 Refusal = tuple[ProblemType, str]

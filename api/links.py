@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from core.settings import Settings
+from outbox_bridge.core.settings import Settings
 
 # The purpose label the link key is derived under; a new label (or version) invalidates every link.
 PURPOSE = b"outbox-bridge/result-link/v1"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from markupsafe import Markup, escape
 
-from jobstore.overview import Overview
+from outbox_bridge.jobstore.overview import Overview
 
 
 def liveness_block(view: Overview) -> Markup:

@@ -16,12 +16,18 @@ from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from core import clock
-from core.settings import Settings
-from jobstore import db
-from jobstore.overview import store_figures
-from telemetry import instruments
-from telemetry.exposition import CONTENT_TYPE, StoreClientCollector, StoreCollector, StoreFigures, render
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.overview import store_figures
+from outbox_bridge.telemetry import instruments
+from outbox_bridge.telemetry.exposition import (
+    CONTENT_TYPE,
+    StoreClientCollector,
+    StoreCollector,
+    StoreFigures,
+    render,
+)
 
 __all__ = ["CONTENT_TYPE", "KNOWN_METHODS", "UNMATCHED", "Metrics", "RequestCounter", "store_reader"]
 

@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from api.problems import ALL_TYPES, MEDIA_TYPE
-from api.schemas import Problem
+from outbox_bridge.api.problems import ALL_TYPES, MEDIA_TYPE
+from outbox_bridge.api.schemas import Problem
 
 PROBLEM_REF = "#/components/schemas/Problem"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from api.problems import INVALID_PAYLOAD
+from outbox_bridge.api.problems import INVALID_PAYLOAD
 
 MAX_DEPTH = 32
 

@@ -20,10 +20,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
 
-from api.headers import headers_for
-from jobstore.db import StoreUnavailable
-from jobstore.errors import IdempotencyConflict, JobNotFound, Unstorable
-from jobstore.queries import BadCursor
+from outbox_bridge.api.headers import headers_for
+from outbox_bridge.jobstore.db import StoreUnavailable
+from outbox_bridge.jobstore.errors import IdempotencyConflict, JobNotFound, Unstorable
+from outbox_bridge.jobstore.queries import BadCursor
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from typing import Any, BinaryIO
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from api.problems import RESULT_GONE
+from outbox_bridge.api.problems import RESULT_GONE
 
 log = logging.getLogger(__name__)
 

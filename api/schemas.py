@@ -9,15 +9,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from api.links import LinkSigner, ResultLink
-from core import clock
-from core.clock import isoformat
-from handlers.base import Progress
-from handlers.registry import KINDS
-from jobstore.priorities import Priority
-from jobstore.records import Job
-from jobstore.schedule import MAX_DELAY_SECONDS, Schedule
-from jobstore.states import State
+from outbox_bridge.api.links import LinkSigner, ResultLink
+from outbox_bridge.core import clock
+from outbox_bridge.core.clock import isoformat
+from outbox_bridge.handlers.base import Progress
+from outbox_bridge.handlers.registry import KINDS
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.schedule import MAX_DELAY_SECONDS, Schedule
+from outbox_bridge.jobstore.states import State
 
 MAX_DEADLINE_SECONDS = 30 * 24 * 3600
 

@@ -14,8 +14,8 @@ from types import FrameType
 
 import uvicorn
 
-from api.connections import BoundedProtocol, ConnectionBounds
-from core.settings import Settings
+from outbox_bridge.api.connections import BoundedProtocol, ConnectionBounds
+from outbox_bridge.core.settings import Settings
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
@@ -32,12 +32,12 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
     }
     with _exit_zero_after_sigterm():
         if workers == 1:
-            from api.app import create_app
+            from outbox_bridge.api.app import create_app
 
             uvicorn.run(create_app(settings, beat=True), **options)  # type: ignore[arg-type]
             return
         os.environ.update(settings_environment(settings))
-        uvicorn.run("api.app:create_app_from_env", factory=True, workers=workers, **options)  # type: ignore[arg-type]
+        uvicorn.run("outbox_bridge.api.app:create_app_from_env", factory=True, workers=workers, **options)  # type: ignore[arg-type]
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

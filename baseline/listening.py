@@ -14,10 +14,10 @@ import select
 import threading
 from collections.abc import Callable
 
-from core import clock
-from core.settings import Settings
-from jobstore.bells import Bell, open_bell
-from jobstore.notifications import ListenerLost
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore.bells import Bell, open_bell
+from outbox_bridge.jobstore.notifications import ListenerLost
 
 log = logging.getLogger(__name__)
 

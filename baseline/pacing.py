@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from core.backoff import Backoff, Streak
+from outbox_bridge.core.backoff import Backoff, Streak
 
 # Ceilings: `compute_backoff` draws each pause between half and all of its ceiling, so the mean idle pause
 # runs from about 1 ms after work to about 64 ms when idle (some 35 polls a second per idle process).

@@ -35,22 +35,22 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from baseline.pacing import idle_pauses
-from core import clock
-from core.backoff import Backoff, Streak
-from core.settings import Settings
-from jobstore import db
-from jobstore.records import Claim
-from jobstore.states import State
-from telemetry.instruments import FENCED_WRITES
-from worker.attempt import discard_uncommitted
-from worker.budget import AHEAD_SECONDS, ClaimBudget
-from worker.commit import backoff_of, commit_outcomes
-from worker.handback import Handback, hand_back, hand_back_all
-from worker.inbox import STOP, take_batch
-from worker.lease import Held, LeaseKeeper
-from worker.polling import any_due, claim_due
-from worker.runners import Finished, Runners
+from outbox_bridge.baseline.pacing import idle_pauses
+from outbox_bridge.core import clock
+from outbox_bridge.core.backoff import Backoff, Streak
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry.instruments import FENCED_WRITES
+from outbox_bridge.worker.attempt import discard_uncommitted
+from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
+from outbox_bridge.worker.commit import backoff_of, commit_outcomes
+from outbox_bridge.worker.handback import Handback, hand_back, hand_back_all
+from outbox_bridge.worker.inbox import STOP, take_batch
+from outbox_bridge.worker.lease import Held, LeaseKeeper
+from outbox_bridge.worker.polling import any_due, claim_due
+from outbox_bridge.worker.runners import Finished, Runners
 
 log = logging.getLogger(__name__)
 

@@ -12,12 +12,12 @@ import time
 
 from sqlalchemy import Engine
 
-from baseline.pacing import jittered
-from core import clock
-from core.settings import Settings
-from jobstore import db, statistics, sweeper
-from worker.commit import backoff_of
-from worker.retention import OutputSweep, retain
+from outbox_bridge.baseline.pacing import jittered
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, statistics, sweeper
+from outbox_bridge.worker.commit import backoff_of
+from outbox_bridge.worker.retention import OutputSweep, retain
 
 log = logging.getLogger(__name__)
 

@@ -17,20 +17,20 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
-from baseline.listening import Listening
-from baseline.pool import ClaimPool
-from baseline.sweep_loop import SweepLoop
-from core.settings import Settings
-from jobstore import db
-from jobstore.heartbeats import Heartbeat
-from jobstore.records import Claim
-from telemetry import tracing
-from worker.handback import Handback
-from worker.heartbeat import runner_detail
-from worker.lease import LeaseKeeper
-from worker.metrics import serve_metrics
-from worker.process import run_until_signalled
-from worker.shutdown import drain, listed
+from outbox_bridge.baseline.listening import Listening
+from outbox_bridge.baseline.pool import ClaimPool
+from outbox_bridge.baseline.sweep_loop import SweepLoop
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.heartbeats import Heartbeat
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.telemetry import tracing
+from outbox_bridge.worker.handback import Handback
+from outbox_bridge.worker.heartbeat import runner_detail
+from outbox_bridge.worker.lease import LeaseKeeper
+from outbox_bridge.worker.metrics import serve_metrics
+from outbox_bridge.worker.process import run_until_signalled
+from outbox_bridge.worker.shutdown import drain, listed
 
 log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ CPU time are divided by the jobs accepted. No socket, no parser and no load gene
 the figure moves far less from run to run than the same under `wrk`; what the server in front adds
 (uvicorn's parsing and writes) is left out.
 
-    python -m bench.apicpu /tmp/apicpu.db --jobs 10000
+    python -m outbox_bridge.bench.apicpu /tmp/apicpu.db --jobs 10000
 
 The database must be new (a SQLite file or a PostgreSQL URL): its schema is created first. A first
 `--jobs` jobs warm the process and are not counted."""
@@ -20,10 +20,10 @@ from typing import Any
 
 from starlette.types import Message
 
-from api.app import create_app
-from api.auth import issue_token
-from core.settings import Settings
-from jobstore import db, migrate
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, migrate
 
 BODY = b'{"kind":"noop","payload":{}}'
 TENANT = "apicpu"

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from jobstore import db
+from outbox_bridge.jobstore import db
 
 COUNTERS = (
     "write_transactions",

@@ -17,9 +17,9 @@ from types import TracebackType
 import pika
 from pika.exceptions import AMQPError
 
-from core.settings import Settings
-from jobstore import db, migrate
-from launch.stack import Service, Stack, free_port
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, migrate
+from outbox_bridge.launch.stack import Service, Stack, free_port
 
 log = logging.getLogger(__name__)
 

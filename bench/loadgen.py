@@ -20,11 +20,11 @@ import shutil
 import subprocess
 from typing import Any
 
-from api.auth import issue_token
-from bench.observe import throughput
-from bench.pausing import paused
-from bench.phases import Run, costs_since, start_costs
-from bench.submit import OWNER
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.bench.observe import throughput
+from outbox_bridge.bench.pausing import paused
+from outbox_bridge.bench.phases import Run, costs_since, start_costs
+from outbox_bridge.bench.submit import OWNER
 
 CONNECTIONS = 16
 SETTLE_SECONDS = 0.5

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, func, select
 
-from jobstore.schema import jobs, outbox
-from jobstore.states import ACTIVE, TERMINAL, State
+from outbox_bridge.jobstore.schema import jobs, outbox
+from outbox_bridge.jobstore.states import ACTIVE, TERMINAL, State
 
 if TYPE_CHECKING:
     import numpy as np

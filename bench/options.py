@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.proxy import STYLES
+from outbox_bridge.bench.proxy import STYLES
 
 MODES = {"broker": ("broker",), "sqlite": ("sqlite",), "both": ("broker", "sqlite")}
 SYNCHRONOUS = ("FULL", "NORMAL")

@@ -12,10 +12,10 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from bench.observe import StoreWatch
-from bench.phases import Run
-from bench.proxy import BrokerProxy
-from bench.submit import Tally, open_loop
+from outbox_bridge.bench.observe import StoreWatch
+from outbox_bridge.bench.phases import Run
+from outbox_bridge.bench.proxy import BrokerProxy
+from outbox_bridge.bench.submit import Tally, open_loop
 
 if TYPE_CHECKING:
     import numpy as np

@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from core.settings import Settings
-from jobstore import db
-from launch.stack import Service
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.launch.stack import Service
 
 TRIES = 40
 RETRY_SECONDS = 0.05

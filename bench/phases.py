@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from bench import costs, machine
-from bench.deploy import Deployment
-from bench.observe import StoreWatch, Timings, cdf_ms, percentiles_ms, throughput
-from bench.options import Options
-from bench.submit import HttpSubmitter, StoreSubmitter, Tally, open_loop
-from bench.tracing import fsync_counts, fsyncs_counted, profile_summary, profiled
+from outbox_bridge.bench import costs, machine
+from outbox_bridge.bench.deploy import Deployment
+from outbox_bridge.bench.observe import StoreWatch, Timings, cdf_ms, percentiles_ms, throughput
+from outbox_bridge.bench.options import Options
+from outbox_bridge.bench.submit import HttpSubmitter, StoreSubmitter, Tally, open_loop
+from outbox_bridge.bench.tracing import fsync_counts, fsyncs_counted, profile_summary, profiled
 
 WARMUP_JOBS = 50
 PROFILE_JOBS = 2000  # enough samples for the shares; the profile reports no rates

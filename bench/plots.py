@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench.report import label
-from bench.targets import HTTP_JOBS_PER_SECOND, STORE_JOBS_PER_SECOND, figure
+from outbox_bridge.bench.report import label
+from outbox_bridge.bench.targets import HTTP_JOBS_PER_SECOND, STORE_JOBS_PER_SECOND, figure
 
 Result = dict[str, Any]
 PATH_LABELS = {"store": "submitted through the store", "http": "submitted through HTTP (POST /jobs)"}

@@ -22,15 +22,15 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from bench.observe import PhaseTimeout, percentiles_ms
-from bench.phases import Run
-from core import clock
-from jobstore import db, intake, queries
-from jobstore.priorities import Priority
-from jobstore.records import Job
-from jobstore.schedule import Schedule
-from jobstore.schema import jobs
-from jobstore.states import State
+from outbox_bridge.bench.observe import PhaseTimeout, percentiles_ms
+from outbox_bridge.bench.phases import Run
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore import db, intake, queries
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.schedule import Schedule
+from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.states import State
 
 BACKLOG = 5000
 PROBES = 20

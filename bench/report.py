@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.targets import figure
+from outbox_bridge.bench.targets import figure
 
 Result = dict[str, Any]
 

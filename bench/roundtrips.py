@@ -3,8 +3,9 @@ rest of a deployment. Each round accepts one job, reads it as the holder of the 
 published (what a relay runs, through `jobstore.relayrole`), and reads again from an empty outbox; `--gap`
 sleeps before each round, as a light load leaves every process idle between jobs.
 
-    python -m bench.roundtrips postgresql+psycopg://postgres@127.0.0.1:5432/EMPTY_DB --rounds 400
-    python -m bench.roundtrips postgresql+psycopg://... --rounds 150 --gap 0.05
+    python -m outbox_bridge.bench.roundtrips \
+        postgresql+psycopg://postgres@127.0.0.1:5432/EMPTY_DB --rounds 400
+    python -m outbox_bridge.bench.roundtrips postgresql+psycopg://... --rounds 150 --gap 0.05
 
 The database must be empty or new: its schema is migrated first."""
 
@@ -17,9 +18,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, intake, migrate, relayrole
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, intake, migrate, relayrole
 
 STEPS = ("accept", "read", "mark", "read_empty")
 

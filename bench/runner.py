@@ -28,17 +28,17 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from bench import loadgen, phases, plots, probes, report, targets
-from bench.calibrate import quorum_hop, single_row_commits
-from bench.deploy import BROKER, Deployment, broker_version, run_settings
-from bench.observe import StoreWatch
-from bench.options import Options, parse
-from bench.outage import outage
-from bench.proxy import BrokerProxy
-from bench.submit import HttpSubmitter
-from bench.tracing import strace_available
-from core.settings import Settings, load
-from jobstore import db
+from outbox_bridge.bench import loadgen, phases, plots, probes, report, targets
+from outbox_bridge.bench.calibrate import quorum_hop, single_row_commits
+from outbox_bridge.bench.deploy import BROKER, Deployment, broker_version, run_settings
+from outbox_bridge.bench.observe import StoreWatch
+from outbox_bridge.bench.options import Options, parse
+from outbox_bridge.bench.outage import outage
+from outbox_bridge.bench.proxy import BrokerProxy
+from outbox_bridge.bench.submit import HttpSubmitter
+from outbox_bridge.bench.tracing import strace_available
+from outbox_bridge.core.settings import Settings, load
+from outbox_bridge.jobstore import db
 
 console = Console(stderr=True)
 Phase = Callable[[phases.Run], dict[str, Any]]

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine
 
-from api.auth import issue_token
-from core import clock
-from jobstore import intake
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore import intake
 
 KIND = "noop"
 OWNER = "bench"

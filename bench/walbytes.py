@@ -5,7 +5,7 @@ completion. Every page a transaction changes is written whole to the WAL and fsy
 slot's commits cost beyond their statements. The steps run one after another in one process, over a store
 that already holds `--history` finished jobs (a store's indexes are deeper and wider after days of work).
 
-    python -m bench.walbytes /tmp/walbytes.db --history 16000 --rounds 200
+    python -m outbox_bridge.bench.walbytes /tmp/walbytes.db --history 16000 --rounds 200
 
 The file is replaced."""
 
@@ -22,9 +22,9 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 
-from core import clock
-from core.settings import Settings
-from jobstore import claiming, db, fenced, intake, migrate, outbox
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, outbox
 
 STEPS = ("accept", "lease", "mark", "claim", "complete")
 WORKER = "walbytes"

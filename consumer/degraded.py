@@ -16,13 +16,13 @@ import threading
 
 from sqlalchemy import Engine
 
-from consumer.link import DeliveryLink
-from consumer.pipeline import Pipeline
-from core import faults
-from core.backoff import Backoff, Streak
-from core.settings import Settings
-from jobstore import db
-from worker.polling import claim_next
+from outbox_bridge.consumer.link import DeliveryLink
+from outbox_bridge.consumer.pipeline import Pipeline
+from outbox_bridge.core import faults
+from outbox_bridge.core.backoff import Backoff, Streak
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.worker.polling import claim_next
 
 log = logging.getLogger(__name__)
 

@@ -25,12 +25,12 @@ from typing import Any
 import pika
 import pika.exceptions
 
-from broker import topology
-from broker.connection import BROKER_ERRORS, connection_parameters
-from broker.message import NORMAL_RANK, JobMessage, UndecodableMessage, order_of, traceparent_of
-from core.backoff import Backoff, Streak
-from core.settings import Settings
-from telemetry.instruments import BROKER_RECONNECTS, DEAD_LETTERED, DELIVERIES
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters
+from outbox_bridge.broker.message import NORMAL_RANK, JobMessage, UndecodableMessage, order_of, traceparent_of
+from outbox_bridge.core.backoff import Backoff, Streak
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.telemetry.instruments import BROKER_RECONNECTS, DEAD_LETTERED, DELIVERIES
 
 log = logging.getLogger(__name__)
 

@@ -28,24 +28,24 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from consumer.link import Delivery
-from consumer.rounds import Round, take_in_order, write_round
-from core import faults
-from core.backoff import Backoff, compute_backoff
-from core.settings import Settings
-from jobstore import claiming, db
-from jobstore.claiming import Refusal
-from jobstore.records import Claim
-from jobstore.states import State
-from telemetry import instruments
-from telemetry.instruments import DELIVERIES, FENCED_WRITES
-from worker.attempt import discard_uncommitted
-from worker.budget import AHEAD_SECONDS, ClaimBudget
-from worker.handback import Handback, hand_back_all
-from worker.inbox import STOP, take_batch, take_waiting
-from worker.lease import Held, LeaseKeeper
-from worker.patience import retry_while_unavailable
-from worker.runners import Finished, Runners, Running
+from outbox_bridge.consumer.link import Delivery
+from outbox_bridge.consumer.rounds import Round, take_in_order, write_round
+from outbox_bridge.core import faults
+from outbox_bridge.core.backoff import Backoff, compute_backoff
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db
+from outbox_bridge.jobstore.claiming import Refusal
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry import instruments
+from outbox_bridge.telemetry.instruments import DELIVERIES, FENCED_WRITES
+from outbox_bridge.worker.attempt import discard_uncommitted
+from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
+from outbox_bridge.worker.handback import Handback, hand_back_all
+from outbox_bridge.worker.inbox import STOP, take_batch, take_waiting
+from outbox_bridge.worker.lease import Held, LeaseKeeper
+from outbox_bridge.worker.patience import retry_while_unavailable
+from outbox_bridge.worker.runners import Finished, Runners, Running
 
 log = logging.getLogger(__name__)
 

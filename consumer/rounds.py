@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
-from consumer.link import Delivery
-from core import clock
-from core.backoff import Backoff
-from jobstore import claiming
-from jobstore.states import State
-from worker.commit import commit_outcomes
-from worker.runners import Finished
+from outbox_bridge.consumer.link import Delivery
+from outbox_bridge.core import clock
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.jobstore import claiming
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.commit import commit_outcomes
+from outbox_bridge.worker.runners import Finished
 
 
 @dataclass

@@ -23,9 +23,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
-from core import faults
-from handlers.base import JobContext, Kind
-from handlers.base import Progress as Done
+from outbox_bridge.core import faults
+from outbox_bridge.handlers.base import JobContext, Kind
+from outbox_bridge.handlers.base import Progress as Done
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.base import JobContext, Kind, Progress
+from outbox_bridge.handlers.base import JobContext, Kind, Progress
 
 HEADER = "id,ordered_on,sku,region,quantity,unit_price\n"
 REGIONS = ("north", "east", "south", "west")

@@ -21,9 +21,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core import clock, faults
-from core.settings import Settings
-from handlers.base import JobContext, Kind
+from outbox_bridge.core import clock, faults
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import JobContext, Kind
 
 # Deliberately loose, as providers are: one @, no spaces, a dot in the domain.
 ADDRESS_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"

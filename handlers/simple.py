@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from handlers.base import JobContext, Kind, PermanentError, TransientError
+from outbox_bridge.handlers.base import JobContext, Kind, PermanentError, TransientError
 
 
 class NoopPayload(BaseModel):

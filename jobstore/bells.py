@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from core.settings import Settings
-from jobstore import db, doorbells
-from jobstore.notifications import Listener
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, doorbells
+from outbox_bridge.jobstore.notifications import Listener
 
 
 class Bell(Protocol):

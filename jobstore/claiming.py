@@ -28,12 +28,12 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from jobstore import db, events, fenced, outbox, queries, tenantcap
-from jobstore.intake import new_attempt_id
-from jobstore.records import Claim
-from jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
-from jobstore.schema import outbox as outbox_rows
-from jobstore.states import CLAIM, HELD, TERMINAL, State
+from outbox_bridge.jobstore import db, events, fenced, outbox, queries, tenantcap
+from outbox_bridge.jobstore.intake import new_attempt_id
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
+from outbox_bridge.jobstore.schema import outbox as outbox_rows
+from outbox_bridge.jobstore.states import CLAIM, HELD, TERMINAL, State
 
 
 class Refusal(StrEnum):

@@ -37,12 +37,12 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from core.backoff import Backoff, Streak
-from core.settings import Settings
-from jobstore import doorbells, events, storefile
-from jobstore.turns import WriteTurn, shared_turn
-from telemetry.instruments import STORE_WRITE_SECONDS
-from telemetry.logs import JobEvent, emit
+from outbox_bridge.core.backoff import Backoff, Streak
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import doorbells, events, storefile
+from outbox_bridge.jobstore.turns import WriteTurn, shared_turn
+from outbox_bridge.telemetry.instruments import STORE_WRITE_SECONDS
+from outbox_bridge.telemetry.logs import JobEvent, emit
 
 P = ParamSpec("P")
 T = TypeVar("T")

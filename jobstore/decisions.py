@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobstore.states import State
+from outbox_bridge.jobstore.states import State
 
 
 @dataclass(frozen=True)

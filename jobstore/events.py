@@ -9,10 +9,10 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from jobstore.records import Claim, Job
-from jobstore.schema import jobs
-from telemetry.logs import JobEvent, job_event
-from telemetry.tracing import trace_id_of
+from outbox_bridge.jobstore.records import Claim, Job
+from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.telemetry.logs import JobEvent, job_event
+from outbox_bridge.telemetry.tracing import trace_id_of
 
 _KEY = "outbox_bridge.job_events"
 

@@ -33,13 +33,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from core.backoff import Backoff
-from jobstore import db, events, outbox
-from jobstore.decisions import Decision, decide_completion, decide_failure
-from jobstore.errors import Fenced
-from jobstore.records import Job, dumps
-from jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
-from jobstore.states import HELD, State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.jobstore import db, events, outbox
+from outbox_bridge.jobstore.decisions import Decision, decide_completion, decide_failure
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.records import Job, dumps
+from outbox_bridge.jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
+from outbox_bridge.jobstore.states import HELD, State
 
 # Hot statements are built once with bound parameters: building a statement costs far more than running it.
 _NOW = bindparam("b_now", type_=Float)

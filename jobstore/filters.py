@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import ColumnElement, false
 
-from jobstore.schema import jobs, state_in
-from jobstore.states import State
+from outbox_bridge.jobstore.schema import jobs, state_in
+from outbox_bridge.jobstore.states import State
 
 # What a job id (a UUID) can start with, and no more: other text names no job.
 _ID_PREFIX = re.compile(r"[0-9a-f-]{1,36}", re.ASCII)

@@ -30,10 +30,10 @@ from typing import Any
 from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from core import clock
-from core.settings import Settings
-from jobstore import db
-from jobstore.schema import processes
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.schema import processes
 
 log = logging.getLogger(__name__)
 

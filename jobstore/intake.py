@@ -16,18 +16,18 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import IntegrityError
 
-from core.entropy import random_bytes
-from jobstore import db, doorbells, events, outbox
-from jobstore.db import Retry
-from jobstore.errors import IdempotencyConflict
-from jobstore.priorities import Priority
-from jobstore.records import Job, dumps
-from jobstore.schedule import Schedule, available_from
-from jobstore.schema import JOB_COLUMNS, jobs
-from jobstore.schema import outbox as outbox_table
-from jobstore.states import State
-from telemetry.logs import JobEvent, job_event
-from telemetry.tracing import trace_id_of
+from outbox_bridge.core.entropy import random_bytes
+from outbox_bridge.jobstore import db, doorbells, events, outbox
+from outbox_bridge.jobstore.db import Retry
+from outbox_bridge.jobstore.errors import IdempotencyConflict
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.records import Job, dumps
+from outbox_bridge.jobstore.schedule import Schedule, available_from
+from outbox_bridge.jobstore.schema import JOB_COLUMNS, jobs
+from outbox_bridge.jobstore.schema import outbox as outbox_table
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry.logs import JobEvent, job_event
+from outbox_bridge.telemetry.tracing import trace_id_of
 
 
 def fingerprint(

@@ -8,8 +8,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine
 
-from core.settings import Settings
-from jobstore import db
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -18,7 +18,7 @@ class SchemaNotCurrent(RuntimeError):
 
 def _config() -> Config:
     config = Config()
-    config.set_main_option("script_location", "jobstore:migrations")
+    config.set_main_option("script_location", "outbox_bridge.jobstore:migrations")
     return config
 
 

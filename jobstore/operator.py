@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, insert, select, update
 
-from jobstore import events, outbox, queries
-from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.filters import JobFilter
-from jobstore.records import Job, OperatorAction
-from jobstore.schema import jobs, operator_actions, state_in
-from jobstore.states import CANCEL_QUEUED, HELD, REQUEUE, RESOLVE, State
+from outbox_bridge.jobstore import events, outbox, queries
+from outbox_bridge.jobstore.errors import InvalidTransition, JobNotFound
+from outbox_bridge.jobstore.filters import JobFilter
+from outbox_bridge.jobstore.records import Job, OperatorAction
+from outbox_bridge.jobstore.schema import jobs, operator_actions, state_in
+from outbox_bridge.jobstore.states import CANCEL_QUEUED, HELD, REQUEUE, RESOLVE, State
 
 
 class CancelOutcome(StrEnum):

@@ -31,10 +31,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.sql.dml import Update
 
-from jobstore import db, doorbells, events, tenantcap
-from jobstore.schema import SQLITE_BY_ROWID, jobs, outbox
-from telemetry.logs import job_event
-from telemetry.tracing import trace_id_of
+from outbox_bridge.jobstore import db, doorbells, events, tenantcap
+from outbox_bridge.jobstore.schema import SQLITE_BY_ROWID, jobs, outbox
+from outbox_bridge.telemetry.logs import job_event
+from outbox_bridge.telemetry.tracing import trace_id_of
 
 # Built once with bound parameters: building a statement costs far more than running it.
 # A row for a job written earlier takes the job's tenant and priority from its row (the relay leases by them).

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from core.settings import Settings
-from jobstore import heartbeats, outbox, queries
-from jobstore.alerts import Alert, alerts
-from jobstore.heartbeats import Process
-from jobstore.records import Job
-from jobstore.states import State
-from telemetry.exposition import StoreFigures
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import heartbeats, outbox, queries
+from outbox_bridge.jobstore.alerts import Alert, alerts
+from outbox_bridge.jobstore.heartbeats import Process
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry.exposition import StoreFigures
 
 
 @dataclass(frozen=True)

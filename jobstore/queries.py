@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, and_, bindparam, func, or_, select
 
-from jobstore.filters import JobFilter
-from jobstore.records import Attempt, Job, OperatorAction
-from jobstore.schema import attempts, jobs, operator_actions
-from jobstore.states import State
+from outbox_bridge.jobstore.filters import JobFilter
+from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
+from outbox_bridge.jobstore.schema import attempts, jobs, operator_actions
+from outbox_bridge.jobstore.states import State
 
 
 class BadCursor(ValueError):

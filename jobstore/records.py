@@ -8,8 +8,8 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from jobstore.priorities import Priority
-from jobstore.states import State
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.states import State
 
 
 @dataclass(frozen=True)

@@ -38,8 +38,8 @@ from sqlalchemy import (
     update,
 )
 
-from jobstore import db
-from jobstore.outbox import (
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.outbox import (
     EVENT_FACTS_RETURNED,
     UNLEASED,
     Lease,
@@ -50,7 +50,7 @@ from jobstore.outbox import (
     note_published_rows,
     walked_in_one,
 )
-from jobstore.schema import SQLITE_BY_ROWID, jobs, outbox, relay_role
+from outbox_bridge.jobstore.schema import SQLITE_BY_ROWID, jobs, outbox, relay_role
 
 NAME = "relay"
 _NOW = bindparam("b_now", type_=Float)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Connection, and_, delete, func, select
 
-from jobstore.schema import attempts, jobs, state_in
-from jobstore.states import PRUNABLE
+from outbox_bridge.jobstore.schema import attempts, jobs, state_in
+from outbox_bridge.jobstore.states import PRUNABLE
 
 # Jobs deleted per transaction: small enough that SQLite's write lock is held briefly.
 BATCH = 500

@@ -22,7 +22,7 @@ from sqlalchemy import (
     text,
 )
 
-from jobstore.states import State
+from outbox_bridge.jobstore.states import State
 
 metadata = MetaData(
     naming_convention={

@@ -9,13 +9,13 @@ from enum import StrEnum
 
 from sqlalchemy import Connection, Exists, and_, or_, select, update
 
-from core.backoff import Backoff
-from jobstore import fenced
-from jobstore import outbox as outbox_rows
-from jobstore.decisions import Decision, decide_expired_lease
-from jobstore.records import Job
-from jobstore.schema import jobs, outbox, state_in
-from jobstore.states import EXPIRE_LEASE, EXPIRE_QUEUED, State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.jobstore import fenced
+from outbox_bridge.jobstore import outbox as outbox_rows
+from outbox_bridge.jobstore.decisions import Decision, decide_expired_lease
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.schema import jobs, outbox, state_in
+from outbox_bridge.jobstore.states import EXPIRE_LEASE, EXPIRE_QUEUED, State
 
 
 def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int = 500) -> Counter[str]:

@@ -16,8 +16,8 @@ from collections.abc import Collection, Iterable, Sequence
 
 from sqlalchemy import Connection, bindparam, func, select, text
 
-from jobstore.schema import jobs
-from jobstore.states import State
+from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.states import State
 
 # A capped tenant's job a consumer was handed is delivered again this much later.
 RETRY_SECONDS = 0.5

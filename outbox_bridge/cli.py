@@ -10,16 +10,16 @@ from typing import Annotated
 import typer
 from sqlalchemy.exc import SQLAlchemyError
 
-from broker.connection import queue_depth
-from core import clock
-from core.settings import Settings
-from jobstore import db, heartbeats, migrate
-from jobstore.overview import Liveness, overview
 from outbox_bridge import console, views
+from outbox_bridge.broker.connection import queue_depth
 from outbox_bridge.console import out
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobs import jobs_app
+from outbox_bridge.jobstore import db, heartbeats, migrate
+from outbox_bridge.jobstore.overview import Liveness, overview
 from outbox_bridge.status_text import print_status
-from worker.readiness import first_line
+from outbox_bridge.worker.readiness import first_line
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
 db_app = typer.Typer(help="Create and migrate the store.")
@@ -37,7 +37,7 @@ def api(
     ] = False,
 ) -> None:
     """Serve the HTTP API."""
-    from api.server import serve
+    from outbox_bridge.api.server import serve
 
     settings = console.load_settings()
     if access_log:
@@ -63,7 +63,7 @@ def _with_metrics_port(settings: Settings, port: int | None) -> Settings:
 @app.command()
 def relay(metrics_port: MetricsPortOption = None) -> None:
     """Publish outbox rows to RabbitMQ under publisher confirms; sweep expired leases; prune the outbox."""
-    from relay.main import run
+    from outbox_bridge.relay.main import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
     console.require_current_store(settings)
@@ -76,7 +76,7 @@ def consumer(
     concurrency: Annotated[int, typer.Option(min=1)] = 4, metrics_port: MetricsPortOption = None
 ) -> None:
     """Consume deliveries from RabbitMQ: claim, run, commit, then ack."""
-    from consumer.main import run
+    from outbox_bridge.consumer.main import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
     console.require_current_store(settings)
@@ -89,7 +89,7 @@ def worker(
     concurrency: Annotated[int, typer.Option(min=1)] = 1, metrics_port: MetricsPortOption = None
 ) -> None:
     """The SQLite-only baseline: poll the jobs table with BEGIN IMMEDIATE and run what it claims."""
-    from baseline.worker import run
+    from outbox_bridge.baseline.worker import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
     console.require_current_store(settings)
@@ -128,19 +128,19 @@ def bench(ctx: typer.Context) -> None:
     """Benchmark the broker path against the SQLite-only baseline (see `outbox-bridge bench --help`)."""
     # The benchmark is imported here only: no other command, and no runtime module, loads `bench` or the
     # numpy and matplotlib of its optional extra.
-    from bench import INSTALL_HINT, missing_extras
+    from outbox_bridge.bench import INSTALL_HINT, missing_extras
 
     missing = missing_extras()
     if missing:
         console.refuse(f"bench needs {' and '.join(missing)}, from the bench extra: {INSTALL_HINT}")
-    from bench.runner import main
+    from outbox_bridge.bench.runner import main
 
     raise typer.Exit(main(ctx.args))
 
 
 def _token_name(value: str) -> str:
     """A tenant or user name a token may carry, else the option's usage error."""
-    from api.auth import NAME_RULE, is_valid_name
+    from outbox_bridge.api.auth import NAME_RULE, is_valid_name
 
     if not is_valid_name(value):
         raise typer.BadParameter(f"must be {NAME_RULE}")
@@ -155,7 +155,7 @@ def token(
 ) -> None:
     """Print a bearer token for TENANT/USER (each 1 to 128 characters of A-Za-z0-9._:@-), valid for a day
     (or TOKEN_MAX_TTL_SECONDS when shorter), with AUTH_ISSUER and AUTH_AUDIENCE when they are set."""
-    from api.auth import TokenPolicy
+    from outbox_bridge.api.auth import TokenPolicy
 
     settings = console.load_settings()
     console.require_safe_secret(settings)

@@ -13,10 +13,10 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine
 
-from core.settings import Settings, load
-from jobstore import db
-from telemetry import logs
-from worker.readiness import store_not_ready
+from outbox_bridge.core.settings import Settings, load
+from outbox_bridge.jobstore import db
+from outbox_bridge.telemetry import logs
+from outbox_bridge.worker.readiness import store_not_ready
 
 # On a terminal, rich fits tables to its width; into a pipe or a file nothing is cut or wrapped (whole ids,
 # whole messages) and tables are plain columns a script can split on whitespace.
@@ -93,7 +93,7 @@ def require_sqlite_file(settings: Settings) -> None:
 def require_safe_secret(settings: Settings) -> None:
     """Exit 1 saying how to make a secret when AUTH_SECRET is one anybody could sign tokens with (unless
     OUTBOX_BRIDGE_DEV=1)."""
-    from api.auth import UnsafeSecret, check_secret
+    from outbox_bridge.api.auth import UnsafeSecret, check_secret
 
     try:
         check_secret(settings)

@@ -29,16 +29,16 @@ from rich.table import Table
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
 
-from api.auth import TokenPolicy, secret_weakness
-from broker import topology
-from broker.connection import BROKER_ERRORS, connection_parameters
-from core.settings import Settings
-from jobstore import db, migrate, queries
-from jobstore.records import Job
-from jobstore.states import TERMINAL, State
-from launch.stack import Stack, free_port
 from outbox_bridge import demo_broker
+from outbox_bridge.api.auth import TokenPolicy, secret_weakness
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters
+from outbox_bridge.core.settings import Settings
 from outbox_bridge.demo_broker import Broker
+from outbox_bridge.jobstore import db, migrate, queries
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.states import TERMINAL, State
+from outbox_bridge.launch.stack import Stack, free_port
 
 console = Console()
 DEMO_DIR = Path("data/demo")

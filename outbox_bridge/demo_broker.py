@@ -19,7 +19,7 @@ from urllib.parse import urlparse
 
 from rich.markup import escape
 
-from launch.stack import broker_answers
+from outbox_bridge.launch.stack import broker_answers
 
 SERVER = "rabbitmq-server"
 CONTROL = "rabbitmqctl"

@@ -12,16 +12,8 @@ from typing import Annotated
 import typer
 from sqlalchemy import Engine
 
-from api.schemas import JobView
-from core import clock
-from core.durations import FORMAT, format_duration, parse_duration
-from core.settings import Settings
-from jobstore import db, operator, queries
-from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.filters import JobFilter
-from jobstore.records import Attempt, Job, OperatorAction
-from jobstore.states import REQUEUE, State
 from outbox_bridge import views
+from outbox_bridge.api.schemas import JobView
 from outbox_bridge.console import (
     IdArgument,
     JsonOption,
@@ -33,6 +25,14 @@ from outbox_bridge.console import (
     refuse,
     table,
 )
+from outbox_bridge.core import clock
+from outbox_bridge.core.durations import FORMAT, format_duration, parse_duration
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, operator, queries
+from outbox_bridge.jobstore.errors import InvalidTransition, JobNotFound
+from outbox_bridge.jobstore.filters import JobFilter
+from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
+from outbox_bridge.jobstore.states import REQUEUE, State
 
 jobs_app = typer.Typer(help="Inspect and operate on jobs.")
 
@@ -315,7 +315,7 @@ def jobs_prune(
 ) -> None:
     """Delete jobs finished longer ago than the retention, with their attempts, outbox rows and files, and
     remove attempt outputs that never became a result. `unknown` jobs stay until resolved."""
-    from worker.retention import OutputSweep, preview_prune, prune_finished
+    from outbox_bridge.worker.retention import OutputSweep, preview_prune, prune_finished
 
     settings = load_settings()
     age = _prune_age(older_than, settings)

@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from core.durations import format_duration
-from jobstore.overview import Overview
+from outbox_bridge.core.durations import format_duration
+from outbox_bridge.jobstore.overview import Overview
 
 TableMaker = Callable[..., Table]
 

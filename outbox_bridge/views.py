@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from api.schemas import JobView
-from core.clock import isoformat
-from jobstore.heartbeats import Process
-from jobstore.overview import Overview
-from jobstore.records import Attempt, Job, OperatorAction
+from outbox_bridge.api.schemas import JobView
+from outbox_bridge.core.clock import isoformat
+from outbox_bridge.jobstore.heartbeats import Process
+from outbox_bridge.jobstore.overview import Overview
+from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
 
 
 def job_document(job: Job) -> dict[str, Any]:

@@ -24,12 +24,12 @@ from typing import Any
 import pika
 from sqlalchemy import Engine
 
-from broker import topology
-from broker.connection import BROKER_ERRORS, connection_parameters
-from broker.message import JobMessage, UndecodableMessage
-from core import clock
-from core.settings import Settings
-from jobstore import db, sweeper
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters
+from outbox_bridge.broker.message import JobMessage, UndecodableMessage
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, sweeper
 
 log = logging.getLogger("relay")
 

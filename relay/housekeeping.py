@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, outbox, statistics, sweeper
-from worker.commit import backoff_of
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, outbox, statistics, sweeper
+from outbox_bridge.worker.commit import backoff_of
 
 
 @dataclass(frozen=True)

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, outbox, relayrole
-from jobstore.outbox import Lease
-from relay.window import Sent
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, outbox, relayrole
+from outbox_bridge.jobstore.outbox import Lease
+from outbox_bridge.relay.window import Sent
 
 # A nacked or returned row waits this long before it is leased again.
 REFUSED_RETRY_SECONDS = 1.0

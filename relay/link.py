@@ -16,13 +16,13 @@ from pika.adapters.select_connection import IOLoop
 from pika.channel import Channel
 from pika.spec import Basic
 
-from broker import topology
-from broker.connection import connection_parameters
-from broker.message import CONTENT_TYPE, JobMessage, order_headers, trace_headers
-from core.settings import Settings
-from jobstore.outbox import Lease
-from relay.window import ConfirmWindow, Sent, Verdict
-from telemetry import tracing
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.connection import connection_parameters
+from outbox_bridge.broker.message import CONTENT_TYPE, JobMessage, order_headers, trace_headers
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore.outbox import Lease
+from outbox_bridge.relay.window import ConfirmWindow, Sent, Verdict
+from outbox_bridge.telemetry import tracing
 
 log = logging.getLogger("relay.link")
 

@@ -6,12 +6,12 @@ import logging
 import signal
 from types import FrameType
 
-from core.settings import Settings
-from jobstore import db
-from jobstore.heartbeats import Heartbeat
-from relay.publisher import Relay
-from telemetry import tracing
-from worker.metrics import serve_metrics
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.heartbeats import Heartbeat
+from outbox_bridge.relay.publisher import Relay
+from outbox_bridge.telemetry import tracing
+from outbox_bridge.worker.metrics import serve_metrics
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

@@ -31,24 +31,24 @@ from functools import partial
 
 from sqlalchemy import Engine
 
-from broker.connection import BROKER_ERRORS, connection_parameters, describe
-from core import clock, faults
-from core.backoff import compute_backoff
-from core.settings import Settings
-from jobstore import db, relayrole
-from jobstore.outbox import Lease
-from relay import ledger
-from relay.ahead import PublishAhead
-from relay.deadletters import Checked, DeadLetterCheck
-from relay.housekeeping import Housekept, sweep_and_prune
-from relay.ledger import Settled, Settlement
-from relay.link import BrokerLink
-from relay.loop import LoopWork
-from relay.tally import Progress, Tally
-from relay.wake import Wakeups
-from relay.window import Sent, Verdict
-from telemetry.instruments import BROKER_RECONNECTS
-from worker.retention import OutputSweep, Retained, retain
+from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters, describe
+from outbox_bridge.core import clock, faults
+from outbox_bridge.core.backoff import compute_backoff
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, relayrole
+from outbox_bridge.jobstore.outbox import Lease
+from outbox_bridge.relay import ledger
+from outbox_bridge.relay.ahead import PublishAhead
+from outbox_bridge.relay.deadletters import Checked, DeadLetterCheck
+from outbox_bridge.relay.housekeeping import Housekept, sweep_and_prune
+from outbox_bridge.relay.ledger import Settled, Settlement
+from outbox_bridge.relay.link import BrokerLink
+from outbox_bridge.relay.loop import LoopWork
+from outbox_bridge.relay.tally import Progress, Tally
+from outbox_bridge.relay.wake import Wakeups
+from outbox_bridge.relay.window import Sent, Verdict
+from outbox_bridge.telemetry.instruments import BROKER_RECONNECTS
+from outbox_bridge.worker.retention import OutputSweep, Retained, retain
 
 log = logging.getLogger("relay")
 

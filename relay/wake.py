@@ -16,10 +16,10 @@ from typing import Any
 
 from pika.adapters.select_connection import IOLoop, PollEvents
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, doorbells
-from jobstore.notifications import Listener, ListenerLost
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, doorbells
+from outbox_bridge.jobstore.notifications import Listener, ListenerLost
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from telemetry.instruments import PUBLISH_TO_CONFIRM
+from outbox_bridge.telemetry.instruments import PUBLISH_TO_CONFIRM
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from urllib.parse import urlparse
 import pytest
 from sqlalchemy import Engine
 
-from core import clock as clock_module
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, migrate
+from outbox_bridge.core import clock as clock_module
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, migrate
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 RABBITMQ_IMAGE = "rabbitmq:3.13-management"

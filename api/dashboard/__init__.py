@@ -12,7 +12,7 @@ signed-in browser post the action forms. Every action is recorded with the token
 forms that change jobs. Importing them registers their routes on the one `router`.
 """
 
-from api.dashboard import actions, pages
-from api.dashboard.access import router
+from outbox_bridge.api.dashboard import actions, pages
+from outbox_bridge.api.dashboard.access import router
 
 __all__ = ["actions", "pages", "router"]

@@ -13,12 +13,12 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
-from api.auth import Identity, InvalidToken
-from api.dashboard.charts import DEFAULT_REFRESH_SECONDS
-from api.deps import BearerDep, SettingsDep, token_identity
-from core import clock
-from core.settings import Settings
-from jobstore.states import OPERATOR_REQUEUEABLE, RESOLVABLE_TO, State
+from outbox_bridge.api.auth import Identity, InvalidToken
+from outbox_bridge.api.dashboard.charts import DEFAULT_REFRESH_SECONDS
+from outbox_bridge.api.deps import BearerDep, SettingsDep, token_identity
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore.states import OPERATOR_REQUEUEABLE, RESOLVABLE_TO, State
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from fastapi.responses import Response
 from sqlalchemy import Connection, Engine
 from starlette.concurrency import run_in_threadpool
 
-from api.dashboard.access import (
+from outbox_bridge.api.dashboard.access import (
     MAX_NOTE_CHARS,
     Flash,
     VisitorDep,
@@ -27,13 +27,13 @@ from api.dashboard.access import (
     templates,
     unavailable,
 )
-from api.dashboard.pages import Filtering, filtering
-from api.deps import EngineDep
-from core import clock
-from jobstore import db, operator
-from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.records import Job
-from jobstore.states import RESOLVABLE_TO, State
+from outbox_bridge.api.dashboard.pages import Filtering, filtering
+from outbox_bridge.api.deps import EngineDep
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore import db, operator
+from outbox_bridge.jobstore.errors import InvalidTransition, JobNotFound
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.states import RESOLVABLE_TO, State
 
 log = logging.getLogger(__name__)
 

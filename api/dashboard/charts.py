@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from core import clock
-from jobstore.overview import Overview
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore.overview import Overview
 
 DEFAULT_REFRESH_SECONDS = 5
 MAX_REFRESH_SECONDS = 300

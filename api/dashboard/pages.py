@@ -13,8 +13,8 @@ from fastapi import Request
 from fastapi.responses import Response
 from sqlalchemy import Connection
 
-from api import results
-from api.dashboard.access import (
+from outbox_bridge.api import results
+from outbox_bridge.api.dashboard.access import (
     VisitorDep,
     not_found,
     operator_of,
@@ -24,19 +24,19 @@ from api.dashboard.access import (
     unavailable,
     with_flash,
 )
-from api.dashboard.charts import age, refresh_seconds, throughput_chart
-from api.deps import EngineDep, SettingsDep
-from api.liveness import liveness_block
-from api.schemas import JobView
-from broker.connection import queue_depth
-from core import clock
-from core.durations import FORMAT, parse_duration
-from core.settings import Settings
-from jobstore import db, operator, queries
-from jobstore.filters import NOTHING, JobFilter
-from jobstore.overview import Liveness, overview
-from jobstore.records import Attempt, Job, OperatorAction
-from jobstore.states import REQUEUE, State
+from outbox_bridge.api.dashboard.charts import age, refresh_seconds, throughput_chart
+from outbox_bridge.api.deps import EngineDep, SettingsDep
+from outbox_bridge.api.liveness import liveness_block
+from outbox_bridge.api.schemas import JobView
+from outbox_bridge.broker.connection import queue_depth
+from outbox_bridge.core import clock
+from outbox_bridge.core.durations import FORMAT, parse_duration
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, operator, queries
+from outbox_bridge.jobstore.filters import NOTHING, JobFilter
+from outbox_bridge.jobstore.overview import Liveness, overview
+from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
+from outbox_bridge.jobstore.states import REQUEUE, State
 
 log = logging.getLogger(__name__)
 

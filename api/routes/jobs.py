@@ -10,10 +10,10 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 from sqlalchemy import Connection, Engine
 
-from api import results
-from api.auth import Identity
-from api.committer import GroupCommitter
-from api.deps import (
+from outbox_bridge.api import results
+from outbox_bridge.api.auth import Identity
+from outbox_bridge.api.committer import GroupCommitter
+from outbox_bridge.api.deps import (
     BearerDep,
     CommitterDep,
     EngineDep,
@@ -25,11 +25,11 @@ from api.deps import (
     Traceparent,
     bearer_identity,
 )
-from api.links import LinkExpired, LinkRefused, LinkSigner
-from api.metrics import Metrics
-from api.openapi import problems
-from api.payloads import check_encodable
-from api.problems import (
+from outbox_bridge.api.links import LinkExpired, LinkRefused, LinkSigner
+from outbox_bridge.api.metrics import Metrics
+from outbox_bridge.api.openapi import problems
+from outbox_bridge.api.payloads import check_encodable
+from outbox_bridge.api.problems import (
     INVALID_PAYLOAD,
     INVALID_REQUEST,
     RESOLVED_WITHOUT_RESULT,
@@ -39,17 +39,17 @@ from api.problems import (
     UNKNOWN_KIND,
     issues,
 )
-from api.schemas import JobCreate, JobPage, JobView, job_url, view_json
-from core import clock, faults
-from core.settings import Settings
-from handlers.base import Kind
-from handlers.registry import KINDS
-from jobstore import db, operator, queries
-from jobstore.errors import JobNotFound
-from jobstore.records import Attempt, Job, OperatorAction
-from jobstore.schedule import Schedule
-from jobstore.states import State
-from telemetry import tracing
+from outbox_bridge.api.schemas import JobCreate, JobPage, JobView, job_url, view_json
+from outbox_bridge.core import clock, faults
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import Kind
+from outbox_bridge.handlers.registry import KINDS
+from outbox_bridge.jobstore import db, operator, queries
+from outbox_bridge.jobstore.errors import JobNotFound
+from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
+from outbox_bridge.jobstore.schedule import Schedule
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry import tracing
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 

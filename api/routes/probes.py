@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 
-from api import metrics as metrics_module
-from api.deps import EngineDep, MetricsDep
-from api.openapi import problems
-from api.schemas import Status
-from jobstore import db, queries
+from outbox_bridge.api import metrics as metrics_module
+from outbox_bridge.api.deps import EngineDep, MetricsDep
+from outbox_bridge.api.openapi import problems
+from outbox_bridge.api.schemas import Status
+from outbox_bridge.jobstore import db, queries
 
 router = APIRouter(tags=["operations"])
 

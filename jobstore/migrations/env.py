@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from jobstore.schema import metadata
+from outbox_bridge.jobstore.schema import metadata
 
 connection = context.config.attributes["connection"]
 context.configure(

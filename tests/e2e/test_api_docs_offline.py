@@ -14,7 +14,7 @@ import pytest
 from playwright.sync_api import Page, Route, sync_playwright
 from sqlalchemy import Engine
 
-from core.settings import Settings
+from outbox_bridge.core.settings import Settings
 from tests.conftest import IN_CI
 from tests.e2e.test_dashboard import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
 from tests.support import procs

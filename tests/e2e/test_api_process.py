@@ -18,10 +18,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine, func, select
 
-from api.auth import issue_token
-from core.settings import DEV_AUTH_SECRET, Settings
-from jobstore import db, heartbeats, migrate
-from jobstore.schema import jobs, outbox
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.settings import DEV_AUTH_SECRET, Settings
+from outbox_bridge.jobstore import db, heartbeats, migrate
+from outbox_bridge.jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
 from tests.support import procs
 

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, Engine, func, select
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, queries
-from jobstore.schema import attempts, jobs
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, queries
+from outbox_bridge.jobstore.schema import attempts, jobs
 from tests.conftest import make_settings
 from tests.support.procs import Proc, start, wait_for
 from tests.support.store import add_job

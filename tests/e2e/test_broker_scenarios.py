@@ -26,13 +26,13 @@ import pika
 import pika.exceptions
 import pytest
 
-from api.auth import issue_token
-from broker import topology
-from broker.message import JobMessage
-from core.settings import Settings
-from jobstore import db, intake, migrate, outbox, queries
-from jobstore.records import Attempt, Job
-from jobstore.states import TERMINAL, State
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.message import JobMessage
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, intake, migrate, outbox, queries
+from outbox_bridge.jobstore.records import Attempt, Job
+from outbox_bridge.jobstore.states import TERMINAL, State
 from tests.conftest import SharedBroker, make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants, read_starts, running_without_live_lease

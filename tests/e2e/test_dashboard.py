@@ -15,13 +15,13 @@ import pytest
 from playwright.sync_api import Page, sync_playwright
 from sqlalchemy import Connection, Engine, func, select
 
-from api.auth import issue_token
-from core.backoff import Backoff
-from core.settings import Settings
-from jobstore import claiming, db, fenced, intake, operator, queries, sweeper
-from jobstore.records import Claim, Job
-from jobstore.schema import outbox
-from jobstore.states import State
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, fenced, intake, operator, queries, sweeper
+from outbox_bridge.jobstore.records import Claim, Job
+from outbox_bridge.jobstore.schema import outbox
+from outbox_bridge.jobstore.states import State
 from tests.conftest import IN_CI
 from tests.support import procs
 

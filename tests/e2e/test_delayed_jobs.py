@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from core import clock
-from jobstore import intake
-from jobstore.records import Job
-from jobstore.states import State
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore import intake
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.states import State
 from tests.e2e.test_broker_scenarios import Stack, upstream_of, via_proxy
 from tests.support.faultproxy import FaultProxy
 from tests.support.procs import Proc

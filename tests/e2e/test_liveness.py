@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from core.settings import Settings
-from jobstore import db, queries
-from jobstore.states import State
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, queries
+from outbox_bridge.jobstore.states import State
 from tests.conftest import make_settings
 from tests.support import procs
 from tests.support.relay_harness import Broker

@@ -20,12 +20,12 @@ import pika
 import pytest
 from sqlalchemy import Connection, func, select
 
-from broker import topology
-from core import clock
-from core.settings import Settings
-from jobstore import db, intake, migrate
-from jobstore.schema import jobs, outbox
-from jobstore.states import TERMINAL, State
+from outbox_bridge.broker import topology
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, intake, migrate
+from outbox_bridge.jobstore.schema import jobs, outbox
+from outbox_bridge.jobstore.states import TERMINAL, State
 from tests.conftest import FIGURE, make_settings
 from tests.support.invariants import check_invariants
 from tests.support.procs import Proc, start, wait_for

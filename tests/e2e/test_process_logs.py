@@ -11,10 +11,10 @@ import httpx
 import pytest
 from sqlalchemy import Engine
 
-from api.auth import issue_token
-from core.settings import Settings
-from jobstore import db, queries
-from jobstore.states import State
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, queries
+from outbox_bridge.jobstore.states import State
 from tests.conftest import make_settings
 from tests.support.procs import Proc, free_port, start, wait_for, wait_http
 from tests.support.store import new_job

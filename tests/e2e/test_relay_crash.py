@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from core.settings import Settings
+from outbox_bridge.core.settings import Settings
 from tests.conftest import make_settings
 from tests.support import procs
 from tests.support.relay_harness import Broker, outbox_rows, seed_jobs, unpublished

@@ -10,10 +10,10 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import Engine
 
-from core import clock
-from core.settings import Settings
-from jobstore import claiming, db, queries
-from jobstore.states import State
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, queries
+from outbox_bridge.jobstore.states import State
 from tests.conftest import make_settings
 from tests.support import procs
 from tests.support.faultproxy import FaultProxy

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from jobstore import db, outbox
+from outbox_bridge.jobstore import db, outbox
 from tests.e2e.test_broker_scenarios import FAST, Stack
 from tests.support import soak
 from tests.support.invariants import Snapshot, check_invariants, snapshot

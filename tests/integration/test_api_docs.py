@@ -9,8 +9,8 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from api.app import create_app
-from core.settings import Settings
+from outbox_bridge.api.app import create_app
+from outbox_bridge.core.settings import Settings
 
 # The pages are the same on any store: once, on SQLite.
 pytestmark = pytest.mark.databases("sqlite")

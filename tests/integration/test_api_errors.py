@@ -15,11 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, event, func, select
 
-from api.app import create_app
-from api.auth import issue_token
-from core.settings import Settings
-from jobstore import db, migrate
-from jobstore.schema import jobs, outbox
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, migrate
+from outbox_bridge.jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
 
 PROBLEM = "application/problem+json"

@@ -17,14 +17,14 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
-from api import committer as committer_module
-from api.app import create_app
-from api.auth import issue_token
-from api.committer import GroupCommitter, accept_all
-from core.settings import Settings
-from jobstore import db, intake, migrate
-from jobstore.errors import IdempotencyConflict, Unstorable
-from jobstore.schema import jobs, outbox
+from outbox_bridge.api import committer as committer_module
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.api.committer import GroupCommitter, accept_all
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, intake, migrate
+from outbox_bridge.jobstore.errors import IdempotencyConflict, Unstorable
+from outbox_bridge.jobstore.schema import jobs, outbox
 from tests.conftest import make_settings
 
 

@@ -10,11 +10,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import claiming, db, fenced, queries
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, fenced, queries
 
 
 @pytest.fixture

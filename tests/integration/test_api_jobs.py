@@ -10,16 +10,16 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
-from api.app import create_app
-from api.auth import issue_token
-from core.backoff import Backoff
-from core.clock import FakeClock
-from core.clock import isoformat as clock_iso
-from core.settings import Settings
-from jobstore import db, fenced, operator, queries, sweeper
-from jobstore.records import Claim
-from jobstore.schema import jobs, outbox
-from jobstore.states import State
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.clock import isoformat as clock_iso
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced, operator, queries, sweeper
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.schema import jobs, outbox
+from outbox_bridge.jobstore.states import State
 from tests.support.store import LEASE, claimed
 
 VIEW_KEYS = {

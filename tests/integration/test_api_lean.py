@@ -11,13 +11,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
-import api.lean
-from api.app import create_app
-from api.auth import issue_token
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db
-from jobstore.schema import jobs
+from outbox_bridge.api import lean
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.schema import jobs
 
 NOOP = {"kind": "noop", "payload": {}}
 
@@ -32,13 +32,13 @@ def client(settings: Settings, engine: Engine, clock: FakeClock) -> Iterator[Tes
 def taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The Idempotency-Keys of the requests the fast path accepted itself."""
     keys: list[str] = []
-    accept = api.lean.accept_job
+    accept = lean.accept_job
 
     async def counted(job: Any, key: str, *args: Any) -> Any:
         keys.append(key)
         return await accept(job, key, *args)
 
-    monkeypatch.setattr(api.lean, "accept_job", counted)
+    monkeypatch.setattr(lean, "accept_job", counted)
     return keys
 
 
@@ -144,7 +144,7 @@ def test_a_chunked_body_and_one_over_the_limit_go_to_the_route(
 def test_a_store_failure_and_an_unexpected_error_get_the_apps_answers_and_are_counted(
     settings: Settings, engine: Engine, clock: FakeClock, taken: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.committer import GroupCommitter
+    from outbox_bridge.api.committer import GroupCommitter
 
     failures: list[Exception] = [db.StoreUnavailable("the store is gone"), RuntimeError("a bug")]
 
@@ -170,7 +170,7 @@ def test_a_store_failure_and_an_unexpected_error_get_the_apps_answers_and_are_co
 def test_an_unexpected_error_is_raised_again_for_the_server_to_log(
     settings: Settings, engine: Engine, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from api.committer import GroupCommitter
+    from outbox_bridge.api.committer import GroupCommitter
 
     async def failing(self: GroupCommitter, **fields: Any) -> Any:
         raise RuntimeError("a bug")

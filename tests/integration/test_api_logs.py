@@ -13,11 +13,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from core.clock import FakeClock
-from core.settings import Settings
-from telemetry import logs
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.telemetry import logs
 
 SECRET = "payload-value-5e1d"
 

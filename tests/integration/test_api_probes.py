@@ -10,12 +10,12 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, heartbeats
-from jobstore.heartbeats import this_process
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, heartbeats
+from outbox_bridge.jobstore.heartbeats import this_process
 from tests.support.store import new_jobs
 
 ALLOWED_STATUSES = {"200", "202", "400", "401", "404", "409", "413", "503"}
@@ -134,7 +134,9 @@ def test_the_openapi_document_describes_every_route_with_problem_errors_and_boun
 def test_the_api_serves_without_the_dashboard_module(
     settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(sys.modules, "api.dashboard", None)  # the import machinery now finds no such module
+    monkeypatch.setitem(
+        sys.modules, "outbox_bridge.api.dashboard", None
+    )  # the import machinery now finds no such module
     with TestClient(create_app(settings)) as client:
         assert client.get("/healthz").status_code == 200
         assert client.get("/ui").status_code == 404

@@ -14,11 +14,11 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from core.clock import FakeClock, isoformat
-from core.settings import Settings
-from jobstore import db, fenced, retention
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.clock import FakeClock, isoformat
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced, retention
 from tests.support.store import claimed, job_row, new_job
 
 PROBLEM = "urn:outbox-bridge:problem:"

@@ -11,13 +11,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, select
 
-from api.app import create_app
-from api.auth import issue_token
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import claiming, db
-from jobstore.schedule import MAX_DELAY_SECONDS
-from jobstore.schema import jobs, outbox
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db
+from outbox_bridge.jobstore.schedule import MAX_DELAY_SECONDS
+from outbox_bridge.jobstore.schema import jobs, outbox
 from tests.integration.test_api_jobs import counts
 from tests.support.store import job_row
 

@@ -13,11 +13,11 @@ from schemathesis.generation import GenerationMode
 from schemathesis.specs.openapi import checks as openapi_checks
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from core.backoff import Backoff
-from core.settings import Settings
-from jobstore import claiming, db, fenced, intake, migrate
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate
 from tests.conftest import make_settings
 
 EXAMPLES = 100

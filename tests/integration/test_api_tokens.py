@@ -13,9 +13,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from core.settings import Settings
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.settings import Settings
 from tests.integration.test_api_errors import assert_problem, counts
 
 # Each of these once reached the group commit and failed it: on SQLite (a lone surrogate cannot be encoded)

@@ -21,24 +21,24 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from baseline import pacing, pool
-from baseline.pacing import FIRST_IDLE_PAUSE, MAX_IDLE_PAUSE, idle_pauses
-from baseline.worker import BaselineProcess
-from core import clock
-from core.backoff import Backoff, Streak
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import claiming, db, fenced, migrate, queries
-from jobstore.records import Claim
-from jobstore.states import State
-from jobstore.turns import WriteTurn
+from outbox_bridge.baseline import pacing, pool
+from outbox_bridge.baseline.pacing import FIRST_IDLE_PAUSE, MAX_IDLE_PAUSE, idle_pauses
+from outbox_bridge.baseline.worker import BaselineProcess
+from outbox_bridge.core import clock
+from outbox_bridge.core.backoff import Backoff, Streak
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, fenced, migrate, queries
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.jobstore.turns import WriteTurn
+from outbox_bridge.worker import budget
+from outbox_bridge.worker.handback import Handback, hand_back
+from outbox_bridge.worker.shutdown import RELEASE_SETTLE_SECONDS
 from tests.conftest import make_settings
 from tests.support.invariants import check_invariants
 from tests.support.procs import wait_for
 from tests.support.store import job_row, new_job, new_jobs
-from worker import budget
-from worker.handback import Handback, hand_back
-from worker.shutdown import RELEASE_SETTLE_SECONDS
 
 
 @pytest.fixture
@@ -390,7 +390,7 @@ def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_on
     # ahead. At 200 ms, a noop is short and a 0.5 s job long on any machine this suite runs on.
     for module in (budget, pool):
         monkeypatch.setattr(module, "AHEAD_SECONDS", 0.2)
-    caplog.set_level(logging.INFO, logger="worker.runners")
+    caplog.set_level(logging.INFO, logger="outbox_bridge.worker.runners")
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
     short = new_jobs(engine, 40, kind="noop", payload={})

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, Engine, func, select
 
-from core.settings import Settings
-from jobstore import db, migrate
-from jobstore.schema import jobs
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, migrate
+from outbox_bridge.jobstore.schema import jobs
 from tests.conftest import sqlite_settings
 from tests.support.store import add_job
 

@@ -1,13 +1,14 @@
-"""`python -m bench.apicpu`: the api's CPU per accepted job, measured over jobs the store really holds."""
+"""`python -m outbox_bridge.bench.apicpu`: the api's CPU per accepted job, measured over jobs the store
+really holds."""
 
 from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
-from bench.apicpu import TENANT, measure
-from core.settings import Settings
-from jobstore import db
-from jobstore.schema import jobs, outbox
+from outbox_bridge.bench.apicpu import TENANT, measure
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.schema import jobs, outbox
 
 
 def test_every_post_is_an_accepted_job_with_its_outbox_row(settings: Settings, engine: Engine) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import pausing
-from core.settings import Settings
-from jobstore import db
-from launch.stack import Service
+from outbox_bridge.bench import pausing
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.launch.stack import Service
 
 pytestmark = pytest.mark.databases("sqlite")
 

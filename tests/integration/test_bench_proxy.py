@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.proxy import BrokerProxy
+from outbox_bridge.bench.proxy import BrokerProxy
 
 # The benchmark makes stores of its own: once, whatever TEST_DATABASES says.
 pytestmark = pytest.mark.databases("sqlite")

@@ -1,13 +1,14 @@
-"""`python -m bench.roundtrips`: each hot transaction timed on a real store, and each did its work."""
+"""`python -m outbox_bridge.bench.roundtrips`: each hot transaction timed on a real store, and each did its
+work."""
 
 from __future__ import annotations
 
 from sqlalchemy import Engine, func, select
 
-from bench.roundtrips import STEPS, measure
-from core.settings import Settings
-from jobstore import db
-from jobstore.schema import jobs, outbox
+from outbox_bridge.bench.roundtrips import STEPS, measure
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.schema import jobs, outbox
 
 
 def test_each_round_accepts_reads_and_marks_one_job(settings: Settings, engine: Engine) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench.tracing import strace_available
+from outbox_bridge.bench.tracing import strace_available
 from tests.support.procs import BIN
 
 # The benchmark makes stores of its own: once, whatever TEST_DATABASES says.

@@ -1,10 +1,11 @@
-"""`python -m bench.walbytes`: each step of a job's life, measured on a real SQLite file, wrote to the WAL."""
+"""`python -m outbox_bridge.bench.walbytes`: each step of a job's life, measured on a real SQLite file, wrote
+to the WAL."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.walbytes import STEPS, measure
+from outbox_bridge.bench.walbytes import STEPS, measure
 
 
 def test_every_step_of_a_jobs_life_writes_whole_pages_to_the_wal(tmp_path: Path) -> None:

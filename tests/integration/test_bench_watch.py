@@ -8,11 +8,11 @@ import threading
 import pytest
 from sqlalchemy import Engine, update
 
-from bench.observe import PhaseTimeout, StoreWatch
-from core.settings import Settings
-from jobstore import db
-from jobstore.schema import jobs
-from jobstore.states import State
+from outbox_bridge.bench.observe import PhaseTimeout, StoreWatch
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.states import State
 from tests.support.store import new_jobs
 
 

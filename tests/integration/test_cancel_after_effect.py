@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from jobstore import db, fenced, operator, queries
-from jobstore.decisions import decide_completion
-from jobstore.records import Claim
-from jobstore.states import State
+from outbox_bridge.jobstore import db, fenced, operator, queries
+from outbox_bridge.jobstore.decisions import decide_completion
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
 from tests.support.store import claimed, new_job
 
 NOW = 1_700_000_000.0

@@ -8,11 +8,11 @@ from collections import Counter
 
 from sqlalchemy import Engine
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, fenced, queries, sweeper
-from jobstore.states import State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced, queries, sweeper
+from outbox_bridge.jobstore.states import State
 from tests.support import procs
 from tests.support.store import LEASE, claimed, job_row, new_job, new_jobs
 

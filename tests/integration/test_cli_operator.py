@@ -11,11 +11,11 @@ import time
 import pytest
 from sqlalchemy import Engine
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, fenced, intake, operator, queries, sweeper
-from jobstore.states import State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced, intake, operator, queries, sweeper
+from outbox_bridge.jobstore.states import State
 from tests.support import procs
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job
 

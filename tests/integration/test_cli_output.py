@@ -8,9 +8,9 @@ import re
 
 from sqlalchemy import Engine
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, fenced
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced
 from tests.support import procs
 from tests.support.store import claimed, job_row, new_job, new_jobs
 

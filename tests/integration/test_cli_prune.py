@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from core.settings import Settings
-from jobstore import db, operator
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, operator
 from tests.conftest import make_settings
 from tests.integration.test_cli_errors import assert_one_line
 from tests.support import procs

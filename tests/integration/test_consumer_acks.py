@@ -12,10 +12,10 @@ from pathlib import Path
 import pika
 import pytest
 
-from broker import topology
-from broker.message import JobMessage
-from consumer.link import Delivery, DeliveryLink
-from core.settings import Settings
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.message import JobMessage
+from outbox_bridge.consumer.link import Delivery, DeliveryLink
+from outbox_bridge.core.settings import Settings
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 

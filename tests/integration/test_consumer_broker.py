@@ -15,15 +15,15 @@ import pytest
 from pydantic import BaseModel
 from sqlalchemy import Engine, select
 
-from broker import topology
-from broker.message import NORMAL_RANK, JobMessage, order_headers
-from consumer.main import Consumer
-from core.settings import Settings
-from handlers.base import JobContext, Kind
-from handlers.registry import KINDS
-from jobstore import db, migrate, queries
-from jobstore.schema import outbox
-from jobstore.states import State
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.message import NORMAL_RANK, JobMessage, order_headers
+from outbox_bridge.consumer.main import Consumer
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import JobContext, Kind
+from outbox_bridge.handlers.registry import KINDS
+from outbox_bridge.jobstore import db, migrate, queries
+from outbox_bridge.jobstore.schema import outbox
+from outbox_bridge.jobstore.states import State
 from tests.conftest import make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants, read_starts

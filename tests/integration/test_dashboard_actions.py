@@ -13,15 +13,15 @@ from fastapi.testclient import TestClient
 from httpx import Response
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from core.backoff import Backoff
-from core.clock import FakeClock
-from core.clock import isoformat as clock_iso
-from core.settings import Settings
-from jobstore import db, fenced, intake, queries, sweeper
-from jobstore.schedule import Schedule
-from jobstore.states import State
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.clock import isoformat as clock_iso
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced, intake, queries, sweeper
+from outbox_bridge.jobstore.schedule import Schedule
+from outbox_bridge.jobstore.states import State
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job
 
 OPERATOR = "olga"

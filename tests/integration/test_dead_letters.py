@@ -12,15 +12,15 @@ import pika
 import pytest
 from sqlalchemy import Connection, Engine, select, update
 
-from broker import topology
-from broker.connection import queue_depth
-from broker.message import JobMessage
-from core import clock
-from core.settings import Settings
-from jobstore import db, intake, operator, queries
-from jobstore.schema import outbox
-from jobstore.states import State
-from relay.deadletters import Checked, DeadLetterCheck
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.connection import queue_depth
+from outbox_bridge.broker.message import JobMessage
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, intake, operator, queries
+from outbox_bridge.jobstore.schema import outbox
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.relay.deadletters import Checked, DeadLetterCheck
 from tests.conftest import make_settings
 from tests.support.procs import BIN, settings_env, wait_for
 from tests.support.relay_harness import running_relay

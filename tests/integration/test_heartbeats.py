@@ -11,12 +11,12 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import Engine, func, select
 
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, heartbeats
-from jobstore import heartbeats as heartbeat_module
-from jobstore.heartbeats import Heartbeat, this_process
-from jobstore.schema import processes
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, heartbeats
+from outbox_bridge.jobstore import heartbeats as heartbeat_module
+from outbox_bridge.jobstore.heartbeats import Heartbeat, this_process
+from outbox_bridge.jobstore.schema import processes
 
 WITHIN = 15.0
 
@@ -108,7 +108,7 @@ def test_a_store_that_does_not_answer_is_logged_once_and_tried_again(
         raise db.StoreUnavailable("store busy for 5.0s")
 
     monkeypatch.setattr(heartbeat_module.db, "transact", unavailable)
-    with caplog.at_level(logging.INFO, logger="jobstore.heartbeats"):
+    with caplog.at_level(logging.INFO, logger="outbox_bridge.jobstore.heartbeats"):
         assert beating.beat() is False
         assert beating.beat() is False
         monkeypatch.setattr(heartbeat_module.db, "transact", real)

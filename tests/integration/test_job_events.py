@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import db, fenced, operator, outbox, sweeper
-from jobstore.errors import Fenced
-from jobstore.records import Claim
-from jobstore.states import State
-from telemetry import logs
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import db, fenced, operator, outbox, sweeper
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry import logs
 from tests.support.store import LEASE, add_job, claimed, new_job
 
 SECRET = "payload-value-7f3a"  # appears in every payload: it must never reach a log line

@@ -15,24 +15,24 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from api.schemas import JobView, ProgressView
-from core.backoff import Backoff
-from core.clock import FakeClock, now
-from core.settings import Settings
-from handlers import export
-from jobstore import db, fenced, intake
-from jobstore.records import Claim
-from jobstore.schedule import Schedule
-from jobstore.states import State
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.api.schemas import JobView, ProgressView
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock, now
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers import export
+from outbox_bridge.jobstore import db, fenced, intake
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.schedule import Schedule
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.attempt import StoreContext, run_attempt
+from outbox_bridge.worker.commit import backoff_of, commit_outcomes
+from outbox_bridge.worker.lease import Held
 from tests.integration.test_kinds_document import INVOICE, WORKER
 from tests.support.kinds import claim
 from tests.support.procs import settings_env
 from tests.support.store import claimed, job_row, new_job
-from worker.attempt import StoreContext, run_attempt
-from worker.commit import backoff_of, commit_outcomes
-from worker.lease import Held
 
 
 @dataclass

@@ -12,9 +12,9 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore.states import State
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore.states import State
 from tests.support.kinds import claim, committed_output, run
 from tests.support.procs import settings_env
 from tests.support.store import job_row, new_job
@@ -24,11 +24,11 @@ INVOICE = "Invoice 2024-17\nCustomer: Acme Corp\nTotal: 1,200.00 EUR\nDue date: 
 # Claims one job and runs it with the real runner, in a process of its own (killed by an armed fault point).
 WORKER = """
 import sys
-from jobstore import claiming, db
-from worker.lease import LeaseKeeper
+from outbox_bridge.jobstore import claiming, db
+from outbox_bridge.worker.lease import LeaseKeeper
 from tests.support.kinds import execute
-from jobstore import db
-from core import clock, settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.core import clock, settings
 cfg = settings.load()
 engine = db.make_engine(cfg)
 taken = db.transact(engine, claiming.claim, sys.argv[1], "doomed-worker", clock.now(), cfg.lease_seconds)

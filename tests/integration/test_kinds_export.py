@@ -12,17 +12,17 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from core.clock import FakeClock, now
-from core.settings import Settings
-from handlers.base import Cancelled
-from handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
-from jobstore import db, operator, queries
-from jobstore.states import State
+from outbox_bridge.core.clock import FakeClock, now
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import Cancelled
+from outbox_bridge.handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
+from outbox_bridge.jobstore import db, operator, queries
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.attempt import StoreContext
+from outbox_bridge.worker.lease import LeaseKeeper
 from tests.support.kinds import claim, committed_output, execute, run
 from tests.support.procs import wait_for
 from tests.support.store import job_row, new_job
-from worker.attempt import StoreContext
-from worker.lease import LeaseKeeper
 
 
 def submit(engine: Engine, payload: dict[str, Any]) -> str:

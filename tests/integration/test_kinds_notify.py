@@ -14,27 +14,27 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from core.clock import FakeClock, now
-from core.settings import Settings
-from handlers.notify import StubProvider
-from jobstore import claiming, db, operator, queries, sweeper
-from jobstore.records import Attempt
-from jobstore.states import State
+from outbox_bridge.core.clock import FakeClock, now
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.notify import StubProvider
+from outbox_bridge.jobstore import claiming, db, operator, queries, sweeper
+from outbox_bridge.jobstore.records import Attempt
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.commit import backoff_of
 from tests.support.kinds import claim, run
 from tests.support.procs import settings_env
 from tests.support.store import job_row, new_job
-from worker.commit import backoff_of
 
 PAYLOAD = {"to": "ops@example.com", "message": "disk almost full on db-2"}
 
 # Claims one job and runs it with the real runner, in a process of its own (killed by an armed fault point).
 WORKER = """
 import sys
-from jobstore import claiming, db
-from worker.lease import LeaseKeeper
+from outbox_bridge.jobstore import claiming, db
+from outbox_bridge.worker.lease import LeaseKeeper
 from tests.support.kinds import execute
-from jobstore import db
-from core import clock, settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.core import clock, settings
 cfg = settings.load()
 engine = db.make_engine(cfg)
 taken = db.transact(engine, claiming.claim, sys.argv[1], "doomed-worker", clock.now(), cfg.lease_seconds)

@@ -15,12 +15,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, func, select, text
 
-from core.settings import Settings
-from jobstore import claiming, db, fenced, intake, migrate, queries
-from jobstore.priorities import Priority
-from jobstore.records import Job
-from jobstore.schema import jobs, metadata, outbox
-from jobstore.states import State
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, queries
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.schema import jobs, metadata, outbox
+from outbox_bridge.jobstore.states import State
 from tests.conftest import make_settings
 from tests.support import procs
 

@@ -7,9 +7,9 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from core.clock import FakeClock
-from jobstore import db, outbox
-from jobstore.schema import outbox as outbox_table
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import db, outbox
+from outbox_bridge.jobstore.schema import outbox as outbox_table
 from tests.support.store import new_job
 
 RELAY_LEASE = 30.0

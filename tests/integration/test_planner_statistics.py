@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, create_engine, event, text
 
-from core import clock
-from jobstore import claiming, db, statistics
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore import claiming, db, statistics
 from tests.support.procs import wait_for
 from tests.support.store import new_jobs
 

@@ -18,15 +18,15 @@ import pytest
 from sqlalchemy import Connection, Engine, select, text
 from sqlalchemy.exc import DataError, IntegrityError
 
-from core import clock
-from core.backoff import Backoff
-from core.settings import Settings
-from jobstore import claiming, db, fenced, intake, migrate, operator, outbox, sweeper
-from jobstore.errors import Fenced, IdempotencyConflict
-from jobstore.records import Claim
-from jobstore.schema import attempts, jobs
-from jobstore.schema import outbox as outbox_table
-from jobstore.states import TERMINAL, State
+from outbox_bridge.core import clock
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, operator, outbox, sweeper
+from outbox_bridge.jobstore.errors import Fenced, IdempotencyConflict
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.schema import attempts, jobs
+from outbox_bridge.jobstore.schema import outbox as outbox_table
+from outbox_bridge.jobstore.states import TERMINAL, State
 from tests.conftest import make_settings
 from tests.support.invariants import check_invariants
 from tests.support.procs import wait_for

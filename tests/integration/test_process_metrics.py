@@ -6,16 +6,16 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, heartbeats
-from jobstore.heartbeats import this_process
-from telemetry.exposition import render
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, heartbeats
+from outbox_bridge.jobstore.heartbeats import this_process
+from outbox_bridge.telemetry.exposition import render
+from outbox_bridge.worker.attempt import StoreContext, run_attempt
+from outbox_bridge.worker.lease import LeaseKeeper
+from outbox_bridge.worker.metrics import registry_for
 from tests.support.scrape import Samples, parse, value
 from tests.support.store import claimed, new_jobs
-from worker.attempt import StoreContext, run_attempt
-from worker.lease import LeaseKeeper
-from worker.metrics import registry_for
 
 
 def scrape(engine: Engine, settings: Settings, role: str, in_flight: int = 0) -> Samples:

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, event
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import claiming, db, fenced, outbox
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import claiming, db, fenced, outbox
 from tests.support.store import claimed, new_jobs
 
 pytestmark = pytest.mark.databases("sqlite")

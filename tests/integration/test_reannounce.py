@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from sqlalchemy import Engine, func, select, update
 
-from core.settings import Settings
-from jobstore import claiming, db, sweeper
-from jobstore import outbox as rows
-from jobstore.schema import outbox
-from relay.housekeeping import sweep_and_prune
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, sweeper
+from outbox_bridge.jobstore import outbox as rows
+from outbox_bridge.jobstore.schema import outbox
+from outbox_bridge.relay.housekeeping import sweep_and_prune
 from tests.support.store import new_job
 
 NOW = 1_700_000_000.0

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, outbox
-from jobstore.notifications import Listener
-from relay import wake
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, outbox
+from outbox_bridge.jobstore.notifications import Listener
+from outbox_bridge.relay import wake
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished
@@ -103,7 +103,7 @@ def test_a_relay_whose_listening_connection_is_cut_polls_meanwhile_and_listens_a
         sweep_interval_seconds=60.0,
     )
     broker.settings = quick
-    caplog.set_level(logging.WARNING, logger="relay.wake")
+    caplog.set_level(logging.WARNING, logger="outbox_bridge.relay.wake")
     with running_relay(quick, engine) as relay:
         wait_for(lambda: relay.connected, 15, what="relay connected")
         wait_for(lambda: relay._wakeups.listening, 5, what="the relay listening")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from broker.message import JobMessage
-from core.settings import Settings
-from jobstore.priorities import Priority
+from outbox_bridge.broker.message import JobMessage
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore.priorities import Priority
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, seed_jobs, unpublished

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from core import clock
-from core.settings import Settings
-from relay.publisher import ROLE_SECONDS
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.relay.publisher import ROLE_SECONDS
 from tests.conftest import make_settings
 from tests.support import procs
 from tests.support.relay_harness import Broker, delay_outbox, outbox_rows, seed_jobs, unpublished

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import Engine
 
-from broker.message import CONTENT_TYPE
-from core.settings import Settings
-from jobstore import db
+from outbox_bridge.broker.message import CONTENT_TYPE
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
 from tests.conftest import make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.procs import wait_for

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from jobstore import db, relayrole
+from outbox_bridge.jobstore import db, relayrole
 from tests.support.store import new_jobs
 
 pytestmark = pytest.mark.databases("postgresql")

@@ -12,12 +12,12 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import Engine
 
-from broker.topology import ROUTING_KEY
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, outbox
-from relay import ledger
-from relay.window import Sent
+from outbox_bridge.broker.topology import ROUTING_KEY
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, outbox
+from outbox_bridge.relay import ledger
+from outbox_bridge.relay.window import Sent
 from tests.conftest import make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.procs import wait_for

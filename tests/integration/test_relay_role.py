@@ -11,9 +11,9 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import Engine, select
 
-from core.clock import FakeClock
-from jobstore import db, outbox, relayrole
-from jobstore.schema import outbox as outbox_table
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import db, outbox, relayrole
+from outbox_bridge.jobstore.schema import outbox as outbox_table
 from tests.integration.test_outbox import RELAY_LEASE, add_row, lease, rows
 from tests.support.store import new_job
 

@@ -17,11 +17,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, Engine, select
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, doorbells, intake, outbox, queries
-from jobstore.schedule import Schedule
-from jobstore.schema import outbox as outbox_table
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, doorbells, intake, outbox, queries
+from outbox_bridge.jobstore.schedule import Schedule
+from outbox_bridge.jobstore.schema import outbox as outbox_table
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished

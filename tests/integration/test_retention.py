@@ -14,13 +14,15 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, text
 
-from api.app import create_app
-from api.auth import issue_token
-from baseline.sweep_loop import SweepLoop
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, fenced, operator, retention, sweeper
-from jobstore.states import State
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.baseline.sweep_loop import SweepLoop
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced, operator, retention, sweeper
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.commit import backoff_of
+from outbox_bridge.worker.retention import QUIET_SECONDS, OutputSweep, preview_prune, prune_finished, retain
 from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay
 from tests.support.retention import (
@@ -34,8 +36,6 @@ from tests.support.retention import (
     write_output,
 )
 from tests.support.store import claimed, every_row, job_row, new_job
-from worker.commit import backoff_of
-from worker.retention import QUIET_SECONDS, OutputSweep, preview_prune, prune_finished, retain
 
 DAY = 86_400.0
 RETENTION = 7 * DAY

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from jobstore import claiming, db, fenced, migrate, outbox, relayrole
+from outbox_bridge.jobstore import claiming, db, fenced, migrate, outbox, relayrole
 from tests.conftest import sqlite_settings
 
 PLANS = {

@@ -34,14 +34,14 @@ from hypothesis.stateful import (
 )
 from sqlalchemy import Connection, select
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import claiming, db, fenced, intake, migrate, operator, sweeper
-from jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
-from jobstore.errors import Fenced, IdempotencyConflict
-from jobstore.records import Attempt, Claim, Job
-from jobstore.schema import attempts, jobs, outbox
-from jobstore.states import State, can_transition
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, operator, sweeper
+from outbox_bridge.jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
+from outbox_bridge.jobstore.errors import Fenced, IdempotencyConflict
+from outbox_bridge.jobstore.records import Attempt, Claim, Job
+from outbox_bridge.jobstore.schema import attempts, jobs, outbox
+from outbox_bridge.jobstore.states import State, can_transition
 from tests.conftest import make_settings
 
 # Each run makes its own SQLite file, whatever the stores the suite runs on.

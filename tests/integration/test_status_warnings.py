@@ -9,13 +9,13 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import db, heartbeats
-from jobstore.heartbeats import this_process
-from jobstore.overview import Liveness, overview
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, heartbeats
+from outbox_bridge.jobstore.heartbeats import this_process
+from outbox_bridge.jobstore.overview import Liveness, overview
 from tests.support import procs
 from tests.support.store import new_jobs
 

@@ -8,11 +8,11 @@ import pytest
 from sqlalchemy import Connection, Engine, func, select, text
 from sqlalchemy.exc import DBAPIError
 
-from core.clock import FakeClock
-from jobstore import db, intake, queries
-from jobstore.errors import IdempotencyConflict
-from jobstore.schema import jobs, outbox
-from jobstore.states import State
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import db, intake, queries
+from outbox_bridge.jobstore.errors import IdempotencyConflict
+from outbox_bridge.jobstore.schema import jobs, outbox
+from outbox_bridge.jobstore.states import State
 from tests.support.store import accept, add_job
 
 

@@ -7,11 +7,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
-from core.clock import FakeClock
-from jobstore import claiming, db, fenced, operator
-from jobstore.records import Claim, dumps
-from jobstore.schema import attempts, jobs
-from jobstore.states import State
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import claiming, db, fenced, operator
+from outbox_bridge.jobstore.records import Claim, dumps
+from outbox_bridge.jobstore.schema import attempts, jobs
+from outbox_bridge.jobstore.states import State
 from tests.support.store import new_job, new_jobs
 
 LEASE = 30.0

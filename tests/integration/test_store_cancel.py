@@ -7,12 +7,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import claiming, db, fenced, operator, queries
-from jobstore.errors import JobNotFound
-from jobstore.schema import jobs, outbox
-from jobstore.states import State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import claiming, db, fenced, operator, queries
+from outbox_bridge.jobstore.errors import JobNotFound
+from outbox_bridge.jobstore.schema import jobs, outbox
+from outbox_bridge.jobstore.states import State
 from tests.support.store import LEASE, claimed, job_row, new_job
 
 

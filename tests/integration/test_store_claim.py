@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, select
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import claiming, db, fenced, operator
-from jobstore import outbox as outbox_rows
-from jobstore.schema import attempts, outbox
-from jobstore.states import State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import claiming, db, fenced, operator
+from outbox_bridge.jobstore import outbox as outbox_rows
+from outbox_bridge.jobstore.schema import attempts, outbox
+from outbox_bridge.jobstore.states import State
 from tests.support.store import LEASE, accept, claimed, every_row, job_row, new_job
 
 BACKOFF = Backoff(base=5.0, cap=60.0)

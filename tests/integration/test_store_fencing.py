@@ -11,11 +11,11 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Connection, Engine
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import db, fenced
-from jobstore.errors import Fenced
-from jobstore.records import Claim
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import db, fenced
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.records import Claim
 from tests.support.store import LEASE, claimed, every_row, new_job
 
 BACKOFF = Backoff(base=5.0, cap=60.0)

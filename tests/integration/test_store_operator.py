@@ -8,14 +8,14 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, delete, func, select
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import db, fenced, intake, operator, queries, sweeper
-from jobstore.errors import InvalidTransition, JobNotFound
-from jobstore.filters import NOTHING, JobFilter
-from jobstore.records import Claim, Job
-from jobstore.schema import jobs, outbox
-from jobstore.states import State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import db, fenced, intake, operator, queries, sweeper
+from outbox_bridge.jobstore.errors import InvalidTransition, JobNotFound
+from outbox_bridge.jobstore.filters import NOTHING, JobFilter
+from outbox_bridge.jobstore.records import Claim, Job
+from outbox_bridge.jobstore.schema import jobs, outbox
+from outbox_bridge.jobstore.states import State
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job, new_jobs
 
 BACKOFF = Backoff(base=5.0, cap=60.0)

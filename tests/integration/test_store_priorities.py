@@ -9,11 +9,11 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Connection, Engine, update
 
-from core.clock import FakeClock
-from jobstore import claiming, db, outbox, tenantcap
-from jobstore.priorities import Priority
-from jobstore.schema import jobs
-from jobstore.schema import outbox as outbox_table
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import claiming, db, outbox, tenantcap
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.schema import outbox as outbox_table
 from tests.support.store import LEASE, new_job, new_jobs
 
 BACKLOG = 200

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine
 
-from core.clock import FakeClock
-from jobstore import claiming, db, intake, outbox
-from jobstore.claiming import Refusal
-from jobstore.schedule import Schedule
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import claiming, db, intake, outbox
+from outbox_bridge.jobstore.claiming import Refusal
+from outbox_bridge.jobstore.schedule import Schedule
 from tests.support.store import job_row
 
 LEASE = 30.0

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Connection, Engine, func, select
 
-from core.settings import Settings
-from jobstore import db, intake, migrate, queries
-from jobstore.db import StoreUnavailable
-from jobstore.schema import jobs, outbox
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, intake, migrate, queries
+from outbox_bridge.jobstore.db import StoreUnavailable
+from outbox_bridge.jobstore.schema import jobs, outbox
 from tests.conftest import make_settings, sqlite_settings
 from tests.support.store import accept
 

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import db, decisions, fenced, operator, queries
-from jobstore.errors import Fenced
-from jobstore.records import Attempt, Claim
-from jobstore.schema import outbox
-from jobstore.states import State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import db, decisions, fenced, operator, queries
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.records import Attempt, Claim
+from outbox_bridge.jobstore.schema import outbox
+from outbox_bridge.jobstore.states import State
 from tests.support.store import LEASE, claimed, job_row, new_job
 
 BACKOFF = Backoff(base=8.0, cap=60.0)

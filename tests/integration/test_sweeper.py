@@ -8,12 +8,12 @@ from collections import Counter
 import pytest
 from sqlalchemy import Engine, select
 
-from core.backoff import Backoff
-from core.clock import FakeClock
-from jobstore import db, fenced, operator, queries, sweeper
-from jobstore.errors import Fenced
-from jobstore.schema import outbox
-from jobstore.states import State
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.jobstore import db, fenced, operator, queries, sweeper
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.schema import outbox
+from outbox_bridge.jobstore.states import State
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job
 
 BACKOFF = Backoff(base=4.0, cap=60.0)

@@ -11,13 +11,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from sqlalchemy import Engine, func, select
 
-from baseline.worker import BaselineProcess
-from core.clock import FakeClock
-from core.settings import Settings
-from jobstore import claiming, db, fenced, outbox, tenantcap
-from jobstore.schema import attempts, jobs
-from jobstore.schema import outbox as outbox_table
-from jobstore.states import State
+from outbox_bridge.baseline.worker import BaselineProcess
+from outbox_bridge.core.clock import FakeClock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import claiming, db, fenced, outbox, tenantcap
+from outbox_bridge.jobstore.schema import attempts, jobs
+from outbox_bridge.jobstore.schema import outbox as outbox_table
+from outbox_bridge.jobstore.states import State
 from tests.support.store import LEASE, job_row, new_jobs
 
 CAP = 2

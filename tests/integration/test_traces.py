@@ -17,13 +17,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from sqlalchemy import Engine
 
-from api.app import create_app
-from api.auth import issue_token
-from consumer.main import Consumer
-from core.settings import Settings
-from jobstore import db, queries
-from jobstore.states import State
-from telemetry import tracing
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import issue_token
+from outbox_bridge.consumer.main import Consumer
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, queries
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry import tracing
 from tests.conftest import make_settings
 from tests.support import kinds
 from tests.support.procs import wait_for

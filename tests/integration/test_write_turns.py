@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, func, select
 
-from core.settings import Settings
-from jobstore import db, migrate
-from jobstore.schema import jobs
-from jobstore.turns import WriteTurn
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, migrate
+from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.turns import WriteTurn
 from tests.conftest import make_settings
 from tests.support.store import add_job
 

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, select
 
-from core.settings import Settings
-from jobstore import db, operator
-from jobstore.records import Attempt, Job
-from jobstore.schema import attempts, jobs, operator_actions
-from jobstore.states import TERMINAL, State
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, operator
+from outbox_bridge.jobstore.records import Attempt, Job
+from outbox_bridge.jobstore.schema import attempts, jobs, operator_actions
+from outbox_bridge.jobstore.states import TERMINAL, State
 
 SUPERSEDED_OUTCOMES = frozenset({"lost", "retry", "released"})
 ONCE: frozenset[int] = frozenset({1})

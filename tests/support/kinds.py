@@ -6,15 +6,15 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from core.clock import now
-from core.settings import Settings
-from jobstore import db, queries
-from jobstore.records import Claim
-from jobstore.states import State
+from outbox_bridge.core.clock import now
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, queries
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.attempt import StoreContext, discard_uncommitted, run_attempt
+from outbox_bridge.worker.commit import backoff_of, commit_outcomes
+from outbox_bridge.worker.lease import LeaseKeeper
 from tests.support.store import claimed
-from worker.attempt import StoreContext, discard_uncommitted, run_attempt
-from worker.commit import backoff_of, commit_outcomes
-from worker.lease import LeaseKeeper
 
 
 def claim(engine: Engine, settings: Settings, job_id: str) -> Claim:

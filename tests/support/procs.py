@@ -12,8 +12,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from core.settings import Settings
-from launch.stack import settings_env, wait_ok
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.launch.stack import settings_env, wait_ok
 
 BIN = Path(sys.executable).parent / "outbox-bridge"
 

@@ -12,14 +12,14 @@ from typing import Any
 import pika
 from sqlalchemy import Connection, Engine, func, insert, select, update
 
-from broker import topology
-from broker.message import JobMessage
-from core import clock
-from core.settings import Settings
-from jobstore import db, intake
-from jobstore.schema import jobs, outbox
-from jobstore.states import State
-from relay.publisher import WRITE_BACK_GRACE_SECONDS, Relay
+from outbox_bridge.broker import topology
+from outbox_bridge.broker.message import JobMessage
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, intake
+from outbox_bridge.jobstore.schema import jobs, outbox
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.relay.publisher import WRITE_BACK_GRACE_SECONDS, Relay
 
 
 def _insert_jobs(conn: Connection, count: int, spread_seconds: float) -> list[str]:

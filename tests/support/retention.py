@@ -9,12 +9,12 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from core.settings import Settings
-from jobstore import db, fenced, operator, sweeper
-from jobstore.records import Claim
-from jobstore.schema import attempts, jobs, outbox
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced, operator, sweeper
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.schema import attempts, jobs, outbox
+from outbox_bridge.worker.commit import backoff_of
 from tests.support.store import claimed, new_job
-from worker.commit import backoff_of
 
 
 def write_output(settings: Settings, taken: Claim, suffix: str = ".csv", content: bytes = b"id\n1\n") -> str:

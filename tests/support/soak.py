@@ -22,11 +22,11 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, select
 
-from handlers.export import HEADER
-from jobstore import db, intake, queries
-from jobstore.records import Job
-from jobstore.schema import jobs
-from jobstore.states import ACTIVE, State
+from outbox_bridge.handlers.export import HEADER
+from outbox_bridge.jobstore import db, intake, queries
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.states import ACTIVE, State
 from tests.support.invariants import Snapshot
 from tests.support.procs import Proc
 

@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, select
 
-from core import clock
-from jobstore import claiming, db, intake, queries
-from jobstore.priorities import Priority
-from jobstore.records import Claim, Job
-from jobstore.schema import attempts, jobs, operator_actions, outbox
-from jobstore.states import State
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore import claiming, db, intake, queries
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.records import Claim, Job
+from outbox_bridge.jobstore.schema import attempts, jobs, operator_actions, outbox
+from outbox_bridge.jobstore.states import State
 
 LEASE = 30.0  # the lease `claimed` takes unless told otherwise
 # A queued noop job as the store would hand it out, never stored: what `a_job` changes.

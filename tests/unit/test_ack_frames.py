@@ -3,7 +3,7 @@ is not being acked."""
 
 from __future__ import annotations
 
-from consumer.link import ack_frames
+from outbox_bridge.consumer.link import ack_frames
 
 
 def test_a_run_from_the_lowest_unsettled_tag_is_one_frame() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobstore.alerts import alerts
+from outbox_bridge.jobstore.alerts import alerts
 
 NOBODY = {"relay": 0, "consumer": 0, "worker": 0}
 

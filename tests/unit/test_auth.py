@@ -8,8 +8,8 @@ from collections.abc import Callable
 import jwt
 import pytest
 
-from api.app import create_app
-from api.auth import (
+from outbox_bridge.api.app import create_app
+from outbox_bridge.api.auth import (
     Identity,
     InvalidName,
     InvalidToken,
@@ -19,7 +19,7 @@ from api.auth import (
     issue_token,
     verify_token,
 )
-from core.settings import DEV_AUTH_SECRET, Settings
+from outbox_bridge.core.settings import DEV_AUTH_SECRET, Settings
 
 SECRET = "unit-test-secret-that-is-long-enough-for-hs256"
 DAYS = 86400

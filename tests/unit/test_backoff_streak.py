@@ -2,7 +2,7 @@
 
 import random
 
-from core.backoff import Backoff, Streak
+from outbox_bridge.core.backoff import Backoff, Streak
 
 
 def test_pauses_double_with_each_failure_up_to_the_cap_and_start_over_after_a_reset() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from bench.calibrate import quorum_hop
+from outbox_bridge.bench.calibrate import quorum_hop
 
 
 def test_a_broker_that_cannot_be_reached_gives_an_error_not_figures() -> None:

@@ -12,27 +12,19 @@ from typer.testing import CliRunner
 
 from outbox_bridge.cli import app
 
-RUNTIME_PACKAGES = (
-    "core",
-    "broker",
-    "jobstore",
-    "api",
-    "relay",
-    "consumer",
-    "handlers",
-    "baseline",
-    "outbox_bridge",
-)
-
-IMPORT_EVERYTHING = f"""
+IMPORT_EVERYTHING = """
 import importlib, pkgutil, sys
-for package in {RUNTIME_PACKAGES!r}:
-    for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
-        if ".migrations" not in info.name and not info.name.endswith("__main__"):
-            importlib.import_module(info.name)
-loaded = lambda *tops: sorted(n for n in sys.modules if n.split(".")[0] in tops)
-print("runtime:", loaded("bench", "numpy", "matplotlib"))
-import bench.runner
+def walk(package):
+    for info in pkgutil.iter_modules(importlib.import_module(package).__path__, package + "."):
+        if info.name == "outbox_bridge.bench" or ".migrations" in info.name or info.name.endswith("__main__"):
+            continue
+        importlib.import_module(info.name)
+        if info.ispkg:
+            walk(info.name)
+walk("outbox_bridge")
+loaded = lambda *tops: sorted(n for n in sys.modules if any(n == t or n.startswith(t + ".") for t in tops))
+print("runtime:", loaded("outbox_bridge.bench", "numpy", "matplotlib"))
+import outbox_bridge.bench.runner
 print("bench:", loaded("numpy", "matplotlib"))
 """
 

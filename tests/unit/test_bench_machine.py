@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import machine
+from outbox_bridge.bench import machine
 
 TICK = os.sysconf("SC_CLK_TCK")
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench import loadgen
-from bench.loadgen import parse
+from outbox_bridge.bench import loadgen
+from outbox_bridge.bench.loadgen import parse
 
 REPORT = """Running 8s test @ http://127.0.0.1:18555/jobs
   2 threads and 16 connections

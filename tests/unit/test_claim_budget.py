@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.budget import (
+from outbox_bridge.worker.budget import (
     AHEAD_PER_THREAD,
     AHEAD_SECONDS,
     MAX_AHEAD,

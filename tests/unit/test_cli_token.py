@@ -6,9 +6,9 @@ import jwt
 import pytest
 from typer.testing import CliRunner
 
-from api.auth import TokenPolicy, verify_token
-from core.settings import DEV_AUTH_SECRET
+from outbox_bridge.api.auth import TokenPolicy, verify_token
 from outbox_bridge.cli import app
+from outbox_bridge.core.settings import DEV_AUTH_SECRET
 
 SECRET = "cli-test-secret-that-is-long-enough-for-hs256"
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from api.schemas import JobView
-from jobstore.alerts import Alert
-from jobstore.heartbeats import Process
-from jobstore.outbox import Backlog
-from jobstore.overview import Overview
-from jobstore.queries import DueQueue
-from jobstore.records import Attempt
-from jobstore.states import State
 from outbox_bridge import views
+from outbox_bridge.api.schemas import JobView
+from outbox_bridge.jobstore.alerts import Alert
+from outbox_bridge.jobstore.heartbeats import Process
+from outbox_bridge.jobstore.outbox import Backlog
+from outbox_bridge.jobstore.overview import Overview
+from outbox_bridge.jobstore.queries import DueQueue
+from outbox_bridge.jobstore.records import Attempt
+from outbox_bridge.jobstore.states import State
 from tests.support.store import a_job
 
 RELAY = Process(

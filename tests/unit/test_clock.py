@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core import clock
+from outbox_bridge.core import clock
 
 
 def by_datetime(ts: float) -> str:

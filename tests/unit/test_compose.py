@@ -15,8 +15,8 @@ import typer.main
 import yaml
 from typer.core import TyperGroup
 
-from core.settings import Settings
 from outbox_bridge.cli import app
+from outbox_bridge.core.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_SERVICES = ("api", "relay", "consumer")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobstore.queries import BadCursor, decode_cursor, encode_position
+from outbox_bridge.jobstore.queries import BadCursor, decode_cursor, encode_position
 
 
 def raw(text: str) -> str:

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from core.backoff import compute_backoff
-from jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
-from jobstore.states import State
+from outbox_bridge.core.backoff import compute_backoff
+from outbox_bridge.jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
+from outbox_bridge.jobstore.states import State
 
 
 class FixedRandom(random.Random):

@@ -7,9 +7,9 @@ from __future__ import annotations
 import collections
 from collections import Counter
 
-from broker.message import order_headers, order_of
-from consumer.link import Delivery
-from consumer.rounds import take_in_order
+from outbox_bridge.broker.message import order_headers, order_of
+from outbox_bridge.consumer.link import Delivery
+from outbox_bridge.consumer.rounds import take_in_order
 
 
 def held(*specs: tuple[str, int, str]) -> collections.deque[Delivery]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from core import entropy
-from core.entropy import PAGE_BYTES, random_bytes
+from outbox_bridge.core import entropy
+from outbox_bridge.core.entropy import PAGE_BYTES, random_bytes
 
 
 def test_each_call_gets_bytes_of_its_own() -> None:

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jobstore import intake
-from jobstore.records import Priority, dumps
-from jobstore.schedule import Schedule
+from outbox_bridge.jobstore import intake
+from outbox_bridge.jobstore.records import Priority, dumps
+from outbox_bridge.jobstore.schedule import Schedule
 
 # Digests stored by earlier versions: a change here breaks every stored Idempotency-Key.
 PINNED = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from jobstore.intake import new_attempt_id, new_id
+from outbox_bridge.jobstore.intake import new_attempt_id, new_id
 
 
 def test_job_ids_differ_in_their_first_characters() -> None:

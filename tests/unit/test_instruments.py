@@ -3,7 +3,7 @@ tenant or anything else that grows with the traffic."""
 
 from __future__ import annotations
 
-from telemetry import instruments
+from outbox_bridge.telemetry import instruments
 
 BOUNDED = {"kind", "outcome"}
 

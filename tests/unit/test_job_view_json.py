@@ -8,11 +8,11 @@ from dataclasses import replace
 
 import pytest
 
-from api.links import LinkSigner
-from api.schemas import JobView, view_json
-from jobstore.priorities import Priority
-from jobstore.records import Job
-from jobstore.states import State
+from outbox_bridge.api.links import LinkSigner
+from outbox_bridge.api.schemas import JobView, view_json
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.states import State
 from tests.support.store import a_job
 
 NOW = 1_700_000_100.25

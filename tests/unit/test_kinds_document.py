@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from handlers.base import Cancelled
-from handlers.document import (
+from outbox_bridge.handlers.base import Cancelled
+from outbox_bridge.handlers.document import (
     STEP_BUDGET,
     Allowed,
     DocumentPayload,
@@ -26,7 +26,7 @@ from handlers.document import (
     review,
     run_document,
 )
-from jobstore.records import dumps
+from outbox_bridge.jobstore.records import dumps
 
 INVOICE = "Invoice 2024-17\nCustomer: Acme Corp\nTotal: 1,200.00 EUR\nDue date: 2024-07-01\n\nPay in 30 days."
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from handlers import export
-from handlers.export import HEADER, ExportPayload, csv_chunks, csv_row
+from outbox_bridge.handlers import export
+from outbox_bridge.handlers.export import HEADER, ExportPayload, csv_chunks, csv_row
 
 
 def export_text(rows: int, chunk: int) -> str:

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from handlers.base import Cancelled, LeaseLost
-from handlers.notify import Delivery, NotifyPayload, send_notification
+from outbox_bridge.handlers.base import Cancelled, LeaseLost
+from outbox_bridge.handlers.notify import Delivery, NotifyPayload, send_notification
 
 PAYLOAD = NotifyPayload(to="ops@example.com", message="disk almost full")
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from handlers.registry import KINDS
+from outbox_bridge.handlers.registry import KINDS
 
 LOOSE = {
     "sleep seconds as text": ("sleep", {"seconds": "5"}),

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from telemetry import logs
+from outbox_bridge.telemetry import logs
 
 
 @pytest.fixture

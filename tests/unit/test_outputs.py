@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from handlers.outputs import Entry, abandoned, attempt_of, is_job_id, leftovers, remove
+from outbox_bridge.handlers.outputs import Entry, abandoned, attempt_of, is_job_id, leftovers, remove
 
 NOW = 1_700_000_000.0
 QUIET_BEFORE = NOW - 300

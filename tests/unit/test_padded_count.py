@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobstore.db import padded_count
+from outbox_bridge.jobstore.db import padded_count
 
 
 def test_small_counts_are_their_own_size() -> None:

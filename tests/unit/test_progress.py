@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from handlers.base import Kind, Progress
-from handlers.document import DOCUMENT, STEP_BUDGET
-from handlers.export import EXPORT
-from handlers.simple import NOOP
+from outbox_bridge.handlers.base import Kind, Progress
+from outbox_bridge.handlers.document import DOCUMENT, STEP_BUDGET
+from outbox_bridge.handlers.export import EXPORT
+from outbox_bridge.handlers.simple import NOOP
 
 ROWS = {"rows_written": 500, "rows": 1000}
 STEPS = {"step_index": 1, "outputs": [{"name": "extract"}, {"name": "validate"}], "rejected": []}

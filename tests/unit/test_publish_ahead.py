@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from relay import ahead
-from relay.ahead import PublishAhead
+from outbox_bridge.relay import ahead
+from outbox_bridge.relay.ahead import PublishAhead
 
 
 def test_nothing_is_published_before_the_first_reading_and_never_past_the_cap() -> None:

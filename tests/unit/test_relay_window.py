@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from relay.window import ConfirmWindow, Sent
+from outbox_bridge.relay.window import ConfirmWindow, Sent
 
 
 def _window(count: int, token: str = "t") -> ConfirmWindow:

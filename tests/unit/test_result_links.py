@@ -8,8 +8,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from api.links import LinkExpired, LinkInvalid, LinkSigner, derive_key, hkdf_sha256
-from core.settings import Settings
+from outbox_bridge.api.links import LinkExpired, LinkInvalid, LinkSigner, derive_key, hkdf_sha256
+from outbox_bridge.core.settings import Settings
 
 SECRET = "a-secret-that-is-long-enough-for-hs256-tokens"
 NOW = 1_700_000_000.25
@@ -143,11 +143,11 @@ def test_a_link_lifetime_outside_one_second_to_thirty_days_is_refused(seconds: i
 def test_the_api_server_keeps_no_access_log_which_would_write_down_link_signatures(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import api.app
-    import api.server
+    from outbox_bridge.api import app as api_app
+    from outbox_bridge.api import server as api_server
 
     served: dict[str, object] = {}
-    monkeypatch.setattr(api.app, "create_app", lambda settings, beat=False: "the app")
-    monkeypatch.setattr(api.server.uvicorn, "run", lambda app, **options: served.update(options))
-    api.server.serve(Settings(auth_secret=SECRET), host="127.0.0.1", port=0)
+    monkeypatch.setattr(api_app, "create_app", lambda settings, beat=False: "the app")
+    monkeypatch.setattr(api_server.uvicorn, "run", lambda app, **options: served.update(options))
+    api_server.serve(Settings(auth_secret=SECRET), host="127.0.0.1", port=0)
     assert served["access_log"] is False

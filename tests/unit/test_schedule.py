@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobstore.schedule import MAX_DELAY_SECONDS, Schedule, available_from
+from outbox_bridge.jobstore.schedule import MAX_DELAY_SECONDS, Schedule, available_from
 
 NOW = 1_700_000_000.0
 

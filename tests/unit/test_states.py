@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from jobstore.decisions import decide_completion, decide_expired_lease, decide_failure
-from jobstore.states import (
+from outbox_bridge.jobstore.decisions import decide_completion, decide_expired_lease, decide_failure
+from outbox_bridge.jobstore.states import (
     ACTIVE,
     OPERATOR_REQUEUEABLE,
     RESOLVABLE_TO,

@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from broker.message import trace_headers, traceparent_of
-from telemetry import tracing
+from outbox_bridge.broker.message import trace_headers, traceparent_of
+from outbox_bridge.telemetry import tracing
 
 ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
@@ -117,8 +117,9 @@ class Blocked:
         if name.split(".")[0] == "opentelemetry":
             raise ImportError(f"No module named {name!r}")
 sys.meta_path.insert(0, Blocked())
-import baseline.worker, consumer.main, relay.main, worker.attempt
-from telemetry import tracing
+import outbox_bridge.baseline.worker, outbox_bridge.consumer.main
+import outbox_bridge.relay.main, outbox_bridge.worker.attempt
+from outbox_bridge.telemetry import tracing
 assert not tracing.configure("consumer"), "OTEL_TRACES_EXPORTER is set, but the extra is missing"
 with tracing.span("run", "PARENT", "consumer", {"job.id": "j"}) as span:
     span.set_attribute("job.outcome", "succeeded")

@@ -1,5 +1,6 @@
 """A job's trace context: the W3C `traceparent` of the api's accept span, carried to every publish and
-attempt of the job (telemetry/tracing.py). Null for jobs accepted without tracing and before this revision.
+attempt of the job (outbox_bridge/telemetry/tracing.py). Null for jobs accepted without tracing and before
+this revision.
 
 Revision ID: 0006
 Revises: 0005

@@ -17,11 +17,11 @@ from pathlib import Path
 
 from sqlalchemy import Engine
 
-from core import clock
-from core.settings import Settings
-from handlers import outputs
-from jobstore import db, retention
-from jobstore.retention import JobFiles
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers import outputs
+from outbox_bridge.jobstore import db, retention
+from outbox_bridge.jobstore.retention import JobFiles
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from jobstore import db, migrate
+from outbox_bridge.jobstore import db, migrate
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 from sqlalchemy import Connection, Engine
 
-from core import clock
-from core.settings import Settings
-from jobstore import db, fenced
-from jobstore.errors import Fenced
-from jobstore.records import Claim
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db, fenced
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.records import Claim
 
 log = logging.getLogger(__name__)
 

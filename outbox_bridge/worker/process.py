@@ -12,7 +12,7 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from worker.readiness import store_ready
+from outbox_bridge.worker.readiness import store_ready
 
 log = logging.getLogger(__name__)
 

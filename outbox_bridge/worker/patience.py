@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from core.backoff import Backoff, Streak
-from jobstore import db
+from outbox_bridge.core.backoff import Backoff, Streak
+from outbox_bridge.jobstore import db
 
 T = TypeVar("T")
 

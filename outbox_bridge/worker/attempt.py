@@ -17,17 +17,17 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import Engine
 
-from core import clock
-from core.settings import Settings
-from handlers.base import Cancelled, JobError, Kind, LeaseLost, PermanentError
-from handlers.registry import KINDS
-from jobstore import db, fenced
-from jobstore.errors import Fenced
-from jobstore.records import Claim
-from jobstore.states import State
-from telemetry import tracing
-from telemetry.instruments import ACCEPT_TO_START, RUN_SECONDS
-from worker.lease import Held
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import Cancelled, JobError, Kind, LeaseLost, PermanentError
+from outbox_bridge.handlers.registry import KINDS
+from outbox_bridge.jobstore import db, fenced
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry import tracing
+from outbox_bridge.telemetry.instruments import ACCEPT_TO_START, RUN_SECONDS
+from outbox_bridge.worker.lease import Held
 
 log = logging.getLogger(__name__)
 

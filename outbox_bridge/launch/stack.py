@@ -18,7 +18,7 @@ from types import TracebackType
 
 import httpx
 
-from core.settings import Settings
+from outbox_bridge.core.settings import Settings
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:

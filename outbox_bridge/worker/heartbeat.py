@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from worker.lease import LeaseKeeper
+from outbox_bridge.worker.lease import LeaseKeeper
 
 
 def runner_detail(keeper: LeaseKeeper, concurrency: int) -> Callable[[], dict[str, Any]]:

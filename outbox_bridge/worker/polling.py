@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from sqlalchemy import Connection
 
-from core import clock
-from jobstore import claiming
-from jobstore.records import Claim
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore import claiming
+from outbox_bridge.jobstore.records import Claim
 
 
 def claim_next(conn: Connection, worker: str, lease_seconds: float, tenant_cap: int = 0) -> Claim | None:

@@ -13,10 +13,10 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol
 
-from core.settings import Settings
-from jobstore.records import Claim
-from worker.handback import Handback
-from worker.process import EXIT_CLEAN, EXIT_LEFT_JOBS
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.worker.handback import Handback
+from outbox_bridge.worker.process import EXIT_CLEAN, EXIT_LEFT_JOBS
 
 log = logging.getLogger(__name__)
 

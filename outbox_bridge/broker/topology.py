@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from core.settings import Settings
+from outbox_bridge.core.settings import Settings
 
 ROUTING_KEY = "jobs"
 

@@ -15,13 +15,13 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from core.settings import Settings
-from handlers.base import JobError
-from jobstore.records import Claim
-from worker.attempt import AttemptOutcome, StoreContext, run_attempt
-from worker.budget import ClaimBudget
-from worker.handback import hand_back_all
-from worker.lease import Held, LeaseKeeper
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import JobError
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.worker.attempt import AttemptOutcome, StoreContext, run_attempt
+from outbox_bridge.worker.budget import ClaimBudget
+from outbox_bridge.worker.handback import hand_back_all
+from outbox_bridge.worker.lease import Held, LeaseKeeper
 
 log = logging.getLogger(__name__)
 

@@ -9,12 +9,12 @@ from enum import StrEnum
 
 from sqlalchemy import Engine
 
-from core import clock
-from jobstore import db, fenced, queries
-from jobstore.errors import Fenced
-from jobstore.records import Claim
-from jobstore.states import State
-from worker.lease import Held
+from outbox_bridge.core import clock
+from outbox_bridge.jobstore import db, fenced, queries
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.lease import Held
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import contextlib
 import pika
 import pika.exceptions
 
-from core.settings import Settings
+from outbox_bridge.core.settings import Settings
 
 BROKER_ERRORS = (pika.exceptions.AMQPError, OSError)
 PROBE_TIMEOUT_SECONDS = 2.0

@@ -10,14 +10,14 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from core.backoff import Backoff
-from core.settings import Settings
-from handlers.base import JobError
-from jobstore import fenced
-from jobstore.errors import Fenced
-from jobstore.records import Claim
-from jobstore.states import State
-from worker.attempt import AttemptOutcome
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import JobError
+from outbox_bridge.jobstore import fenced
+from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.attempt import AttemptOutcome
 
 
 def commit_outcomes(

@@ -12,13 +12,13 @@ from functools import partial
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
-from broker.connection import queue_depth
-from core import clock
-from core.settings import Settings
-from jobstore import db
-from jobstore.overview import store_figures
-from telemetry import exposition, instruments
-from telemetry.exposition import StoreClientCollector, StoreCollector, StoreFigures
+from outbox_bridge.broker.connection import queue_depth
+from outbox_bridge.core import clock
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.overview import store_figures
+from outbox_bridge.telemetry import exposition, instruments
+from outbox_bridge.telemetry.exposition import StoreClientCollector, StoreCollector, StoreFigures
 
 # A scrape waits at most this long for the broker to say how deep the dead-letter queue is.
 DEAD_LETTER_TIMEOUT_SECONDS = 1.0
