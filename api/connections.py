@@ -8,7 +8,12 @@ pure-Python one) add:
 
 - a head deadline: from the moment a connection opens, or a response on it completes, the next request's
   head (request line and headers) must arrive within `header_timeout_seconds`, or the connection is closed;
-- a connection cap: a process holds at most `max_connections` connections; one more is closed at once.
+- a head size bound: a request's head (request line and headers) larger than `max_head_bytes` is answered
+  `400 request-head-too-large` and the connection closed, so a connection costs at most that bound plus one
+  read of memory however long a header a client streams (uvicorn bounds the head only for its h11 parser);
+- a connection cap: a process holds at most `max_connections` connections; one more is closed at once;
+- every refusal of the HTTP parser itself (a malformed request line or header, `Content-Length` beside
+  `Transfer-Encoding`, an unknown method) answered as `application/problem+json`, as every other answer.
 
 The body's deadline is the app's (`api.limits.BodyLimit`), so a slow body gets an answer, not just a close.
 """
@@ -16,9 +21,11 @@ The body's deadline is the app's (`api.limits.BodyLimit`), so a slow body gets a
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 from uvicorn.config import Config
@@ -30,21 +37,28 @@ try:
 except ImportError:  # httptools is not installed: the pure-Python parser serves
     HttpToolsProtocol = None  # type: ignore[assignment,misc]
 
+from outbox_bridge.api.problems import INVALID_REQUEST, MEDIA_TYPE, REQUEST_HEAD_TOO_LARGE, ProblemType
 from outbox_bridge.core.settings import Settings
 
 log = logging.getLogger(__name__)
 
 REFUSAL_LOG_INTERVAL_SECONDS = 10.0
+# After a refusal, how long and how much of what the client still sends is read and dropped before the close.
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
 class ConnectionBounds:
     header_timeout_seconds: float
     max_connections: int
+    max_head_bytes: int = 16384
 
     @classmethod
     def of(cls, settings: Settings) -> ConnectionBounds:
-        return cls(settings.http_header_timeout_seconds, settings.http_max_connections)
+        return cls(
+            settings.http_header_timeout_seconds, settings.http_max_connections, settings.http_max_head_bytes
+        )
 
 
 if TYPE_CHECKING:
@@ -56,6 +70,9 @@ else:
 class _Bounded(_Protocol):
     """The bounds, for either of uvicorn's HTTP protocols (mixed in before it). Made per connection by
     uvicorn through `functools.partial(<protocol>, bounds=...)`."""
+
+    _closing_at: asyncio.TimerHandle | None
+    _head_bytes: int | None
 
     def __init__(
         self,
@@ -70,6 +87,10 @@ class _Bounded(_Protocol):
         self.bounds = bounds
         self._head_deadline: asyncio.TimerHandle | None = None
         self._waiting_after: object = None  # the request cycle the awaited head follows (None: the first)
+        self._head_bytes = None  # bytes received since the awaited head began (None: not awaiting)
+        self._head_tail = b""
+        self._closing_at = None  # set once refused: the lingering close
+        self._lingered = 0
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -80,9 +101,67 @@ class _Bounded(_Protocol):
         self._await_head()
 
     def data_received(self, data: bytes) -> None:
+        if self._closing_at is not None:  # refused: what the client still sends is read and dropped
+            self._drop(len(data))
+            return
+        if self._head_bytes is not None and self._head_too_large(data):
+            self._stop_waiting()
+            limit = self.bounds.max_head_bytes
+            self._answer_and_close(
+                REQUEST_HEAD_TOO_LARGE, f"The request line and headers exceed {limit} bytes."
+            )
+            return
         super().data_received(data)
         if self.cycle is not self._waiting_after:  # a new request's head has arrived
             self._stop_waiting()
+
+    def _head_too_large(self, data: bytes) -> bool:
+        """Count the awaited head's bytes in `data` (up to its blank line, when `data` holds it) before the
+        parser sees them: the parser buffers a header line whole, however long. Once the blank line is
+        seen, counting stops until the next head is awaited."""
+        assert self._head_bytes is not None
+        tail = self._head_tail  # the previous chunk's last bytes: the blank line may straddle two chunks
+        end = (tail + data).find(b"\r\n\r\n")
+        self._head_bytes += len(data) if end < 0 else max(end + 4 - len(tail), 0)
+        self._head_tail = (tail + data)[-3:]
+        too_large = self._head_bytes > self.bounds.max_head_bytes
+        if end >= 0:  # the head is whole: what follows is its body (or the next request, counted anew)
+            self._head_bytes = None
+        return too_large
+
+    def send_400_response(self, msg: str) -> None:
+        """The parser's refusal (uvicorn's is plain text), as a problem document."""
+        self._answer_and_close(INVALID_REQUEST, "The request is not valid HTTP/1.1.")
+
+    def _answer_and_close(self, problem: ProblemType, detail: str) -> None:
+        """Answer `problem` and close, lingering: the answer is followed by our end of the stream, and what
+        the client still sends is dropped unread for a moment, so that the close does not reset the
+        connection (a reset can destroy the answer before the client reads it)."""
+        if self.transport.is_closing() or self._closing_at is not None:
+            return
+        body = json.dumps(
+            {"type": problem.uri, "title": problem.title, "status": problem.status, "detail": detail},
+            separators=(",", ":"),
+        ).encode()
+        lines = [f"HTTP/1.1 {problem.status} {HTTPStatus(problem.status).phrase}".encode()]
+        lines += [name + b": " + value for name, value in self.server_state.default_headers]
+        lines += [
+            b"content-type: " + MEDIA_TYPE.encode(),
+            b"content-length: " + str(len(body)).encode(),
+            b"connection: close",
+        ]
+        self.transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+        if not self.transport.can_write_eof():
+            self.transport.close()
+            return
+        self.transport.write_eof()
+        self._closing_at = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        self._lingered = 0
+
+    def _drop(self, size: int) -> None:
+        self._lingered += size
+        if self._lingered > LINGER_BYTES:
+            self.transport.close()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -91,14 +170,18 @@ class _Bounded(_Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_waiting()
+        if self._closing_at is not None:
+            self._closing_at.cancel()
         super().connection_lost(exc)
 
     def _await_head(self) -> None:
         self._stop_waiting()
         self._waiting_after = self.cycle
+        self._head_bytes, self._head_tail = 0, b""
         self._head_deadline = self.loop.call_later(self.bounds.header_timeout_seconds, self._head_too_slow)
 
     def _stop_waiting(self) -> None:
+        self._head_bytes = None
         if self._head_deadline is not None:
             self._head_deadline.cancel()
             self._head_deadline = None

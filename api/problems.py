@@ -52,6 +52,9 @@ INVALID_REQUEST = ProblemType("invalid-request", "The request is not valid", 400
 UNKNOWN_KIND = ProblemType("unknown-kind", "This job kind is not accepted", 400)
 INVALID_PAYLOAD = ProblemType("invalid-payload", "The payload does not fit the job kind", 400)
 BAD_CURSOR = ProblemType("bad-cursor", "The cursor is not valid", 400)
+REQUEST_HEAD_TOO_LARGE = ProblemType(
+    "request-head-too-large", "The request line and headers are too large", 400
+)
 BODY_TIMEOUT = ProblemType("body-timeout", "The request body did not arrive in time", 400)
 METHOD_NOT_ALLOWED = ProblemType("method-not-allowed", "This route does not take this method", 400)
 UNAUTHORIZED = ProblemType("unauthorized", "A valid bearer token is required", 401)
@@ -76,6 +79,7 @@ ALL_TYPES: tuple[ProblemType, ...] = (
     UNKNOWN_KIND,
     INVALID_PAYLOAD,
     BAD_CURSOR,
+    REQUEST_HEAD_TOO_LARGE,
     BODY_TIMEOUT,
     METHOD_NOT_ALLOWED,
     UNAUTHORIZED,

@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     http_header_timeout_seconds: float = Field(default=10.0, gt=0)
     http_body_timeout_seconds: float = Field(default=30.0, gt=0)
     http_max_connections: int = Field(default=512, ge=1)
+    # A request's line and headers together; a larger head is refused (400) and its connection closed.
+    http_max_head_bytes: int = Field(default=16384, ge=1024)
     allowed_kinds: Annotated[tuple[str, ...], NoDecode] = DEFAULT_KINDS
 
     # Durability: FULL survives power loss; NORMAL (opt-in) survives process crashes only.
