@@ -102,12 +102,20 @@ def _requeued(now: float) -> dict[str, Any]:
     }
 
 
-def requeue(conn: Connection, job_id: str, now: float, *, actor: str, note: str | None = None) -> Job:
+def requeue(
+    conn: Connection,
+    job_id: str,
+    now: float,
+    *,
+    actor: str,
+    note: str | None = None,
+    unknown_too: bool = True,
+) -> Job:
     """Operator: put a `failed`, `dead` or `unknown` job back in the queue with a fresh attempt budget and a
-    new delivery, recorded. `InvalidTransition` in any other state, `JobNotFound` for an unknown id."""
-    result = conn.execute(
-        update(jobs).where(jobs.c.id == job_id, state_in(REQUEUE.sources)).values(**_requeued(now))
-    )
+    new delivery, recorded (an `unknown` one only if `unknown_too`). `InvalidTransition` in any other state,
+    `JobNotFound` for an unknown id."""
+    sources = REQUEUE.sources if unknown_too else REQUEUE.sources - {State.UNKNOWN}
+    result = conn.execute(update(jobs).where(jobs.c.id == job_id, state_in(sources)).values(**_requeued(now)))
     if result.rowcount != 1:
         raise _not_in(conn, job_id, "requeue")
     outbox.add(conn, job_id, available_at=now, now=now)

@@ -187,6 +187,19 @@ relay_role = Table(
     Column("expires_at", Float, nullable=False),
 )
 
+# A dashboard sign-in: an operator's session, behind a random secret the browser holds in its cookie; the row
+# keeps only the secret's SHA-256, so a read of the database signs no one in. Sign-out ends it.
+dashboard_sessions = Table(
+    "dashboard_sessions",
+    metadata,
+    Column("id", String(64), primary_key=True),  # hex SHA-256 of the cookie's secret
+    Column("tenant", String(128), nullable=False),
+    Column("user", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("ended_at", Float),
+)
+
 # The jobs table's column names in table order: the order of a row a statement returns with `*jobs.c`.
 JOB_COLUMNS = tuple(column.name for column in jobs.c)
 

@@ -18,9 +18,8 @@ from outbox_bridge.api.dashboard.access import (
     MAX_NOTE_CHARS,
     Flash,
     VisitorDep,
-    operator_of,
+    operator_form,
     page_context,
-    read_form,
     redirect_back,
     router,
     safe_back,
@@ -30,7 +29,7 @@ from outbox_bridge.api.dashboard.access import (
 from outbox_bridge.api.dashboard.pages import Filtering, filtering
 from outbox_bridge.api.deps import EngineDep
 from outbox_bridge.core import clock
-from outbox_bridge.jobstore import db, operator
+from outbox_bridge.jobstore import db, operator, queries
 from outbox_bridge.jobstore.errors import InvalidTransition, JobNotFound
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.states import RESOLVABLE_TO, State
@@ -48,8 +47,9 @@ async def cancel(request: Request, job_id: str, visitor: VisitorDep, engine: Eng
 @router.post("/jobs/{job_id}/requeue")
 async def requeue(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
     """`outbox-bridge jobs requeue` from the page: a failed, dead or unknown job goes back to the queue with
-    a fresh budget."""
-    return await _noted_move(request, job_id, visitor, engine, "requeued", operator.requeue)
+    a fresh budget. An unknown job only when the form also says `effect_may_repeat=yes`: its external effect
+    may have happened, and may happen again."""
+    return await _noted_move(request, job_id, visitor, engine, "requeued", _requeued)
 
 
 async def _noted_move(
@@ -57,14 +57,14 @@ async def _noted_move(
 ) -> Response:
     """A move whose note is optional (cancel, requeue), by the operator the visitor is, redirected back with
     what became of it."""
-    who = operator_of(request, visitor)
-    if isinstance(who, Response):
-        return who
-    form = await read_form(request)
+    posted = await operator_form(request, visitor)
+    if isinstance(posted, Response):
+        return posted
+    who, form = posted
     note = _note(form)
     if isinstance(note, Flash):
         return redirect_back(request, form.get("back"), note)
-    act = partial(move, actor=who.user, note=note)
+    act = partial(move, actor=who.user, note=note, form=form)
     message = await run_in_threadpool(_apply, engine, action, act, job_id)
     return redirect_back(request, form.get("back"), message)
 
@@ -73,10 +73,10 @@ async def _noted_move(
 async def resolve(request: Request, job_id: str, visitor: VisitorDep, engine: EngineDep) -> Response:
     """`outbox-bridge jobs resolve` from the page: settle an unknown job as succeeded or failed, with a note
     (required) saying how the operator knows."""
-    who = operator_of(request, visitor)
-    if isinstance(who, Response):
-        return who
-    form = await read_form(request)
+    posted = await operator_form(request, visitor)
+    if isinstance(posted, Response):
+        return posted
+    who, form = posted
     outcome, note = form.get("outcome", ""), form.get("note", "").strip()
     if outcome not in {s.value for s in RESOLVABLE_TO}:
         message = Flash("error", "Choose what really happened: succeeded or failed.")
@@ -88,7 +88,30 @@ async def resolve(request: Request, job_id: str, visitor: VisitorDep, engine: En
     return redirect_back(request, form.get("back"), message)
 
 
-def _cancelled(conn: Connection, job_id: str, *, now: float, actor: str, note: str | None) -> Job:
+class EffectMayRepeat(InvalidTransition):
+    """Requeueing an unknown job was not confirmed as running its external effect again."""
+
+    def __init__(self, job_id: str) -> None:
+        action = "requeue it unless you confirm that its external effect may happen again (tick the box)"
+        super().__init__(job_id, State.UNKNOWN.value, action)
+
+
+def _requeued(
+    conn: Connection, job_id: str, *, now: float, actor: str, note: str | None, form: dict[str, str]
+) -> Job:
+    repeat = form.get("effect_may_repeat") == "yes"
+    try:
+        return operator.requeue(conn, job_id, now, actor=actor, note=note, unknown_too=repeat)
+    except InvalidTransition:
+        job = queries.get_job(conn, job_id)
+        if job is not None and job.state is State.UNKNOWN:
+            raise EffectMayRepeat(job_id) from None
+        raise
+
+
+def _cancelled(
+    conn: Connection, job_id: str, *, now: float, actor: str, note: str | None, form: dict[str, str]
+) -> Job:
     return operator.cancel(conn, job_id, now, actor=actor, note=note)[1]
 
 
@@ -119,12 +142,14 @@ def _apply(engine: Engine, action: str, fn: Callable[..., Job], job_id: str) -> 
 async def requeue_matching(request: Request, visitor: VisitorDep, engine: EngineDep) -> Response:
     """Requeue every failed, dead or unknown job the posted filter names. Without `confirm=yes` nothing
     changes: the answer is a page that shows how many jobs that is and asks to confirm (the same filter,
-    posted again with `confirm=yes`). Then one guarded UPDATE requeues what matches at that moment, and the
-    flash says how many, and whether that differs from the count confirmed."""
-    who = operator_of(request, visitor)
-    if isinstance(who, Response):
-        return who
-    form = await read_form(request)
+    posted again with `confirm=yes` and that count as `expected`). Then one guarded UPDATE requeues what
+    matches, in a transaction that is rolled back unless exactly `expected` jobs moved: when the count
+    changed in between, nothing moves and the page asks again with the new count. A filter on `unknown` jobs
+    also needs `effect_may_repeat=yes`: their external effect may happen again."""
+    posted = await operator_form(request, visitor)
+    if isinstance(posted, Response):
+        return posted
+    who, form = posted
     now = clock.now()
     chosen = filtering(form, now)
     back = safe_back(form.get("back") or f"/ui/jobs?{chosen.query}")
@@ -135,33 +160,60 @@ async def requeue_matching(request: Request, visitor: VisitorDep, engine: Engine
         )
     if isinstance(note, Flash):
         return redirect_back(request, back, note)
-    if form.get("confirm") != "yes":
+    expected = form.get("expected", "")
+    if form.get("confirm") != "yes" or not expected.isdigit():
         return await _confirmation(request, engine, chosen, back, now)
+    if State.UNKNOWN in chosen.matching.states and form.get("effect_may_repeat") != "yes":
+        return await _confirmation(
+            request, engine, chosen, back, now, "Tick the box: unknown jobs run again."
+        )
     try:
         moved = await run_in_threadpool(
-            db.transact, engine, operator.requeue_matching, chosen.matching, now, actor=who.user, note=note
+            db.transact, engine, _requeue_exactly, chosen, int(expected), now, actor=who.user, note=note
         )
+    except CountChanged as changed:
+        notice = f"{changed.moved} jobs match now, not the {expected} you confirmed; nothing was requeued."
+        return await _confirmation(request, engine, chosen, back, now, notice)
     except db.StoreUnavailable as exc:
         return redirect_back(
             request, back, Flash("error", f"Nothing requeued: the store is unavailable ({exc}).")
         )
     log.info("dashboard: %s requeued %d jobs (%s)", who.user, len(moved), chosen.query)
-    return redirect_back(request, back, Flash("ok", _requeued_text(len(moved), form.get("expected"))))
+    return redirect_back(
+        request, back, Flash("ok", f"Requeued {len(moved)} {'job' if len(moved) == 1 else 'jobs'}.")
+    )
+
+
+class CountChanged(Exception):
+    """Not as many jobs matched as were confirmed: the transaction is rolled back."""
+
+    def __init__(self, moved: int) -> None:
+        super().__init__(moved)
+        self.moved = moved
+
+
+def _requeue_exactly(
+    conn: Connection, chosen: Filtering, expected: int, now: float, *, actor: str, note: str | None
+) -> list[str]:
+    moved = operator.requeue_matching(conn, chosen.matching, now, actor=actor, note=note)
+    if len(moved) != expected:
+        raise CountChanged(len(moved))
+    return moved
 
 
 async def _confirmation(
-    request: Request, engine: Engine, chosen: Filtering, back: str, now: float
+    request: Request, engine: Engine, chosen: Filtering, back: str, now: float, notice: str | None = None
 ) -> Response:
     try:
         count = await run_in_threadpool(db.read, engine, operator.count_requeueable, chosen.matching)
     except db.StoreUnavailable as exc:
         return unavailable(request, exc)
-    context = {**page_context(request, now, 0), "filtering": chosen, "count": count, "back": back}
+    context = {
+        **page_context(request, now, 0),
+        "filtering": chosen,
+        "count": count,
+        "back": back,
+        "notice": notice,
+        "unknown": State.UNKNOWN in chosen.matching.states,
+    }
     return templates.TemplateResponse(request, "confirm_requeue.html", context)
-
-
-def _requeued_text(moved: int, expected: str | None) -> str:
-    text = f"Requeued {moved} {'job' if moved == 1 else 'jobs'}."
-    if expected is not None and expected != str(moved):
-        text += f" {expected} matched when you confirmed: jobs changed state in between."
-    return text

@@ -29,6 +29,8 @@ class Settings(BaseSettings):
     auth_audience: str | None = Field(default=None, min_length=1)
     # A job view's `result_url` is a signed link that serves the result without a token for this long (at
     # most 30 days, like a token).
+    # A dashboard sign-in lasts this long (sign-out ends it sooner).
+    dashboard_session_seconds: float = Field(default=8 * 3600.0, gt=0)
     result_link_seconds: int = Field(default=900, gt=0, le=30 * 24 * 3600)
     results_dir: Path = Path("./data/results")
     lease_seconds: float = Field(default=30.0, gt=0)

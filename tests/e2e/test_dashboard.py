@@ -304,7 +304,7 @@ def sign_in(page: Page, base: str, operator_token: str) -> None:
     with page.expect_navigation():
         page.click("form[action='/ui/login'] button[type=submit]")
     assert page.url == f"{base}/ui"
-    cookie = next(c for c in page.context.cookies() if c["name"] == "outbox_bridge_operator")
+    cookie = next(c for c in page.context.cookies() if c["name"] == "outbox_bridge_session")
     assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
     assert page.locator("#counts").is_visible()
 

@@ -260,13 +260,44 @@ def test_requeue_many_shows_the_count_first_and_changes_nothing_until_confirmed(
     assert job_row(engine, failed).state is State.FAILED and recorded(engine, failed) == []
 
 
-def test_requeue_many_says_when_fewer_jobs_matched_than_were_confirmed(
+def test_requeue_many_moves_nothing_when_the_count_changed_since_confirmed_and_asks_again(
     client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str]
 ) -> None:
     ended(engine, clock, permanent=False)
+    before = every_row(engine)
     form = {"state": "dead", "confirm": "yes", "expected": "2"}
-    said = flash(client.post("/ui/requeue", data=form, headers=ops))
-    assert "Requeued 1 job. 2 matched when you confirmed" in said
+    again = client.post("/ui/requeue", data=form, headers=ops)
+    assert again.status_code == 200
+    assert "1 jobs match now, not the 2 you confirmed; nothing was requeued." in again.text
+    assert re.search(r'data-figure="matching">1<', again.text)
+    assert 'name="expected" value="1"' in again.text
+    assert every_row(engine) == before
+
+
+def test_requeue_many_of_unknown_jobs_needs_the_effect_confirmed(
+    client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str]
+) -> None:
+    job_id = unknown(engine, clock)
+    form = {"state": "unknown", "confirm": "yes", "expected": "1"}
+    asked = client.post("/ui/requeue", data=form, headers=ops)
+    assert 'name="effect_may_repeat"' in asked.text and "will happen again" in asked.text
+    assert job_row(engine, job_id).state is State.UNKNOWN
+    said = flash(client.post("/ui/requeue", data={**form, "effect_may_repeat": "yes"}, headers=ops))
+    assert said == "ok:Requeued 1 job."
+    assert job_row(engine, job_id).state is State.QUEUED
+
+
+def test_requeue_of_one_unknown_job_needs_the_effect_confirmed(
+    client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str]
+) -> None:
+    job_id = unknown(engine, clock)
+    page = client.get(f"/ui/jobs/{job_id}", headers=ops)
+    assert 'name="effect_may_repeat"' in page.text
+    said = flash(client.post(f"/ui/jobs/{job_id}/requeue", data={}, headers=ops))
+    assert said.startswith("error:Not requeued:") and "external effect may happen again" in said
+    assert job_row(engine, job_id).state is State.UNKNOWN and recorded(engine, job_id) == []
+    said = flash(client.post(f"/ui/jobs/{job_id}/requeue", data={"effect_may_repeat": "yes"}, headers=ops))
+    assert said.startswith("ok:") and job_row(engine, job_id).state is State.QUEUED
 
 
 @pytest.mark.parametrize("state", ["", "queued", "succeeded", "bogus"])
