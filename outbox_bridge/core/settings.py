@@ -5,10 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-DEFAULT_KINDS = ("export", "document", "notify", "noop", "sleep")
+# The kinds a deployment accepts unless ALLOWED_KINDS names others; a development setup (OUTBOX_BRIDGE_DEV=1)
+# also the built-in test kinds, which do nothing useful and can hold a worker for an hour (`sleep`).
+DEFAULT_KINDS = ("export", "document", "notify")
+TEST_KINDS = ("noop", "sleep", "flaky")
 # The built-in AUTH_SECRET: anyone can read it here, so only a development setup may sign with it.
 DEV_AUTH_SECRET = "change-me-outbox-bridge-dev-secret-32b"
 # A process is alive while its last heartbeat is at most this many HEARTBEAT_SECONDS old.
@@ -43,6 +46,7 @@ class Settings(BaseSettings):
     http_max_connections: int = Field(default=512, ge=1)
     # A request's line and headers together; a larger head is refused (400) and its connection closed.
     http_max_head_bytes: int = Field(default=16384, ge=1024)
+    # Unset: DEFAULT_KINDS, and TEST_KINDS too in a development setup (`_default_kinds`).
     allowed_kinds: Annotated[tuple[str, ...], NoDecode] = DEFAULT_KINDS
 
     # Durability: FULL survives power loss; NORMAL (opt-in) survives process crashes only.
@@ -118,6 +122,15 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, value: object) -> object:
         """`AUTH_ISSUER=` (set, but empty) means no issuer check, as when it is not set at all."""
         return None if value == "" else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_kinds(cls, values: object) -> object:
+        """ALLOWED_KINDS unset (or empty): the default kinds, and the test kinds in a development setup."""
+        if not isinstance(values, dict) or values.get("allowed_kinds") not in (None, "", ()):
+            return values
+        dev = str(values.get("outbox_bridge_dev", "")).strip().lower() in {"1", "true", "yes", "on"}
+        return {**values, "allowed_kinds": DEFAULT_KINDS + TEST_KINDS if dev else DEFAULT_KINDS}
 
     @field_validator("allowed_kinds", mode="before")
     @classmethod
