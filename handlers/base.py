@@ -15,10 +15,14 @@ from pydantic import BaseModel
 
 
 class JobError(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    """An attempt's failure: `code` and `message` are what the job's tenant sees; `detail`, when given, is
+    kept on the attempt's record for the operator only (a server path, an exception's text)."""
+
+    def __init__(self, code: str, message: str, *, detail: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.detail = detail
 
 
 class PermanentError(JobError):

@@ -10,6 +10,14 @@ from dataclasses import dataclass
 
 from outbox_bridge.jobstore.states import State
 
+# A fault of the worker's own storage (`RESULTS_DIR` unwritable, full, failing) is not the job's: such an
+# attempt is not counted against the job's budget but against this one of its own, with a longer backoff
+# (STORAGE_RETRY_FIRST_SECONDS, doubling, at most STORAGE_RETRY_MAX_SECONDS: some 25 minutes in all).
+STORAGE_FAULT = "storage_unavailable"
+STORAGE_RETRY_BUDGET = 10
+STORAGE_RETRY_FIRST_SECONDS = 5.0
+STORAGE_RETRY_MAX_SECONDS = 300.0
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -17,6 +25,13 @@ class Decision:
     error_code: str | None = None
     error_message: str | None = None
     retry_in: float | None = None
+    # The attempt is given back to the job's budget (a fault of the worker's storage, not of the job).
+    refund: bool = False
+
+
+def storage_retry_in(faults: int) -> float:
+    """The pause before the next attempt after the job's `faults`-th storage fault (1, 2, ...)."""
+    return min(STORAGE_RETRY_FIRST_SECONDS * 2 ** max(faults - 1, 0), STORAGE_RETRY_MAX_SECONDS)
 
 
 def decide_failure(
@@ -29,15 +44,25 @@ def decide_failure(
     backoff: float,
     code: str,
     message: str,
+    storage_faults: int = 0,
 ) -> Decision:
     """What a failed attempt leads to: `failed` for a permanent error, `cancelled` when a cancel is waiting,
-    `dead` when the budget or the deadline is spent, else `queued` again after `backoff`."""
+    `dead` when the budget or the deadline is spent, else `queued` again after `backoff`. An attempt that
+    met the job's `storage_faults`-th fault of the worker's storage (this one included; 0: not such an
+    attempt) is refunded to the job's budget and tried again after `storage_retry_in`, until
+    STORAGE_RETRY_BUDGET of them are spent (then `dead`)."""
     if permanent:
         return Decision(State.FAILED, code, message)
     if cancel_requested:
         return Decision(State.CANCELLED, "cancelled", "cancelled before the job could finish")
     if deadline_passed:
         return Decision(State.DEAD, "deadline_exceeded", f"deadline passed after: {message}")
+    if storage_faults >= STORAGE_RETRY_BUDGET:
+        return Decision(
+            State.DEAD, code, f"{storage_faults} attempts could not store their output; last: {message}"
+        )
+    if storage_faults:
+        return Decision(State.QUEUED, code, message, retry_in=storage_retry_in(storage_faults), refund=True)
     if attempts >= max_attempts:
         return Decision(State.DEAD, "attempts_exhausted", f"{attempts} attempts failed; last: {message}")
     return Decision(State.QUEUED, code, message, retry_in=backoff)

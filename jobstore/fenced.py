@@ -35,7 +35,7 @@ from sqlalchemy.dialects.postgresql import ARRAY
 
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import db, events, outbox
-from outbox_bridge.jobstore.decisions import Decision, decide_completion, decide_failure
+from outbox_bridge.jobstore.decisions import STORAGE_FAULT, Decision, decide_completion, decide_failure
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Job, dumps
 from outbox_bridge.jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
@@ -296,15 +296,19 @@ def fail(
     permanent: bool,
     now: float,
     backoff: Backoff,
+    detail: str | None = None,
 ) -> Decision:
     """End an attempt that raised: `failed` (permanent), `queued` after a backoff with a new outbox row
     (transient), `dead` (budget or deadline spent) or `cancelled` (a cancel was waiting). `Fenced` if the
-    lease is lost."""
+    lease is lost. A `STORAGE_FAULT` (the worker's storage failed, not the job) is refunded to the job's
+    budget and counted against its own (`decide_failure`). The job keeps `message`, which its tenant sees;
+    the attempt's record keeps `detail` when given, for the operator."""
     query = _FENCED_ROW_FOR_UPDATE if conn.dialect.name == "postgresql" else _FENCED_ROW
     row = conn.execute(query, _fenced(job_id, epoch, now)).mappings().first()
     if row is None:
         raise Fenced(job_id, epoch)
     job = Job.from_row(row)
+    storage_faults = _storage_faults(conn, job_id) + 1 if code == STORAGE_FAULT else 0
     decision = decide_failure(
         permanent=permanent,
         attempts=job.attempts,
@@ -314,12 +318,19 @@ def fail(
         backoff=backoff.seconds(job.attempts),
         code=code,
         message=message,
+        storage_faults=storage_faults,
     )
     if not apply_decision(conn, job, decision, now, guard=_fence(job_id, epoch, now)):
         raise Fenced(job_id, epoch)
     outcome = "retry" if decision.state is State.QUEUED else decision.state.value
-    _end_attempt(conn, attempt_id, outcome, now, code=code, message=message)
+    _end_attempt(conn, attempt_id, outcome, now, code=code, message=detail or message)
     return decision
+
+
+def _storage_faults(conn: Connection, job_id: str) -> int:
+    """How many of the job's ended attempts met a fault of the worker's storage."""
+    counted = select(func.count()).where(attempts.c.job_id == job_id, attempts.c.error_code == STORAGE_FAULT)
+    return int(conn.execute(counted).scalar_one())
 
 
 def apply_decision(
@@ -337,6 +348,8 @@ def apply_decision(
     }
     if decision.state is State.QUEUED:
         values["available_at"] = now + (decision.retry_in or 0.0)
+        if decision.refund:
+            values["attempts"] = jobs.c.attempts - 1
     else:
         values["finished_at"] = now
     if conn.execute(update(jobs).where(guard).values(**values)).rowcount != 1:

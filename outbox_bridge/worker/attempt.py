@@ -22,6 +22,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.base import Cancelled, JobError, Kind, LeaseLost, PermanentError
 from outbox_bridge.handlers.registry import KINDS
 from outbox_bridge.jobstore import db, fenced
+from outbox_bridge.jobstore.decisions import STORAGE_FAULT
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
@@ -182,10 +183,33 @@ def _run_kind(ctx: StoreContext, kind: Kind, payload: Any) -> AttemptOutcome:
         return AttemptOutcome(error=exc, permanent=True)
     except JobError as exc:
         return AttemptOutcome(error=exc)
-    except Exception as exc:  # a bug in a kind is retried, then dead; the message is kept
-        log.exception("job %s raised", claim.job_id)
-        return AttemptOutcome(error=JobError("handler_error", f"{type(exc).__name__}: {exc}"))
+    except OSError as exc:
+        if not _is_storage_fault(exc, ctx.results_dir):
+            return _raised(claim, exc)
+        log.error("job %s: the worker's storage failed (%s): %s", claim.job_id, ctx.results_dir, exc)
+        message = "The worker could not store the job's output; it will try again later."
+        return AttemptOutcome(error=JobError(STORAGE_FAULT, message, detail=f"{type(exc).__name__}: {exc}"))
+    except Exception as exc:
+        return _raised(claim, exc)
     return AttemptOutcome(output=output)
+
+
+def _raised(claim: Claim, exc: Exception) -> AttemptOutcome:
+    """A bug in a kind: retried, then dead. The tenant sees the exception's type; the attempt's record and
+    the log keep its text (which may name the server's files)."""
+    log.exception("job %s raised", claim.job_id)
+    detail = f"{type(exc).__name__}: {exc}"
+    return AttemptOutcome(
+        error=JobError("handler_error", f"The job raised {type(exc).__name__}.", detail=detail)
+    )
+
+
+def _is_storage_fault(exc: OSError, results_dir: Path) -> bool:
+    """An OSError about a file under `results_dir` (the worker's storage), not about anything the kind
+    itself reaches."""
+    names = [name for name in (exc.filename, exc.filename2) if name]
+    root = Path(os.path.abspath(results_dir))
+    return any(Path(os.path.abspath(os.fsdecode(name))).is_relative_to(root) for name in names)
 
 
 def _first_error(exc: ValidationError) -> str:

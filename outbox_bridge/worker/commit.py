@@ -70,6 +70,7 @@ def _fail(
             permanent=outcome.permanent,
             now=now,
             backoff=backoff,
+            detail=error.detail,
         )
     except Fenced:
         return None

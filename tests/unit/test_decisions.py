@@ -10,7 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from outbox_bridge.core.backoff import compute_backoff
-from outbox_bridge.jobstore.decisions import Decision, decide_completion, decide_expired_lease, decide_failure
+from outbox_bridge.jobstore.decisions import (
+    STORAGE_FAULT,
+    STORAGE_RETRY_BUDGET,
+    STORAGE_RETRY_MAX_SECONDS,
+    Decision,
+    decide_completion,
+    decide_expired_lease,
+    decide_failure,
+    storage_retry_in,
+)
 from outbox_bridge.jobstore.states import State
 
 
@@ -194,3 +203,30 @@ def test_expired_lease_past_the_deadline_is_dead() -> None:
 
 def test_expired_lease_with_a_cancel_request_is_cancelled() -> None:
     assert expired(cancel_requested=True).state is State.CANCELLED
+
+
+def test_a_storage_fault_is_refunded_and_retried_later_even_with_the_budget_spent() -> None:
+    decided = failure(attempts=3, max_attempts=3, storage_faults=1, code=STORAGE_FAULT)
+    assert decided == Decision(
+        State.QUEUED, STORAGE_FAULT, "it broke", retry_in=storage_retry_in(1), refund=True
+    )
+
+
+def test_storage_faults_back_off_longer_each_time_up_to_a_bound() -> None:
+    pauses = [storage_retry_in(n) for n in range(1, STORAGE_RETRY_BUDGET + 1)]
+    assert pauses == sorted(pauses) and pauses[0] > 2.5 and pauses[-1] == STORAGE_RETRY_MAX_SECONDS
+
+
+def test_the_storage_faults_own_budget_spent_the_job_is_dead() -> None:
+    decided = failure(storage_faults=STORAGE_RETRY_BUDGET, code=STORAGE_FAULT)
+    assert decided.state is State.DEAD and decided.error_code == STORAGE_FAULT and not decided.refund
+
+
+@pytest.mark.parametrize(
+    ("cancel", "deadline", "state"), [(True, False, State.CANCELLED), (False, True, State.DEAD)]
+)
+def test_a_cancel_or_a_deadline_still_ends_a_job_that_met_a_storage_fault(
+    cancel: bool, deadline: bool, state: State
+) -> None:
+    decided = failure(storage_faults=1, cancel_requested=cancel, deadline_passed=deadline)
+    assert decided.state is state and not decided.refund
