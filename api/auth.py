@@ -161,6 +161,10 @@ def _accepted(policy: TokenPolicy, token: str) -> tuple[Identity, float]:
 
 
 def _decode(policy: TokenPolicy, token: str) -> dict[str, Any]:
+    # A JWT's parts are base64url without padding (RFC 7515, section 2); the decoder would take `=` too, so
+    # one token would have several spellings.
+    if "=" in token:
+        raise InvalidToken("a JWT is base64url without padding: it has no '='")
     required = ["exp", "sub", *(["iss"] if policy.issuer else []), *(["aud"] if policy.audience else [])]
     try:
         return jwt.decode(

@@ -14,7 +14,12 @@ from outbox_bridge.api.auth import Identity, InvalidToken, TokenPolicy, verify_t
 from outbox_bridge.api.committer import GroupCommitter
 from outbox_bridge.api.links import LinkSigner
 from outbox_bridge.api.metrics import Metrics
-from outbox_bridge.api.problems import BEARER_CHALLENGE, INVALID_TOKEN_CHALLENGE, UNAUTHORIZED
+from outbox_bridge.api.problems import (
+    BEARER_CHALLENGE,
+    INVALID_REQUEST,
+    INVALID_TOKEN_CHALLENGE,
+    UNAUTHORIZED,
+)
 from outbox_bridge.core.settings import Settings
 
 bearer = HTTPBearer(
@@ -79,15 +84,40 @@ def bearer_identity(settings: Settings, credentials: HTTPAuthorizationCredential
 
 IdentityDep = Annotated[Identity, Depends(_identity)]
 
-IdempotencyKey = Annotated[
-    str,
-    Header(
-        alias="Idempotency-Key",
-        min_length=1,
-        max_length=255,
-        description="Names this request within your tenant: a retry with the same key returns the same job.",
-    ),
-]
+MAX_KEY_CHARACTERS = 255
+
+
+def decoded_key(raw: str) -> str | None:
+    """The Idempotency-Key as sent: the header's bytes (which HTTP hands over as Latin-1) read as UTF-8, of 1
+    to MAX_KEY_CHARACTERS characters; None for any other."""
+    try:
+        key = raw.encode("latin-1").decode("utf-8")
+    except (UnicodeEncodeError, UnicodeDecodeError):
+        return None
+    return key if 0 < len(key) <= MAX_KEY_CHARACTERS else None
+
+
+def _idempotency_key(
+    raw: Annotated[
+        str,
+        Header(
+            alias="Idempotency-Key",
+            min_length=1,
+            max_length=4 * MAX_KEY_CHARACTERS,
+            description="Names this request within your tenant: a retry with the same key returns the same "
+            f"job. 1 to {MAX_KEY_CHARACTERS} characters of UTF-8.",
+        ),
+    ],
+) -> str:
+    key = decoded_key(raw)
+    if key is None:
+        rule = f"Idempotency-Key must be 1 to {MAX_KEY_CHARACTERS} characters of UTF-8."
+        where = {"loc": ["header", "Idempotency-Key"], "msg": rule, "type": "value_error"}
+        raise INVALID_REQUEST.error(rule, errors=[where])
+    return key
+
+
+IdempotencyKey = Annotated[str, Depends(_idempotency_key)]
 
 Traceparent = Annotated[
     str | None,

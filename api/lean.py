@@ -35,7 +35,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from outbox_bridge.api.auth import Identity, InvalidToken
-from outbox_bridge.api.deps import token_identity
+from outbox_bridge.api.deps import decoded_key, token_identity
 from outbox_bridge.api.headers import encoded, headers_for, put
 from outbox_bridge.api.limits import body_timeout, length, refusal_response
 from outbox_bridge.api.routes.jobs import accept_job
@@ -44,7 +44,6 @@ from outbox_bridge.core.settings import Settings
 
 PATH = "/jobs"
 _METHOD = "POST"
-_MAX_KEY_CHARACTERS = 255  # as `api.deps.IdempotencyKey`
 
 Handler = Callable[[Request, Exception], Any]
 
@@ -163,8 +162,8 @@ def _parse(
     if headers.get(b"content-type", b"").split(b";")[0].strip().lower() != b"application/json":
         return None
     scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-    key = headers.get(b"idempotency-key", b"").decode("latin-1")
-    if scheme.lower() != "bearer" or not token or not 0 < len(key) <= _MAX_KEY_CHARACTERS:
+    key = decoded_key(headers.get(b"idempotency-key", b"").decode("latin-1"))
+    if scheme.lower() != "bearer" or not token or key is None:
         return None
     try:
         identity = token_identity(settings, token)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Response
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response
 
 from outbox_bridge.api import metrics as metrics_module
 from outbox_bridge.api.deps import EngineDep, MetricsDep
 from outbox_bridge.api.openapi import problems
 from outbox_bridge.api.schemas import Status
-from outbox_bridge.jobstore import db, queries
+from outbox_bridge.jobstore import db, heartbeats, queries
 
 router = APIRouter(tags=["operations"])
 
@@ -26,8 +28,22 @@ async def healthz() -> Status:
 # consumer does not make it unready (taking it out of a load balancer would refuse jobs the outbox would
 # otherwise keep safely); who is alive is what `status`, the dashboard and /metrics report.
 @router.get("/readyz", response_model=Status, summary="The store is reachable", responses=problems(503))
-def readyz(engine: EngineDep) -> Status:
-    db.read(engine, queries.get_job, PROBE_ID)
+def readyz(
+    engine: EngineDep,
+    write: Annotated[
+        bool,
+        Query(
+            description="Also take a write transaction (that changes nothing): a read-only store is unready."
+        ),
+    ] = False,
+) -> Status:
+    """Ready when the store answers a read: the schema is there. With `write=true`, only when it also takes
+    a write transaction, as accepting a job needs: a store that went read-only (a full or read-only disk, a
+    PostgreSQL in read-only mode) answers `503` here while a plain `/readyz` still says ready."""
+    if write:
+        db.transact(engine, heartbeats.remove, PROBE_ID)  # deletes a row that never exists
+    else:
+        db.read(engine, queries.get_job, PROBE_ID)
     return Status(status="ready")
 
 

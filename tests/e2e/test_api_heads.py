@@ -182,3 +182,18 @@ def test_a_long_request_line_is_refused_as_a_too_large_head(api: tuple[Settings,
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(b"GET /jobs?x=" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: a\r\n\r\n")
         assert_problem(read_answer(sock), "request-head-too-large")
+
+
+def test_an_idempotency_key_that_is_not_utf8_is_refused(api: tuple[Settings, int, procs.Proc]) -> None:
+    settings, port, _ = api
+    token = issue_token(settings.auth_secret, tenant="keys", user="k")
+    body = b'{"kind": "noop", "payload": {}}'
+    head = (
+        f"POST /jobs HTTP/1.1\r\nHost: a\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head + b"Idempotency-Key: \xff\xfe\r\nConnection: close\r\n\r\n" + body)
+        status, headers, problem = read_answer(sock)
+    assert status.startswith(b"HTTP/1.1 400 ") and headers["content-type"] == "application/problem+json"
+    assert problem["type"] == PROBLEM + "invalid-request" and "UTF-8" in problem["detail"]

@@ -13,6 +13,7 @@ from typing import Any
 import jwt
 import pytest
 from fastapi.testclient import TestClient
+from httpx import Response
 from sqlalchemy import Engine, event, func, select
 
 from outbox_bridge.api.app import create_app
@@ -144,6 +145,23 @@ def test_the_idempotency_key_is_required_and_at_most_255_chars(
     assert counts(engine) == (0, 0)
     longest = {**bearer(settings), "Idempotency-Key": "k" * 255}
     assert client.post("/jobs", json={"kind": "noop", "payload": {}}, headers=longest).status_code == 202
+
+
+def test_an_idempotency_key_is_utf8_and_its_limit_counts_characters(
+    client: TestClient, settings: Settings, engine: Engine
+) -> None:
+    def post(key: bytes) -> Response:
+        headers: dict[str, str | bytes] = {**bearer(settings), "Idempotency-Key": key}
+        return client.post("/jobs", json={"kind": "noop", "payload": {}}, headers=headers)  # type: ignore[arg-type]
+
+    key = "é" * 255  # 510 bytes of UTF-8: within the limit, which counts characters
+    first = post(key.encode())
+    assert first.status_code == 202
+    with engine.connect() as conn:
+        assert conn.execute(select(jobs.c.operation_key)).scalar_one() == key
+    assert post(key.encode()).json()["id"] == first.json()["id"]
+    assert_problem(post(("é" * 256).encode()), 400, "invalid-request")  # bytes that are not UTF-8: e2e
+    assert counts(engine) == (1, 1)
 
 
 def test_a_kind_the_code_knows_but_the_deployment_does_not_allow_is_400(tmp_path: Path) -> None:

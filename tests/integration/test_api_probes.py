@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine
+from sqlalchemy import Engine, event
 
 from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
@@ -140,3 +141,42 @@ def test_the_api_serves_without_the_dashboard_module(
     with TestClient(create_app(settings)) as client:
         assert client.get("/healthz").status_code == 200
         assert client.get("/ui").status_code == 404
+
+
+@pytest.fixture
+def read_only_store(settings: Settings, engine: Engine, clock: FakeClock) -> Iterator[TestClient]:
+    """The app on a store that answers reads and refuses every write, as a store does that went read-only:
+    each connection the app opens is made read-only by the database itself."""
+
+    def read_only(dbapi_connection: Any, _record: object) -> None:
+        if settings.is_sqlite:
+            dbapi_connection.execute("PRAGMA query_only = ON")
+        else:
+            dbapi_connection.execute("SET default_transaction_read_only = on")
+            dbapi_connection.commit()
+
+    event.listen(Engine, "connect", read_only)
+    try:
+        with TestClient(create_app(settings)) as test_client:
+            yield test_client
+    finally:
+        event.remove(Engine, "connect", read_only)
+
+
+def test_a_read_only_store_is_ready_to_read_and_not_to_write(
+    read_only_store: TestClient, settings: Settings
+) -> None:
+    token = issue_token(settings.auth_secret, tenant="t", user="u")
+    submitted = read_only_store.post(
+        "/jobs",
+        json={"kind": "noop", "payload": {}},
+        headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "k"},
+    )
+    assert submitted.status_code == 503
+    assert read_only_store.get("/readyz").status_code == 200
+    refused = read_only_store.get("/readyz", params={"write": "true"})
+    assert refused.status_code == 503 and refused.headers["content-type"] == "application/problem+json"
+
+
+def test_a_writable_store_is_ready_to_write(client: TestClient) -> None:
+    assert client.get("/readyz", params={"write": "true"}).json() == {"status": "ready"}

@@ -113,3 +113,15 @@ def test_where_an_issuer_and_audience_are_set_a_token_must_name_both(
         assert response.status_code == 401, name
     assert accepted.status_code == 202
     assert counts(engine) == (1, 1)
+
+
+@pytest.mark.parametrize("padding", ["=", "=="])
+def test_a_token_with_base64_padding_is_401_though_its_signature_verifies(
+    client: TestClient, settings: Settings, engine: Engine, padding: str
+) -> None:
+    headers = token_with(settings)
+    assert submit(client, headers, "k-good").status_code == 202
+    padded = {"Authorization": headers["Authorization"] + padding}
+    problem = assert_problem(submit(client, padded, "k-padded"), 401, "unauthorized")
+    assert "without padding" in problem["detail"]
+    assert counts(engine) == (1, 1)
