@@ -23,7 +23,8 @@ from outbox_bridge.api.links import LinkSigner
 from outbox_bridge.api.metrics import Metrics, RequestCounter, store_reader
 from outbox_bridge.api.routes import jobs, probes
 from outbox_bridge.core.settings import Settings, load
-from outbox_bridge.handlers.registry import KINDS
+from outbox_bridge.handlers.registry import accepted
+from outbox_bridge.handlers.registry import load as load_kinds
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.heartbeats import Heartbeat
 from outbox_bridge.telemetry import logs, tracing
@@ -46,6 +47,7 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
     serves, so `status` and the dashboard count it. `UnsafeSecret` when AUTH_SECRET is one anybody could
     sign tokens with."""
     check_secret(settings)
+    load_kinds(settings.outbox_bridge_kinds)
     tracing.configure("api")
     engine = _make_engine(settings)
     committer = GroupCommitter(engine)
@@ -78,7 +80,7 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(probes.router)
     _include_dashboard(app)
-    openapi.install(app, accepted_kinds=[k for k in settings.allowed_kinds if k in KINDS])
+    openapi.install(app, accepted_kinds=accepted(settings))
     docs.install(app)
     # Added last = outermost: the counter sees every answer, the 413s included, and every answer gets the
     # response headers (but for an unexpected error's, which the handler outside them gives; see problems).

@@ -3,6 +3,7 @@ deployment's accepted kinds as an enum, and no framework 422 (validation failure
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterable
 from typing import Any
 
@@ -11,6 +12,7 @@ from fastapi.openapi.utils import get_openapi
 
 from outbox_bridge.api.problems import ALL_TYPES, MEDIA_TYPE
 from outbox_bridge.api.schemas import Problem
+from outbox_bridge.handlers.registry import KINDS
 
 PROBLEM_REF = "#/components/schemas/Problem"
 
@@ -90,9 +92,30 @@ def _drop_framework_422(document: dict[str, Any]) -> None:
 
 
 def _enumerate_kinds(document: dict[str, Any], kinds: list[str]) -> None:
-    job_create = document.get("components", {}).get("schemas", {}).get("JobCreate")
-    if job_create is not None:
-        job_create["properties"]["kind"]["enum"] = kinds
+    """`JobCreate` as one schema per accepted kind (`JobCreate_<kind>`: that kind, and its payload's schema
+    as `Payload_<kind>`), told apart by `kind`: a client generated from the document learns every payload."""
+    schemas = document.get("components", {}).get("schemas", {})
+    job_create = schemas.get("JobCreate")
+    if job_create is None or not kinds:
+        return
+    variants = {}
+    for name in kinds:
+        payload = KINDS[name].schema.model_json_schema(ref_template="#/components/schemas/{model}")
+        for nested, schema in payload.pop("$defs", {}).items():
+            schemas.setdefault(nested, schema)
+        schemas[f"Payload_{name}"] = payload
+        variant = copy.deepcopy(job_create)
+        variant["title"] = f"JobCreate_{name}"
+        variant["properties"]["kind"] = {"type": "string", "const": name, "title": "Kind"}
+        variant["properties"]["payload"] = {"$ref": f"#/components/schemas/Payload_{name}"}
+        schemas[f"JobCreate_{name}"] = variant
+        variants[name] = f"#/components/schemas/JobCreate_{name}"
+    schemas["JobCreate"] = {
+        "title": "JobCreate",
+        "description": job_create.get("description", "A job to run."),
+        "oneOf": [{"$ref": ref} for ref in variants.values()],
+        "discriminator": {"propertyName": "kind", "mapping": variants},
+    }
 
 
 def _operations(document: dict[str, Any]) -> list[dict[str, Any]]:

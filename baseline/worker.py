@@ -21,6 +21,7 @@ from outbox_bridge.baseline.listening import Listening
 from outbox_bridge.baseline.pool import ClaimPool
 from outbox_bridge.baseline.sweep_loop import SweepLoop
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.registry import accepted
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.heartbeats import Heartbeat
 from outbox_bridge.jobstore.records import Claim
@@ -113,5 +114,5 @@ def summary(settings: Settings, concurrency: int) -> str:
         f"concurrency={concurrency} store={store} synchronous={settings.sqlite_synchronous} "
         f"lease={settings.lease_seconds}s sweep_every={settings.sweep_interval_seconds}s "
         f"grace={settings.shutdown_grace_seconds}s lock_timeout={settings.store_lock_timeout_seconds}s "
-        f"max_attempts={settings.max_attempts} kinds={','.join(settings.allowed_kinds)}"
+        f"max_attempts={settings.max_attempts} kinds={','.join(accepted(settings))}"
     )

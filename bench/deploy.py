@@ -34,7 +34,9 @@ def run_settings(
     `synchronous`, and broker names of its own; a development run (OUTBOX_BRIDGE_DEV), so the api it
     starts signs with whatever AUTH_SECRET is set, the built-in one included."""
     names = f"bench-{uuid.uuid4().hex[:8]}-{label}"
-    kinds = base.allowed_kinds if "noop" in base.allowed_kinds else (*base.allowed_kinds, "noop")
+    kinds = base.allowed_kinds
+    if kinds is not None and "noop" not in kinds:
+        kinds = (*kinds, "noop")
     return base.model_copy(
         update={
             "database_url": database_url or f"sqlite:///{workdir / 'jobs.db'}",

@@ -1,15 +1,17 @@
-"""What a job kind is, and what it may ask of the worker running it.
+"""What a job kind is, what it may ask of the worker running it, and the kinds a process knows.
 
-A kind is a payload schema plus a `run(ctx, payload)` function. It returns its output (a JSON object), or
-raises `PermanentError` (bad input: no retry), `TransientError` (try again later) or `Cancelled`.
-Everything it needs from the store goes through `JobContext`, so kinds never see SQL or AMQP."""
+A kind is a payload schema plus a `run(ctx, payload)` function, made one with `@kind(name, payload=Model)`
+(as `outbox_bridge.kind`). It returns its output (a JSON object), or raises `PermanentError` (bad input:
+no retry), `TransientError` (try again later) or `Cancelled`. Everything it needs from the store goes
+through `JobContext`, so kinds never see SQL or AMQP."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -124,3 +126,60 @@ class Kind:
         """The payload as the kind reads it: validated, defaults filled in, each value in its field's type
         (`0` for a float field is `0.0`). Two payloads that mean the same job give the same dict."""
         return self.parse(payload).model_dump(mode="json")
+
+
+# --- the kinds this process knows ------------------------------------------------------------------------
+
+KINDS: dict[str, Kind] = {}
+# The module that defined each kind, to name both when a name is taken twice.
+_DEFINED_IN: dict[str, str] = {}
+NAME_RULE = "1 to 64 characters of a-z, 0-9, '_', '-' and '.', starting with a letter"
+_NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+
+Run = TypeVar("Run", bound=Callable[..., dict[str, Any]])
+
+
+class KindError(Exception):
+    """A kind that cannot be registered, or a kinds module that does not load; the message is one line."""
+
+
+def register(new: Kind, defined_in: str) -> Kind:
+    """Add `new` to the kinds this process knows. `KindError` for a name already taken or not a valid name,
+    or a payload that is not a pydantic model."""
+    if not _NAME.fullmatch(new.name):
+        raise KindError(f"kind name {new.name!r} (in {defined_in}) must be {NAME_RULE}")
+    if not (isinstance(new.schema, type) and issubclass(new.schema, BaseModel)):
+        raise KindError(f"kind {new.name!r} (in {defined_in}): payload must be a pydantic model class")
+    if new.name in KINDS:
+        raise KindError(f"kind {new.name!r} is defined twice: in {_DEFINED_IN[new.name]} and in {defined_in}")
+    KINDS[new.name] = new
+    _DEFINED_IN[new.name] = defined_in
+    return new
+
+
+def kind(
+    name: str,
+    *,
+    payload: type[BaseModel],
+    resumes: bool = False,
+    progress: Callable[[dict[str, Any]], Progress | None] | None = None,
+    discard: Callable[[Path, dict[str, Any]], None] | None = None,
+) -> Callable[[Run], Run]:
+    """Make `run(ctx: JobContext, payload: <payload>) -> dict` the kind `name`:
+
+        @outbox_bridge.kind("resize_image", payload=ResizeImage)
+        def resize(ctx: JobContext, payload: ResizeImage) -> dict:
+            ...
+            return {"width": payload.width}
+
+    The payload of every job of the kind is validated (strictly, as the model says) when it is submitted
+    and again before it runs. The JSON object `run` returns is the job's result. `resumes`: a new attempt
+    continues from the checkpoint an earlier one saved (`ctx.checkpoint`) instead of starting over;
+    `progress` reads a checkpoint as a `Progress` for the job's view; `discard` removes what an attempt
+    left on disk for an output that did not become the result. The function is returned unchanged."""
+
+    def define(run: Run) -> Run:
+        register(Kind(name, payload, run, discard, progress=progress, resumes=resumes), run.__module__)
+        return run
+
+    return define

@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from outbox_bridge.core import faults
-from outbox_bridge.handlers.base import JobContext, Kind
+from outbox_bridge.handlers.base import JobContext, kind
 from outbox_bridge.handlers.base import Progress as Done
 
 log = logging.getLogger(__name__)
@@ -323,4 +323,4 @@ def progress(checkpoint: dict[str, Any]) -> Done:
     return Done(len(checkpoint["outputs"]), STEP_BUDGET)
 
 
-DOCUMENT = Kind("document", DocumentPayload, run_document, progress=progress, resumes=True)
+kind("document", payload=DocumentPayload, progress=progress, resumes=True)(run_document)

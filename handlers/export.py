@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from outbox_bridge.handlers.base import JobContext, Kind, Progress
+from outbox_bridge.handlers.base import JobContext, Progress, kind
 
 HEADER = "id,ordered_on,sku,region,quantity,unit_price\n"
 REGIONS = ("north", "east", "south", "west")
@@ -165,4 +165,4 @@ def discard_export(results_dir: Path, output: dict[str, Any]) -> None:
         (results_dir / output["path"]).unlink()
 
 
-EXPORT = Kind("export", ExportPayload, run_export, discard_export, progress=progress)
+kind("export", payload=ExportPayload, discard=discard_export, progress=progress)(run_export)

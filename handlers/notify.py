@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from outbox_bridge.core import clock, faults
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.handlers.base import JobContext, Kind
+from outbox_bridge.handlers.base import JobContext, kind
 
 # Deliberately loose, as providers are: one @, no spaces, a dot in the domain.
 ADDRESS_PATTERN = r"^[^@\s]+@[^@\s]+\.[^@\s]+$"
@@ -137,4 +137,4 @@ def run_notify(ctx: JobContext, payload: NotifyPayload) -> dict[str, Any]:
     return send_notification(ctx, payload, provider_of(ctx))
 
 
-NOTIFY = Kind("notify", NotifyPayload, run_notify)
+kind("notify", payload=NotifyPayload)(run_notify)

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from outbox_bridge.handlers.base import JobContext, Kind, PermanentError, TransientError
+from outbox_bridge.handlers.base import JobContext, PermanentError, TransientError, kind
 
 
 class NoopPayload(BaseModel):
@@ -47,6 +47,6 @@ def run_flaky(ctx: JobContext, payload: FlakyPayload) -> dict[str, Any]:
     raise TransientError("flaky_transient", f"attempt {ctx.attempts} failed on purpose")
 
 
-NOOP = Kind("noop", NoopPayload, run_noop)
-SLEEP = Kind("sleep", SleepPayload, run_sleep)
-FLAKY = Kind("flaky", FlakyPayload, run_flaky)
+kind("noop", payload=NoopPayload)(run_noop)
+kind("sleep", payload=SleepPayload)(run_sleep)
+kind("flaky", payload=FlakyPayload)(run_flaky)

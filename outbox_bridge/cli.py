@@ -43,6 +43,7 @@ def api(
     if access_log:
         settings = settings.model_copy(update={"access_log": True})
     console.require_safe_secret(settings)
+    console.load_kinds(settings)
     console.require_current_store(settings)
     console.setup_logging("api")
     serve(settings, host=host, port=port, workers=workers)
@@ -79,6 +80,7 @@ def consumer(
     from outbox_bridge.consumer.main import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
+    console.load_kinds(settings)
     console.require_current_store(settings)
     console.setup_logging("consumer")
     raise typer.Exit(run(settings, concurrency=concurrency))
@@ -92,6 +94,7 @@ def worker(
     from outbox_bridge.baseline.worker import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
+    console.load_kinds(settings)
     console.require_current_store(settings)
     console.setup_logging("worker")
     raise typer.Exit(run(settings, concurrency=concurrency))
@@ -206,6 +209,37 @@ def status(as_json: console.JsonOption = False) -> None:
         console.print_json(views.status_document(view, settings.dead_letter_queue, dead_letters))
         return
     print_status(out, console.table, view, now, (settings.dead_letter_queue, dead_letters))
+
+
+@app.command()
+def kinds(as_json: console.JsonOption = False) -> None:
+    """The kinds this deployment runs (built in, OUTBOX_BRIDGE_KINDS, entry points) and accepts, with the
+    payload schema of each."""
+    from outbox_bridge.handlers.registry import BUILT_IN, KINDS, accepted
+
+    settings = console.load_settings()
+    console.load_kinds(settings)
+    allowed = set(accepted(settings))
+    documents = [
+        {
+            "name": name,
+            "accepted": name in allowed,
+            "built_in": name in BUILT_IN,
+            "payload_schema": KINDS[name].schema.model_json_schema(),
+        }
+        for name in sorted(KINDS)
+    ]
+    if as_json:
+        console.print_json({"kinds": documents})
+        return
+    shown = console.table()
+    for column in ("kind", "accepted", "from", "payload fields"):
+        shown.add_column(column)
+    for name in sorted(KINDS):
+        fields = ", ".join(KINDS[name].schema.model_json_schema().get("properties", {})) or "-"
+        source = "built in" if name in BUILT_IN else KINDS[name].run.__module__
+        shown.add_row(name, "yes" if name in allowed else "no", source, fields)
+    out.print(shown)
 
 
 @app.command()

@@ -101,6 +101,17 @@ def require_safe_secret(settings: Settings) -> None:
         refuse(str(exc))
 
 
+def load_kinds(settings: Settings) -> None:
+    """Load the deployment's kinds (OUTBOX_BRIDGE_KINDS, the entry points), or exit 1 in one line naming what
+    did not load."""
+    from outbox_bridge.handlers.registry import KindError, load
+
+    try:
+        load(settings.outbox_bridge_kinds)
+    except KindError as exc:
+        refuse(str(exc))
+
+
 def refuse(message: str) -> NoReturn:
     say(message)
     raise typer.Exit(1)

@@ -43,7 +43,7 @@ from outbox_bridge.api.schemas import JobCreate, JobPage, JobView, job_url, view
 from outbox_bridge.core import clock, faults
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.base import Kind
-from outbox_bridge.handlers.registry import KINDS
+from outbox_bridge.handlers.registry import KINDS, accepted, is_accepted
 from outbox_bridge.jobstore import db, operator, queries
 from outbox_bridge.jobstore.errors import JobNotFound
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
@@ -137,11 +137,9 @@ async def accept_job(
 
 
 def _accepted_kind(name: str, settings: Settings) -> Kind:
-    kind = KINDS.get(name)
-    if kind is None or name not in settings.allowed_kinds:
-        accepted = ", ".join(sorted(k for k in settings.allowed_kinds if k in KINDS))
-        raise UNKNOWN_KIND.error(f"This deployment accepts these kinds: {accepted}.")
-    return kind
+    if not is_accepted(settings, name):
+        raise UNKNOWN_KIND.error(f"This deployment accepts these kinds: {', '.join(accepted(settings))}.")
+    return KINDS[name]
 
 
 def _schedule(job: JobCreate, now: float) -> Schedule | None:

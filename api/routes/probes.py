@@ -27,7 +27,7 @@ async def healthz() -> Status:
 # Readiness is about this api process only: it can take jobs when its store answers. A missing relay or
 # consumer does not make it unready (taking it out of a load balancer would refuse jobs the outbox would
 # otherwise keep safely); who is alive is what `status`, the dashboard and /metrics report.
-@router.get("/readyz", response_model=Status, summary="The store is reachable", responses=problems(503))
+@router.get("/readyz", response_model=Status, summary="The store is reachable", responses=problems(400, 503))
 def readyz(
     engine: EngineDep,
     write: Annotated[

@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-# The kinds a deployment accepts unless ALLOWED_KINDS names others; a development setup (OUTBOX_BRIDGE_DEV=1)
-# also the built-in test kinds, which do nothing useful and can hold a worker for an hour (`sleep`).
-DEFAULT_KINDS = ("export", "document", "notify")
+# The built-in test kinds: accepted only in a development setup (OUTBOX_BRIDGE_DEV=1) or when ALLOWED_KINDS
+# names them; they do nothing useful and can hold a worker for an hour (`sleep`).
 TEST_KINDS = ("noop", "sleep", "flaky")
 # The built-in AUTH_SECRET: anyone can read it here, so only a development setup may sign with it.
 DEV_AUTH_SECRET = "change-me-outbox-bridge-dev-secret-32b"
@@ -46,8 +45,10 @@ class Settings(BaseSettings):
     http_max_connections: int = Field(default=512, ge=1)
     # A request's line and headers together; a larger head is refused (400) and its connection closed.
     http_max_head_bytes: int = Field(default=16384, ge=1024)
-    # Unset: DEFAULT_KINDS, and TEST_KINDS too in a development setup (`_default_kinds`).
-    allowed_kinds: Annotated[tuple[str, ...], NoDecode] = DEFAULT_KINDS
+    # Unset: every kind the process loaded but the test kinds (which a development setup accepts too).
+    allowed_kinds: Annotated[tuple[str, ...] | None, NoDecode] = None
+    # Importable modules whose kinds the api, consumers and workers load at start (comma-separated).
+    outbox_bridge_kinds: Annotated[tuple[str, ...], NoDecode] = ()
 
     # Durability: FULL survives power loss; NORMAL (opt-in) survives process crashes only.
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
@@ -123,20 +124,13 @@ class Settings(BaseSettings):
         """`AUTH_ISSUER=` (set, but empty) means no issuer check, as when it is not set at all."""
         return None if value == "" else value
 
-    @model_validator(mode="before")
+    @field_validator("allowed_kinds", "outbox_bridge_kinds", mode="before")
     @classmethod
-    def _default_kinds(cls, values: object) -> object:
-        """ALLOWED_KINDS unset (or empty): the default kinds, and the test kinds in a development setup."""
-        if not isinstance(values, dict) or values.get("allowed_kinds") not in (None, "", ()):
-            return values
-        dev = str(values.get("outbox_bridge_dev", "")).strip().lower() in {"1", "true", "yes", "on"}
-        return {**values, "allowed_kinds": DEFAULT_KINDS + TEST_KINDS if dev else DEFAULT_KINDS}
-
-    @field_validator("allowed_kinds", mode="before")
-    @classmethod
-    def _split_kinds(cls, value: object) -> object:
+    def _split_kinds(cls, value: object, info: ValidationInfo) -> object:
+        """A comma-separated list; ALLOWED_KINDS set but empty means unset."""
         if isinstance(value, str):
-            return tuple(k.strip() for k in value.split(",") if k.strip())
+            names = tuple(k.strip() for k in value.split(",") if k.strip())
+            return names if names or info.field_name != "allowed_kinds" else None
         return value
 
     @property

@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.base import Cancelled, JobError, Kind, LeaseLost, PermanentError
-from outbox_bridge.handlers.registry import KINDS
+from outbox_bridge.handlers.registry import KINDS, is_accepted
 from outbox_bridge.jobstore import db, fenced
 from outbox_bridge.jobstore.decisions import STORAGE_FAULT
 from outbox_bridge.jobstore.errors import Fenced
@@ -153,7 +153,7 @@ def run_attempt(ctx: StoreContext, parent: str | None = None) -> AttemptOutcome:
 def _attempt(ctx: StoreContext) -> AttemptOutcome:
     claim = ctx.claim
     kind = KINDS.get(claim.kind)
-    if kind is None or claim.kind not in ctx.settings.allowed_kinds:
+    if kind is None or not is_accepted(ctx.settings, claim.kind):
         return AttemptOutcome(
             error=PermanentError("unknown_kind", f"unknown kind {claim.kind!r}"), permanent=True
         )

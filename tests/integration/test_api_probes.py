@@ -128,16 +128,20 @@ def test_the_openapi_document_describes_every_route_with_problem_errors_and_boun
     problem = document["components"]["schemas"]["Problem"]
     assert {"type", "title", "status", "detail"} <= set(problem["required"])
     assert "HTTPValidationError" not in document["components"]["schemas"]
-    job_create = document["components"]["schemas"]["JobCreate"]
-    assert "noop" in job_create["properties"]["kind"]["enum"]
+    schemas = document["components"]["schemas"]
+    mapping = schemas["JobCreate"]["discriminator"]["mapping"]
+    assert set(mapping) == {"export", "document", "notify", "noop", "sleep", "flaky"}
+    export = schemas["JobCreate_export"]["properties"]
+    assert export["kind"]["const"] == "export"
+    assert export["payload"] == {"$ref": "#/components/schemas/Payload_export"}
+    assert {"rows", "chunk"} <= set(schemas["Payload_export"]["properties"])
 
 
 def test_the_api_serves_without_the_dashboard_module(
     settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setitem(
-        sys.modules, "outbox_bridge.api.dashboard", None
-    )  # the import machinery now finds no such module
+    # The import machinery now finds no such module.
+    monkeypatch.setitem(sys.modules, "outbox_bridge.api.dashboard", None)
     with TestClient(create_app(settings)) as client:
         assert client.get("/healthz").status_code == 200
         assert client.get("/ui").status_code == 404

@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from outbox_bridge.handlers.base import Kind, Progress
-from outbox_bridge.handlers.document import DOCUMENT, STEP_BUDGET
-from outbox_bridge.handlers.export import EXPORT
-from outbox_bridge.handlers.simple import NOOP
+from outbox_bridge.handlers.document import STEP_BUDGET
+from outbox_bridge.handlers.registry import KINDS
+
+DOCUMENT, EXPORT, NOOP = KINDS["document"], KINDS["export"], KINDS["noop"]
 
 ROWS = {"rows_written": 500, "rows": 1000}
 STEPS = {"step_index": 1, "outputs": [{"name": "extract"}, {"name": "validate"}], "rejected": []}
