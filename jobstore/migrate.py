@@ -38,6 +38,11 @@ def _revision(conn: Connection) -> str | None:
     return MigrationContext.configure(conn).get_current_revision()
 
 
+def revision_of(conn: Connection) -> str | None:
+    """The revision of the database `conn` is on, read in the caller's transaction (None: not initialised)."""
+    return _revision(conn)
+
+
 def init_schema(settings: Settings, engine: Engine) -> None:
     """Create the database file and its directory (SQLite) and the results directory, and migrate the
     schema to the current revision; idempotent. The only place a SQLite store is created."""

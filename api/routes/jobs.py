@@ -4,13 +4,12 @@ link (`api.links`), which opens one job's result without a bearer token, whateve
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import ValidationError
 from sqlalchemy import Connection, Engine
 
-from outbox_bridge.api import results
+from outbox_bridge.api import results, submission
 from outbox_bridge.api.auth import Identity
 from outbox_bridge.api.committer import GroupCommitter
 from outbox_bridge.api.deps import (
@@ -28,26 +27,18 @@ from outbox_bridge.api.deps import (
 from outbox_bridge.api.links import LinkExpired, LinkRefused, LinkSigner
 from outbox_bridge.api.metrics import Metrics
 from outbox_bridge.api.openapi import problems
-from outbox_bridge.api.payloads import check_encodable
 from outbox_bridge.api.problems import (
-    INVALID_PAYLOAD,
-    INVALID_REQUEST,
     RESOLVED_WITHOUT_RESULT,
     RESULT_LINK_EXPIRED,
     RESULT_LINK_INVALID,
     RESULT_NOT_READY,
-    UNKNOWN_KIND,
-    issues,
 )
 from outbox_bridge.api.schemas import JobCreate, JobPage, JobView, job_url, view_json
 from outbox_bridge.core import clock, faults
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.handlers.base import Kind
-from outbox_bridge.handlers.registry import KINDS, accepted, is_accepted
 from outbox_bridge.jobstore import db, operator, queries
 from outbox_bridge.jobstore.errors import JobNotFound
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
-from outbox_bridge.jobstore.schedule import Schedule
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry import tracing
 
@@ -109,10 +100,8 @@ async def accept_job(
     traceparent: str | None,
 ) -> Response:
     """`submit_job` once the request is parsed (also `api.lean`'s): 202 with the job, or the same problems."""
-    kind = _accepted_kind(job.kind, settings)
-    payload = _validated_payload(kind, job.payload)
     now = clock.now()
-    schedule = _schedule(job, now)
+    kind, payload, schedule = submission.validate(job, settings, now)
     # Validation above is CPU only and runs on the event loop; the write waits for the group commit.
     with tracing.span("accept", traceparent, "server", {"job.kind": kind.name}) as span:
         accepted = await committer.accept(
@@ -134,51 +123,6 @@ async def accept_job(
     if accepted.created:
         metrics.job_accepted(kind.name)
     return _job_json(accepted.job, links, 202, {"Location": job_url(accepted.job.id)})
-
-
-def _accepted_kind(name: str, settings: Settings) -> Kind:
-    if not is_accepted(settings, name):
-        raise UNKNOWN_KIND.error(f"This deployment accepts these kinds: {', '.join(accepted(settings))}.")
-    return KINDS[name]
-
-
-def _schedule(job: JobCreate, now: float) -> Schedule | None:
-    """The start the request asks for, if any. 400 `invalid-request` for both a delay and a time, for a
-    start more than 30 days ahead, and for one the job's deadline would pass before."""
-    try:
-        schedule = job.schedule()
-    except ValueError:
-        raise INVALID_REQUEST.error(
-            "Give delay_seconds or run_at, not both.",
-            errors=[
-                {"loc": ["body"], "msg": "delay_seconds and run_at exclude each other", "type": "schedule"}
-            ],
-        ) from None
-    refusal = schedule.refusal(now, job.deadline_seconds) if schedule is not None else None
-    if refusal is not None:
-        raise INVALID_REQUEST.error(
-            f"The job cannot be scheduled: {refusal}.",
-            errors=[
-                {
-                    "loc": ["body", "run_at" if job.run_at else "delay_seconds"],
-                    "msg": refusal,
-                    "type": "schedule",
-                }
-            ],
-        )
-    return schedule
-
-
-def _validated_payload(kind: Kind, payload: dict[str, Any]) -> dict[str, Any]:
-    """The payload as the kind reads it (`Kind.normalise`): what is stored and fingerprinted, so requests
-    that mean the same job are the same request. 400 `invalid-payload` when it does not fit the kind."""
-    check_encodable(payload)
-    try:
-        return kind.normalise(payload)
-    except ValidationError as exc:
-        raise INVALID_PAYLOAD.error(
-            f"The payload is not a valid {kind.name} payload.", errors=issues(exc, prefix=("payload",))
-        ) from None
 
 
 @router.get("", response_model=JobPage, summary="List your jobs", responses=problems(400, 401, 503))

@@ -13,7 +13,9 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import create_engine
 
+import outbox_bridge
 from outbox_bridge.api.auth import issue_token
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, migrate
@@ -160,3 +162,28 @@ def test_a_kinds_module_that_does_not_import_stops_the_process_in_one_line(
     said = done.stderr.strip().splitlines()
     assert len(said) == 1, done.stderr
     assert "'teamapp.broken'" in said[0] and "teamapp.not_written_yet" in said[0]
+
+
+@pytest.mark.broker
+def test_a_job_enqueued_in_the_applications_own_transaction_runs_once_it_commits(
+    deployment: Deployment,
+) -> None:
+    deployment.start("relay")
+    deployment.start("consumer", "--concurrency", "2")
+    deployment.api()
+    own = create_engine(deployment.settings.database_url)  # the application's engine, not the store's
+    try:
+        with own.begin() as conn:
+            rolled_back = conn.begin_nested()
+            outbox_bridge.enqueue(
+                conn, "export", {"rows": 5, "chunk": 5}, key="gone", tenant="acme", owner="a"
+            )
+            rolled_back.rollback()
+            job = outbox_bridge.enqueue(
+                conn, "export", {"rows": 5, "chunk": 5}, key="k", tenant="acme", owner="a"
+            )
+        view = deployment.finished(job.id)
+        assert view["state"] == "succeeded", view
+        assert deployment.result(job.id).text.count("\n") == 6  # the header and five rows
+    finally:
+        own.dispose()

@@ -1,0 +1,60 @@
+"""`Job`: a job as its view shows it (what `GET /jobs/{id}` answers), as an immutable object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+def _instant(value: str | None) -> datetime | None:
+    return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job's view: `state` is one of queued, running, succeeded, failed, dead, cancelled, unknown; the
+    times are aware UTC datetimes; `error` is `{"code", "message"}` or None; `progress` is `{"done",
+    "total"}` or None; `result_url` opens the committed result without a token until `result_expires_at`."""
+
+    id: str
+    kind: str
+    state: str
+    attempts: int
+    created_at: datetime
+    updated_at: datetime
+    deadline_at: datetime | None
+    run_at: datetime | None
+    priority: str
+    cancel_requested: bool
+    progress: dict[str, Any] | None
+    result_url: str | None
+    result_expires_at: datetime | None
+    error: dict[str, str] | None
+
+    @property
+    def finished(self) -> bool:
+        """In a terminal state: it will not change by itself any more."""
+        return self.state not in {"queued", "running"}
+
+    @classmethod
+    def from_view(cls, view: dict[str, Any]) -> Job:
+        """The job a view document (JSON as the api sends it) describes; unknown fields are ignored."""
+        created, updated = _instant(view["created_at"]), _instant(view["updated_at"])
+        assert created is not None and updated is not None
+        return cls(
+            id=view["id"],
+            kind=view["kind"],
+            state=str(getattr(view["state"], "value", view["state"])),
+            attempts=view["attempts"],
+            created_at=created,
+            updated_at=updated,
+            deadline_at=_instant(view.get("deadline_at")),
+            run_at=_instant(view.get("run_at")),
+            priority=view.get("priority", "normal"),
+            cancel_requested=bool(view.get("cancel_requested", False)),
+            progress=view.get("progress"),
+            result_url=view.get("result_url"),
+            result_expires_at=_instant(view.get("result_expires_at")),
+            error=view.get("error"),
+        )
