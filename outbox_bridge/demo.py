@@ -7,6 +7,7 @@ scenario runs either way; every process the demo starts, a local broker included
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import signal
@@ -19,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pika
 from rich.console import Console, Group
 from rich.live import Live
@@ -33,8 +33,11 @@ from outbox_bridge import demo_broker
 from outbox_bridge.api.auth import TokenPolicy, secret_weakness
 from outbox_bridge.broker import topology
 from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters
+from outbox_bridge.client import Client
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.demo_broker import Broker
+from outbox_bridge.errors import ClientError
+from outbox_bridge.job import Job as PublicJob
 from outbox_bridge.jobstore import db, migrate, queries
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.states import TERMINAL, State
@@ -90,7 +93,7 @@ def _run_stack(
         demo.drive()
         jobs = [job for job in db.read(engine, _jobs_of, demo.ids.values()) if job is not None]
         demo.notes.extend(_document_notes(demo))  # while the api still answers
-        demo.http.close()
+        demo.client.close()
         if keep_running:
             _summary(jobs, demo, port, running=True)
             _keep_running(port)
@@ -227,17 +230,12 @@ class Demo:
     def __post_init__(self) -> None:
         self.engine = db.make_engine(self.settings)
         token = TokenPolicy.of(self.settings).issue(tenant=TENANT, user="demo")
-        self.http = httpx.Client(base_url=self.base, headers={"Authorization": f"Bearer {token}"}, timeout=10)
+        self.client = Client(self.base, token=token)
 
-    def submit(
-        self, label: str, kind: str, payload: dict[str, Any], key: str | None = None
-    ) -> httpx.Response:
-        response = self.http.post(
-            "/jobs", json={"kind": kind, "payload": payload}, headers={"Idempotency-Key": key or label}
-        )
-        if response.status_code == 202:
-            self.ids.setdefault(label, response.json()["id"])
-        return response
+    def submit(self, label: str, kind: str, payload: dict[str, Any], key: str | None = None) -> PublicJob:
+        job = self.client.submit(kind, payload, key=key or label)
+        self.ids.setdefault(label, job.id)
+        return job
 
     def drive(self) -> None:
         self._submit_workload()
@@ -309,36 +307,30 @@ class Demo:
         )
 
     def _show_the_api_saying_no(self) -> None:
-        bad = self.submit("bad-export", "export", {"rows": -5, "chunk": 0})
-        self._note("invalid payload", bad)
+        try:
+            self.submit("bad-export", "export", {"rows": -5, "chunk": 0})
+        except ClientError as refused:
+            self._note("invalid payload", refused)
         again = self.submit("export-0", "export", {"rows": 100_000, "chunk": 10_000})
-        same = again.json().get("id") == self.ids["export-0"]
-        self.notes.append(f"retry with the same Idempotency-Key -> {again.status_code}, same job id: {same}")
-        conflict = self.submit("export-0", "export", {"rows": 7, "chunk": 7})
-        self._note("same key, different payload", conflict)
+        same = again.id == self.ids["export-0"]
+        self.notes.append(f"retry with the same Idempotency-Key -> 202, same job id: {same}")
+        try:
+            self.submit("export-0", "export", {"rows": 7, "chunk": 7})
+        except ClientError as refused:
+            self._note("same key, different payload", refused)
 
-    def _note(self, what: str, response: httpx.Response) -> None:
-        body = response.json()
-        self.notes.append(
-            f"{what} -> {response.status_code} {body.get('title', '')}: {body.get('detail', '')}"
-        )
+    def _note(self, what: str, refused: ClientError) -> None:
+        title = refused.problem.get("title", "")
+        self.notes.append(f"{what} -> {refused.status} {title}: {refused.detail}")
 
     def _cancel(self, job_id: str) -> bool:
-        response = self.http.post(f"/jobs/{job_id}/cancel")
-        self.notes.append(f"cancelled the 1,000,000-row export while it ran -> {response.status_code}")
+        job = self.client.cancel(job_id)
+        asked = "cancel requested" if job.cancel_requested and job.state == "running" else job.state
+        self.notes.append(f"cancelled the 1,000,000-row export while it ran -> {asked}")
         return True
 
     def _views(self) -> dict[str, dict[str, Any]]:
-        views: dict[str, dict[str, Any]] = {}
-        cursor: str | None = None
-        for _ in range(20):
-            params: dict[str, Any] = {"limit": 100, **({"cursor": cursor} if cursor else {})}
-            page = self.http.get("/jobs", params=params).json()
-            views.update({item["id"]: item for item in page["items"]})
-            cursor = page.get("next_cursor")
-            if not cursor:
-                break
-        return views
+        return {job.id: {"state": job.state} for job in self.client.list()}
 
 
 def _live() -> Any:
@@ -445,10 +437,11 @@ def _document_notes(demo: Demo) -> list[str]:
     job_id = demo.ids.get("document-email")
     if job_id is None:
         return []
-    response = demo.http.get(f"/jobs/{job_id}/result")
-    if response.status_code != 200:
-        return [f"document job with an e-mail request -> result {response.status_code}"]
-    rejected = response.json().get("rejected", [])
+    try:
+        result = json.loads(demo.client.result(job_id))
+    except ClientError as refused:
+        return [f"document job with an e-mail request -> result {refused.status}"]
+    rejected = result.get("rejected", [])
     return [f"planner proposed {r.get('name')}: rejected ({r.get('reason')})" for r in rejected]
 
 
