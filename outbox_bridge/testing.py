@@ -1,0 +1,238 @@
+"""Run a kind's jobs inline in a team's own tests: a temporary store, no broker, no processes, and the same
+rules the workers apply (the claim and its fence, checkpoints, cancellation, the external-effect mark,
+permanent and transient errors, the retry budget).
+
+    # conftest.py
+    pytest_plugins = ["outbox_bridge.testing"]
+
+    # test_kinds.py
+    import teamapp.kinds  # registers the team's kinds
+
+    def test_resize(inline_jobs):
+        job = inline_jobs.submit("resize_image", {"width": 4, "height": 5})
+        done = inline_jobs.run_to_end(job.id)
+        assert done.state == "succeeded"
+        assert inline_jobs.result(job.id) == {"area": 20}
+
+Time is the store's own clock, which `InlineJobs` moves: a retry's backoff passes at once, and a lost
+worker's lease runs out when `run(..., crash_after_external_start=True)` says so, without sleeping.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outbox_bridge.api.schemas import view_fields
+from outbox_bridge.core import clock
+from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.enqueuing import enqueue
+from outbox_bridge.handlers.base import Cancelled
+from outbox_bridge.job import Job
+from outbox_bridge.jobstore import claiming, db, migrate, operator, queries, sweeper
+from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.states import State
+from outbox_bridge.worker.attempt import StoreContext, discard_uncommitted, run_attempt
+from outbox_bridge.worker.commit import backoff_of, commit_outcomes
+from outbox_bridge.worker.lease import LeaseKeeper
+
+WORKER = "inline-1"
+
+
+class WorkerCrashed(BaseException):
+    """The inline worker stopped right after the kind marked its external effect started, as a SIGKILL would
+    stop a real one there (a BaseException, so that nothing on the way handles it as the job's error)."""
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """What one inline attempt came to: the job's state once it was committed (`running` again never: a
+    retry is `queued`), and the job."""
+
+    state: State
+    job: Job
+
+
+class InlineJobs:
+    """A store of its own in `directory` (SQLite), for the kinds this process knows; ALLOWED_KINDS as the
+    deployment would have it (`settings`), the test kinds accepted."""
+
+    def __init__(self, directory: Path, **settings: Any) -> None:
+        self.settings = Settings(
+            **{
+                "database_url": f"sqlite:///{directory / 'jobs.db'}",
+                "results_dir": directory / "results",
+                "outbox_bridge_dev": True,
+                "backoff_base_seconds": 1.0,
+                **settings,
+            }
+        )
+        self.engine = db.make_engine(self.settings)
+        migrate.init_schema(self.settings, self.engine)
+        self._clock = clock.FakeClock(clock.SystemClock().now())
+        self._using = clock.use(self._clock)
+        self._using.__enter__()
+        self._keys = 0
+
+    def close(self) -> None:
+        self._using.__exit__(None, None, None)
+        self.engine.dispose()
+
+    def __enter__(self) -> InlineJobs:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def advance(self, seconds: float) -> None:
+        """Move the store's clock."""
+        self._clock.advance(seconds)
+
+    def submit(
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        key: str | None = None,
+        tenant: str = "test",
+        **options: Any,
+    ) -> Job:
+        """Accept a job as `enqueue` does (the same checks), committed."""
+        self._keys += 1
+        with self.engine.begin() as conn:
+            return enqueue(
+                conn, kind, payload, key=key or f"inline-{self._keys}", tenant=tenant, owner="test", **options
+            )
+
+    def run(
+        self, job_id: str, *, cancel_at_check: int | None = None, crash_after_external_start: bool = False
+    ) -> Attempt:
+        """Claim the job and run one attempt of it here, committing its outcome as a worker does.
+
+        `cancel_at_check`: a cancel is committed for the job just before the kind's n-th `check_cancel()`
+        (1, 2, ...), as if its owner asked then. `crash_after_external_start`: the worker is lost the moment
+        the kind marks its external effect started; its lease then runs out and the sweeper settles the job
+        as it would (`unknown`)."""
+        taken = db.transact(
+            self.engine, claiming.claim, job_id, WORKER, clock.now(), self.settings.lease_seconds
+        )
+        if taken.claim is None:
+            raise AssertionError(f"job {job_id} cannot be claimed now: {taken.refusal}")
+        keeper = LeaseKeeper(self.engine, self.settings, interval=self.settings.lease_seconds / 3).start()
+        try:
+            context = _Context(self, taken.claim, keeper, cancel_at_check, crash_after_external_start)
+            try:
+                outcome = run_attempt(context)
+            except WorkerCrashed:
+                keeper.drop(job_id)
+                return self._lost(job_id)
+            states = db.transact(
+                self.engine, commit_outcomes, [(taken.claim, outcome)], clock.now(), self._backoff
+            )
+            discard_uncommitted(self.settings, taken.claim, outcome, states[0])
+        finally:
+            keeper.stop()
+        return Attempt(self.job(job_id).state_enum, self.job(job_id))
+
+    def run_to_end(self, job_id: str, *, max_runs: int = 100) -> Job:
+        """Run attempts, moving the clock over each retry's backoff, until the job is finished."""
+        for _ in range(max_runs):
+            job = self.job(job_id)
+            if job.finished:
+                return job
+            if job.run_at is not None or job.state == "queued":
+                self._clock.set(max(self._clock.now(), self._available_at(job_id)))
+            self.run(job_id)
+        raise AssertionError(f"job {job_id} is not finished after {max_runs} attempts")
+
+    def cancel(self, job_id: str) -> Job:
+        """What `POST /jobs/{id}/cancel` does: a queued job is cancelled at once, a running one is asked to
+        stop."""
+        db.transact(self.engine, operator.cancel, job_id, clock.now(), actor="test")
+        return self.job(job_id)
+
+    def job(self, job_id: str) -> InlineJob:
+        found = db.read(self.engine, queries.get_job, job_id)
+        if found is None:
+            raise KeyError(job_id)
+        return InlineJob.of(Job.from_view(view_fields(found, clock.now())))
+
+    def result(self, job_id: str) -> Any:
+        """The committed result: the JSON object the kind returned (a file's bytes for a kind that made one);
+        `LookupError` while the job has none."""
+        attempt = db.read(self.engine, queries.committed_result, job_id)
+        if attempt is None or attempt.output is None:
+            raise LookupError(f"job {job_id} has no committed result")
+        path = attempt.output.get("path")
+        if isinstance(path, str):
+            return (self.settings.results_dir / path).read_bytes()
+        return json.loads(json.dumps(attempt.output))
+
+    @property
+    def _backoff(self) -> Backoff:
+        return backoff_of(self.settings)
+
+    def _available_at(self, job_id: str) -> float:
+        found = db.read(self.engine, queries.get_job, job_id)
+        assert found is not None
+        return float(found.available_at)
+
+    def _lost(self, job_id: str) -> Attempt:
+        self._clock.advance(self.settings.lease_seconds + 1)
+        db.transact(self.engine, sweeper.sweep_expired, clock.now(), backoff=self._backoff)
+        return Attempt(self.job(job_id).state_enum, self.job(job_id))
+
+
+@dataclass(frozen=True)
+class InlineJob(Job):
+    """A `Job`, with its state as a `State` too."""
+
+    @classmethod
+    def of(cls, job: Job) -> InlineJob:
+        return cls(**job.__dict__)
+
+    @property
+    def state_enum(self) -> State:
+        return State(self.state)
+
+
+class _Context(StoreContext):
+    """The worker's context, with the test's interruptions."""
+
+    def __init__(
+        self, jobs: InlineJobs, claim: Claim, keeper: LeaseKeeper, cancel_at: int | None, crash: bool
+    ) -> None:
+        super().__init__(jobs.engine, jobs.settings, claim, keeper.hold(claim))
+        self._jobs, self._cancel_at, self._crash, self._checks = jobs, cancel_at, crash, 0
+
+    def check_cancel(self) -> None:
+        self._checks += 1
+        if self._cancel_at is not None and self._checks == self._cancel_at:
+            db.transact(self._jobs.engine, operator.cancel, self.claim.job_id, clock.now(), actor="test")
+            raise Cancelled()
+        super().check_cancel()
+
+    def mark_external_started(self) -> None:
+        super().mark_external_started()
+        if self._crash:
+            raise WorkerCrashed()
+
+
+@pytest.fixture
+def inline_jobs() -> Iterator[InlineJobs]:
+    """An `InlineJobs` on a temporary store, closed after the test."""
+    with (
+        tempfile.TemporaryDirectory(prefix="outbox-bridge-") as directory,
+        InlineJobs(Path(directory)) as jobs,
+    ):
+        yield jobs
+
+
+__all__ = ["Attempt", "InlineJob", "InlineJobs", "WorkerCrashed", "inline_jobs"]
