@@ -32,6 +32,7 @@ from outbox_bridge.api.submission import validate
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.errors import Conflict, InvalidJob, StoreMismatch
+from outbox_bridge.handlers.registry import load as load_kinds
 from outbox_bridge.job import Job
 from outbox_bridge.jobstore import doorbells, events, intake, migrate
 from outbox_bridge.jobstore.errors import IdempotencyConflict
@@ -62,7 +63,8 @@ def enqueue(
     deployment does not accept, a payload that does not fit it, a start that cannot be kept or a name out
     of bounds raises `InvalidJob` (a `ValueError`); a store this connection cannot write as the deployment
     does (SQLite not in WAL mode, a schema not at the code's revision) raises `StoreMismatch`. The
-    deployment's settings (ALLOWED_KINDS, MAX_ATTEMPTS, ...) are read from the environment, once."""
+    deployment's settings (ALLOWED_KINDS, MAX_ATTEMPTS, ...) are read from the environment, and its kinds
+    loaded as the api loads them, once."""
     connection = conn.connection() if isinstance(conn, Session) else conn
     _check_store(connection)
     settings = _settings()
@@ -128,7 +130,11 @@ def _check_names(key: str, tenant: str, owner: str) -> None:
 
 @cache
 def _settings() -> Settings:
-    return Settings()
+    """The deployment's settings, and its kinds loaded as its api loads them (OUTBOX_BRIDGE_KINDS, the
+    entry points); once per process."""
+    settings = Settings()
+    load_kinds(settings.outbox_bridge_kinds)
+    return settings
 
 
 # --- the store behind the caller's connection ---------------------------------------------------------------
