@@ -10,8 +10,11 @@ The public Python API (what is not named here is internal):
   (`ClientError` and a subclass per status).
 """
 
-from outbox_bridge.client import AsyncClient, Client
-from outbox_bridge.enqueuing import enqueue
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from outbox_bridge.errors import (
     BadRequest,
     ClientError,
@@ -25,6 +28,27 @@ from outbox_bridge.errors import (
 )
 from outbox_bridge.handlers.base import JobContext, KindError, PermanentError, TransientError, kind
 from outbox_bridge.job import Job
+
+if TYPE_CHECKING:
+    from outbox_bridge.client import AsyncClient, Client
+    from outbox_bridge.enqueuing import enqueue
+
+# Imported on first use: they bring the api's modules (FastAPI) and httpx, which a worker process never needs.
+_LAZY = {
+    "enqueue": "outbox_bridge.enqueuing",
+    "Client": "outbox_bridge.client",
+    "AsyncClient": "outbox_bridge.client",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'outbox_bridge' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "AsyncClient",

@@ -51,3 +51,19 @@ def test_bench_without_its_extra_says_in_one_line_how_to_install_it(monkeypatch:
         "outbox-bridge: bench needs numpy and matplotlib, from the bench extra: "
         "pip install 'outbox-bridge[bench]'"
     ]
+
+
+WORKER_SIDE = """
+import sys
+import outbox_bridge, outbox_bridge.consumer.main, outbox_bridge.baseline.worker, outbox_bridge.relay.main
+print(sorted({m.split(".")[0] for m in sys.modules} & {"fastapi", "starlette", "uvicorn", "httpx", "jinja2"}))
+"""
+
+
+def test_the_worker_side_and_the_package_root_import_nothing_of_the_api_or_the_client() -> None:
+    """`import outbox_bridge` (a team's kinds module does) and the relay, consumer and worker stay free of
+    the api's and the client's libraries: `enqueue` and `Client` are imported on first use."""
+    done = subprocess.run(
+        [sys.executable, "-c", WORKER_SIDE], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stderr
