@@ -12,6 +12,7 @@ from typing import Any, BinaryIO
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from outbox_bridge.api.problems import RESULT_GONE
+from outbox_bridge.handlers.base import file_of
 
 log = logging.getLogger(__name__)
 
@@ -26,15 +27,16 @@ FILE_MEDIA_TYPES = tuple(FILE_EXTENSIONS)
 
 
 def respond(output: dict[str, Any] | None, results_dir: Path, download_name: str) -> Response:
-    """The response for a committed attempt's output. An output naming a `path` is a file under
-    `results_dir`, sent as an attachment named `download_name` plus its type's extension; a path that
-    leads outside it, or a file that is gone, answers 404 `result-gone`."""
+    """The response for a committed attempt's output: its JSON, whatever its keys; or, for an output naming
+    a file (`handlers.base.file_of`, made by `JobContext.result_file`), the file under `results_dir`, sent
+    as an attachment named `download_name` plus its type's extension; a path that leads outside it, or a
+    file that is gone, answers 404 `result-gone`."""
     output = output or {}
-    path = output.get("path")
-    if not isinstance(path, str):
+    named = file_of(output)
+    if named is None:
         return JSONResponse(output)
-    declared = output.get("media_type")
-    media_type = declared if isinstance(declared, str) and declared in FILE_EXTENSIONS else OCTET_STREAM
+    path, declared = named
+    media_type = declared if declared in FILE_EXTENSIONS else OCTET_STREAM
     filename = f"{download_name}{FILE_EXTENSIONS[media_type]}"
     return _stream(_open_within(results_dir, path), media_type, filename)
 

@@ -35,6 +35,29 @@ class TransientError(JobError):
     """This attempt failed but another may not: retried after a backoff, `dead` once the budget is spent."""
 
 
+# Where an output names the file that is the job's result: a key no kind returns of its own accord (a kind
+# that does is refused), so a kind's JSON result may use any key it likes, `path` included.
+FILE_KEY = "outbox_bridge.file"
+
+
+class FileOutput(dict[str, Any]):
+    """An output whose result is a file, as `JobContext.result_file` makes it: `FILE_KEY` holds the file's
+    path (relative to RESULTS_DIR) and media type, the other keys are the kind's own."""
+
+
+def file_output(path: str, media_type: str, **fields: Any) -> FileOutput:
+    return FileOutput(fields, **{FILE_KEY: {"path": path, "media_type": media_type}})
+
+
+def file_of(output: dict[str, Any] | None) -> tuple[str, str] | None:
+    """The (path relative to RESULTS_DIR, media type) of a file result; None for a JSON one."""
+    named = (output or {}).get(FILE_KEY)
+    if not isinstance(named, dict) or not isinstance(named.get("path"), str):
+        return None
+    media_type = named.get("media_type")
+    return named["path"], media_type if isinstance(media_type, str) else "application/octet-stream"
+
+
 class Cancelled(Exception):
     """The job saw its cancel request at a safe point and stopped."""
 
@@ -70,6 +93,10 @@ class JobContext(Protocol):
     def mark_external_started(self) -> None:
         """Durably record that an external effect is about to happen. `LeaseLost` if fenced, in which case
         the effect must not be started."""
+
+    def result_file(self, path: Path, *, media_type: str, **fields: Any) -> dict[str, Any]:
+        """The output to return when the job's result is the file at `path` (written by this attempt under
+        `results_dir`), served by `GET /jobs/{id}/result` as `media_type`; `fields` are kept beside it."""
 
     def record_execution(self, event: str, **fields: Any) -> None:
         """Append to the execution log (when configured): tests count executions with it."""

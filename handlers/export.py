@@ -28,7 +28,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from outbox_bridge.handlers.base import JobContext, Progress, kind
+from outbox_bridge.handlers.base import JobContext, Progress, file_of, kind
 
 HEADER = "id,ordered_on,sku,region,quantity,unit_price\n"
 REGIONS = ("north", "east", "south", "west")
@@ -130,13 +130,9 @@ def run_export(ctx: JobContext, payload: ExportPayload) -> dict[str, Any]:
     ctx.check_cancel()
     chunks = checkpointed(ctx, csv_chunks(payload.rows, payload.chunk), payload.rows, payload.chunk)
     written = write_immutable(final, chunks, ctx.check_cancel)
-    return {
-        "path": written.path.relative_to(ctx.results_dir).as_posix(),
-        "media_type": MEDIA_TYPE,
-        "rows": payload.rows,
-        "bytes": written.bytes,
-        "sha256": written.sha256,
-    }
+    return ctx.result_file(
+        written.path, media_type=MEDIA_TYPE, rows=payload.rows, bytes=written.bytes, sha256=written.sha256
+    )
 
 
 def checkpointed(ctx: JobContext, chunks: Iterable[bytes], rows: int, chunk: int) -> Iterator[bytes]:
@@ -161,8 +157,10 @@ def progress(checkpoint: dict[str, Any]) -> Progress:
 
 def discard_export(results_dir: Path, output: dict[str, Any]) -> None:
     """Remove the file of an attempt whose output was not committed; no result pointer names it."""
-    with contextlib.suppress(FileNotFoundError):
-        (results_dir / output["path"]).unlink()
+    named = file_of(output)
+    if named is not None:
+        with contextlib.suppress(FileNotFoundError):
+            (results_dir / named[0]).unlink()
 
 
 kind("export", payload=ExportPayload, discard=discard_export, progress=progress)(run_export)

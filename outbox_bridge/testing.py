@@ -34,7 +34,7 @@ from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.enqueuing import enqueue
-from outbox_bridge.handlers.base import Cancelled
+from outbox_bridge.handlers.base import Cancelled, file_of
 from outbox_bridge.job import Job
 from outbox_bridge.jobstore import claiming, db, migrate, operator, queries, sweeper
 from outbox_bridge.jobstore.records import Claim
@@ -170,9 +170,9 @@ class InlineJobs:
         attempt = db.read(self.engine, queries.committed_result, job_id)
         if attempt is None or attempt.output is None:
             raise LookupError(f"job {job_id} has no committed result")
-        path = attempt.output.get("path")
-        if isinstance(path, str):
-            return (self.settings.results_dir / path).read_bytes()
+        named = file_of(attempt.output)
+        if named is not None:
+            return (self.settings.results_dir / named[0]).read_bytes()
         return json.loads(json.dumps(attempt.output))
 
     @property

@@ -19,7 +19,16 @@ from sqlalchemy import Engine
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.handlers.base import Cancelled, JobError, Kind, LeaseLost, PermanentError
+from outbox_bridge.handlers.base import (
+    FILE_KEY,
+    Cancelled,
+    FileOutput,
+    JobError,
+    Kind,
+    LeaseLost,
+    PermanentError,
+    file_output,
+)
 from outbox_bridge.handlers.registry import KINDS, is_accepted
 from outbox_bridge.jobstore import db, fenced
 from outbox_bridge.jobstore.decisions import STORAGE_FAULT
@@ -57,6 +66,11 @@ class StoreContext:
     @property
     def results_dir(self) -> Path:
         return self.settings.results_dir
+
+    def result_file(self, path: Path, *, media_type: str, **fields: Any) -> dict[str, Any]:
+        root = self.results_dir.resolve()
+        relative = path.resolve().relative_to(root)  # ValueError for a file outside RESULTS_DIR
+        return file_output(relative.as_posix(), media_type, **fields)
 
     def remaining_seconds(self) -> float | None:
         if self.claim.deadline_at is None:
@@ -174,6 +188,11 @@ def _run_kind(ctx: StoreContext, kind: Kind, payload: Any) -> AttemptOutcome:
     output = None
     try:
         output = kind.run(ctx, payload)
+        if isinstance(output, dict) and FILE_KEY in output and not isinstance(output, FileOutput):
+            message = (
+                f"The job's result uses the reserved key {FILE_KEY!r}; name a file with ctx.result_file."
+            )
+            return AttemptOutcome(error=PermanentError("reserved_key", message), permanent=True)
         ctx.check_cancel()
     except Cancelled:
         return AttemptOutcome(output=output, cancelled=True)

@@ -37,16 +37,6 @@ def store(tmp_path: Path) -> Iterator[tuple[Settings, Engine]]:
     engine.dispose()
 
 
-@pytest.fixture
-def started(tmp_path: Path) -> Iterator[list[procs.Proc]]:
-    """Every process a test starts; whatever is still alive at the end is killed."""
-    running: list[procs.Proc] = []
-    yield running
-    for proc in running:
-        if proc.alive():
-            proc.kill()
-
-
 def start_api(
     settings: Settings, tmp_path: Path, started: list[procs.Proc], name: str, *args: str, **env: str
 ) -> str:

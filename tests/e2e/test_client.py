@@ -31,15 +31,6 @@ def store(tmp_path: Path) -> Iterator[tuple[Settings, object]]:
     engine.dispose()
 
 
-@pytest.fixture
-def started() -> Iterator[list[procs.Proc]]:
-    running: list[procs.Proc] = []
-    yield running
-    for proc in running:
-        if proc.alive():
-            proc.kill()
-
-
 def start_api(settings: Settings, tmp_path: Path, started: list[procs.Proc], port: int) -> procs.Proc:
     proc = procs.start(["api", "--port", str(port)], settings, tmp_path / "logs", f"api-{len(started)}")
     started.append(proc)

@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -65,15 +64,6 @@ def test_the_examples_own_tests_pass_with_the_testing_helpers(site: Path, tmp_pa
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "4 passed" in done.stdout
-
-
-@pytest.fixture
-def started() -> Iterator[list[procs.Proc]]:
-    running: list[procs.Proc] = []
-    yield running
-    for proc in running:
-        if proc.alive():
-            proc.kill()
 
 
 @pytest.mark.parametrize(

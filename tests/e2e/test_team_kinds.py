@@ -41,7 +41,8 @@ class ResizeImage(BaseModel):
 def resize(ctx: outbox_bridge.JobContext, payload: ResizeImage) -> dict:
     if payload.width == 13:
         raise outbox_bridge.PermanentError("unlucky", "13 pixels wide is not supported")
-    return {"area": payload.width * payload.height, "tenant": ctx.tenant}
+    # Any keys at all: a `path` is only a key here (a file result is named with ctx.result_file).
+    return {"area": payload.width * payload.height, "tenant": ctx.tenant, "path": "not/a/file"}
 '''
 
 
@@ -119,7 +120,7 @@ def check_the_team_kind_runs(deployment: Deployment) -> None:
     assert view["state"] == "succeeded", view
     result = deployment.result(view["id"])
     assert result.headers["content-type"] == "application/json"
-    assert result.json()["area"] == 20 and result.json()["tenant"] == "acme"
+    assert result.json() == {"area": 20, "tenant": "acme", "path": "not/a/file"}
 
     refused = deployment.submit({"width": "4", "height": 5}, "k-2")
     assert refused.status_code == 400 and refused.json()["type"].endswith(":invalid-payload")

@@ -14,6 +14,7 @@ from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import file_output
 from outbox_bridge.jobstore import claiming, db, fenced, queries
 
 
@@ -94,7 +95,7 @@ def test_an_export_result_is_an_attachment_named_after_the_job(
     relative = f"{job['id']}/result.csv"
     (settings.results_dir / job["id"]).mkdir(parents=True, exist_ok=True)
     (settings.results_dir / relative).write_bytes(b"id\n1\n")
-    succeed(engine, clock, job["id"], {"path": relative, "media_type": "text/csv"})
+    succeed(engine, clock, job["id"], file_output(relative, "text/csv"))
     response = client.get(f"/jobs/{job['id']}/result", headers=auth)
     assert response.status_code == 200
     assert response.headers["content-disposition"] == f'attachment; filename="export-{job["id"]}.csv"'

@@ -16,6 +16,7 @@ from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.clock import isoformat as clock_iso
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import file_output
 from outbox_bridge.jobstore import db, fenced, operator, queries, sweeper
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.schema import jobs, outbox
@@ -334,7 +335,7 @@ def _write_result(settings: Settings, taken: Claim, content: bytes) -> dict[str,
     path = settings.results_dir / relative
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(content)
-    return {"path": relative, "media_type": "text/csv", "bytes": len(content)}
+    return file_output(relative, "text/csv", bytes=len(content))
 
 
 def test_a_file_result_streams_only_the_committed_attempts_file(
@@ -371,7 +372,7 @@ def test_a_result_path_that_leads_outside_the_results_directory_is_never_served(
         engine,
         claimed(engine, view["id"], "test-worker"),
         clock,
-        {"path": "../secret.txt", "media_type": "text/csv"},
+        file_output("../secret.txt", "text/csv"),
     )
     response = client.get(f"/jobs/{view['id']}/result", headers=auth())
     assert response.status_code == 404

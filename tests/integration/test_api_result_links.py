@@ -18,6 +18,7 @@ from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
 from outbox_bridge.core.clock import FakeClock, isoformat
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import file_output
 from outbox_bridge.jobstore import db, fenced, retention
 from tests.support.store import claimed, job_row, new_job
 
@@ -78,7 +79,7 @@ def test_a_succeeded_jobs_link_serves_its_result_file_without_authorization_and_
     relative = f"{job_id}/{taken.attempt_id}.csv"
     (settings.results_dir / job_id).mkdir(parents=True)
     (settings.results_dir / relative).write_bytes(b"id\n1\n")
-    output = {"path": relative, "media_type": "text/csv"}
+    output = file_output(relative, "text/csv")
     db.transact(engine, fenced.complete, job_id, taken.epoch, taken.attempt_id, output, clock.now())
 
     job = view(client, settings, job_id)

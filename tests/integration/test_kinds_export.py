@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from outbox_bridge.core.clock import FakeClock, now
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.handlers.base import Cancelled
+from outbox_bridge.handlers.base import FILE_KEY, Cancelled
 from outbox_bridge.handlers.export import ExportPayload, csv_chunks, run_export, write_immutable
 from outbox_bridge.jobstore import db, operator, queries
 from outbox_bridge.jobstore.states import State
@@ -37,11 +37,10 @@ def test_an_export_writes_a_read_only_file_that_the_committed_output_names(
     assert run(engine, settings, claimed) is State.SUCCEEDED
 
     output = committed_output(engine, job_id)
-    path = settings.results_dir / output["path"]
+    path = settings.results_dir / output[FILE_KEY]["path"]
     content = path.read_bytes()
     assert output == {
-        "path": f"{job_id}/{claimed.attempt_id}.csv",
-        "media_type": "text/csv",
+        FILE_KEY: {"path": f"{job_id}/{claimed.attempt_id}.csv", "media_type": "text/csv"},
         "rows": 2_500,
         "bytes": len(content),
         "sha256": hashlib.sha256(content).hexdigest(),
@@ -98,7 +97,7 @@ def test_a_fenced_out_attempt_removes_its_finished_file_and_leaves_the_committed
     assert execute(engine, settings, LeaseKeeper(engine, settings), stalled) is None
     job_dir = settings.results_dir / job_id
     assert [p.name for p in job_dir.iterdir()] == [f"{newer.attempt_id}.csv"]
-    assert committed_output(engine, job_id)["path"] == f"{job_id}/{newer.attempt_id}.csv"
+    assert committed_output(engine, job_id)[FILE_KEY]["path"] == f"{job_id}/{newer.attempt_id}.csv"
 
 
 def test_only_the_attempt_the_result_pointer_names_is_served(
@@ -120,7 +119,7 @@ def test_only_the_attempt_the_result_pointer_names_is_served(
     assert run(engine, settings, second) is State.SUCCEEDED
 
     output = committed_output(engine, job_id)
-    assert output["path"] == f"{job_id}/{second.attempt_id}.csv" != first_output["path"]
+    assert output[FILE_KEY]["path"] == f"{job_id}/{second.attempt_id}.csv" != first_output[FILE_KEY]["path"]
     assert output["sha256"] == first_output["sha256"]
     assert sorted(p.name for p in job_dir.iterdir()) == sorted(
         [f"{first.attempt_id}.csv", f"{second.attempt_id}.csv"]

@@ -5,6 +5,7 @@ refuse, with a clear message and exit code 1, a store that is missing, unmigrate
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Connection, Engine, func, select, text
 
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import FILE_KEY, file_of
 from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, queries
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Job
@@ -329,3 +331,25 @@ def test_api_on_postgresql_serves_once_db_upgrade_has_run(tmp_path: Path, postgr
         procs.wait_http(f"http://127.0.0.1:{port}/readyz", api, timeout=30)
     finally:
         assert api.terminate(timeout=30) == 0, api.output()[-2000:]
+
+
+def test_0012_moves_an_exports_file_under_its_own_key_and_leaves_other_outputs(bare_engine: Engine) -> None:
+    migrate.upgrade(bare_engine, "0011")
+    legacy = {"path": "job-done/attempt-done.csv", "media_type": "text/csv", "rows": 3}
+
+    def write(conn: Connection) -> None:
+        write_at_first_release(conn)
+        conn.execute(text("UPDATE jobs SET kind = 'export' WHERE id = 'job-done'"))
+        update = text("UPDATE attempts SET output = :o WHERE id = 'attempt-done'")
+        conn.execute(update, {"o": json.dumps(legacy)})
+
+    db.transact(bare_engine, write)
+    migrate.upgrade(bare_engine, "0012")
+    result = db.read(bare_engine, queries.committed_result, "job-done")
+    assert result is not None
+    assert result.output == {"rows": 3, FILE_KEY: {"path": legacy["path"], "media_type": "text/csv"}}
+    assert file_of(result.output) == (legacy["path"], "text/csv")
+
+    downgrade(bare_engine, "0011")
+    again = db.read(bare_engine, queries.committed_result, "job-done")
+    assert again is not None and again.output == legacy

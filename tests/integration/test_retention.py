@@ -19,6 +19,7 @@ from outbox_bridge.api.auth import issue_token
 from outbox_bridge.baseline.sweep_loop import SweepLoop
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import FILE_KEY, file_output
 from outbox_bridge.jobstore import db, fenced, operator, retention, sweeper
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.worker.commit import backoff_of
@@ -193,7 +194,7 @@ def test_outputs_of_attempts_that_never_became_a_result_are_swept_and_results_st
     crashed = [write_output(settings, first), write_output(settings, first, ".csv.partial")]
     db.transact(engine, sweeper.sweep_expired, now - 50, backoff=backoff_of(settings))
     second = claimed(engine, job_id, now=now - 40)
-    output = {"path": write_output(settings, second), "media_type": "text/csv"}
+    output = file_output(write_output(settings, second), "text/csv")
     db.transact(engine, fenced.complete, job_id, second.epoch, second.attempt_id, output, now - 30)
     # A job that died the same way: nothing of it is a result.
     dead, dead_attempt = lost(engine, settings, "dead", now - 60)
@@ -228,7 +229,7 @@ def test_outputs_of_attempts_that_never_became_a_result_are_swept_and_results_st
     for gone in (*crashed, f"{dead}/{dead_attempt.attempt_id}.csv", f"{job_id}/stray-old"):
         assert gone not in left
     assert not any(f.startswith(orphan_old.name) for f in left)
-    for stays in (output["path"], writing, f"{job_id}/stray-new", "notes/readme.txt"):
+    for stays in (output[FILE_KEY]["path"], writing, f"{job_id}/stray-new", "notes/readme.txt"):
         assert stays in left
     assert any(f.startswith(f"{orphan_new.name}/") for f in left)
     assert OutputSweep().run(engine, settings, now) == type(swept)()

@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import FILE_KEY
 from outbox_bridge.handlers.registry import KINDS
 from outbox_bridge.jobstore import db, queries
 from outbox_bridge.jobstore.decisions import STORAGE_FAULT, STORAGE_RETRY_BUDGET, storage_retry_in
@@ -83,3 +84,15 @@ def test_a_bug_in_a_kind_shows_the_tenant_its_type_and_the_operator_its_text(
     assert (job.error_code, job.error_message) == ("handler_error", "The job raised KeyError.")
     [attempt] = db.read(engine, queries.attempts_of, job_id)
     assert attempt.error_message == "KeyError: '/srv/secret/path'"
+
+
+def test_a_kind_returning_the_reserved_file_key_of_its_own_fails_permanently(
+    engine: Engine, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def forged(ctx: object, payload: object) -> dict[str, object]:
+        return {FILE_KEY: {"path": "../../etc/passwd", "media_type": "text/csv"}}
+
+    monkeypatch.setitem(KINDS, "noop", replace(KINDS["noop"], run=forged))
+    job_id = new_job(engine, str(uuid.uuid4()), kind="noop", payload={})
+    assert run(engine, settings, claim(engine, settings, job_id)) is State.FAILED
+    assert job_row(engine, job_id).error_code == "reserved_key"

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.base import file_output
 from outbox_bridge.jobstore import db, fenced, operator, sweeper
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.schema import attempts, jobs, outbox
@@ -30,7 +31,7 @@ def succeeded(engine: Engine, settings: Settings, key: str, at: float) -> str:
     """An export that succeeded at `at`, its committed file on disk."""
     job_id = new_job(engine, key, kind="export", payload={"rows": 1, "chunk": 1}, now=at)
     taken = claimed(engine, job_id, now=at)
-    output = {"path": write_output(settings, taken), "media_type": "text/csv"}
+    output = file_output(write_output(settings, taken), "text/csv")
     db.transact(engine, fenced.complete, job_id, taken.epoch, taken.attempt_id, output, at)
     return job_id
 

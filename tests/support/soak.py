@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Engine, select
 
+from outbox_bridge.handlers.base import FILE_KEY
 from outbox_bridge.handlers.export import HEADER
 from outbox_bridge.jobstore import db, intake, queries
 from outbox_bridge.jobstore.records import Job
@@ -343,7 +344,7 @@ def export_problems(seen: Snapshot, results_dir: Path) -> list[str]:
         if not named or named[0].output is None:
             problems.append(f"export {describe(job)}: no committed output")
             continue
-        path = results_dir / named[0].output["path"]
+        path = results_dir / named[0].output[FILE_KEY]["path"]
         rows = int(job.payload["rows"])
         if not path.exists():
             problems.append(f"export {describe(job)}: result file {path} is missing")
