@@ -17,6 +17,8 @@ import httpx
 from sqlalchemy import Engine
 
 from outbox_bridge.api.auth import issue_token
+from outbox_bridge.client.errors import ClientError
+from outbox_bridge.client.http import Client
 from outbox_bridge.core import clock
 from outbox_bridge.jobstore import intake
 
@@ -88,23 +90,24 @@ class StoreSubmitter:
 
 @dataclass
 class HttpSubmitter:
-    """POST /jobs with a bearer token for the phase's tenant and an Idempotency-Key per request."""
+    """POST /jobs through `outbox_bridge.Client`, one per thread and tenant (a client holds one token), an
+    Idempotency-Key per request, and no retries: every answer is a figure, a 503 included."""
 
     base_url: str
     secret: str
     timeout: float = 10.0
     _local: threading.local = field(default_factory=threading.local, repr=False)
-    _clients: list[httpx.Client] = field(default_factory=list, repr=False)
+    _clients: list[Client] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def _client(self) -> httpx.Client:
-        client = getattr(self._local, "client", None)
-        if client is None:
-            client = httpx.Client(base_url=self.base_url, timeout=self.timeout)
-            self._local.client = client
+    def _client(self, tenant: str) -> Client:
+        clients: dict[str, Client] = self._local.__dict__.setdefault("clients", {})
+        if tenant not in clients:
+            token = issue_token(self.secret, tenant=tenant, user=OWNER)
+            clients[tenant] = Client(self.base_url, token=token, timeout=self.timeout, retries=0)
             with self._lock:
-                self._clients.append(client)
-        return client
+                self._clients.append(clients[tenant])
+        return clients[tenant]
 
     def close(self) -> None:
         with self._lock:
@@ -113,25 +116,15 @@ class HttpSubmitter:
             self._clients.clear()
 
     def submit(self, tenant: str, tally: Tally) -> None:
-        headers = {
-            "Authorization": f"Bearer {self._token(tenant)}",
-            "Idempotency-Key": _key(),
-        }
         try:
-            response = self._client().post("/jobs", json={"kind": KIND, "payload": {}}, headers=headers)
+            self._client(tenant).submit(KIND, {}, key=_key())
+        except ClientError as refused:
+            tally.add(f"http_{refused.status}", str(refused))
+            return
         except httpx.HTTPError as exc:
             tally.add(type(exc).__name__, str(exc))
             return
-        if response.status_code == 202:
-            tally.add("accepted")
-        else:
-            tally.add(f"http_{response.status_code}", response.text)
-
-    def _token(self, tenant: str) -> str:
-        tokens: dict[str, str] = self._local.__dict__.setdefault("tokens", {})
-        if tenant not in tokens:
-            tokens[tenant] = issue_token(self.secret, tenant=tenant, user=OWNER)
-        return tokens[tenant]
+        tally.add("accepted")
 
     def burst(self, tenant: str, jobs: int, threads: int, tally: Tally, stop: threading.Event) -> None:
         """Submit `jobs` from `threads` concurrent clients, each waiting for its answer before the next."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from outbox_bridge.errors import (
+from outbox_bridge.client.errors import (
     BadRequest,
     ClientError,
     Conflict,
@@ -26,18 +26,18 @@ from outbox_bridge.errors import (
     Unauthorized,
     Unavailable,
 )
+from outbox_bridge.client.job import Job
 from outbox_bridge.handlers.base import JobContext, KindError, PermanentError, TransientError, kind
-from outbox_bridge.job import Job
 
 if TYPE_CHECKING:
-    from outbox_bridge.client import AsyncClient, Client
+    from outbox_bridge.client.http import AsyncClient, Client
     from outbox_bridge.enqueuing import enqueue
 
 # Imported on first use: they bring the api's modules (FastAPI) and httpx, which a worker process never needs.
 _LAZY = {
     "enqueue": "outbox_bridge.enqueuing",
-    "Client": "outbox_bridge.client",
-    "AsyncClient": "outbox_bridge.client",
+    "Client": "outbox_bridge.client.http",
+    "AsyncClient": "outbox_bridge.client.http",
 }
 
 

@@ -33,11 +33,11 @@ from outbox_bridge import demo_broker
 from outbox_bridge.api.auth import TokenPolicy, secret_weakness
 from outbox_bridge.broker import topology
 from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters
-from outbox_bridge.client import Client
+from outbox_bridge.client.errors import ClientError
+from outbox_bridge.client.http import Client
+from outbox_bridge.client.job import Job as PublicJob
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.demo_broker import Broker
-from outbox_bridge.errors import ClientError
-from outbox_bridge.job import Job as PublicJob
 from outbox_bridge.jobstore import db, migrate, queries
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.states import TERMINAL, State

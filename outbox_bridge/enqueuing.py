@@ -29,11 +29,11 @@ from outbox_bridge.api.deps import MAX_KEY_CHARACTERS
 from outbox_bridge.api.problems import IDEMPOTENCY_CONFLICT, ProblemError, issues
 from outbox_bridge.api.schemas import JobCreate, view_fields
 from outbox_bridge.api.submission import validate
+from outbox_bridge.client.errors import Conflict, InvalidJob, StoreMismatch
+from outbox_bridge.client.job import Job
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.errors import Conflict, InvalidJob, StoreMismatch
 from outbox_bridge.handlers.registry import load as load_kinds
-from outbox_bridge.job import Job
 from outbox_bridge.jobstore import doorbells, events, intake, migrate
 from outbox_bridge.jobstore.errors import IdempotencyConflict
 from outbox_bridge.telemetry.logs import emit

@@ -30,12 +30,12 @@ from typing import Any
 import pytest
 
 from outbox_bridge.api.schemas import view_fields
+from outbox_bridge.client.job import Job
 from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.enqueuing import enqueue
 from outbox_bridge.handlers.base import Cancelled, file_of
-from outbox_bridge.job import Job
 from outbox_bridge.jobstore import claiming, db, migrate, operator, queries, sweeper
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 import outbox_bridge
-from outbox_bridge import client as client_module
+from outbox_bridge.client import http as client_module
 
 VIEW = {
     "id": "j-1", "kind": "export", "state": "queued", "attempts": 0, "created_at": "2026-12-04T10:00:00.000Z",

@@ -19,6 +19,7 @@ FLOORS = {
     "broker": 2,
     "jobstore": 2,
     "handlers": 2,
+    "client": 2,
     "core": 1,
     "telemetry": 1,
 }

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from outbox_bridge.errors import (
+from outbox_bridge.client.errors import (
     BadRequest,
     ClientError,
     Conflict,
@@ -31,7 +31,7 @@ from outbox_bridge.errors import (
     Unauthorized,
     Unavailable,
 )
-from outbox_bridge.job import Job
+from outbox_bridge.client.job import Job
 
 ERRORS: dict[int, type[ClientError]] = {
     400: BadRequest,
