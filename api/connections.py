@@ -121,9 +121,10 @@ class _Bounded(_Protocol):
         seen, counting stops until the next head is awaited."""
         assert self._head_bytes is not None
         tail = self._head_tail  # the previous chunk's last bytes: the blank line may straddle two chunks
-        end = (tail + data).find(b"\r\n\r\n")
+        seen = tail + data
+        end = seen.find(b"\r\n\r\n")
         self._head_bytes += len(data) if end < 0 else max(end + 4 - len(tail), 0)
-        self._head_tail = (tail + data)[-3:]
+        self._head_tail = seen[-3:]
         too_large = self._head_bytes > self.bounds.max_head_bytes
         if end >= 0:  # the head is whole: what follows is its body (or the next request, counted anew)
             self._head_bytes = None

@@ -17,11 +17,20 @@ from outbox_bridge.handlers.registry import KINDS, accepted, is_accepted
 from outbox_bridge.jobstore.schedule import Schedule
 
 
-def validate(job: JobCreate, settings: Settings, now: float) -> tuple[Kind, dict[str, Any], Schedule | None]:
-    """The kind, the payload as the kind reads it, and the start of `job`; `ProblemError` (400) for a kind
-    not accepted, a payload that does not fit, or a start that cannot be kept."""
+def accept_fields(
+    job: JobCreate, settings: Settings, now: float, *, tenant: str, owner: str, key: str
+) -> dict[str, Any]:
+    """The keyword arguments of `intake.accept` (and of the api's group commit) for `job`: its kind, the
+    payload as the kind reads it, its start, deadline and priority, the deployment's attempt budget.
+    `ProblemError` (400) for a kind not accepted, a payload that does not fit, or a start that cannot be
+    kept."""
     kind = _accepted_kind(job.kind, settings)
-    return kind, _validated_payload(kind, job.payload), _schedule(job, now)
+    return {
+        "tenant": tenant, "owner": owner, "kind": kind.name, "payload": _validated_payload(kind, job.payload),
+        "operation_key": key, "now": now, "max_attempts": settings.max_attempts,
+        "deadline_seconds": job.deadline_seconds, "schedule": _schedule(job, now),
+        "priority": job.priority_rank(),
+    }  # fmt: skip
 
 
 def _accepted_kind(name: str, settings: Settings) -> Kind:

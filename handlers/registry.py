@@ -49,18 +49,18 @@ def load(modules: Iterable[str]) -> list[str]:
 
 
 def accepted(settings: Settings) -> tuple[str, ...]:
-    """The kinds this deployment accepts, sorted: those ALLOWED_KINDS names that are known; without
-    ALLOWED_KINDS every known kind except the test kinds, which a development setup accepts too."""
-    if settings.allowed_kinds is not None:
-        return tuple(sorted(name for name in set(settings.allowed_kinds) if name in KINDS))
-    test = () if settings.outbox_bridge_dev else TEST_KINDS
-    return tuple(sorted(name for name in KINDS if name not in test))
+    """The kinds this deployment accepts (`is_accepted`), sorted."""
+    return tuple(sorted(name for name in KINDS if is_accepted(settings, name)))
 
 
 def is_accepted(settings: Settings, name: str) -> bool:
+    """Whether the deployment accepts the known kind `name`: the ones ALLOWED_KINDS names; without
+    ALLOWED_KINDS every one but the test kinds, which a development setup accepts too."""
+    if name not in KINDS:
+        return False
     if settings.allowed_kinds is not None:
-        return name in settings.allowed_kinds and name in KINDS
-    return name in KINDS and (settings.outbox_bridge_dev or name not in TEST_KINDS)
+        return name in settings.allowed_kinds
+    return settings.outbox_bridge_dev or name not in TEST_KINDS
 
 
 def _said(exc: Exception) -> str:

@@ -28,7 +28,7 @@ from outbox_bridge.api.auth import NAME_RULE, is_valid_name
 from outbox_bridge.api.deps import MAX_KEY_CHARACTERS
 from outbox_bridge.api.problems import IDEMPOTENCY_CONFLICT, ProblemError, issues
 from outbox_bridge.api.schemas import JobCreate, view_fields
-from outbox_bridge.api.submission import validate
+from outbox_bridge.api.submission import accept_fields
 from outbox_bridge.client.errors import Conflict, InvalidJob, StoreMismatch
 from outbox_bridge.client.job import Job
 from outbox_bridge.core import clock
@@ -72,23 +72,11 @@ def enqueue(
     request = _request(kind, payload, deadline_seconds, delay_seconds, run_at, priority)
     _check_names(key, tenant, owner)
     try:
-        valid_kind, valid_payload, schedule = validate(request, settings, now)
+        fields = accept_fields(request, settings, now, tenant=tenant, owner=owner, key=key)
     except ProblemError as exc:
         raise InvalidJob(exc.detail, exc.extensions.get("errors")) from None
     try:
-        accepted = intake.accept(
-            connection,
-            tenant=tenant,
-            owner=owner,
-            kind=valid_kind.name,
-            payload=valid_payload,
-            operation_key=key,
-            now=now,
-            max_attempts=settings.max_attempts,
-            deadline_seconds=request.deadline_seconds,
-            schedule=schedule,
-            priority=request.priority_rank(),
-        )
+        accepted = intake.accept(connection, **fields)
     except IdempotencyConflict as exc:
         conflict = IDEMPOTENCY_CONFLICT
         problem = {

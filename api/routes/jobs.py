@@ -100,28 +100,18 @@ async def accept_job(
     traceparent: str | None,
 ) -> Response:
     """`submit_job` once the request is parsed (also `api.lean`'s): 202 with the job, or the same problems."""
-    now = clock.now()
-    kind, payload, schedule = submission.validate(job, settings, now)
+    fields = submission.accept_fields(
+        job, settings, clock.now(), tenant=identity.tenant, owner=identity.user, key=key
+    )
+    kind = fields["kind"]
     # Validation above is CPU only and runs on the event loop; the write waits for the group commit.
-    with tracing.span("accept", traceparent, "server", {"job.kind": kind.name}) as span:
-        accepted = await committer.accept(
-            tenant=identity.tenant,
-            owner=identity.user,
-            kind=kind.name,
-            payload=payload,
-            operation_key=key,
-            now=now,
-            max_attempts=settings.max_attempts,
-            deadline_seconds=job.deadline_seconds,
-            schedule=schedule,
-            traceparent=span.traceparent,
-            priority=job.priority_rank(),
-        )
+    with tracing.span("accept", traceparent, "server", {"job.kind": kind}) as span:
+        accepted = await committer.accept(**fields, traceparent=span.traceparent)
         span.set_attribute("job.id", accepted.job.id)
         span.set_attribute("job.created", accepted.created)
     faults.hit("api.after_commit")
     if accepted.created:
-        metrics.job_accepted(kind.name)
+        metrics.job_accepted(kind)
     return _job_json(accepted.job, links, 202, {"Location": job_url(accepted.job.id)})
 
 
