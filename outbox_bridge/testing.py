@@ -38,7 +38,8 @@ from outbox_bridge.enqueuing import enqueue
 from outbox_bridge.handlers.base import Cancelled, file_of
 from outbox_bridge.jobstore import claiming, db, migrate, operator, queries, sweeper
 from outbox_bridge.jobstore.records import Claim
-from outbox_bridge.jobstore.states import State
+from outbox_bridge.jobstore.records import Job as StoredJob
+from outbox_bridge.jobstore.states import TERMINAL, State
 from outbox_bridge.worker.attempt import StoreContext, discard_uncommitted, run_attempt
 from outbox_bridge.worker.commit import backoff_of, commit_outcomes
 from outbox_bridge.worker.lease import LeaseKeeper
@@ -53,11 +54,14 @@ class WorkerCrashed(BaseException):
 
 @dataclass(frozen=True)
 class Attempt:
-    """What one inline attempt came to: the job's state once it was committed (`running` again never: a
-    retry is `queued`), and the job."""
+    """What one inline attempt came to: the job once its outcome was committed."""
 
-    state: State
     job: Job
+
+    @property
+    def state(self) -> State:
+        """The job's state after the attempt (never `running`: a retry is `queued`)."""
+        return State(self.job.state)
 
 
 class InlineJobs:
@@ -139,16 +143,15 @@ class InlineJobs:
             discard_uncommitted(self.settings, taken.claim, outcome, states[0])
         finally:
             keeper.stop()
-        return Attempt(self.job(job_id).state_enum, self.job(job_id))
+        return Attempt(self.job(job_id))
 
     def run_to_end(self, job_id: str, *, max_runs: int = 100) -> Job:
         """Run attempts, moving the clock over each retry's backoff, until the job is finished."""
         for _ in range(max_runs):
-            job = self.job(job_id)
-            if job.finished:
-                return job
-            if job.run_at is not None or job.state == "queued":
-                self._clock.set(max(self._clock.now(), self._available_at(job_id)))
+            stored = self._stored(job_id)
+            if stored.state in TERMINAL:
+                return self.job(job_id)
+            self._clock.set(max(self._clock.now(), stored.available_at))  # its start or its backoff passed
             self.run(job_id)
         raise AssertionError(f"job {job_id} is not finished after {max_runs} attempts")
 
@@ -158,11 +161,9 @@ class InlineJobs:
         db.transact(self.engine, operator.cancel, job_id, clock.now(), actor="test")
         return self.job(job_id)
 
-    def job(self, job_id: str) -> InlineJob:
-        found = db.read(self.engine, queries.get_job, job_id)
-        if found is None:
-            raise KeyError(job_id)
-        return InlineJob.of(Job.from_view(view_fields(found, clock.now())))
+    def job(self, job_id: str) -> Job:
+        """The job as `GET /jobs/{id}` shows it; `KeyError` for an unknown id."""
+        return Job.from_view(view_fields(self._stored(job_id), clock.now()))
 
     def result(self, job_id: str) -> Any:
         """The committed result: the JSON object the kind returned (a file's bytes for a kind that made one);
@@ -179,28 +180,16 @@ class InlineJobs:
     def _backoff(self) -> Backoff:
         return backoff_of(self.settings)
 
-    def _available_at(self, job_id: str) -> float:
+    def _stored(self, job_id: str) -> StoredJob:
         found = db.read(self.engine, queries.get_job, job_id)
-        assert found is not None
-        return float(found.available_at)
+        if found is None:
+            raise KeyError(job_id)
+        return found
 
     def _lost(self, job_id: str) -> Attempt:
         self._clock.advance(self.settings.lease_seconds + 1)
         db.transact(self.engine, sweeper.sweep_expired, clock.now(), backoff=self._backoff)
-        return Attempt(self.job(job_id).state_enum, self.job(job_id))
-
-
-@dataclass(frozen=True)
-class InlineJob(Job):
-    """A `Job`, with its state as a `State` too."""
-
-    @classmethod
-    def of(cls, job: Job) -> InlineJob:
-        return cls(**job.__dict__)
-
-    @property
-    def state_enum(self) -> State:
-        return State(self.state)
+        return Attempt(self.job(job_id))
 
 
 class _Context(StoreContext):
@@ -235,4 +224,4 @@ def inline_jobs() -> Iterator[InlineJobs]:
         yield jobs
 
 
-__all__ = ["Attempt", "InlineJob", "InlineJobs", "WorkerCrashed", "inline_jobs"]
+__all__ = ["Attempt", "InlineJobs", "WorkerCrashed", "inline_jobs"]
