@@ -42,6 +42,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
+from outbox_bridge.jobstore.tenantcap import Share
 from outbox_bridge.telemetry.instruments import FENCED_WRITES
 from outbox_bridge.worker.attempt import discard_uncommitted
 from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
@@ -51,6 +52,7 @@ from outbox_bridge.worker.inbox import STOP, take_batch
 from outbox_bridge.worker.lease import Held, LeaseKeeper
 from outbox_bridge.worker.polling import any_due, claim_due
 from outbox_bridge.worker.runners import Finished, Runners
+from outbox_bridge.worker.share import TenantShare
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,7 @@ class ClaimPool:
             self._inbox.put,
             concurrency=concurrency,
         )
+        self._share = TenantShare(settings.tenant_share, concurrency)
         self._outcomes: list[Finished] = []  # finished, waiting for the next round to commit them
         self._round = threading.Lock()
         # Whether the process listens on its store's bell now (`baseline.listening`); set by the process.
@@ -222,7 +225,7 @@ class ClaimPool:
         room = 0 if self._stopping.is_set() else self._runners.room()
         if not outcomes and not room:
             return 0, 0
-        if polled and not outcomes and not db.read(self._engine, any_due, self._settings.tenant_max_running):
+        if polled and not outcomes and not db.read(self._engine, self._any_due):
             return room, 0
         states, claims = db.transact(self._engine, self._commit_and_claim, outcomes, room)
         self._outcomes = self._outcomes[len(outcomes) :]
@@ -230,14 +233,22 @@ class ClaimPool:
         self._begin(claims)
         return room, len(claims)
 
+    def _any_due(self, conn: Connection) -> bool:
+        return any_due(conn, self._settings.tenant_max_running, self._held(conn))
+
     def _commit_and_claim(
         self, conn: Connection, outcomes: Sequence[Finished], room: int
     ) -> tuple[list[State | None], list[Claim]]:
         now = clock.now()
         states = _commit(conn, outcomes, now, self._backoff)
-        cap = self._settings.tenant_max_running
-        claims = claim_due(conn, self._worker, self._settings.lease_seconds, room, cap) if room else []
-        return states, claims
+        if not room:
+            return states, []
+        cap, lease = self._settings.tenant_max_running, self._settings.lease_seconds
+        return states, claim_due(conn, self._worker, lease, room, cap, self._held(conn))
+
+    def _held(self, conn: Connection) -> Share | None:
+        """`TENANT_SHARE` now (`worker.share`)."""
+        return self._share.held(conn, self._runners.tenants(), self._runners.bursting)
 
     def _write_alone(self) -> None:
         """After a round failed for a reason other than an unavailable store: each waiting outcome in a

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from outbox_bridge.consumer.link import DeliveryLink
 from outbox_bridge.consumer.pipeline import Pipeline
@@ -22,7 +22,9 @@ from outbox_bridge.core import faults
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.worker.polling import claim_next
+from outbox_bridge.worker.share import TenantShare
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ class DegradedMode:
         self._pipeline = pipeline
         self._concurrency = concurrency
         self._worker = worker
+        self._share = TenantShare(settings.tenant_share, concurrency)
         self._after = settings.degraded_after_seconds
         self._idle = Streak(Backoff(IDLE_FIRST_PAUSE, IDLE_MAX_PAUSE))
         self.active = False
@@ -94,13 +97,7 @@ class DegradedMode:
         if self._pipeline.in_flight() >= self._concurrency:
             return FULL_PAUSE
         try:
-            claim = db.transact(
-                self._engine,
-                claim_next,
-                self._worker,
-                self._settings.lease_seconds,
-                self._settings.tenant_max_running,
-            )
+            claim = db.transact(self._engine, self._claim_next)
         except db.StoreUnavailable as exc:
             log.warning("degraded mode: store unavailable: %s", exc)
             claim = None
@@ -111,3 +108,10 @@ class DegradedMode:
         self._pipeline.begin(claim, None)
         self.claimed += 1
         return 0.0
+
+    def _claim_next(self, conn: Connection) -> Claim | None:
+        """The next job, within `TENANT_MAX_RUNNING` and `TENANT_SHARE` (one claim at a time: never
+        claiming ahead)."""
+        share = self._share.held(conn, (r.claim.tenant for r in self._pipeline.running()), bursting=False)
+        cap, lease = self._settings.tenant_max_running, self._settings.lease_seconds
+        return claim_next(conn, self._worker, lease, cap, share)

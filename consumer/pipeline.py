@@ -46,6 +46,7 @@ from outbox_bridge.worker.inbox import STOP, take_batch, take_waiting
 from outbox_bridge.worker.lease import Held, LeaseKeeper
 from outbox_bridge.worker.patience import retry_while_unavailable
 from outbox_bridge.worker.runners import Finished, Runners, Running
+from outbox_bridge.worker.share import TenantShare
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +119,7 @@ class Pipeline:
         self._runners = Runners(
             engine, settings, keeper, self._budget, self._inbox.put, concurrency=concurrency
         )
+        self._share = TenantShare(settings.tenant_share, concurrency)
         self._bursting = False
         self._failed_rounds = 0  # rounds in a row the store took nothing from
         self._last_arrival = 0.0  # when the last delivery arrived (monotonic)
@@ -285,8 +287,12 @@ class Pipeline:
             round_.topped_up = True
             round_.finished += self._absorb(take_waiting(self._inbox))
             room = self._room()
-            running = Counter(held.claim.tenant for held in self._runners.claimed())
-            round_.deliveries = take_in_order(self._waiting, room, running)
+            claimed = self._runners.claimed()
+            running = Counter(held.claim.tenant for held in claimed)
+            share = (
+                self._share.held(conn, running.elements(), self._bursting) if room and self._waiting else None
+            )
+            round_.deliveries = take_in_order(self._waiting, room, running, share.most if share else None)
         job_ids = [d.job_id for d in round_.deliveries]
         lease = self._settings.lease_seconds
         cap = self._settings.tenant_max_running

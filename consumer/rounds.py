@@ -62,12 +62,17 @@ def write_round(
     return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap)
 
 
-def take_in_order(waiting: collections.deque[Delivery], count: int, running: Counter[str]) -> list[Delivery]:
+def take_in_order(
+    waiting: collections.deque[Delivery], count: int, running: Counter[str], most: int | None = None
+) -> list[Delivery]:
     """Take `count` of the held deliveries, in the order the store hands out work: priority first, then
     turns across tenants (a delivery's turn is its rank among its tenant's held deliveries of that priority
     plus the jobs its tenant runs here), then arrival. The rest stay, in arrival order. While everything
-    held is of one priority and one tenant, that is arrival order."""
-    if count >= len(waiting) or len({(d.priority, d.tenant) for d in waiting}) == 1:
+    held is of one priority and one tenant, that is arrival order.
+
+    With `most` (`TENANT_SHARE`, `worker.share`), no tenant is taken past `most` jobs running here: its
+    other deliveries stay."""
+    if most is None and (count >= len(waiting) or len({(d.priority, d.tenant) for d in waiting}) == 1):
         return [waiting.popleft() for _ in range(min(count, len(waiting)))]
     seen: Counter[tuple[int, str]] = Counter()
     keyed = []
@@ -75,7 +80,14 @@ def take_in_order(waiting: collections.deque[Delivery], count: int, running: Cou
         seen[(delivery.priority, delivery.tenant)] += 1
         turn = seen[(delivery.priority, delivery.tenant)] + running[delivery.tenant]
         keyed.append(((delivery.priority, turn, index), delivery))
-    first = sorted(keyed, key=lambda pair: pair[0])[:count]
+    first: list[tuple[tuple[int, int, int], Delivery]] = []
+    taken: Counter[str] = Counter()
+    for key, delivery in sorted(keyed, key=lambda pair: pair[0]):
+        if len(first) == count:
+            break
+        if most is None or running[delivery.tenant] + taken[delivery.tenant] < most:
+            taken[delivery.tenant] += 1
+            first.append((key, delivery))
     chosen = {key[2] for key, _ in first}
     kept = [delivery for index, delivery in enumerate(waiting) if index not in chosen]
     waiting.clear()

@@ -378,60 +378,93 @@ def _unlocked(conn: Connection, ranked: list[str], walked: list[str]) -> list[st
 
 
 def claim_due(
-    conn: Connection, worker: str, now: float, lease_seconds: float, limit: int, *, tenant_cap: int = 0
+    conn: Connection,
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    limit: int,
+    *,
+    tenant_cap: int = 0,
+    share: tenantcap.Share | None = None,
 ) -> list[Claim]:
     """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
     the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs by
     priority, then fairly across tenants, then oldest first; none when none is due.
 
     With a `tenant_cap` (`TENANT_MAX_RUNNING`), the queued jobs of tenants that run that many are passed
-    over (they stay queued for a later claim).
+    over (they stay queued for a later claim); with a `share` (`TENANT_SHARE`), so are those of tenants the
+    claiming process holds its most of.
 
     Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
-    job_ids = _due_ids(conn, now, limit, tenantcap.at_cap(conn, tenant_cap))
-    if tenant_cap:
-        job_ids = _within_cap(conn, job_ids, tenant_cap)
+    job_ids = _due_ids(conn, now, limit, _passed_over(conn, tenant_cap, share))
+    if tenant_cap or share:
+        job_ids = _within_cap(conn, job_ids, tenant_cap, share)
     taken = _take_many(conn, job_ids, worker, now, lease_seconds, drop_pending=True)
     return [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
 
 
-def any_due(conn: Connection, now: float, *, tenant_cap: int = 0) -> bool:
+def any_due(
+    conn: Connection, now: float, *, tenant_cap: int = 0, share: tenantcap.Share | None = None
+) -> bool:
     """Whether `claim_due` might take a job now: False only when it would take none (neither of its walks
     finds a row). It only reads, so an idle poller asks it in a read transaction before it takes the write
     lock for a claim."""
     params = {"b_now": now, "b_limit": 1}
     if conn.execute(_EXPIRED_DUE, params).first() is not None:
         return True
-    capped = tenantcap.at_cap(conn, tenant_cap)
+    capped = _passed_over(conn, tenant_cap, share)
     return conn.execute(_QUEUED_DUE, params | {"b_capped": capped}).first() is not None
 
 
+def _passed_over(conn: Connection, tenant_cap: int, share: tenantcap.Share | None) -> list[str]:
+    """The tenants none of whose queued jobs a claim may take: at the deployment's cap, or at the
+    claiming process's share."""
+    return sorted({*tenantcap.at_cap(conn, tenant_cap), *(share.full() if share else ())})
+
+
 def claim_next(
-    conn: Connection, worker: str, now: float, lease_seconds: float, *, tenant_cap: int = 0
+    conn: Connection,
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    *,
+    tenant_cap: int = 0,
+    share: tenantcap.Share | None = None,
 ) -> Claim | None:
     """`claim_due` for one job: the job it would take first (an expired lease, else the first queued job in
     `claim_due`'s order), or None when there is none."""
-    claims = claim_due(conn, worker, now, lease_seconds, 1, tenant_cap=tenant_cap)
+    claims = claim_due(conn, worker, now, lease_seconds, 1, tenant_cap=tenant_cap, share=share)
     return claims[0] if claims else None
 
 
 _QUEUED_TENANTS = select(jobs.c.id, jobs.c.tenant).where(jobs.c.id.in_(_IDS), state_in(CLAIM.sources))
 
 
-def _capped_split(conn: Connection, job_ids: list[str], cap: int) -> tuple[list[str], list[str]]:
-    """Of `job_ids`, in order: the queued ones the cap admits, and those it refuses (locking, on
-    PostgreSQL, the tenants concerned first: `tenantcap.lock`)."""
+def _capped_split(
+    conn: Connection, job_ids: list[str], cap: int, share: tenantcap.Share | None = None
+) -> tuple[list[str], list[str]]:
+    """Of `job_ids`, in order: the queued ones the cap (and the `share`) admits, and those refused
+    (locking, on PostgreSQL, the tenants concerned first when there is a cap: `tenantcap.lock`)."""
     queued = {str(r[0]): str(r[1]) for r in conn.execute(_QUEUED_TENANTS, {"b_ids": job_ids})}
-    tenants = set(queued.values())
-    tenantcap.lock(conn, tenants)
-    running = tenantcap.running(conn, tenants)
-    return tenantcap.admit([(job_id, queued[job_id]) for job_id in job_ids if job_id in queued], running, cap)
+    candidates = [(job_id, queued[job_id]) for job_id in job_ids if job_id in queued]
+    refused: list[str] = []
+    if cap:
+        tenants = set(queued.values())
+        tenantcap.lock(conn, tenants)
+        admitted, refused = tenantcap.admit(candidates, tenantcap.running(conn, tenants), cap)
+        candidates = [(job_id, queued[job_id]) for job_id in admitted]
+    if share:
+        admitted, more = tenantcap.admit(candidates, share.held, share.most)
+        refused += more
+    return [job_id for job_id, _ in candidates if job_id not in set(refused)], refused
 
 
-def _within_cap(conn: Connection, job_ids: list[str], cap: int) -> list[str]:
-    """`job_ids` without the queued jobs the cap refuses (jobs already running, with an expired lease,
-    stay: taking one over adds nothing to its tenant's count)."""
-    _, refused = _capped_split(conn, job_ids, cap) if job_ids else ([], [])
+def _within_cap(
+    conn: Connection, job_ids: list[str], cap: int, share: tenantcap.Share | None = None
+) -> list[str]:
+    """`job_ids` without the queued jobs the cap or the share refuses (jobs already running, with an
+    expired lease, stay: taking one over adds nothing to its tenant's count)."""
+    _, refused = _capped_split(conn, job_ids, cap, share) if job_ids else ([], [])
     return [job_id for job_id in job_ids if job_id not in set(refused)]
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass
 
 from sqlalchemy import Connection, bindparam, func, select, text
 
@@ -38,6 +39,10 @@ _RUNNING_ALL = (
 # The running count per tenant as a subquery (`tenant`, `running`): what the fair turns of the relay's
 # lease (`jobstore.outbox`) and of the baseline's claim (`jobstore.claiming`) start from.
 RUNNING_BY_TENANT = _RUNNING_ALL.subquery("running")
+# Two seeks of the (tenant, created_at) index: the lowest and the highest tenant name of any job.
+_TENANT_RANGE = select(
+    select(func.min(jobs.c.tenant)).scalar_subquery(), select(func.max(jobs.c.tenant)).scalar_subquery()
+)
 _LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 
 
@@ -58,6 +63,25 @@ def at_cap(conn: Connection, cap: int) -> list[str]:
     if cap <= 0:
         return []
     return sorted(tenant for tenant, count in running(conn).items() if count >= cap)
+
+
+def several_tenants(conn: Connection) -> bool:
+    """Whether the store holds jobs (in any state) of more than one tenant."""
+    lowest, highest = conn.execute(_TENANT_RANGE).one()
+    return lowest is not None and lowest != highest
+
+
+@dataclass(frozen=True)
+class Share:
+    """One process's own bound (`TENANT_SHARE`, `worker.share`): the jobs it holds claimed, by tenant, and
+    the most of one tenant's it may hold."""
+
+    held: Counter[str]
+    most: int
+
+    def full(self) -> list[str]:
+        """The tenants that hold `most` jobs here already."""
+        return sorted(tenant for tenant, count in self.held.items() if count >= self.most)
 
 
 def lock(conn: Connection, tenants: Iterable[str]) -> None:

@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     publish_ahead: int = Field(default=500, ge=0)
     # At most this many jobs of one tenant run at once, deployment-wide (0: no cap; `jobstore.tenantcap`).
     tenant_max_running: int = Field(default=0, ge=0)
+    # While its jobs run long and the store holds several tenants' jobs, a consumer or worker holds at most
+    # this share of its threads' worth of one tenant's jobs (at least one; 1: no bound; `worker.share`).
+    tenant_share: float = Field(default=0.75, gt=0, le=1)
     sweep_interval_seconds: float = Field(default=1.0, gt=0)
     outbox_retention_seconds: float = Field(default=24 * 3600.0, ge=0)
     # Finished jobs (not `unknown`: those wait for an operator) are deleted with their attempts, outbox rows

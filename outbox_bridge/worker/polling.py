@@ -1,4 +1,5 @@
-"""Claiming from the jobs table: the polling baseline's path, and the consumer's while the broker is down."""
+"""Claiming from the jobs table: the polling baseline's path, and the consumer's while the broker is down.
+Each claims within `TENANT_MAX_RUNNING` (`tenant_cap`) and the claiming process's `TENANT_SHARE` (`share`)."""
 
 from __future__ import annotations
 
@@ -7,21 +8,31 @@ from sqlalchemy import Connection
 from outbox_bridge.core import clock
 from outbox_bridge.jobstore import claiming
 from outbox_bridge.jobstore.records import Claim
+from outbox_bridge.jobstore.tenantcap import Share
 
 
-def claim_next(conn: Connection, worker: str, lease_seconds: float, tenant_cap: int = 0) -> Claim | None:
+def claim_next(
+    conn: Connection, worker: str, lease_seconds: float, tenant_cap: int = 0, share: Share | None = None
+) -> Claim | None:
     """`claiming.claim_next` at the time the transaction runs (a retried transaction reads the clock
     again)."""
-    return claiming.claim_next(conn, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap)
+    return claiming.claim_next(conn, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap, share=share)
 
 
 def claim_due(
-    conn: Connection, worker: str, lease_seconds: float, limit: int, tenant_cap: int = 0
+    conn: Connection,
+    worker: str,
+    lease_seconds: float,
+    limit: int,
+    tenant_cap: int = 0,
+    share: Share | None = None,
 ) -> list[Claim]:
-    """`claiming.claim_due` at the time the transaction runs, within `TENANT_MAX_RUNNING` (`tenant_cap`)."""
-    return claiming.claim_due(conn, worker, clock.now(), lease_seconds, limit, tenant_cap=tenant_cap)
+    """`claiming.claim_due` at the time the transaction runs."""
+    return claiming.claim_due(
+        conn, worker, clock.now(), lease_seconds, limit, tenant_cap=tenant_cap, share=share
+    )
 
 
-def any_due(conn: Connection, tenant_cap: int = 0) -> bool:
+def any_due(conn: Connection, tenant_cap: int = 0, share: Share | None = None) -> bool:
     """`claiming.any_due` at the time the transaction runs."""
-    return claiming.any_due(conn, clock.now(), tenant_cap=tenant_cap)
+    return claiming.any_due(conn, clock.now(), tenant_cap=tenant_cap, share=share)

@@ -130,6 +130,11 @@ class Runners:
         with self._lock:
             return list(self._claimed.values())
 
+    def tenants(self) -> list[str]:
+        """The tenant of each job claimed here."""
+        with self._lock:
+            return [running.claim.tenant for running in self._claimed.values()]
+
     def claimed_as(self, attempt_id: str) -> Running | None:
         with self._lock:
             return self._claimed.get(attempt_id)

@@ -36,3 +36,16 @@ def test_the_order_headers_round_trip_and_their_absence_means_normal_of_no_tenan
     assert order_of(order_headers(0, "acme")) == (0, "acme")
     assert order_of({"x-job-tenant": b"acme", "x-job-priority": 2}) == (2, "acme")
     assert order_of(None) == (1, "")
+
+
+def test_with_a_share_a_tenant_is_taken_no_further_than_its_most_and_its_other_deliveries_stay() -> None:
+    waiting = held(("a1", 1, "a"), ("a2", 1, "a"), ("a3", 1, "a"), ("a4", 1, "a"), ("b1", 1, "b"))
+    taken = take_in_order(waiting, 4, Counter({"a": 1}), most=3)
+    assert [d.job_id for d in taken] == ["b1", "a1", "a2"]
+    assert [d.job_id for d in waiting] == ["a3", "a4"]
+
+
+def test_with_a_share_even_one_tenant_alone_is_held_back_at_its_most() -> None:
+    waiting = held(("a1", 1, "a"), ("a2", 1, "a"))
+    assert take_in_order(waiting, 2, Counter({"a": 3}), most=3) == []
+    assert [d.job_id for d in waiting] == ["a1", "a2"]
