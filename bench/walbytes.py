@@ -1,9 +1,10 @@
 """How much each step of a job's life writes to SQLite's WAL, per transaction of `--batch` jobs: the accept
-(job and outbox rows), the relay's lease and its mark of the published rows, the consumer's claim and its
-completion. Every page a transaction changes is written whole to the WAL and fsynced at its commit (at
-`synchronous=FULL`), and later copied into the database by a checkpoint, so these bytes are what the write
-slot's commits cost beyond their statements. The steps run one after another in one process, over a store
-that already holds `--history` finished jobs (a store's indexes are deeper and wider after days of work).
+(job and outbox rows), the relay's mark of the published rows (its read of the due rows writes nothing),
+the consumer's claim and its completion. Every page a transaction changes is written whole to the WAL and
+fsynced at its commit (at `synchronous=FULL`), and later copied into the database by a checkpoint, so
+these bytes are what the write slot's commits cost beyond their statements. The steps run one after another
+in one process, over a store that already holds `--history` finished jobs (a store's indexes are deeper and
+wider after days of work).
 
     python -m outbox_bridge.bench.walbytes /tmp/walbytes.db --history 16000 --rounds 200
 
@@ -24,10 +25,11 @@ from sqlalchemy import Engine, event
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, outbox
+from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, relayrole
 
-STEPS = ("accept", "lease", "mark", "claim", "complete")
+STEPS = ("accept", "mark", "claim", "complete")
 WORKER = "walbytes"
+ROLE = "walbytes"  # the relay role's token, held for the whole measure
 LEASE_SECONDS = 30.0
 
 
@@ -39,6 +41,7 @@ def measure(path: Path, *, history: int, rounds: int, batch: int) -> dict[str, f
     settings = Settings(database_url=f"sqlite:///{path}", sqlite_synchronous="FULL")
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
+    assert db.transact(engine, relayrole.take, ROLE, now=clock.now(), seconds=10 * 365 * 86400.0)
     for _ in range(history // batch):
         _life(engine, batch, Counter(), lambda: 0)
     engine.dispose()
@@ -75,8 +78,8 @@ def _life(engine: Engine, batch: int, written: Counter[str], size: Callable[[], 
         for _ in range(batch)
     ]  # fmt: skip
     accepted = step("accept", intake.accept_prepared, requests)
-    lease = step("lease", _lease, batch)
-    step("mark", outbox.mark_published, lease.token, [row_id for row_id, _ in lease.rows], clock.now())
+    due, _ = db.read(engine, relayrole.due, ROLE, now=clock.now(), limit=batch)
+    step("mark", relayrole.mark_published, ROLE, [row_id for row_id, _ in due.rows], clock.now())
     claimed = step(
         "claim", claiming.claim_many, [a.job.id for a in accepted], WORKER, clock.now(), LEASE_SECONDS
     )
@@ -86,10 +89,6 @@ def _life(engine: Engine, batch: int, written: Counter[str], size: Callable[[], 
         if c.claim is not None
     ]
     step("complete", fenced.complete_many, completions, clock.now())
-
-
-def _lease(conn: Any, batch: int) -> outbox.Lease:
-    return outbox.lease_batch(conn, now=clock.now(), limit=batch, lease_seconds=LEASE_SECONDS)
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ is gone. On PostgreSQL the read is one statement, committed by itself (`due_at_o
 The promises of the row lease carry over. The role is held under a fresh token each time it is taken,
 until `expires_at`, and renewed well before that; every write of the holder names its token and changes
 nothing once the role has passed on (a holder that stalled past its expiry marks nothing: the new holder
-reads those rows as due, and publishes them again). Rows a row lease holds are neither read nor marked.
+reads those rows as due, and publishes them again).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import os
 import socket
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     ARRAY,
@@ -41,14 +42,12 @@ from sqlalchemy import (
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.outbox import (
     EVENT_FACTS_RETURNED,
-    UNLEASED,
     Lease,
+    due_order,
     earliest_unpublished,
-    lease_order,
     next_due,
     note_published,
     note_published_rows,
-    walked_in_one,
 )
 from outbox_bridge.jobstore.schema import SQLITE_BY_ROWID, jobs, outbox, relay_role
 
@@ -147,10 +146,10 @@ def due(
     exclude: Collection[int] = (),
     tenant_cap: int = 0,
 ) -> tuple[Lease, float | None]:
-    """Read (not lease) up to `limit` due rows in `outbox.lease_order`, leaving out `exclude` (the rows
+    """Read up to `limit` due rows in `outbox.due_order`, leaving out `exclude` (the rows
     the holder has published and not yet written back), as a `Lease` under the role's `token`; and, when
     it found fewer than `limit`, when the next row not yet due comes due. A read: it takes no write lock."""
-    walked = lease_order(conn, now=now, limit=limit + len(exclude), tenant_cap=tenant_cap, locking=False)
+    walked = due_order(conn, now=now, limit=limit + len(exclude), tenant_cap=tenant_cap)
     ids = [i for i in walked if i not in exclude][:limit]
     found = {int(r[0]): r for r in db.direct_in(conn, _ROWS, {}, "b_ids", ids)} if ids else {}
     rows = [found[i] for i in ids if i in found]
@@ -163,7 +162,7 @@ def due(
     return lease, next_due(conn, now) if len(rows) < limit else None
 
 
-# PostgreSQL: the walk of `outbox.lease_order` (locking nothing, leaving out the rows the holder has
+# PostgreSQL: the walk of `outbox.due_order` (locking nothing, leaving out the rows the holder has
 # published and not yet written back), the rows' trace context and `next_due`, in one statement. It reads
 # nothing (`serves` false) when more rows are due than the read takes and they belong to several tenants:
 # that read needs the fair ranking, and `due` runs it after this one. The rows left out are a hashed
@@ -174,7 +173,6 @@ _DUE_IN_ONE = db.Direct.of(
 WITH due AS (
     SELECT id, job_id, tenant, priority FROM outbox
     WHERE published_at IS NULL AND available_at <= :b_now
-      AND (lease_expires_at IS NULL OR lease_expires_at <= :b_now)
       AND id NOT IN (SELECT unnest(CAST(:b_exclude AS bigint[])))
     ORDER BY priority, id
     LIMIT :b_walk
@@ -205,7 +203,26 @@ def due_at_once(
     or None when more rows are due than the read takes and they belong to several tenants (`due` then
     ranks them)."""
     params = {"b_now": now, "b_limit": limit, "b_walk": limit + 1, "b_exclude": list(exclude)}
-    return walked_in_one(token, db.direct(conn, _DUE_IN_ONE, params), limit)
+    return _walked_in_one(token, db.direct(conn, _DUE_IN_ONE, params), limit)
+
+
+def _walked_in_one(
+    token: str, returned: Sequence[Sequence[Any]], limit: int
+) -> tuple[Lease, float | None] | None:
+    """The rows `_DUE_IN_ONE` returned as a `Lease` under `token`, with `next_due` when it found fewer than
+    `limit`; None when the walk's order did not serve. Each row returned: serves, next_due, then a row's
+    id, job id, priority, tenant and trace context (all null when it found none)."""
+    serves, due = returned[0][:2]
+    if not serves:
+        return None
+    rows = [r[2:] for r in returned if r[2] is not None]
+    lease = Lease(
+        token,
+        tuple((int(row_id), str(job_id)) for row_id, job_id, *_ in rows),
+        {str(job_id): str(tp) for _, job_id, _, _, tp in rows if tp is not None},
+        {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _ in rows},
+    )
+    return lease, float(due) if due is not None and len(rows) < limit else None
 
 
 def read(
@@ -250,7 +267,7 @@ def _mark(rows: ColumnElement[bool]) -> Update:
     return (
         update(outbox)
         .with_hint(SQLITE_BY_ROWID, dialect_name="sqlite")
-        .where(rows, outbox.c.published_at.is_(None), UNLEASED, _HELD)
+        .where(rows, outbox.c.published_at.is_(None), _HELD)
         .values(published_at=_NOW, publish_attempts=outbox.c.publish_attempts + 1)
     )
 
@@ -277,7 +294,7 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
 
 _HOLD_BACK = (
     update(outbox)
-    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), UNLEASED, _HELD)
+    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), _HELD)
     .values(available_at=bindparam("b_retry_at", type_=Float), publish_attempts=outbox.c.publish_attempts + 1)
 )
 

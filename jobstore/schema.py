@@ -114,11 +114,8 @@ outbox = Table(
     Column("created_at", Float, nullable=False),
     Column("available_at", Float, nullable=False),
     Column("published_at", Float),
-    # A relay leases a batch of rows; only the holder of the current token may mark them published.
-    Column("lease_token", String(36)),
-    Column("lease_expires_at", Float),
     Column("publish_attempts", Integer, nullable=False, default=0),
-    # The job's priority and tenant, copied when the row is written: the relay leases by them.
+    # The job's priority and tenant, copied when the row is written: the relay reads the due rows by them.
     Column("priority", Integer, nullable=False, default=1, server_default="1"),
     Column("tenant", String(255), nullable=False, default="", server_default=""),
     Index("ix_outbox_published_at_available_at", "published_at", "available_at"),

@@ -1,7 +1,7 @@
 """How far ahead of the consumers the relay publishes: at most `PUBLISH_AHEAD` messages waiting (ready, not
 yet delivered) in the queue, and, once the relay has seen how fast the consumers take them, no more than
 about `AHEAD_SECONDS` of their work. What is due beyond that waits in the outbox, where each lease takes it
-in the store's order (priority, then a turn per tenant, then age: `jobstore.outbox.lease_order`), so a
+in the store's order (priority, then a turn per tenant, then age: `jobstore.outbox.due_order`), so a
 `high` job or another tenant's job waits behind at most that window and the consumers' prefetch, not behind
 the whole backlog. The queue has one order (a quorum queue has no priorities): the outbox is the priority
 queue.

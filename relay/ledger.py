@@ -3,9 +3,8 @@ about them.
 
 Confirms are grouped: every verdict that arrived while the previous write was running goes into the next
 `Settlement`, written in one transaction, so the relay writes once per group rather than once per message.
-The holder of the relay role takes no lease (`read_due`, `jobstore.relayrole`): its settlements are its only
-writes. `settle` also writes back rows leased under row leases (`jobstore.outbox.lease_batch`), which no
-relay takes any more."""
+The holder of the relay role takes no lease on rows (`read_due`, `jobstore.relayrole`): its settlements are
+its only writes."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ from sqlalchemy import Connection, Engine
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, outbox, relayrole
+from outbox_bridge.jobstore import db, relayrole
 from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.relay.window import Sent
 
@@ -83,25 +82,17 @@ class Settled:
     released: int
 
 
-def settle(conn: Connection, batch: Settlement, *, now: float, role: bool = False) -> Settled:
-    """Mark confirmed rows published and release the others, in the caller's transaction. Only rows still
-    leased under their token change: a relay whose lease was taken over writes nothing for those rows.
-    Under the relay `role` the token is the role's: confirmed rows are marked and refused ones held back
-    while it holds the role, and unsent ones need no write (they are still due)."""
-    mark = relayrole.mark_published if role else outbox.mark_published
-    marked = sum(mark(conn, token, ids, now) for token, ids in batch.confirmed.items())
+def settle(conn: Connection, batch: Settlement, *, now: float) -> Settled:
+    """Write what the broker said, in the caller's transaction, while each row's token holds the relay
+    role: confirmed rows are marked published and refused ones held back; unsent ones need no write (they
+    are still due). A relay whose role has passed on writes nothing."""
+    marked = sum(relayrole.mark_published(conn, token, ids, now) for token, ids in batch.confirmed.items())
     retry_at = now + REFUSED_RETRY_SECONDS
-    if role:
-        released = sum(
-            relayrole.hold_back(conn, token, ids, now=now, retry_at=retry_at)
-            for token, ids in batch.refused.items()
-        )
-        released += _count(batch.unsent)
-    else:
-        released = sum(
-            outbox.release(conn, token, ids, retry_at=retry_at) for token, ids in batch.refused.items()
-        )
-        released += sum(outbox.release(conn, token, ids, retry_at=now) for token, ids in batch.unsent.items())
+    released = sum(
+        relayrole.hold_back(conn, token, ids, now=now, retry_at=retry_at)
+        for token, ids in batch.refused.items()
+    )
+    released += _count(batch.unsent)
     return Settled(marked=marked, stale=batch.confirmed_count - marked, released=released)
 
 
@@ -121,7 +112,7 @@ def write_settlement(engine: Engine, batch: Settlement, *, now: float) -> Settle
     if not batch.confirmed and not batch.refused:
         return Settled(marked=0, stale=0, released=_count(batch.unsent))
     one = len(batch.confirmed) + len(batch.refused) == 1
-    return (db.transact_one if one else db.transact)(engine, settle, batch, now=now, role=True)
+    return (db.transact_one if one else db.transact)(engine, settle, batch, now=now)
 
 
 def read_due(

@@ -15,12 +15,12 @@ from sqlalchemy import Connection, Engine
 
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.clock import FakeClock
-from outbox_bridge.jobstore import db, fenced, operator, outbox, sweeper
+from outbox_bridge.jobstore import db, fenced, operator, sweeper
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry import logs
-from tests.support.store import LEASE, add_job, claimed, new_job
+from tests.support.store import LEASE, add_job, claimed, new_job, publish_due
 
 SECRET = "payload-value-7f3a"  # appears in every payload: it must never reach a log line
 RESULT = "result-value-91c2"  # the same for every result
@@ -139,9 +139,7 @@ def test_cancel_requeue_and_resolve_are_logged_as_they_commit(
 
 def test_a_checkpoint_and_a_publish_are_logged(engine: Engine, clock: FakeClock, lines: Lines) -> None:
     job_id = job(engine)
-    lease = db.transact(engine, outbox.lease_batch, now=clock.now(), limit=10, lease_seconds=30.0)
-    rows = [outbox_id for outbox_id, _ in lease.rows]
-    assert db.transact(engine, outbox.mark_published, lease.token, rows, clock.now()) == 1
+    assert len(publish_due(engine)) == 1
     held = claimed(engine, job_id)
     db.transact(engine, fenced.save_checkpoint, job_id, held.epoch, {"at": SECRET}, clock.now())
 
@@ -157,8 +155,7 @@ def test_every_event_of_a_traced_job_carries_its_trace_id(
 ) -> None:
     trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
     job_id = job(engine, traceparent=f"00-{trace_id}-00f067aa0ba902b7-01")
-    lease = db.transact(engine, outbox.lease_batch, now=clock.now(), limit=10, lease_seconds=30.0)
-    db.transact(engine, outbox.mark_published, lease.token, [row for row, _ in lease.rows], clock.now())
+    publish_due(engine)
     held = claimed(engine, job_id)
     db.transact(engine, fenced.save_checkpoint, job_id, held.epoch, {"at": 1}, clock.now())
     assert fail(engine, clock, held, permanent=False) is State.QUEUED

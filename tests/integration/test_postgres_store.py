@@ -21,7 +21,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, operator, outbox, sweeper
+from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, operator, relayrole, sweeper
 from outbox_bridge.jobstore.errors import Fenced, IdempotencyConflict
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.schema import attempts, jobs
@@ -151,42 +151,6 @@ def test_claim_next_skips_a_job_another_transaction_has_locked(pg_engine: Engine
     assert again is not None and again.job_id == first, "once released, the skipped job is claimed"
 
 
-def test_lease_batch_skips_rows_another_relay_is_leasing(pg_engine: Engine) -> None:
-    seed(pg_engine, 6)
-    first_three = select(outbox_table.c.id).order_by(outbox_table.c.id).limit(3)
-
-    lease = while_locked(
-        pg_engine,
-        first_three,
-        lambda: db.transact(pg_engine, outbox.lease_batch, now=clock.now(), limit=10, lease_seconds=LEASE),
-    )
-
-    assert [row_id for row_id, _ in lease.rows] == [4, 5, 6]
-
-
-def test_relays_racing_lease_batch_never_lease_one_row_twice(pg_engine: Engine) -> None:
-    seed(pg_engine, 400)
-    relays = 4
-
-    def publish_until_empty(i: int) -> list[int]:
-        leased: list[int] = []
-        while True:
-            lease = db.transact(pg_engine, outbox.lease_batch, now=clock.now(), limit=16, lease_seconds=LEASE)
-            if not lease.rows:
-                return leased
-            row_ids = [row_id for row_id, _ in lease.rows]
-            marked = db.transact(pg_engine, outbox.mark_published, lease.token, row_ids, clock.now())
-            assert marked == len(row_ids), "the token still held every row it leased"
-            leased += row_ids
-
-    leased = [row_id for got in race(relays, publish_until_empty) for row_id in got]
-
-    rows = all_rows(pg_engine, outbox_table)
-    assert sorted(leased) == sorted(r["id"] for r in rows), "every row leased once, none twice"
-    assert {r["publish_attempts"] for r in rows} == {1}
-    assert all(r["published_at"] is not None for r in rows)
-
-
 def test_racing_accepts_with_one_key_create_one_job(pg_engine: Engine) -> None:
     # The losers' inserts wait on the winner's uncommitted key, skip it once it commits, and read its row.
     for key in range(20):
@@ -271,10 +235,14 @@ class Workload:
             db.transact(self.engine, fenced.complete, got.job_id, got.epoch, got.attempt_id, {}, now)
 
     def relay(self, i: int) -> None:
+        token = f"relay-{i}"
         while self.going():
-            lease = db.transact(self.engine, outbox.lease_batch, now=clock.now(), limit=20, lease_seconds=5.0)
-            ids = [row_id for row_id, _ in lease.rows]
-            db.transact(self.engine, outbox.mark_published, lease.token, ids, clock.now())
+            if not db.transact(self.engine, relayrole.take, token, now=clock.now(), seconds=1.0):
+                time.sleep(0.05)  # another relay holds the role
+                continue
+            due, _ = db.read(self.engine, relayrole.due, token, now=clock.now(), limit=20)
+            ids = [row_id for row_id, _ in due.rows]
+            db.transact(self.engine, relayrole.mark_published, token, ids, clock.now())
             if not ids:
                 time.sleep(0.01)
 

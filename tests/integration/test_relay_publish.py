@@ -46,7 +46,7 @@ def test_each_row_becomes_one_persistent_message_with_its_outbox_id_and_job(
     assert all(by_id[m.message_id or ""] == m.job_id for m in messages)
     assert {m.job_id for m in messages} == set(job_ids)
     assert {(m.delivery_mode, m.content_type) for m in messages} == {(2, CONTENT_TYPE)}
-    assert all(r.lease_token is None and r.published_at is not None for r in rows)
+    assert all(r.published_at is not None for r in rows)
 
 
 def test_rows_stay_unpublished_until_the_broker_confirms_them(

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from outbox_bridge.broker.topology import ROUTING_KEY
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, outbox
+from outbox_bridge.jobstore import db, relayrole
 from outbox_bridge.relay import ledger
 from outbox_bridge.relay.window import Sent
 from tests.conftest import make_settings
@@ -72,21 +72,23 @@ def test_a_nacked_message_leaves_its_row_pending(settings: Settings, engine: Eng
         wait_for(lambda: unpublished(engine) == 0, 15, what="rows published once the broker takes them")
 
 
-def test_a_stale_lease_token_cannot_mark_rows(engine: Engine, clock: FakeClock) -> None:
+def test_a_relay_whose_role_passed_on_cannot_mark_rows(engine: Engine, clock: FakeClock) -> None:
     seed_jobs(engine, 4)
-    stale = db.transact(engine, outbox.lease_batch, now=clock.now(), limit=10, lease_seconds=5)
+    assert db.transact(engine, relayrole.take, "old", now=clock.now(), seconds=5)
+    stale, _ = db.read(engine, relayrole.due, "old", now=clock.now(), limit=10)
     clock.advance(6)
-    current = db.transact(engine, outbox.lease_batch, now=clock.now(), limit=10, lease_seconds=5)
+    assert db.transact(engine, relayrole.take, "new", now=clock.now(), seconds=5)
+    current, _ = db.read(engine, relayrole.due, "new", now=clock.now(), limit=10)
     assert [row for row, _ in current.rows] == [row for row, _ in stale.rows]
 
     late = ledger.Settlement()
-    late.add_confirmed(Sent(row, stale.token) for row, _ in stale.rows)
+    late.add_confirmed(Sent(row, "old") for row, _ in stale.rows)
     settled = db.transact(engine, ledger.settle, late, now=clock.now())
     assert (settled.marked, settled.stale) == (0, 4)
-    assert {r.lease_token for r in outbox_rows(engine)} == {current.token}
+    assert unpublished(engine) == 4
 
     owner = ledger.Settlement()
-    owner.add_confirmed(Sent(row, current.token) for row, _ in current.rows)
+    owner.add_confirmed(Sent(row, "new") for row, _ in current.rows)
     assert db.transact(engine, ledger.settle, owner, now=clock.now()).marked == 4
 
 
@@ -115,10 +117,10 @@ def test_a_relay_whose_lease_was_taken_over_marks_nothing(
             time.sleep(1.2)  # its lease runs out
             with running_relay(settings, engine) as second:
                 wait_for(lambda: unpublished(engine) == 0, 15, what="the second relay took over")
-            marked_by_second = [(r.published_at, r.lease_token) for r in outbox_rows(engine)]
+            marked_by_second = [(r.published_at, r.publish_attempts) for r in outbox_rows(engine)]
             proxy.resume()
             wait_for(lambda: first.tally.stale == 10, 15, what="the first relay's late confirms")
             assert first.tally.marked == 0
     assert second.tally.marked == 10
-    assert [(r.published_at, r.lease_token) for r in outbox_rows(engine)] == marked_by_second
+    assert [(r.published_at, r.publish_attempts) for r in outbox_rows(engine)] == marked_by_second
     assert broker.count() == 20  # both published: the consumer absorbs the duplicate

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, select
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.jobstore import db, outbox, relayrole
 from outbox_bridge.jobstore.schema import outbox as outbox_table
-from tests.integration.test_outbox import RELAY_LEASE, add_row, lease, rows
+from tests.integration.test_outbox import add_row, rows
 from tests.support.store import new_job
 
 ROLE = 5.0
@@ -84,7 +84,7 @@ def test_a_holder_seen_gone_is_one_whose_process_is_not_running_here() -> None:
     assert not relayrole.Holder("t", f"elsewhere.example:{2**22 + 12345}", 0.0).gone(), "another host's"
 
 
-def test_the_holder_reads_due_rows_in_the_lease_order_leaving_out_its_own_without_a_write_lock(
+def test_the_holder_reads_due_rows_in_their_order_leaving_out_its_own_without_a_write_lock(
     engine: Engine, clock: FakeClock, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     job_ids = []
@@ -106,7 +106,7 @@ def test_the_holder_reads_due_rows_in_the_lease_order_leaving_out_its_own_withou
         assert [job for _, job in rest.rows] == job_ids[2:]
         assert next_due == pytest.approx(clock.now() + 60)
         assert set(rest.orders.values()) == {(1, "acme")}  # (priority, tenant), for the consumer
-    assert all(r["published_at"] is None and r["lease_token"] is None for r in rows(engine)), "a read wrote"
+    assert all(r["published_at"] is None and r["publish_attempts"] == 0 for r in rows(engine)), "a read wrote"
 
 
 def test_a_read_behind_a_backlog_of_several_tenants_gives_each_tenant_its_turn(
@@ -164,18 +164,3 @@ def test_a_holder_whose_role_passed_on_marks_and_holds_back_nothing(engine: Engi
     taken, _ = due(engine, clock, "new")
     assert [i for i, _ in taken.rows] == [a, b]
     assert db.transact(engine, relayrole.mark_published, "new", [a, b], clock.now()) == 2
-
-
-def test_rows_a_row_lease_holds_are_neither_read_nor_marked_by_the_holder(
-    engine: Engine, clock: FakeClock
-) -> None:
-    for key in ("a", "b"):
-        new_job(engine, key)
-    held = lease(engine, clock, limit=1)
-    leased_id = held.rows[0][0]
-    assert take(engine, clock, "role")
-    read, _ = due(engine, clock, "role")
-    assert [i for i, _ in read.rows] == [r["id"] for r in rows(engine) if r["id"] != leased_id]
-    assert db.transact(engine, relayrole.mark_published, "role", [leased_id], clock.now()) == 0
-    clock.advance(RELAY_LEASE)  # the row lease ran out: the row is due for the holder
-    assert leased_id in [i for i, _ in due(engine, clock, "role")[0].rows]

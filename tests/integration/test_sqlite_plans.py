@@ -18,8 +18,6 @@ from tests.conftest import sqlite_settings
 PLANS = {
     "claim by ids": (claiming._CLAIM_MANY, "b_ids", "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"),
     "relay role's mark": (relayrole._MARK, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
-    "lease by ids": (outbox._LEASE, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
-    "mark by ids": (outbox._MARK, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
     "pending rows dropped by job": (
         outbox._DROP_PENDING_MANY,
         "b_jobs",

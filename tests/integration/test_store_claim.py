@@ -11,7 +11,7 @@ from outbox_bridge.jobstore import claiming, db, fenced, operator
 from outbox_bridge.jobstore import outbox as outbox_rows
 from outbox_bridge.jobstore.schema import attempts, outbox
 from outbox_bridge.jobstore.states import State
-from tests.support.store import LEASE, accept, claimed, every_row, job_row, new_job
+from tests.support.store import LEASE, accept, claimed, every_row, job_row, new_job, publish_due
 
 BACKOFF = Backoff(base=5.0, cap=60.0)
 
@@ -183,9 +183,7 @@ def test_claim_next_skips_a_job_still_waiting_out_its_backoff(engine: Engine, cl
 
 def test_claim_next_drops_only_the_claimed_jobs_pending_outbox_rows(engine: Engine, clock: FakeClock) -> None:
     first = accept(engine, "first").job
-    lease = db.transact(engine, outbox_rows.lease_batch, now=clock.now(), limit=1, lease_seconds=LEASE)
-    published = [row_id for row_id, _ in lease.rows]
-    db.transact(engine, outbox_rows.mark_published, lease.token, published, clock.now())
+    published = publish_due(engine, limit=1)
     db.transact(
         engine, lambda conn: outbox_rows.add(conn, first.id, available_at=clock.now(), now=clock.now())
     )

@@ -1,4 +1,4 @@
-"""The orders the store hands work out in, on both stores: the relay's lease (`outbox.lease_batch`) and the
+"""The orders the store hands work out in, on both stores: the relay role's read (`relayrole.due`) and the
 table's claim (`claiming.claim_due`, the baseline's). A `high` job queued behind a backlog of `normal` ones
 goes first, a `low` one last; among jobs of one priority, tenants take turns, then the oldest goes first."""
 
@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy import Connection, Engine, update
 
 from outbox_bridge.core.clock import FakeClock
-from outbox_bridge.jobstore import claiming, db, outbox, tenantcap
+from outbox_bridge.jobstore import claiming, db, tenantcap
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.schema import jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
-from tests.support.store import LEASE, new_job, new_jobs
+from tests.support.store import LEASE, due_rows, new_job, new_jobs, publish
 
 BACKLOG = 200
 BATCH = 50
@@ -23,9 +23,11 @@ BATCH = 50
 Take = Callable[[Engine, FakeClock, int], list[str]]
 
 
-def lease(engine: Engine, clock: FakeClock, limit: int) -> list[str]:
-    held = db.transact(engine, outbox.lease_batch, now=clock.now(), limit=limit, lease_seconds=LEASE)
-    return [job_id for _, job_id in held.rows]
+def relay_read(engine: Engine, clock: FakeClock, limit: int) -> list[str]:
+    """The relay role's read, then its mark of what it published (the rows are due no more)."""
+    rows = due_rows(engine, now=clock.now(), limit=limit).rows
+    publish(engine, [row_id for row_id, _ in rows], now=clock.now())
+    return [job_id for _, job_id in rows]
 
 
 def claim(engine: Engine, clock: FakeClock, limit: int) -> list[str]:
@@ -33,7 +35,7 @@ def claim(engine: Engine, clock: FakeClock, limit: int) -> list[str]:
     return [c.job_id for c in claims]
 
 
-TAKES = pytest.mark.parametrize("take", [lease, claim], ids=["relay-lease", "baseline-claim"])
+TAKES = pytest.mark.parametrize("take", [relay_read, claim], ids=["relay-read", "baseline-claim"])
 
 
 def take_all(take: Take, engine: Engine, clock: FakeClock) -> list[str]:

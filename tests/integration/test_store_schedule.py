@@ -11,7 +11,7 @@ from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.jobstore import claiming, db, intake, outbox
 from outbox_bridge.jobstore.claiming import Refusal
 from outbox_bridge.jobstore.schedule import Schedule
-from tests.support.store import job_row
+from tests.support.store import due_rows, job_row
 
 LEASE = 30.0
 
@@ -65,18 +65,16 @@ def test_a_job_due_sooner_is_claimed_first_even_when_accepted_later(engine: Engi
     assert late != soon
 
 
-def test_a_relay_leases_a_delayed_row_only_once_it_is_due_and_knows_when_that_is(
+def test_a_relay_reads_a_delayed_row_only_once_it_is_due_and_knows_when_that_is(
     engine: Engine, clock: FakeClock
 ) -> None:
     delayed(engine, clock, "later", 10)
     start = clock.now() + 10
     assert db.read(engine, outbox.earliest_unpublished) == start
-    early = db.transact(engine, outbox.lease_batch, now=start - 0.001, limit=10, lease_seconds=5)
-    assert early.rows == ()
+    assert due_rows(engine, now=start - 0.001).rows == ()
     assert db.read(engine, outbox.next_due, start - 0.001) == start
     assert db.read(engine, outbox.next_due, start) is None
-    due = db.transact(engine, outbox.lease_batch, now=start, limit=10, lease_seconds=5)
-    assert len(due.rows) == 1
+    assert len(due_rows(engine, now=start).rows) == 1
 
 
 @pytest.mark.parametrize("seconds", [0.0, 2.5])

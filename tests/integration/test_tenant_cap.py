@@ -1,5 +1,5 @@
 """`TENANT_MAX_RUNNING`: no claim takes a tenant past the cap, on either store and in every claim path (the
-baseline's `claim_due`, a consumer's `claim_many`, the relay's lease); the jobs it passes over stay queued
+baseline's `claim_due`, a consumer's `claim_many`, the relay role's read); the jobs it passes over stay queued
 and run later; two concurrent claimers on PostgreSQL cannot both pass the count."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from sqlalchemy import Engine, func, select
 from outbox_bridge.baseline.worker import BaselineProcess
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import claiming, db, fenced, outbox, tenantcap
+from outbox_bridge.jobstore import claiming, db, fenced, tenantcap
 from outbox_bridge.jobstore.schema import attempts, jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from outbox_bridge.jobstore.states import State
-from tests.support.store import LEASE, job_row, new_jobs
+from tests.support.store import LEASE, due_rows, job_row, new_jobs
 
 CAP = 2
 
@@ -79,7 +79,7 @@ def test_a_delivery_past_the_cap_is_refused_and_its_outbox_row_comes_due_again(
     assert rows == [(ids[2], clock.now() + tenantcap.RETRY_SECONDS, "heavy")]
 
 
-def test_the_relay_leases_a_capped_tenant_no_more_rows_than_it_may_start(
+def test_the_relay_reads_a_capped_tenant_no_more_rows_than_it_may_start(
     engine: Engine, clock: FakeClock
 ) -> None:
     heavy = new_jobs(engine, 10, tenant="heavy")
@@ -87,9 +87,7 @@ def test_the_relay_leases_a_capped_tenant_no_more_rows_than_it_may_start(
     db.transact(engine, claiming.claim_many, heavy[:1], "w1", clock.now(), LEASE)
     clock.advance(1)
 
-    held = db.transact(
-        engine, outbox.lease_batch, now=clock.now(), limit=50, lease_seconds=LEASE, tenant_cap=CAP
-    )
+    held = due_rows(engine, limit=50, tenant_cap=CAP)
 
     tenants = [job_row(engine, job_id).tenant for _, job_id in held.rows]
     assert sorted(tenants) == ["heavy"] + ["light"] * CAP, "heavy runs one: one more of its rows"

@@ -81,7 +81,6 @@ class Row:
     id: int
     job_id: str
     published_at: float | None
-    lease_token: str | None
     available_at: float
     publish_attempts: int
 
@@ -94,7 +93,6 @@ def outbox_rows(engine: Engine) -> list[Row]:
                 r["id"],
                 r["job_id"],
                 r["published_at"],
-                r["lease_token"],
                 r["available_at"],
                 r["publish_attempts"],
             )

@@ -13,13 +13,15 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 from outbox_bridge.core import clock
-from outbox_bridge.jobstore import claiming, db, intake, queries
+from outbox_bridge.jobstore import claiming, db, intake, queries, relayrole
+from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Claim, Job
 from outbox_bridge.jobstore.schema import attempts, jobs, operator_actions, outbox
 from outbox_bridge.jobstore.states import State
 
 LEASE = 30.0  # the lease `claimed` takes unless told otherwise
+RELAY = "test-relay"  # the relay role's token `publish` holds it under
 # A queued noop job as the store would hand it out, never stored: what `a_job` changes.
 _A_JOB = Job(
     id="8a26491b-3c5d-4e6f-8a9b-0c1d2e3f4a5b", tenant="acme", owner="alice", operation_key="op-1",
@@ -112,3 +114,29 @@ def every_row(engine: Engine) -> dict[str, list[dict[str, Any]]]:
         }
 
     return db.read(engine, dump)
+
+
+def due_rows(engine: Engine, *, now: float | None = None, limit: int = 100, tenant_cap: int = 0) -> Lease:
+    """The due outbox rows the relay role's holder would read now (`relayrole.due`), in its order."""
+    at = clock.now() if now is None else now
+    found, _ = db.read(engine, relayrole.due, RELAY, now=at, limit=limit, tenant_cap=tenant_cap)
+    return found
+
+
+def publish(engine: Engine, row_ids: list[int], *, now: float | None = None) -> int:
+    """Mark outbox rows published as the relay role's holder would (taking the role for `RELAY` first);
+    how many were marked."""
+    at = clock.now() if now is None else now
+
+    def mark(conn: Connection) -> int:
+        assert relayrole.take(conn, RELAY, now=at, seconds=3600.0), "another relay holds the role"
+        return relayrole.mark_published(conn, RELAY, row_ids, at)
+
+    return db.transact(engine, mark)
+
+
+def publish_due(engine: Engine, *, now: float | None = None, limit: int = 100) -> list[int]:
+    """`publish` every row `due_rows` reads; the ids published."""
+    row_ids = [row_id for row_id, _ in due_rows(engine, now=now, limit=limit).rows]
+    publish(engine, row_ids, now=now)
+    return row_ids
