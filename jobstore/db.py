@@ -99,7 +99,7 @@ class StoreStats:
 stats = StoreStats()
 
 
-def start_stats_writer(directory: Path, name: str, interval: float = 1.0) -> None:
+def start_stats_writer(directory: Path, name: str, interval: float = 0.2) -> None:
     """Every `interval` seconds and at exit, write this process's store counters and CPU time to
     `<directory>/<name>-<pid>.json` (the benchmark reads them)."""
     import atexit

@@ -56,7 +56,11 @@ FAST = {
 class Stack:
     """One test's store, broker names and processes; everything it started is stopped by `close`."""
 
-    def __init__(self, tmp_path: Path, rabbitmq_url: str, **overrides: Any) -> None:
+    def __init__(
+        self, tmp_path: Path, rabbitmq_url: str, *, amqp_heartbeat: int | None = None, **overrides: Any
+    ) -> None:
+        if amqp_heartbeat is not None:  # every process asks the broker for this heartbeat
+            rabbitmq_url = f"{rabbitmq_url}?heartbeat={amqp_heartbeat}"
         self.settings = make_settings(tmp_path, rabbitmq_url=rabbitmq_url, **{**FAST, **overrides})
         self.engine = db.make_engine(self.settings)
         migrate.init_schema(self.settings, self.engine)
@@ -337,7 +341,9 @@ def test_consumer_killed_after_notify_started_its_call_ends_unknown_and_an_opera
 def test_consumer_stopped_past_its_lease_cannot_commit_after_another_finished_the_job(
     make_stack: Callable[..., Stack],
 ) -> None:
-    stack = make_stack(lease_seconds=1.0)
+    # The paused consumer holds the job's second delivery too, until the broker gives its connection up
+    # for missed heartbeats (the consumer's own would be 5 s, the least it asks for: about 14 s here).
+    stack = make_stack(lease_seconds=1.0, amqp_heartbeat=2)
     stack.relay()
     paused = stack.consumer("consumer-1", concurrency=1)
     [job_id] = stack.accept("sleep", {"seconds": 2.0})
