@@ -86,11 +86,12 @@ class Acker(Protocol):
 class Pipeline:
     """The store writer and the worker pool of one consumer process.
 
-    One writer thread owns every write of the broker path, so the process never contends with itself for
-    SQLite's write lock: each round it takes every outcome that finished and every delivery that arrived
-    meanwhile, commits the outcomes under their fences and claims the deliveries' jobs, all in ONE
-    transaction, and only after that commit acks the committed and the refused deliveries and hands the
-    claimed jobs to the workers.
+    One writer thread writes every claim and every outcome of the broker path: each round it takes every
+    outcome that finished and every delivery that arrived meanwhile, commits the outcomes under their
+    fences and claims the deliveries' jobs, all in ONE transaction, and only after that commit acks the
+    committed and the refused deliveries and hands the claimed jobs to the workers. The process's other
+    writes are few and small: the lease keeper's renewals, a running job's checkpoints and hand-backs
+    (runner threads), and degraded mode's claims (`consumer.degraded`) while the broker is gone.
 
     Promises: a delivery is acked only after its job's outcome is committed or its claim was refused, or
     once the store has the job under a lease that runs out (an outcome the store would not take: the
