@@ -56,7 +56,7 @@ def decide_failure(
     if cancel_requested:
         return Decision(State.CANCELLED, "cancelled", "cancelled before the job could finish")
     if deadline_passed:
-        return Decision(State.DEAD, "deadline_exceeded", f"deadline passed after: {message}")
+        return Decision(State.DEAD, "deadline_exceeded", f"the deadline passed; the last attempt: {message}")
     if storage_faults >= STORAGE_RETRY_BUDGET:
         return Decision(
             State.DEAD, code, f"{storage_faults} attempts could not store their output; last: {message}"
@@ -88,17 +88,26 @@ def decide_expired_lease(
     cancel_requested: bool,
     deadline_passed: bool,
     backoff: float,
+    lease_ran_out: bool = True,
 ) -> Decision:
-    """What the sweeper does with a running job whose lease ran out.
+    """What the sweeper does with a running job whose lease ran out, or (`lease_ran_out` false) whose
+    worker still renews its lease but whose deadline passed. The message says which of the two it was.
 
     An external effect that may have happened is never repeated: `unknown`, for an operator to settle.
     """
+    why = (
+        "the worker stopped renewing its lease"
+        if lease_ran_out
+        else "the job was still running at its deadline"
+    )
     if external_started:
         return Decision(
             State.UNKNOWN,
             "outcome_unknown",
-            "the worker lost its lease after starting an external effect; it may or may not have happened",
+            f"{why}, after starting an external effect; it may or may not have happened",
         )
+    if not lease_ran_out and not cancel_requested:
+        return Decision(State.DEAD, "deadline_exceeded", why)
     return decide_failure(
         permanent=False,
         attempts=attempts,
@@ -107,5 +116,5 @@ def decide_expired_lease(
         deadline_passed=deadline_passed,
         backoff=backoff,
         code="lease_expired",
-        message="the worker stopped renewing its lease",
+        message=why,
     )

@@ -140,6 +140,18 @@ def count_requeueable(conn: Connection, matching: JobFilter) -> int:
     return queries.count_jobs(conn, requeueable(matching))
 
 
+def requeueable_jobs(conn: Connection, matching: JobFilter, *, page: int = 500) -> list[Job]:
+    """The jobs `requeue_matching` would requeue now, newest first (a dry run: writes nothing)."""
+    found: list[Job] = []
+    cursor: str | None = None
+    while True:
+        got = queries.find_jobs(conn, requeueable(matching), limit=page, cursor=cursor)
+        found += got.items
+        if got.next_cursor is None:
+            return found
+        cursor = got.next_cursor
+
+
 def requeue_matching(
     conn: Connection, matching: JobFilter, now: float, *, actor: str, note: str | None = None
 ) -> list[str]:

@@ -54,6 +54,7 @@ def _decide(job: Job, now: float, backoff: Backoff) -> Decision:
         cancel_requested=job.cancel_requested,
         deadline_passed=deadline_passed,
         backoff=backoff.seconds(job.attempts),
+        lease_ran_out=job.lease_expires_at is not None and job.lease_expires_at <= now,
     )
 
 

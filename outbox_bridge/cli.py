@@ -11,7 +11,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 
 from outbox_bridge import console, views
-from outbox_bridge.broker.connection import queue_depth
+from outbox_bridge.broker.connection import queue_probe
 from outbox_bridge.console import out
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
@@ -198,17 +198,25 @@ def db_upgrade(revision: str = "head") -> None:
     out.print(f"schema {before or 'empty'} -> {migrate.current_revision(engine)}")
 
 
+# `status` exits with this when it printed a warning (1: the store did not answer; 2: a usage error).
+WARNED = 3
+
+
 @app.command()
 def status(as_json: console.JsonOption = False) -> None:
-    """The dashboard's figures in the terminal: warnings first (in red), who is alive, then the jobs."""
+    """The dashboard's figures in the terminal: warnings first (in red), who is alive, then the jobs. Exits
+    0 when there is nothing to warn about, 3 when it printed a warning (`--json` too: its `warnings`), 1
+    when the store did not answer: a script or a cron job can act on it."""
     settings, engine = console.open_store()
     now = clock.now()
     view = db.read(engine, overview, now, Liveness.of(settings))
-    dead_letters = queue_depth(settings, settings.dead_letter_queue)
+    dead_letters = queue_probe(settings, settings.dead_letter_queue)
     if as_json:
         console.print_json(views.status_document(view, settings.dead_letter_queue, dead_letters))
-        return
-    print_status(out, console.table, view, now, (settings.dead_letter_queue, dead_letters))
+    else:
+        print_status(out, console.table, view, now, (settings.dead_letter_queue, dead_letters))
+    if view.alerts:
+        raise typer.Exit(WARNED)
 
 
 @app.command()

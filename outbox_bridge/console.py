@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from sqlalchemy import Engine
 
-from outbox_bridge.core.settings import Settings, load
+from outbox_bridge.core.settings import SecretFileError, Settings, load
 from outbox_bridge.jobstore import db
 from outbox_bridge.telemetry import logs
 from outbox_bridge.worker.readiness import store_not_ready
@@ -46,6 +46,8 @@ def load_settings() -> Settings:
         first = exc.errors()[0]
         name = str(first["loc"][0]).upper() if first["loc"] else "a setting"
         refuse(f"{name} is not valid: {first['msg']}; fix it in the environment or in .env")
+    except SecretFileError as exc:
+        refuse(str(exc))
 
 
 def setup_logging(name: str) -> None:

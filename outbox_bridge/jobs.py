@@ -68,9 +68,12 @@ def jobs_list(
         print_json(views.list_document(page.items, page.next_cursor))
         return
     shown = table()
-    for column in ("id", "tenant", "kind", "priority", "state", "attempts", "epoch", "created", "error"):
+    columns = ("id", "tenant", "kind", "priority", "state", "attempts", "epoch", "created", "worker", "lease")
+    for column in (*columns, "error"):
         shown.add_column(column)
+    now = clock.now()
     for job in page.items:
+        running = job.state is State.RUNNING
         shown.add_row(
             job.id,
             job.tenant,
@@ -80,9 +83,20 @@ def jobs_list(
             str(job.attempts),
             str(job.epoch),
             clock.isoformat(job.created_at),
+            (job.lease_owner or "") if running else "",
+            lease_left(job.lease_expires_at, now) if running else "",
             job.error_code or "",
         )
     out.print(shown)
+
+
+def lease_left(expires_at: float | None, now: float) -> str:
+    """A running job's lease as a person reads it: `expires in 12s`, or `expired 3s ago` (the sweeper
+    settles it within a sweep)."""
+    if expires_at is None:
+        return ""
+    left = expires_at - now
+    return f"expires in {left:.0f}s" if left >= 0 else f"expired {-left:.0f}s ago"
 
 
 @jobs_app.command("show")
@@ -205,19 +219,21 @@ def jobs_requeue(
         typer.Option(metavar="DURATION", help=f"Only jobs that changed within this span: {FORMAT}."),
     ] = None,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Count the jobs it would requeue; change none.")
+        bool, typer.Option("--dry-run", help="List the jobs it would requeue; change none.")
     ] = False,
     note: NoteOption = None,
+    as_json: JsonOption = False,
 ) -> None:
     """Put a failed, dead or unknown job back in the queue with a fresh attempt budget: the job ID names, or
-    every job the filter names (--state, with --kind, --tenant, --since). --dry-run counts them first."""
+    every job the filter names (--state, with --kind, --tenant, --since). --dry-run lists them first (each
+    id, state, kind and tenant; --json: `{"dry_run": true, "count": N, "jobs": [...]}`)."""
     matching = _requeue_filter(state, kind, tenant, since)
     if job_id is not None and matching is not None:
         refuse("give a job ID or a filter (--state, --kind, --tenant, --since), not both")
     if job_id is not None:
         _requeue_one(job_id, dry_run, note)
     elif matching is not None and matching.states:
-        _requeue_matching(matching, dry_run, note)
+        _requeue_matching(matching, dry_run, note, as_json)
     else:
         refuse("give a job ID, or --state failed|dead|unknown (with --kind, --tenant, --since) for many jobs")
 
@@ -252,13 +268,21 @@ def _requeue_one(prefix: str, dry_run: bool, note: str | None) -> None:
     out.print(f"dry run: job {job.id} ({job.state.value}) would be requeued; nothing was changed")
 
 
-def _requeue_matching(matching: JobFilter, dry_run: bool, note: str | None) -> None:
+def _requeue_matching(matching: JobFilter, dry_run: bool, note: str | None, as_json: bool) -> None:
     _, engine = open_store()
     if dry_run:
-        count = db.read(engine, operator.count_requeueable, matching)
-        out.print(f"dry run: {count} {_jobs(count)} would be requeued; nothing was changed")
+        found = db.read(engine, operator.requeueable_jobs, matching)
+        if as_json:
+            print_json({"dry_run": True, "count": len(found), "jobs": [views.job_document(j) for j in found]})
+            return
+        out.print(f"dry run: {len(found)} {_jobs(len(found))} would be requeued; nothing was changed")
+        for job in found:
+            out.print(f"{job.id}  {job.state.value}  {job.kind}  {job.tenant}", markup=False, highlight=False)
         return
     moved = db.transact(engine, operator.requeue_matching, matching, clock.now(), actor=_actor(), note=note)
+    if as_json:
+        print_json({"dry_run": False, "count": len(moved), "requeued": moved})
+        return
     out.print(f"requeued {len(moved)} {_jobs(len(moved))}")
     for job_id in moved:
         out.print(job_id)

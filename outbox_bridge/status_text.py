@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from outbox_bridge.broker.connection import QueueDepth
 from outbox_bridge.core.durations import format_duration
 from outbox_bridge.jobstore.overview import Overview
 
@@ -16,9 +17,9 @@ TableMaker = Callable[..., Table]
 
 
 def print_status(
-    out: Console, make_table: TableMaker, view: Overview, now: float, dead_letters: tuple[str, int | None]
+    out: Console, make_table: TableMaker, view: Overview, now: float, dead_letters: tuple[str, QueueDepth]
 ) -> None:
-    """Print `view` as of `now`; `dead_letters` is the queue's name and depth (None: no answer)."""
+    """Print `view` as of `now`; `dead_letters` is the queue's name and what a probe of it found."""
     print_warnings(out, view)
     print_processes(out, make_table, view, now)
     table = make_table(title="jobs by state")
@@ -34,8 +35,7 @@ def print_status(
     out.print("finished per minute (last 10): " + " ".join(str(n) for _, n in view.throughput))
     out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
     queue, depth = dead_letters
-    shown = "the broker did not answer" if depth is None else f"{depth} messages"
-    out.print(f"dead-letter queue {queue}: {shown}", style="red" if depth else None)
+    out.print(f"dead-letter queue {queue}: {depth}", style="red" if depth.messages else None)
 
 
 def print_warnings(out: Console, view: Overview) -> None:

@@ -7,13 +7,16 @@ operator sees: the tenant and owner, the epoch, the attempt budget, the lease an
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox_bridge.api.schemas import JobView
 from outbox_bridge.core.clock import isoformat
 from outbox_bridge.jobstore.heartbeats import Process
 from outbox_bridge.jobstore.overview import Overview
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
+
+if TYPE_CHECKING:
+    from outbox_bridge.broker.connection import QueueDepth
 
 
 def job_document(job: Job) -> dict[str, Any]:
@@ -80,8 +83,9 @@ def process_document(process: Process) -> dict[str, Any]:
     }
 
 
-def status_document(view: Overview, dead_letter_queue: str, dead_letters: int | None) -> dict[str, Any]:
-    """`status --json`: the dashboard's figures. `dead_letters` is None when the broker did not answer.
+def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueDepth) -> dict[str, Any]:
+    """`status --json`: the dashboard's figures. The dead-letter queue's `messages` is null when they could
+    not be counted, and its `problem` says why (the broker did not answer, or has no such queue).
     `processes` lists every live relay, consumer and worker (`alive` counts them by role); `warnings` is
     what the dashboard shows in red, each with a stable `code` (`no-consumer`, `no-relay`,
     `queued-too-long`), empty when all is well."""
@@ -95,7 +99,11 @@ def status_document(view: Overview, dead_letter_queue: str, dead_letters: int | 
         "finished_per_minute": [{"minute": isoformat(start), "jobs": n} for start, n in view.throughput],
         "dead": [job_document(j) for j in view.dead],
         "unknown": [job_document(j) for j in view.unknown],
-        "dead_letter_queue": {"name": dead_letter_queue, "messages": dead_letters},
+        "dead_letter_queue": {
+            "name": dead_letter_queue,
+            "messages": dead_letters.messages,
+            "problem": dead_letters.problem,
+        },
     }
 
 

@@ -35,6 +35,9 @@ from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.states import RESOLVABLE_TO, State
 
 log = logging.getLogger(__name__)
+# The bulk requeue's confirm page lists this many of the jobs it would requeue, newest first (the job list,
+# with the same filter, pages through the rest).
+PREVIEW_JOBS = 50
 
 
 @router.post("/jobs/{job_id}/cancel")
@@ -206,12 +209,16 @@ async def _confirmation(
 ) -> Response:
     try:
         count = await run_in_threadpool(db.read, engine, operator.count_requeueable, chosen.matching)
+        first = await run_in_threadpool(
+            db.read, engine, queries.find_jobs, operator.requeueable(chosen.matching), limit=PREVIEW_JOBS
+        )
     except db.StoreUnavailable as exc:
         return unavailable(request, exc)
     context = {
         **page_context(request, now, 0),
         "filtering": chosen,
         "count": count,
+        "preview": first.items,
         "back": back,
         "notice": notice,
         "unknown": State.UNKNOWN in chosen.matching.states,

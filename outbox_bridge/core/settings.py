@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
 
 # The built-in test kinds: accepted only in a development setup (OUTBOX_BRIDGE_DEV=1) or when ALLOWED_KINDS
 # names them; they do nothing useful and can hold a worker for an hour (`sleep`).
@@ -17,8 +24,56 @@ DEV_AUTH_SECRET = "change-me-outbox-bridge-dev-secret-32b"
 ALIVE_BEATS = 3
 
 
+# The settings that hold a secret: each may be given as `<NAME>_FILE`, the path of a file that holds it (a
+# Docker or Kubernetes secret), instead of in the environment.
+SECRET_SETTINGS = ("auth_secret", "database_url", "rabbitmq_url")
+
+
+class SecretFileError(ValueError):
+    """A `<NAME>_FILE` setting that cannot be used: unreadable, or given beside `<NAME>`."""
+
+
+class SecretFiles(PydanticBaseSettingsSource):
+    """`AUTH_SECRET_FILE=/run/secrets/auth_secret` and the like: the file's contents, without the line
+    break that ends it, for each of `SECRET_SETTINGS`. Naming a setting both ways (`<NAME>` not empty) is
+    refused."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        name = field_name.upper()
+        path = os.environ.get(f"{name}_FILE")
+        if field_name not in SECRET_SETTINGS or not path:
+            return None, field_name, False
+        if os.environ.get(name):  # set and not empty
+            raise SecretFileError(f"{name} and {name}_FILE are both set: give the setting one way")
+        try:
+            return Path(path).read_text().rstrip("\r\n"), field_name, False
+        except OSError as exc:
+            raise SecretFileError(f"{name}_FILE={path} cannot be read: {exc.strerror or exc}") from exc
+
+    def __call__(self) -> dict[str, Any]:
+        found = {}
+        for name, field in self.settings_cls.model_fields.items():
+            value, key, _ = self.get_field_value(field, name)
+            if value is not None:
+                found[key] = value
+        return found
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """`<NAME>_FILE` secrets (`SecretFiles`: a `<NAME>` set and empty gives way to its file), then the
+        environment, then `.env`."""
+        return init_settings, SecretFiles(settings_cls), env_settings, dotenv_settings, file_secret_settings
 
     database_url: str = "sqlite:///./data/jobs.db"
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
@@ -105,7 +160,7 @@ class Settings(BaseSettings):
     # Relays, consumers and workers serve Prometheus `/metrics` on this port when it is set (the api serves
     # its own on its HTTP port), bound to METRICS_HOST.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "127.0.0.1"
 
     # Logs on stderr: `text` for a terminal, `json` (one object per line) for a log pipeline. ACCESS_LOG=1
     # makes the api log a line per request (method, path without its query, status, duration).

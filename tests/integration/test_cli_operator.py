@@ -104,7 +104,7 @@ def test_requeue_of_one_failed_job_records_who_and_why(
     assert recorded(engine, job_id) == [("requeue", OPERATOR, "bucket fixed")]
 
 
-def test_requeue_by_filter_counts_first_then_requeues_exactly_those(
+def test_requeue_by_filter_lists_them_first_then_requeues_exactly_those(
     settings: Settings, engine: Engine, clock: FakeClock
 ) -> None:
     clock.set(time.time())  # the command reads the system clock: --since 1h must cover these jobs
@@ -121,6 +121,11 @@ def test_requeue_by_filter_counts_first_then_requeues_exactly_those(
     counted = done(run(settings, *bulk, "--dry-run"))
 
     assert "dry run: 3 jobs would be requeued; nothing was changed" in counted
+    listed = [line.split() for line in counted.splitlines()[1:]]
+    assert sorted(listed) == sorted([job_id, "dead", "export", "acme"] for job_id in dead)
+    document = json.loads(done(run(settings, *bulk, "--dry-run", "--json")))
+    assert (document["dry_run"], document["count"]) == (True, 3)
+    assert sorted(job["id"] for job in document["jobs"]) == sorted(dead)
     assert every_row(engine) == before
     said = done(run(settings, *bulk, "--note", "provider back"))
     assert said.splitlines()[0] == "requeued 3 jobs"

@@ -17,9 +17,9 @@ from tests.support.store import claimed, job_row, new_job, new_jobs
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
-def cli_json(settings: Settings, *args: str) -> dict[str, object]:
+def cli_json(settings: Settings, *args: str, code: int = 0) -> dict[str, object]:
     result = procs.run([*args, "--json"], settings)
-    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.returncode == code, result.stdout + result.stderr
     document = json.loads(result.stdout)
     assert isinstance(document, dict)
     return document
@@ -75,7 +75,7 @@ def test_status_json_counts_jobs_by_state_and_names_the_dead_letter_queue(
 ) -> None:
     new_jobs(engine, 2)
 
-    document = cli_json(settings, "status")
+    document = cli_json(settings, "status", code=3)  # it warns: jobs wait and no consumer is alive
 
     assert document["counts"]["queued"] == 2  # type: ignore[index]
     assert document["outbox"]["pending"] == 2  # type: ignore[index]
@@ -95,6 +95,8 @@ def test_piped_jobs_list_and_show_print_whole_ids(settings: Settings, engine: En
     assert "…" not in listed.stdout + shown.stdout, "nothing is cut short in a pipe"
     for job_id in ids:
         assert job_id in listed.stdout.split(), listed.stdout
+    [running] = [line for line in listed.stdout.splitlines() if ids[0] in line]
+    assert claim.worker in running.split() and "expires in" in running, "the worker and its lease"
     for whole in (claim.attempt_id, claim.worker):
         assert whole in shown.stdout.split(), shown.stdout
 

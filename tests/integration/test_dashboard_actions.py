@@ -154,6 +154,25 @@ def test_the_job_page_shows_input_attempts_actions_and_the_resolution_note(
     assert "lost" in page.text or "unknown" in page.text, "the attempt and its outcome are listed"
 
 
+def test_the_job_page_tells_apart_attempts_made_within_the_same_second(
+    client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str]
+) -> None:
+    job_id = new_job(engine, intake.new_id())
+    for _ in range(2):  # two attempts: attempt ids are time-ordered, so they begin alike
+        held = claimed(engine, job_id)
+        db.transact(
+            engine, fenced.fail, job_id, held.epoch, held.attempt_id, code="boom", message="again",
+            permanent=False, now=clock.now(), backoff=Backoff(0.0, 0.0),
+        )  # fmt: skip
+    ids = [a.id for a in db.read(engine, queries.attempts_of, job_id)]
+
+    page = client.get(f"/ui/jobs/{job_id}", headers=ops)
+
+    shown = re.findall(r'data-attempt="[^"]+">([^<]+)<', page.text)
+    assert ids[0][:8] == ids[1][:8], "the case this is about"
+    assert len(shown) == 2 and len(set(shown)) == 2, shown
+
+
 def test_the_job_page_links_a_committed_result_the_operator_can_open(
     client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str]
 ) -> None:
@@ -234,7 +253,7 @@ def test_the_jobs_page_pages_through_every_match_once(
     assert len(seen) == 5 and set(seen) == ids
 
 
-def test_requeue_many_shows_the_count_first_and_changes_nothing_until_confirmed(
+def test_requeue_many_shows_the_count_and_the_jobs_first_and_changes_nothing_until_confirmed(
     client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str]
 ) -> None:
     dead = sorted(ended(engine, clock, permanent=False) for _ in range(3))
@@ -246,6 +265,8 @@ def test_requeue_many_shows_the_count_first_and_changes_nothing_until_confirmed(
 
     assert confirm.status_code == 200
     assert re.search(r'data-figure="matching">3<', confirm.text), confirm.text
+    assert sorted(re.findall(r'<tr data-job="([^"]+)">', confirm.text)) == dead, "the jobs it would requeue"
+    assert 'id="preview-more"' not in confirm.text
     assert 'name="confirm" value="yes"' in confirm.text
     assert every_row(engine) == before
     said = flash(

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Connection, Engine, select, update
 
 from outbox_bridge.broker import topology
-from outbox_bridge.broker.connection import queue_depth
+from outbox_bridge.broker.connection import NO_ANSWER, NO_QUEUE, queue_depth, queue_probe
 from outbox_bridge.broker.message import JobMessage
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
@@ -139,6 +139,15 @@ def test_a_running_relay_publishes_a_dead_lettered_job_again_within_seconds(
 def test_dead_letter_depth_is_none_when_the_broker_does_not_answer(settings: Settings) -> None:
     unreachable = settings.model_copy(update={"rabbitmq_url": "amqp://guest:guest@127.0.0.1:1/%2F"})
     assert queue_depth(unreachable, unreachable.dead_letter_queue, timeout=1.0) is None
+    assert queue_probe(unreachable, unreachable.dead_letter_queue, timeout=1.0).problem == NO_ANSWER
+
+
+def test_a_queue_that_does_not_exist_is_told_apart_from_a_broker_that_does_not_answer(
+    settings: Settings,
+) -> None:
+    missing = queue_probe(settings, f"no-such-queue-{settings.queue}")
+    assert (missing.messages, missing.problem) == (None, NO_QUEUE)
+    assert str(missing) == "the broker answered: the queue does not exist"
 
 
 def test_status_shows_how_many_messages_wait_in_the_dead_letter_queue(

@@ -3,6 +3,7 @@ with no consumer alive, an outbox due with no relay alive, a job queued past the
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -11,6 +12,7 @@ from sqlalchemy import Engine
 
 from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
+from outbox_bridge.cli import WARNED
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, heartbeats
@@ -85,8 +87,21 @@ def test_status_prints_the_warnings_first_and_who_is_alive(engine: Engine, setti
 
     shown = procs.run(["status"], settings)
 
-    assert shown.returncode == 0, shown.stderr
+    assert shown.returncode == WARNED, shown.stderr
     lines = shown.stdout.splitlines()
     assert lines[0] == "WARNING no-consumer: 2 job(s) waiting and no consumer or worker is alive"
     assert lines[1] == "WARNING no-relay: 2 outbox row(s) due and no relay is alive"
     assert "alive: api 0, relay 0, consumer 0, worker 0" in lines
+
+
+def test_status_exits_0_when_there_is_nothing_to_warn_about_and_3_when_it_warned(
+    engine: Engine, settings: Settings
+) -> None:
+    quiet = procs.run(["status", "--json"], settings)
+    assert quiet.returncode == 0, quiet.stderr
+    assert json.loads(quiet.stdout)["warnings"] == []
+
+    new_jobs(engine, 1)
+    warned = procs.run(["status", "--json"], settings)
+    assert warned.returncode == WARNED == 3, warned.stderr
+    assert [w["code"] for w in json.loads(warned.stdout)["warnings"]] == ["no-consumer", "no-relay"]

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from outbox_bridge import views
 from outbox_bridge.api.schemas import JobView
+from outbox_bridge.broker.connection import NO_ANSWER, QueueDepth
 from outbox_bridge.jobstore.alerts import Alert
 from outbox_bridge.jobstore.heartbeats import Process
 from outbox_bridge.jobstore.outbox import Backlog
@@ -101,7 +102,7 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
         alerts=[Alert("no-consumer", "1 job(s) waiting and no consumer or worker is alive")],
     )
 
-    document = views.status_document(view, "jobs.dead", None)
+    document = views.status_document(view, "jobs.dead", QueueDepth(None, NO_ANSWER))
 
     assert set(document) == {
         "warnings",
@@ -117,7 +118,11 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
     }
     assert document["finished_per_minute"] == [{"minute": "2023-11-14T22:13:20.000Z", "jobs": 4}]
     assert [j["id"] for j in document["unknown"]] == [JOB.id]
-    assert document["dead_letter_queue"] == {"name": "jobs.dead", "messages": None}
+    assert document["dead_letter_queue"] == {
+        "name": "jobs.dead",
+        "messages": None,
+        "problem": "the broker did not answer",
+    }
     assert document["warnings"] == [
         {"code": "no-consumer", "message": "1 job(s) waiting and no consumer or worker is alive"}
     ]

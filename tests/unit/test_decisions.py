@@ -205,6 +205,19 @@ def test_expired_lease_with_a_cancel_request_is_cancelled() -> None:
     assert expired(cancel_requested=True).state is State.CANCELLED
 
 
+def test_a_job_whose_worker_still_renews_but_whose_deadline_passed_is_told_as_a_deadline() -> None:
+    decision = expired(deadline_passed=True, lease_ran_out=False)
+    assert decision == Decision(State.DEAD, "deadline_exceeded", "the job was still running at its deadline")
+    lost = expired(deadline_passed=True)
+    assert (lost.error_code, lost.error_message) == (
+        "deadline_exceeded",
+        "the deadline passed; the last attempt: the worker stopped renewing its lease",
+    )
+    unknown = expired(deadline_passed=True, lease_ran_out=False, external_started=True)
+    assert unknown.state is State.UNKNOWN and unknown.error_message.startswith("the job was still running")
+    assert expired(deadline_passed=True, lease_ran_out=False, cancel_requested=True).state is State.CANCELLED
+
+
 def test_a_storage_fault_is_refunded_and_retried_later_even_with_the_budget_spent() -> None:
     decided = failure(attempts=3, max_attempts=3, storage_faults=1, code=STORAGE_FAULT)
     assert decided == Decision(
