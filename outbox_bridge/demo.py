@@ -12,6 +12,7 @@ import re
 import shutil
 import signal
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Iterable, Iterator
@@ -366,13 +367,13 @@ def _summary(jobs: list[Job], demo: Demo, port: int, *, running: bool) -> None:
     console.print(Panel("\n".join(demo.notes), title="what happened"))
     settings = demo.settings
     store = _redacted(settings.database_url)
-    dev = _dev_prefix(settings)
+    dev = _dev_prefix(settings) + command_name()
     if running:
         where = f"dashboard: http://127.0.0.1:{port}/ui (sign in with the operator token below)\n"
     else:
         where = (
             "The stack has stopped: api, relay and consumers (or workers) are no longer running.\n"
-            f"To browse this store again: DATABASE_URL={store} {dev}outbox-bridge api --port {port}\n"
+            f"To browse this store again: DATABASE_URL={store} {dev} api --port {port}\n"
             f"  then open http://127.0.0.1:{port}/ui and sign in with the operator token below\n"
         )
     console.print(
@@ -380,9 +381,9 @@ def _summary(jobs: list[Job], demo: Demo, port: int, *, running: bool) -> None:
             f"{where}"
             f"store:     {store}\n"
             f"logs:      {DEMO_DIR / 'logs'}\n"
-            f"commands:  DATABASE_URL={store} outbox-bridge status\n"
+            f"commands:  DATABASE_URL={store} {command_name()} status\n"
             "           (and: jobs list --state unknown, jobs show <id>)\n"
-            f"tokens:    {dev}outbox-bridge token --tenant {TENANT} --user you --operator",
+            f"tokens:    {dev} token --tenant {TENANT} --user you --operator",
             title="where to look next",
         )
     )
@@ -390,6 +391,19 @@ def _summary(jobs: list[Job], demo: Demo, port: int, *, running: bool) -> None:
     # Outside the panel and never wrapped: the whole token, on one line, to copy.
     console.print("operator token (valid for a day):")
     console.print(operator, soft_wrap=True, markup=False, highlight=False)
+
+
+def command_name() -> str:
+    """How a shell here runs outbox-bridge: by its name when the PATH finds this installation's, else by
+    its path (`.venv/bin/outbox-bridge` after `make install`, relative to the directory when inside it)."""
+    here = Path(sys.executable).parent / "outbox-bridge"
+    found = shutil.which("outbox-bridge")
+    if found is not None and Path(found).resolve() == here.resolve():
+        return "outbox-bridge"
+    try:
+        return str(here.relative_to(Path.cwd()))
+    except ValueError:
+        return str(here)
 
 
 def _dev_prefix(settings: Settings) -> str:
