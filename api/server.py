@@ -15,7 +15,7 @@ from types import FrameType
 import uvicorn
 
 from outbox_bridge.api.connections import BoundedProtocol, ConnectionBounds
-from outbox_bridge.core.settings import Settings
+from outbox_bridge.core.settings import Settings, environment_of
 
 
 def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None:
@@ -36,7 +36,9 @@ def serve(settings: Settings, *, host: str, port: int, workers: int = 1) -> None
 
             uvicorn.run(create_app(settings, beat=True), **options)  # type: ignore[arg-type]
             return
-        os.environ.update(settings_environment(settings))
+        env = environment_of(settings, os.environ)  # what each worker process loads
+        os.environ.clear()
+        os.environ.update(env)
         uvicorn.run("outbox_bridge.api.app:create_app_from_env", factory=True, workers=workers, **options)  # type: ignore[arg-type]
 
 
@@ -54,15 +56,3 @@ def _exit_zero_after_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def settings_environment(settings: Settings) -> dict[str, str]:
-    """Environment variables that make `Settings()` in a child process equal `settings`."""
-    env: dict[str, str] = {}
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        if isinstance(value, tuple | list):
-            value = ",".join(str(v) for v in value)
-        env[name.upper()] = str(value)
-    return env

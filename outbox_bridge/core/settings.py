@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -208,3 +209,18 @@ class Settings(BaseSettings):
 def load() -> Settings:
     """Read the settings once; callers pass the result down."""
     return Settings()
+
+
+def environment_of(settings: Settings, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """`base` (an environment; none by default) with every setting of `settings` in it, so that `Settings()`
+    in a process started with it equals `settings`. The `<NAME>_FILE` variables of the secrets are left
+    out: the values themselves are in it, and a setting given both ways is refused (`SecretFiles`)."""
+    files = {f"{name.upper()}_FILE" for name in SECRET_SETTINGS}
+    env = {name: value for name, value in (base or {}).items() if name not in files}
+    for name, value in settings.model_dump().items():
+        if value is None:
+            continue
+        if isinstance(value, tuple | list):
+            value = ",".join(str(v) for v in value)
+        env[name.upper()] = str(value)
+    return env

@@ -18,20 +18,14 @@ from types import TracebackType
 
 import httpx
 
-from outbox_bridge.core.settings import Settings
+from outbox_bridge.core.settings import Settings, environment_of
 
 
 def settings_env(settings: Settings, **extra: str) -> dict[str, str]:
-    """The environment that makes a child process load exactly `settings`."""
-    env = {k: v for k, v in os.environ.items() if k != "OUTBOX_BRIDGE_FAULTS"}
-    for name, value in settings.model_dump().items():
-        if value is None:
-            continue
-        if isinstance(value, tuple | list):
-            value = ",".join(str(v) for v in value)
-        env[name.upper()] = str(value)
-    env.update(extra)
-    return env
+    """The environment that makes a child process load exactly `settings` (this one's, without a fault
+    schedule), with `extra` on top."""
+    inherited = {k: v for k, v in os.environ.items() if k != "OUTBOX_BRIDGE_FAULTS"}
+    return environment_of(settings, inherited) | extra
 
 
 def command() -> list[str]:

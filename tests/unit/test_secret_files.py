@@ -1,14 +1,16 @@
 """`<NAME>_FILE` for the settings that hold a secret (`AUTH_SECRET`, `DATABASE_URL`, `RABBITMQ_URL`): the
 file's contents without its final line break; both ways at once, or a file that cannot be read, refused
-with the setting's name; other settings are not read from files."""
+with the setting's name; other settings are not read from files; a child process started with the
+settings' environment loads the same settings."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from outbox_bridge.core.settings import SecretFileError, Settings
+from outbox_bridge.core.settings import SecretFileError, Settings, environment_of
 
 
 def test_a_secret_is_read_from_the_file_named_by_its_file_variable(
@@ -44,3 +46,22 @@ def test_a_setting_that_holds_no_secret_is_not_read_from_a_file(
     monkeypatch.delenv("LEASE_SECONDS", raising=False)
     monkeypatch.setenv("LEASE_SECONDS_FILE", str(tmp_path / "lease"))
     assert Settings(_env_file=None).lease_seconds == 30.0  # type: ignore[call-arg]
+
+
+def test_a_child_started_with_the_settings_environment_loads_a_secret_read_from_a_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "auth").write_text("a-secret-from-a-file-that-is-long-enough\n")
+    monkeypatch.delenv("AUTH_SECRET", raising=False)
+    monkeypatch.setenv("AUTH_SECRET_FILE", str(tmp_path / "auth"))
+    parent = Settings(_env_file=None)  # type: ignore[call-arg]
+
+    env = environment_of(parent, os.environ)
+
+    assert "AUTH_SECRET_FILE" not in env and env["AUTH_SECRET"] == parent.auth_secret
+    with monkeypatch.context() as child:
+        for name in list(os.environ):
+            child.delenv(name)
+        for name, value in env.items():
+            child.setenv(name, value)
+        assert Settings(_env_file=None) == parent  # type: ignore[call-arg]
