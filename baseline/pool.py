@@ -248,7 +248,7 @@ class ClaimPool:
 
     def _held(self, conn: Connection) -> Share | None:
         """`TENANT_SHARE` now (`worker.share`)."""
-        return self._share.held(conn, self._runners.tenants(), self._runners.bursting)
+        return self._share.held(conn, Counter(self._runners.tenants()), self._runners.bursting)
 
     def _write_alone(self) -> None:
         """After a round failed for a reason other than an unavailable store: each waiting outcome in a

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 
 from sqlalchemy import Connection, Engine
 
@@ -112,6 +113,8 @@ class DegradedMode:
     def _claim_next(self, conn: Connection) -> Claim | None:
         """The next job, within `TENANT_MAX_RUNNING` and `TENANT_SHARE` (one claim at a time: never
         claiming ahead)."""
-        share = self._share.held(conn, (r.claim.tenant for r in self._pipeline.running()), bursting=False)
+        share = self._share.held(
+            conn, Counter(r.claim.tenant for r in self._pipeline.running()), bursting=False
+        )
         cap, lease = self._settings.tenant_max_running, self._settings.lease_seconds
         return claim_next(conn, self._worker, lease, cap, share)

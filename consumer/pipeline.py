@@ -290,9 +290,7 @@ class Pipeline:
             room = self._room()
             claimed = self._runners.claimed()
             running = Counter(held.claim.tenant for held in claimed)
-            share = (
-                self._share.held(conn, running.elements(), self._bursting) if room and self._waiting else None
-            )
+            share = self._share.held(conn, running, self._bursting) if room and self._waiting else None
             round_.deliveries = take_in_order(self._waiting, room, running, share.most if share else None)
         job_ids = [d.job_id for d in round_.deliveries]
         lease = self._settings.lease_seconds

@@ -440,11 +440,13 @@ def claim_next(
 _QUEUED_TENANTS = select(jobs.c.id, jobs.c.tenant).where(jobs.c.id.in_(_IDS), state_in(CLAIM.sources))
 
 
-def _capped_split(
+def _refused(
     conn: Connection, job_ids: list[str], cap: int, share: tenantcap.Share | None = None
-) -> tuple[list[str], list[str]]:
-    """Of `job_ids`, in order: the queued ones the cap (and the `share`) admits, and those refused
-    (locking, on PostgreSQL, the tenants concerned first when there is a cap: `tenantcap.lock`)."""
+) -> list[str]:
+    """The queued jobs of `job_ids`, in order, that the cap (or the `share`) refuses (locking, on
+    PostgreSQL, the tenants concerned first when there is a cap: `tenantcap.lock`)."""
+    if not job_ids:
+        return []
     queued = {str(r[0]): str(r[1]) for r in conn.execute(_QUEUED_TENANTS, {"b_ids": job_ids})}
     candidates = [(job_id, queued[job_id]) for job_id in job_ids if job_id in queued]
     refused: list[str] = []
@@ -454,9 +456,8 @@ def _capped_split(
         admitted, refused = tenantcap.admit(candidates, tenantcap.running(conn, tenants), cap)
         candidates = [(job_id, queued[job_id]) for job_id in admitted]
     if share:
-        admitted, more = tenantcap.admit(candidates, share.held, share.most)
-        refused += more
-    return [job_id for job_id, _ in candidates if job_id not in set(refused)], refused
+        refused += tenantcap.admit(candidates, share.held, share.most)[1]
+    return refused
 
 
 def _within_cap(
@@ -464,13 +465,13 @@ def _within_cap(
 ) -> list[str]:
     """`job_ids` without the queued jobs the cap or the share refuses (jobs already running, with an
     expired lease, stay: taking one over adds nothing to its tenant's count)."""
-    _, refused = _capped_split(conn, job_ids, cap, share) if job_ids else ([], [])
-    return [job_id for job_id in job_ids if job_id not in set(refused)]
+    refused = set(_refused(conn, job_ids, cap, share))
+    return [job_id for job_id in job_ids if job_id not in refused]
 
 
 def _over_cap(conn: Connection, job_ids: list[str], cap: int, now: float) -> list[str]:
     """The queued jobs of `job_ids` the cap refuses; each gets its outbox row again, due a little later."""
-    _, refused = _capped_split(conn, job_ids, cap) if job_ids else ([], [])
+    refused = _refused(conn, job_ids, cap)
     if refused:
         outbox.add_many(conn, [(job_id, now + tenantcap.RETRY_SECONDS, now) for job_id in refused])
     return refused

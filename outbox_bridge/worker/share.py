@@ -15,7 +15,6 @@ waiting, unacked, for its next round; a worker leaves the jobs queued."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
 
 from sqlalchemy import Connection
 
@@ -30,8 +29,8 @@ class TenantShare:
         self._applies = self.most < concurrency
         self._several = False  # once the store holds several tenants' jobs, the process counts on it
 
-    def held(self, conn: Connection, tenants: Iterable[str], bursting: bool) -> tenantcap.Share | None:
-        """What the process holds by tenant (`tenants`: each claimed job's) and the most it may hold of
+    def held(self, conn: Connection, held: Counter[str], bursting: bool) -> tenantcap.Share | None:
+        """What the process holds by tenant (`held`: its claimed jobs' tenants) and the most it may hold of
         one, or None when no bound applies now (jobs are short, the store holds one tenant's jobs, or the
         share leaves no thread apart). Asks the store in the caller's transaction (two index seeks) until
         it holds jobs of two tenants."""
@@ -40,4 +39,4 @@ class TenantShare:
         self._several = self._several or tenantcap.several_tenants(conn)
         if not self._several:
             return None
-        return tenantcap.Share(Counter(tenants), self.most)
+        return tenantcap.Share(held, self.most)

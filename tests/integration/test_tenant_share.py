@@ -59,7 +59,7 @@ def test_the_bound_applies_only_to_long_jobs_of_a_store_of_several_tenants(
     engine: Engine, clock: FakeClock
 ) -> None:
     [job_id] = new_jobs(engine, 1, tenant="one")
-    holding = [claimed(engine, job_id).tenant]
+    holding = Counter([claimed(engine, job_id).tenant])
     rule = TenantShare(0.75, 4)
 
     assert rule.most == 3
