@@ -50,7 +50,6 @@ def _drop_pending(of_jobs: ColumnElement[bool]) -> Any:
 _DROP_PENDING = _drop_pending(outbox.c.job_id == bindparam("b_job"))
 _DROP_PENDING_MANY = _drop_pending(outbox.c.job_id.in_(bindparam("b_jobs", expanding=True)))
 _NOW = bindparam("b_now", type_=Float)
-_IDS: BindParameter[int] = bindparam("b_ids", expanding=True)
 
 
 def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> None:

@@ -19,7 +19,7 @@ from outbox_bridge.jobstore import db, relayrole
 from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.relay.window import Sent
 
-# A nacked or returned row waits this long before it is leased again.
+# A nacked or returned row waits this long before it is read again.
 REFUSED_RETRY_SECONDS = 1.0
 
 
@@ -34,9 +34,9 @@ def _count(bucket: dict[str, list[int]]) -> int:
 
 @dataclass
 class Settlement:
-    """Rows to write back, by lease token: confirmed ones to mark published, refused ones (nacked, returned)
-    to release after a delay, unsent ones (never confirmed, or leased after the channel was gone) to release
-    at once."""
+    """What the broker said about rows read under the relay role, by the role's token: confirmed ones to
+    mark published, refused ones (nacked, returned) to hold back a little, unsent ones (never confirmed, or
+    read after the channel was gone) that need no write: they are still due."""
 
     confirmed: dict[str, list[int]] = field(default_factory=dict)
     refused: dict[str, list[int]] = field(default_factory=dict)
@@ -74,8 +74,8 @@ class Settlement:
 
 @dataclass(frozen=True)
 class Settled:
-    """What one settlement changed. `stale` confirmed rows were no longer ours to mark (our lease on them
-    had been taken over), so another relay publishes or has published them."""
+    """What one settlement changed. `stale` confirmed rows were no longer ours to mark (the relay role had
+    passed on), so another relay publishes or has published them."""
 
     marked: int
     stale: int
@@ -98,7 +98,7 @@ def settle(conn: Connection, batch: Settlement, *, now: float) -> Settled:
 
 @dataclass(frozen=True)
 class Leased:
-    """What one lease did: the rows it leased or read (None when a first look found nothing due), and, when
+    """What one read did: the rows it read (None when a first look found nothing due), and, when
     it found fewer rows than asked, when the next row not yet due comes due (None: no such row)."""
 
     lease: Lease | None
