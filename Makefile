@@ -9,10 +9,10 @@ STAMP  := $(VENV)/.installed
 LOCK_DEV     := requirements/dev.txt
 LOCK_RUNTIME := requirements/runtime.txt
 
-.PHONY: help install lock demo test chromium lint bench clean
+.PHONY: help install lock demo test chromium lint bench settings-doc clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-13s %s\n", $$1, $$2}'
 
 install: $(STAMP) ## create .venv with the pinned dependencies (requirements/dev.txt) and the project
 
@@ -73,6 +73,11 @@ bench: install ## the standard benchmark set (writes docs/bench/)
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk; } || \
 	  echo "note: wrk is missing, so the HTTP load phases will be skipped; install it with: sudo apt-get install wrk" >&2
 	$(BIN)/outbox-bridge bench --mode both
+
+# docs/settings.md is rendered from the settings' docstrings (outbox_bridge/core/settings.py);
+# tests/unit/test_settings_reference.py fails when it is out of date.
+settings-doc: install ## regenerate docs/settings.md from outbox_bridge/core/settings.py
+	$(BIN)/python -m outbox_bridge.core.reference > docs/settings.md
 
 clean: ## remove the virtualenv and local data
 	rm -rf $(VENV) data

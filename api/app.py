@@ -22,6 +22,7 @@ from outbox_bridge.api.limits import BodyLimit
 from outbox_bridge.api.links import LinkSigner
 from outbox_bridge.api.metrics import Metrics, RequestCounter, store_reader
 from outbox_bridge.api.routes import jobs, probes
+from outbox_bridge.core import version
 from outbox_bridge.core.settings import Settings, load
 from outbox_bridge.handlers.registry import accepted
 from outbox_bridge.handlers.registry import load as load_kinds
@@ -63,7 +64,7 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
 
     app = App(
         title="outbox-bridge",
-        version="0.1.0",
+        version=version.installed(),
         description=DESCRIPTION,
         lifespan=lifespan,
         redirect_slashes=False,

@@ -61,7 +61,10 @@ class SecretFiles(PydanticBaseSettingsSource):
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", frozen=True)
+    # Each field's docstring is its description, which docs/settings.md shows (`core/reference.py`).
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", frozen=True, use_attribute_docstrings=True
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -77,105 +80,181 @@ class Settings(BaseSettings):
         return init_settings, SecretFiles(settings_cls), env_settings, dotenv_settings, file_secret_settings
 
     database_url: str = "sqlite:///./data/jobs.db"
+    """The store. `sqlite:///./data/jobs.db` is a SQLite file (every process on one host, on a local disk);
+    `postgresql+psycopg://user:password@host:5432/db` is a PostgreSQL server (add `?sslmode=verify-full` for
+    TLS). Every process of a deployment names the same store."""
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
+    """The broker: `amqp://user:password@host:5672/vhost` (`%2F` is the vhost `/`), or `amqps://...:5671/...`
+    for TLS. Options such as `heartbeat=` go in the query string. Relays and consumers use it; the api,
+    `status` and relays read the dead-letter queue's depth through it; baseline workers do not use it."""
     auth_secret: str = DEV_AUTH_SECRET
-    # Development only (the demo, the tests, the benchmark): the api and `token` accept a weak AUTH_SECRET.
+    """The HS256 key that signs and checks bearer tokens, and from which the result links' key is derived.
+    Set your own, at least 32 bytes: the built-in value is public, and `api` and `token` refuse it unless
+    `OUTBOX_BRIDGE_DEV=1`. Changing it invalidates every token and every result link at once."""
     outbox_bridge_dev: bool = False
-    # Bearer tokens: `exp` at most this far ahead; `iss` and `aud` required and checked when these are set.
+    """A development setup (the demo, the tests, the benchmark): the api and `token` accept a weak
+    `AUTH_SECRET`, and the test kinds (`noop`, `sleep`, `flaky`) are accepted unless `ALLOWED_KINDS` says
+    otherwise. Never in production."""
     token_max_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
+    """Bearer tokens whose `exp` is further ahead than this are refused (401), so a leaked token is useful
+    for a bounded time. `token` mints tokens for a day, or for this long when it is shorter."""
     auth_issuer: str | None = Field(default=None, min_length=1)
+    """When set, a token must carry this `iss` (`token` adds it). Set but empty means unset."""
     auth_audience: str | None = Field(default=None, min_length=1)
-    # A job view's `result_url` is a signed link that serves the result without a token for this long (at
-    # most 30 days, like a token).
-    # A dashboard sign-in lasts this long (sign-out ends it sooner).
+    """When set, a token must carry this `aud` (`token` adds it). Set but empty means unset."""
     dashboard_session_seconds: float = Field(default=8 * 3600.0, gt=0)
+    """How long a dashboard sign-in lasts; signing out ends it sooner."""
     result_link_seconds: int = Field(default=900, gt=0, le=30 * 24 * 3600)
+    """How long a job view's signed `result_url` serves the result without a token. Whoever holds a link
+    can read the result until then, and no single link can be revoked: keep it short."""
     results_dir: Path = Path("./data/results")
+    """Where attempts write their files (an export's CSV), one directory per job. The api serves results
+    from it, consumers and workers write to it, and relays remove what the job retention deletes, so every
+    one of them needs it mounted. It belongs to one store only."""
     lease_seconds: float = Field(default=30.0, gt=0)
+    """A claim's lease: a running job's worker renews it every `min(1, LEASE_SECONDS / 3)` seconds, and a
+    job whose lease ran out is settled by the sweeper (retried, or `unknown` after an external effect
+    started). Longer tolerates longer stalls of a worker; shorter recovers a killed worker's jobs sooner.
+    A consumer's AMQP heartbeat follows it (within 5 to 60 seconds)."""
     max_attempts: int = Field(default=3, ge=1)
+    """Attempts a job gets before it is `dead`. Stored with each job when it is accepted: a change applies
+    to jobs accepted afterwards."""
     max_body_bytes: int = Field(default=65536, ge=256)
-    # Slow clients: a request's head must arrive within this long (from the connection or the previous
-    # response), its body within this long of its head; an api process holds at most this many connections.
+    """Request bodies larger than this are refused with `413`. A reverse proxy in front should allow at
+    least this much."""
     http_header_timeout_seconds: float = Field(default=10.0, gt=0)
+    """A request's line and headers must arrive within this long of the connection opening (or of the
+    previous answer on a kept-alive connection), else the connection is closed."""
     http_body_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A request's body must arrive within this long of its headers, else `400 body-timeout` and the
+    connection is closed."""
     http_max_connections: int = Field(default=512, ge=1)
-    # A request's line and headers together; a larger head is refused (400) and its connection closed.
+    """Connections one api process holds; one more is closed at once. Per process: `api --workers N` holds
+    up to N times this, which must stay under the open-file limit (`ulimit -n`)."""
     http_max_head_bytes: int = Field(default=16384, ge=1024)
-    # Unset: every kind the process loaded but the test kinds (which a development setup accepts too).
+    """A request's line and headers together; a larger head is answered `400 request-head-too-large` and
+    its connection closed."""
     allowed_kinds: Annotated[tuple[str, ...] | None, NoDecode] = None
-    # Importable modules whose kinds the api, consumers and workers load at start (comma-separated).
+    """The kinds this deployment accepts, comma-separated (`export,notify`). Unset (or empty): every kind
+    the process loaded but the test kinds, which a development setup accepts too."""
     outbox_bridge_kinds: Annotated[tuple[str, ...], NoDecode] = ()
+    """Importable modules whose kinds the api, consumers and workers load at start, comma-separated
+    (`teamapp.kinds`). A module that does not import stops the process at start."""
 
-    # Durability: FULL survives power loss; NORMAL (opt-in) survives process crashes only.
     sqlite_synchronous: Literal["FULL", "NORMAL"] = "FULL"
-    # How long a writer keeps retrying to get SQLite's write lock before the store counts as unavailable.
+    """SQLite's durability: `FULL` survives power loss; `NORMAL` (opt-in, faster) survives process crashes
+    only. Ignored on PostgreSQL."""
     store_lock_timeout_seconds: float = Field(default=5.0, gt=0)
+    """How long one store transaction keeps waiting and retrying (for SQLite's write lock; on PostgreSQL
+    after serialization failures, deadlocks and lost connections) before the store counts as unavailable:
+    the api then answers `503`."""
 
     backoff_base_seconds: float = Field(default=1.0, ge=0)
+    """The pause before a failed attempt's retry: about this long after the first failure, doubling with
+    each further one up to `BACKOFF_MAX_SECONDS`, jittered between half and all of it. It also applies to a
+    job retried after its lease expired. 0: retry at once."""
     backoff_max_seconds: float = Field(default=60.0, ge=0)
+    """The longest pause before a retry (see `BACKOFF_BASE_SECONDS`)."""
 
     # Broker names (tests give each run its own).
     exchange: str = "jobs"
+    """The durable direct exchange relays publish to. Every process of a deployment uses the same names."""
     queue: str = "jobs"
+    """The durable quorum queue consumers take deliveries from, bound to `EXCHANGE`."""
     dead_letter_exchange: str = "jobs.dead"
+    """Where RabbitMQ sends a message of `QUEUE` that was rejected or returned more than `DELIVERY_LIMIT`
+    times."""
     dead_letter_queue: str = "jobs.dead"
+    """The queue bound to `DEAD_LETTER_EXCHANGE`. Relays settle what arrives there from the store; `status`
+    and the dashboard show its depth."""
     delivery_limit: int = Field(default=20, ge=1)
+    """The queue's `x-delivery-limit`: how often RabbitMQ may hand a message back to the queue (a consumer
+    that died or stopped holding it) before it dead-letters it. An argument of the queue, fixed when the
+    queue is first declared."""
 
     relay_batch_size: int = Field(default=500, ge=1)
+    """The most outbox rows a relay reads in one go, and the most confirms it gathers before it writes
+    them back."""
     relay_window: int = Field(default=1000, ge=1)
+    """The most messages a relay has published and the broker has not confirmed yet; it reads more rows
+    once the room for half a batch (`RELAY_BATCH_SIZE`) is free."""
     relay_poll_seconds: float = Field(default=0.05, gt=0)
+    """How often a relay looks for due outbox rows when nothing tells it of them. Where a commit rings the
+    relay (a SQLite file in a directory it can write, PostgreSQL's LISTEN), it looks every second instead
+    (or this, if longer), for rows no ring announced."""
     relay_lease_seconds: float = Field(default=30.0, gt=0)
-    # Messages a relay keeps waiting in the queue at most (0: no bound); what is due beyond it waits in the
-    # outbox, which the relay leases by priority, then fairly across tenants, then age (`relay.ahead`).
+    """A relay that has waited this long for a broker confirm hands the relay role back, so a standby
+    relay publishes instead. A connection the broker keeps blocked for half of it is dropped."""
     publish_ahead: int = Field(default=500, ge=0)
-    # At most this many jobs of one tenant run at once, deployment-wide (0: no cap; `jobstore.tenantcap`).
+    """Messages a relay keeps waiting in the queue at most (0: no bound); fewer once it has measured the
+    consumers' rate: about 0.25 s of their work. What is due beyond it waits in the outbox, which the relay
+    publishes by priority, then fairly across tenants, then age."""
     tenant_max_running: int = Field(default=0, ge=0)
-    # While its jobs run long and the store holds several tenants' jobs, a consumer or worker holds at most
-    # this share of its threads' worth of one tenant's jobs (at least one; 1: no bound; `worker.share`).
+    """At most this many jobs of one tenant run at once, deployment-wide (0: no cap). Jobs held back wait
+    `queued` and spend no attempt."""
     tenant_share: float = Field(default=0.75, gt=0, le=1)
+    """While its jobs run long and the store holds several tenants' jobs, a consumer or worker holds at
+    most this share of its threads' worth of one tenant's jobs (at least one; 1: no bound)."""
     sweep_interval_seconds: float = Field(default=1.0, gt=0)
+    """How often a relay (and each baseline worker) sweeps: settles running jobs whose lease expired or
+    whose deadline passed, and queued jobs past their deadline. The relay prunes the outbox and announces
+    lost deliveries again on the same beat."""
     outbox_retention_seconds: float = Field(default=24 * 3600.0, ge=0)
-    # Finished jobs (not `unknown`: those wait for an operator) are deleted with their attempts, outbox rows
-    # and files once finished this long; 0 keeps them forever.
+    """Published outbox rows older than this are deleted by the relay, at most 5,000 per sweep. Unpublished
+    rows are never deleted."""
     job_retention_seconds: float = Field(default=7 * 24 * 3600.0, ge=0)
-    # How often a relay applies the job retention and removes attempt outputs that never became a result.
+    """Finished jobs (not `unknown`: those wait for an operator) are deleted with their attempts, outbox
+    rows and files once finished this long; 0 keeps them forever."""
     retention_check_seconds: float = Field(default=60.0, gt=0)
-    # A queued job due this long with no delivery waiting is announced again (its message was lost).
+    """How often a relay (or a baseline worker) applies the job retention and removes attempt outputs that
+    never became a result."""
     reannounce_after_seconds: float = Field(default=300.0, gt=0)
-    # How often a relay settles dead-lettered messages from the store (a queued job is announced again).
+    """A queued job due this long with no delivery waiting is announced again (its message was lost)."""
     dead_letter_check_seconds: float = Field(default=2.0, gt=0)
+    """How often a relay settles dead-lettered messages from the store (a queued job is announced again)."""
 
-    # Unacked deliveries a consumer holds (0: its threads plus a bounded number ahead; see worker.budget).
     consumer_prefetch: int = Field(default=0, ge=0)
-    # Consumers fall back to claiming from the table after the broker is gone this long (0 disables).
+    """Unacknowledged deliveries a consumer holds, never fewer than its concurrency. 0: its concurrency plus
+    `min(60, 16 x concurrency)`. With jobs that run for seconds or minutes, set it to the concurrency."""
     degraded_after_seconds: float = Field(default=30.0, ge=0)
+    """A consumer cut off from the broker this long claims jobs straight from the store until the broker
+    is back (0: never)."""
     shutdown_grace_seconds: float = Field(default=20.0, ge=0)
+    """On SIGTERM, how long a process lets running jobs finish (the api: requests in flight; a relay:
+    confirms) before it gives back what it still holds. A supervisor should wait longer than this before
+    it kills."""
 
-    # Every relay, consumer and worker records that it is alive this often (one small write, never one per
-    # job); one not seen for ALIVE_BEATS beats counts as gone. Readers judge with their own value, so every
-    # process of a deployment should share it.
     heartbeat_seconds: float = Field(default=5.0, gt=0)
-    # `status` and the dashboard warn when the oldest due job has waited longer than this (0: never).
+    """How often every api process, relay, consumer and worker records that it is alive (one small write,
+    never one per job); one not seen for 3 beats counts as gone. Readers judge with their own value, so
+    every process of a deployment should share it."""
     queued_age_warning_seconds: float = Field(default=60.0, ge=0)
+    """`status` and the dashboard warn when the oldest due job has waited longer than this (0: never)."""
 
-    # Relays, consumers and workers serve Prometheus `/metrics` on this port when it is set (the api serves
-    # its own on its HTTP port), bound to METRICS_HOST.
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    """Relays, consumers and workers serve Prometheus `/metrics` on this port when it is set (`--metrics-port`
+    overrides it); the api serves its own on its HTTP port."""
     metrics_host: str = "127.0.0.1"
+    """The address the `METRICS_PORT` listener binds to; `0.0.0.0` lets a scraper on another host in."""
 
-    # Logs on stderr: `text` for a terminal, `json` (one object per line) for a log pipeline. ACCESS_LOG=1
-    # makes the api log a line per request (method, path without its query, status, duration).
     log_format: Literal["text", "json"] = "text"
+    """Logs on stderr: `text` for a terminal, `json` (one object per line) for a log pipeline."""
     access_log: bool = False
-    # LOG_JOB_EVENTS=0 keeps only the job events at WARNING (failed, dead, unknown): a line per job per
-    # transition costs CPU a throughput-bound deployment may want back.
+    """`1`: the api logs a line per request (method, path without its query, status, duration); also
+    `api --access-log`."""
     log_job_events: bool = True
+    """`0`: of the job events, log only those at WARNING (failed, dead, unknown). A line per job per
+    transition costs CPU a throughput-bound deployment may want back."""
 
-    # Where the notify kind's local stub provider records deliveries, and where executions are logged.
     notify_log: Path = Path("./data/notify-provider.jsonl")
+    """Where the `notify` kind's local stub provider records each call (tenant, operation key, job id,
+    epoch): the place to check what an `unknown` notify job did."""
     execution_log: Path | None = None
-    # When set, long-running processes write their store counters and CPU time here (for the benchmark).
+    """When set, every process that runs jobs appends one JSON line per attempt start (and per `document`
+    step) to this file: job id, epoch, attempt, worker, pid, kind, time. The tests use it to check that no
+    job ran twice."""
     stats_dir: Path | None = None
+    """When set, long-running processes write their store counters and CPU time here (for the benchmark)."""
 
     @field_validator("auth_issuer", "auth_audience", mode="before")
     @classmethod
