@@ -16,10 +16,15 @@ help: ## list the targets
 
 install: $(STAMP) ## create .venv with the pinned dependencies (requirements/dev.txt) and the project
 
+# uv installs the same pins as pip would, several times faster (it downloads and unpacks in parallel).
+UV_VERSION := 0.13.9
+UV_PIP     = $(BIN)/uv pip install --quiet --python $(BIN)/python
+
 $(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -r $(LOCK_DEV)
-	$(BIN)/pip install --quiet --no-deps -e .
+	$(BIN)/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV_PIP) -r $(LOCK_DEV)
+	$(UV_PIP) --no-deps -e .
 	touch $(STAMP)
 
 # Resolved on Python 3.11, the oldest supported and the image's, so every pin installs there; a pin keeps

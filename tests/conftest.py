@@ -19,7 +19,8 @@ from sqlalchemy import Engine
 from outbox_bridge.core import clock as clock_module
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, migrate
+from outbox_bridge.jobstore import db
+from tests.support.templates import Templates
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 RABBITMQ_IMAGE = "rabbitmq:3.13-management"
@@ -126,15 +127,19 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The store for one test: a SQLite file of its own, or a PostgreSQL schema of its own."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'jobs.db'}"
+    return new_postgres_schema(request.getfixturevalue("postgres_database"))
+
+
+def new_postgres_schema(database: str) -> str:
+    """The URL of a new, empty schema of its own in the PostgreSQL `database`."""
     from sqlalchemy import create_engine, text
 
-    base = request.getfixturevalue("postgres_database")
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    setup = create_engine(base, isolation_level="AUTOCOMMIT")
+    setup = create_engine(database, isolation_level="AUTOCOMMIT")
     with setup.connect() as conn:
         conn.execute(text(f"CREATE SCHEMA {schema}"))
     setup.dispose()
-    return f"{base}?options=-csearch_path%3D{schema}"
+    return f"{database}?options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture
@@ -161,10 +166,18 @@ def settings(settings_factory: object) -> Settings:
     return settings_factory()  # type: ignore[operator]
 
 
+@pytest.fixture(scope="session")
+def store_templates() -> Iterator[Templates]:
+    made = Templates()
+    yield made
+    made.close()
+
+
 @pytest.fixture
-def engine(settings: Settings) -> Iterator[Engine]:
+def engine(settings: Settings, store_templates: Templates) -> Iterator[Engine]:
+    """This test's store, migrated (a copy of a store migrated once per test process: `Templates`)."""
     engine = db.make_engine(settings)
-    migrate.init_schema(settings, engine)
+    store_templates.init_schema(settings, engine)
     yield engine
     engine.dispose()
 
@@ -257,11 +270,4 @@ def rabbitmq_url(rabbitmq: SharedBroker) -> str:
 def postgres_url(postgres_database: str) -> str:
     """A PostgreSQL schema of this test's own, whatever TEST_DATABASES says (for tests that exist to show
     PostgreSQL behaviour)."""
-    from sqlalchemy import create_engine, text
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    setup = create_engine(postgres_database, isolation_level="AUTOCOMMIT")
-    with setup.connect() as conn:
-        conn.execute(text(f"CREATE SCHEMA {schema}"))
-    setup.dispose()
-    return f"{postgres_database}?options=-csearch_path%3D{schema}"
+    return new_postgres_schema(postgres_database)

@@ -1,4 +1,4 @@
-"""`outbox-bridge bench` run as a user runs it, small: it starts the real processes of both modes (two api
+"""`outbox-bridge bench` run as a user runs it, small: it starts the real processes of each mode (two api
 processes each), writes every figure to JSON with the plots, stops by itself, and leaves no process behind;
 interrupted with Ctrl-C it still stops everything it started and keeps the figures measured so far."""
 
@@ -145,31 +145,40 @@ def _assert_wrk(*measured: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.broker
-@pytest.mark.timeout(420)
-def test_bench_of_both_modes_writes_every_figure_and_stops_by_itself(
-    tmp_path: Path, rabbitmq_url: str
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", [pytest.param("broker", marks=pytest.mark.broker), "sqlite"])
+def test_bench_of_one_mode_writes_every_figure_and_stops_by_itself(
+    tmp_path: Path, mode: str, request: pytest.FixtureRequest
 ) -> None:
-    args = ["--mode", "both", *SMALL, "--api-workers", "2"]
-    proc = _bench(tmp_path, args, {"RABBITMQ_URL": rabbitmq_url})
-    code, output = _finish(proc, timeout=360)
+    """Each mode in a run of its own, so that the two run side by side; the ratios between modes, which
+    only a run of both gives, are checked on figures of their own (tests/unit/test_bench_ratios.py)."""
+    env = {"RABBITMQ_URL": request.getfixturevalue("rabbitmq_url")} if mode == "broker" else {}
+    args = ["--mode", mode, *SMALL, "--api-workers", "2"]
+    proc = _bench(tmp_path, args, env)
+    code, output = _finish(proc, timeout=240)
     assert code == 0, output[-6000:]
 
-    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    out = tmp_path / "out"
+    results = json.loads((out / f"results-{mode}.json").read_text())
     runs = results["runs"]
-    assert [(r["mode"], r["synchronous"]) for r in runs] == [("broker", "FULL"), ("sqlite", "FULL")]
-    for run in runs:
-        _assert_run(run)
-        _assert_api_workers(run)
-    outage = runs[0]["phases"]["outage"]
-    assert outage["accepted_during_outage"] > 0
-    assert outage["submitted"]["statuses"] == {"accepted": outage["finished"]["succeeded"]}
-    assert outage["drain_seconds"] is not None and outage["proxy"]["cut"] > 0
-    assert {t["target"] for t in results["targets"]} and all("met" in t for t in results["targets"])
-    assert results["ratios"]["broker/sqlite store throughput at FULL"] > 0
-    for png in ("latency-cdf.png", "latency-cdf-light.png", "throughput.png", "outage.png"):
-        assert (tmp_path / "out" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "store burst" in (tmp_path / "out" / "table.md").read_text()
+    assert [(r["mode"], r["synchronous"]) for r in runs] == [(mode, "FULL")]
+    (run,) = runs
+    _assert_run(run)
+    _assert_api_workers(run)
+    pngs = ["latency-cdf", "latency-cdf-light", "throughput"]
+    if mode == "broker":
+        outage = run["phases"]["outage"]
+        assert outage["accepted_during_outage"] > 0
+        assert outage["submitted"]["statuses"] == {"accepted": outage["finished"]["succeeded"]}
+        assert outage["drain_seconds"] is not None and outage["proxy"]["cut"] > 0
+        pngs.append("outage")
+        assert results["targets"] and all("met" in t for t in results["targets"])  # broker mode's targets
+    else:
+        assert results["targets"] == []
+    assert results["ratios"][f"{mode} FULL HTTP/store throughput"] > 0
+    for png in pngs:
+        assert (out / f"{png}-{mode}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "store burst" in (out / f"table-{mode}.md").read_text()
     _assert_nothing_left(runs)
 
 

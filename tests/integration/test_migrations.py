@@ -23,8 +23,9 @@ from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.schema import jobs, metadata, outbox
 from outbox_bridge.jobstore.states import State
-from tests.conftest import make_settings
+from tests.conftest import make_settings, new_postgres_schema
 from tests.support import procs
+from tests.support.templates import Templates
 
 # What this file shows is about SQLite itself (or runs its own stores): once, on SQLite.
 pytestmark = pytest.mark.databases("sqlite")
@@ -86,6 +87,54 @@ def test_upgrade_from_nothing_reaches_head_and_matches_the_code_schema(bare_engi
     assert migrate.current_revision(bare_engine) == migrate.head_revision()
     migrate.check_current(bare_engine)
     assert schema_differences(bare_engine) == []
+
+
+def test_a_store_copied_from_the_tests_template_is_the_migrated_store(
+    store_settings: Settings, bare_engine: Engine, store_templates: Templates, tmp_path: Path
+) -> None:
+    """The other tests' stores are copies (`tests.support.templates`): each must be what the migrations
+    make, tables, indexes, triggers, functions and version alike."""
+    migrate.upgrade(bare_engine)
+    copies = []
+    for name in ("first", "second"):  # the second is a copy even where the first recorded the template
+        url = store_settings.database_url
+        if db.sqlite_path(store_settings) is not None:
+            url = f"sqlite:///{tmp_path / name}.db"
+        else:
+            url = new_postgres_schema(url.split("?")[0])
+        settings = make_settings(tmp_path / name, database_url=url)
+        engine = db.make_engine(settings)
+        store_templates.init_schema(settings, engine)
+        copies.append(engine)
+
+    try:
+        assert catalog(copies[1]) == catalog(bare_engine)
+        assert schema_differences(copies[1]) == []
+    finally:
+        for engine in copies:
+            engine.dispose()
+
+
+def catalog(engine: Engine) -> list[tuple[object, ...]]:
+    """Everything a store's schema holds, without the name of the PostgreSQL schema it is in."""
+    if engine.dialect.name == "sqlite":
+        queries = ["SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name"]
+    else:
+        queries = [
+            "SELECT table_name, column_name, data_type, column_default, is_nullable"
+            " FROM information_schema.columns WHERE table_schema = current_schema() ORDER BY 1, 2",
+            "SELECT indexname, replace(indexdef, current_schema() || '.', '')"
+            " FROM pg_indexes WHERE schemaname = current_schema() ORDER BY 1",
+            "SELECT conname, pg_get_constraintdef(c.oid) FROM pg_constraint c"
+            " JOIN pg_namespace n ON n.oid = c.connamespace WHERE n.nspname = current_schema() ORDER BY 1",
+            "SELECT trigger_name, event_manipulation, event_object_table, action_statement"
+            " FROM information_schema.triggers WHERE trigger_schema = current_schema() ORDER BY 1, 2",
+            "SELECT proname, prosrc FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
+            " WHERE n.nspname = current_schema() ORDER BY 1",
+        ]
+    queries.append("SELECT version_num FROM alembic_version")
+    with engine.connect() as conn:
+        return [tuple(row) for query in queries for row in conn.exec_driver_sql(query)]
 
 
 def test_upgrading_a_current_store_again_changes_nothing(bare_engine: Engine) -> None:
