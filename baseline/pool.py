@@ -126,6 +126,11 @@ class ClaimPool:
         self.tally = OutcomeCounts()
         self._claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
 
+    @property
+    def worker(self) -> str:
+        """The name this pool's claims write as the lease owner."""
+        return self._worker
+
     def start(self) -> ClaimPool:
         self._runners.start()
         self._claimer.start()

@@ -53,7 +53,8 @@ class BaselineProcess:
         self.sweeper = SweepLoop(engine, settings, self.stopping)
         self.listening = Listening(settings, self.pool.nudge, self.stopping)
         self.pool.bell_open = lambda: self.listening.listening
-        self.heartbeat = Heartbeat(engine, settings, "worker", runner_detail(self.keeper, concurrency))
+        detail = runner_detail(self.keeper, concurrency, self.pool.worker)
+        self.heartbeat = Heartbeat(engine, settings, "worker", detail)
 
     def start(self) -> BaselineProcess:
         self.keeper.start()

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 
 def worker_name() -> str:
+    """The name leases are held under (reported in the heartbeat too): host and process id."""
     return f"consumer-{socket.gethostname()}-{os.getpid()}"
 
 
@@ -59,7 +60,8 @@ class Consumer:
         self.degraded = DegradedMode(
             engine, settings, self.link, self.pipeline, concurrency=concurrency, worker=name
         )
-        self.heartbeat = Heartbeat(engine, settings, "consumer", runner_detail(self.keeper, concurrency))
+        detail = runner_detail(self.keeper, concurrency, name)
+        self.heartbeat = Heartbeat(engine, settings, "consumer", detail)
 
     def _offer(self, delivery: Delivery) -> None:
         self.pipeline.offer(delivery)

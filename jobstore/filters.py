@@ -18,14 +18,17 @@ _ID_PREFIX = re.compile(r"[0-9a-f-]{1,36}", re.ASCII)
 
 @dataclass(frozen=True)
 class JobFilter:
-    """Jobs in any of `states` (every state when empty), of `kind`, of `tenant`, whose id starts with
-    `id_prefix` (any letter case), last changed at or after `since` (epoch seconds). None matches all."""
+    """Jobs in any of `states` (every state when empty), of `kind`, of `tenant`, whose lease `lease_owner`
+    holds, whose id starts with `id_prefix` (any letter case), last changed at or after `since` (epoch
+    seconds), among `ids` (every job when empty: the jobs an operator ticked). None matches all."""
 
     states: frozenset[State] = field(default_factory=frozenset)
     kind: str | None = None
     tenant: str | None = None
     id_prefix: str | None = None
     since: float | None = None
+    lease_owner: str | None = None
+    ids: frozenset[str] = field(default_factory=frozenset)
 
     def clauses(self) -> list[ColumnElement[bool]]:
         found: list[ColumnElement[bool]] = []
@@ -39,6 +42,10 @@ class JobFilter:
             found.append(_id_starts_with(self.id_prefix))
         if self.since is not None:
             found.append(jobs.c.updated_at >= self.since)
+        if self.lease_owner is not None:
+            found.append(jobs.c.lease_owner == self.lease_owner)
+        if self.ids:
+            found.append(jobs.c.id.in_(sorted(self.ids)))
         return found
 
 

@@ -5,7 +5,7 @@ writes it every few seconds (`beat`); that is the only write liveness costs, nev
 is alive while its row was seen within the reader's window (`alive`). The same beat deletes the rows of
 processes gone quiet for long (killed, not stopped), so the table holds about as many rows as there are
 processes; a clean stop deletes its own row (`remove`). `Heartbeat` is the thread each long-running process
-runs to write its row.
+runs to write its row. How an operator's reader judges each row (alive, late, lost) is `conditions`.
 
 A store that does not answer never stops the process: the beat is logged once, tried again at the next
 interval, and its return is logged too. A clean stop deletes the row at once; a killed process's row ages
@@ -24,13 +24,12 @@ import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from importlib import metadata
 from typing import Any
 
 from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
 from sqlalchemy.exc import SQLAlchemyError
 
-from outbox_bridge.core import clock
+from outbox_bridge.core import clock, version
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.schema import processes
@@ -97,9 +96,14 @@ def remove(conn: Connection, process_id: str) -> bool:
 
 def alive(conn: Connection, now: float, within: float) -> list[Process]:
     """The processes seen within `within` seconds of `now`, by role, host, then pid."""
+    return seen_since(conn, now - within)
+
+
+def seen_since(conn: Connection, since: float) -> list[Process]:
+    """The processes whose row was last written at or after `since`, by role, host, then pid."""
     rows = conn.execute(
         select(processes)
-        .where(processes.c.last_seen_at >= now - within)
+        .where(processes.c.last_seen_at >= since)
         .order_by(processes.c.role, processes.c.host, processes.c.pid, processes.c.started_at)
     ).mappings()
     return [
@@ -131,17 +135,10 @@ def this_process(role: str, now: float) -> Process:
         role=role,
         host=socket.gethostname(),
         pid=os.getpid(),
-        version=_version(),
+        version=version.installed(),
         started_at=now,
         last_seen_at=now,
     )
-
-
-def _version() -> str:
-    try:
-        return metadata.version("outbox-bridge")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class Heartbeat:

@@ -6,13 +6,17 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import heartbeats, outbox, queries
+from outbox_bridge.core.settings import ALIVE_BEATS, Settings
+from outbox_bridge.jobstore import conditions, heartbeats, outbox, queries
 from outbox_bridge.jobstore.alerts import Alert, alerts
+from outbox_bridge.jobstore.conditions import LeaseOwners, ProcessStatus
 from outbox_bridge.jobstore.heartbeats import Process
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry.exposition import StoreFigures
+
+# The overview lists at most this many running jobs whose worker is lost (their count is exact).
+WORKER_LOST_LISTED = 100
 
 
 @dataclass(frozen=True)
@@ -24,8 +28,19 @@ class Overview:
     dead: list[Job]
     unknown: list[Job]
     due: queries.DueQueue
-    processes: list[Process]  # the live ones
+    statuses: list[ProcessStatus]  # every process whose row is still there: alive, late or lost
+    worker_lost: list[Job]  # running jobs whose worker is lost, the soonest lease expiry first
     alerts: list[Alert]
+    at: float  # when it was read
+
+    @property
+    def processes(self) -> list[Process]:
+        """The live processes (alive or late)."""
+        return conditions.live(self.statuses)
+
+    @property
+    def lost(self) -> list[ProcessStatus]:
+        return [s for s in self.statuses if not s.live]
 
     @property
     def alive(self) -> dict[str, int]:
@@ -35,7 +50,8 @@ class Overview:
 @dataclass(frozen=True)
 class Liveness:
     """How the overview judges who is alive and what is late: a process is alive when seen within
-    `alive_within` seconds; a due job waiting longer than `queued_age_limit` is an alert (0: never)."""
+    `alive_within` seconds (`ALIVE_BEATS` heartbeats); a due job waiting longer than `queued_age_limit` is
+    an alert (0: never)."""
 
     alive_within: float
     queued_age_limit: float
@@ -44,22 +60,38 @@ class Liveness:
     def of(cls, settings: Settings) -> Liveness:
         return cls(settings.alive_within_seconds, settings.queued_age_warning_seconds)
 
+    @property
+    def heartbeat(self) -> float:
+        """How often each process beats."""
+        return self.alive_within / ALIVE_BEATS
+
 
 def overview(
-    conn: Connection, now: float, liveness: Liveness, *, minutes: int = 10, recent: int = 20
+    conn: Connection,
+    now: float,
+    liveness: Liveness,
+    *,
+    minutes: int = 10,
+    recent: int = 20,
+    here: str | None = None,
 ) -> Overview:
+    """The figures at `now`, as a reader on host `here` (default: this one) judges the processes."""
     start = now - 60 * minutes
     finished = dict(queries.finished_since(conn, start, 60.0))
     throughput = [(start + 60 * i, finished.get(start + 60 * i, 0)) for i in range(minutes)]
     backlog = outbox.backlog(conn, now)
     due = queries.due_queue(conn, now)
-    alive = heartbeats.alive(conn, now, liveness.alive_within)
-    found = alerts(
+    held = queries.leases_by_owner(conn)
+    found = conditions.statuses(conn, now, liveness.heartbeat, here=here, held=held)
+    owners = LeaseOwners.of(found)
+    lost_owners = [owner for owner in held if owners.worker_lost(owner)]
+    warned = alerts(
         due=due.jobs,
         oldest_due_age=due.oldest_age_seconds,
         outbox_pending=backlog.pending,
-        alive=heartbeats.by_role(alive),
+        alive=heartbeats.by_role(conditions.live(found)),
         queued_age_limit=liveness.queued_age_limit,
+        worker_lost=sum(held[owner].jobs for owner in lost_owners),
     )
     return Overview(
         counts=queries.counts_by_state(conn),
@@ -69,19 +101,23 @@ def overview(
         dead=queries.list_jobs(conn, tenant=None, state=State.DEAD, limit=50).items,
         unknown=queries.list_jobs(conn, tenant=None, state=State.UNKNOWN, limit=50).items,
         due=due,
-        processes=alive,
-        alerts=found,
+        statuses=found,
+        worker_lost=queries.running_jobs_of(conn, lost_owners, limit=WORKER_LOST_LISTED),
+        alerts=warned,
+        at=now,
     )
 
 
 def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFigures:
     """What a metrics scrape reports about the store: jobs by state, the oldest due queued job, the outbox
-    backlog, and the processes seen within `alive_within` seconds, by role."""
+    backlog, and the live processes by role (seen within `alive_within` seconds and not found gone on this
+    host, as `conditions` judges them)."""
     backlog = outbox.backlog(conn, now)
+    found = conditions.statuses(conn, now, Liveness(alive_within, queued_age_limit=0.0).heartbeat)
     return StoreFigures(
         jobs_by_state=queries.counts_by_state(conn),
         queued_oldest_age_seconds=queries.due_queue(conn, now).oldest_age_seconds,
         outbox_pending=backlog.pending,
         outbox_oldest_age_seconds=backlog.oldest_age_seconds,
-        alive=heartbeats.by_role(heartbeats.alive(conn, now, alive_within)),
+        alive=heartbeats.by_role(conditions.live(found)),
     )

@@ -188,3 +188,51 @@ def due_queue(conn: Connection, now: float) -> DueQueue:
     ).one()
     age = 0.0 if oldest is None else max(0.0, now - float(oldest))
     return DueQueue(int(count), age)
+
+
+@dataclass(frozen=True)
+class Leases:
+    """The running jobs one lease owner holds: how many, and when the soonest of their leases expires."""
+
+    jobs: int = 0
+    soonest_expiry: float | None = None
+
+
+def leases_by_owner(conn: Connection) -> dict[str, Leases]:
+    """The leases of the running jobs by owner (the worker name a claim wrote): one GROUP BY over one range
+    of the (state, lease_expires_at) index. What a process holds, counted from the store."""
+    query = (
+        select(jobs.c.lease_owner, func.count(), func.min(jobs.c.lease_expires_at))
+        .where(jobs.c.state == State.RUNNING.value, jobs.c.lease_owner.is_not(None))
+        .group_by(jobs.c.lease_owner)
+    )
+    return {
+        str(owner): Leases(int(count), None if soonest is None else float(soonest))
+        for owner, count, soonest in conn.execute(query).all()
+    }
+
+
+def running_jobs_of(conn: Connection, owners: Sequence[str], *, limit: int) -> list[Job]:
+    """Up to `limit` running jobs whose lease any of `owners` holds, the soonest lease expiry first."""
+    if not owners:
+        return []
+    query = (
+        select(jobs)
+        .where(jobs.c.state == State.RUNNING.value, jobs.c.lease_owner.in_(sorted(owners)))
+        .order_by(jobs.c.lease_expires_at, jobs.c.id)
+        .limit(limit)
+    )
+    return [Job.from_row(r) for r in conn.execute(query).mappings()]
+
+
+def last_workers(conn: Connection, job_ids: Sequence[str]) -> dict[str, str]:
+    """The worker of each job's latest attempt (the one its epoch names), by job id; a job never claimed
+    has none."""
+    if not job_ids:
+        return {}
+    query = (
+        select(attempts.c.job_id, attempts.c.worker)
+        .join(jobs, and_(jobs.c.id == attempts.c.job_id, jobs.c.epoch == attempts.c.epoch))
+        .where(jobs.c.id.in_(sorted(job_ids)))
+    )
+    return {str(job_id): str(worker) for job_id, worker in conn.execute(query).all()}

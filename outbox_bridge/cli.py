@@ -204,9 +204,10 @@ WARNED = 3
 
 @app.command()
 def status(as_json: console.JsonOption = False) -> None:
-    """The dashboard's figures in the terminal: warnings first (in red), who is alive, then the jobs. Exits
-    0 when there is nothing to warn about, 3 when it printed a warning (`--json` too: its `warnings`), 1
-    when the store did not answer: a script or a cron job can act on it."""
+    """The dashboard's figures in the terminal: warnings first (in red), who is alive and who is lost (with
+    the jobs each holds), then the jobs. Exits 0 when there is nothing to warn about, 3 when it printed a
+    warning (`--json` too: its `warnings`), 1 when the store did not answer: a script or a cron job can act
+    on it."""
     settings, engine = console.open_store()
     now = clock.now()
     view = db.read(engine, overview, now, Liveness.of(settings))

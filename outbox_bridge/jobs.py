@@ -28,7 +28,8 @@ from outbox_bridge.console import (
 from outbox_bridge.core import clock
 from outbox_bridge.core.durations import FORMAT, format_duration, parse_duration
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, operator, queries
+from outbox_bridge.jobstore import conditions, db, operator, queries
+from outbox_bridge.jobstore.conditions import LeaseOwners, lease_note
 from outbox_bridge.jobstore.errors import InvalidTransition, JobNotFound
 from outbox_bridge.jobstore.filters import JobFilter
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
@@ -59,7 +60,7 @@ def jobs_list(
         refuse(f"--since {exc}")
     states = frozenset() if state is None else frozenset({state})
     matching = JobFilter(states=states, kind=kind, tenant=tenant, since=since_at)
-    _, engine = open_store()
+    settings, engine = open_store()
     try:
         page = db.read(engine, queries.find_jobs, matching, limit=limit, cursor=cursor)
     except queries.BadCursor:
@@ -67,13 +68,20 @@ def jobs_list(
     if as_json:
         print_json(views.list_document(page.items, page.next_cursor))
         return
+    now = clock.now()
+    owners = db.read(engine, conditions.lease_owners, now, settings.heartbeat_seconds)
+    _print_jobs(page.items, owners, now)
+
+
+def _print_jobs(found: list[Job], owners: LeaseOwners, now: float) -> None:
+    """The jobs as a table; a running job's lease says so when its worker is lost."""
     shown = table()
     columns = ("id", "tenant", "kind", "priority", "state", "attempts", "epoch", "created", "worker", "lease")
     for column in (*columns, "error"):
         shown.add_column(column)
-    now = clock.now()
-    for job in page.items:
+    for job in found:
         running = job.state is State.RUNNING
+        lost = owners.worker_lost(job.lease_owner)
         shown.add_row(
             job.id,
             job.tenant,
@@ -84,19 +92,10 @@ def jobs_list(
             str(job.epoch),
             clock.isoformat(job.created_at),
             (job.lease_owner or "") if running else "",
-            lease_left(job.lease_expires_at, now) if running else "",
+            lease_note(job.lease_expires_at, now, worker_lost=lost) if running else "",
             job.error_code or "",
         )
     out.print(shown)
-
-
-def lease_left(expires_at: float | None, now: float) -> str:
-    """A running job's lease as a person reads it: `expires in 12s`, or `expired 3s ago` (the sweeper
-    settles it within a sweep)."""
-    if expires_at is None:
-        return ""
-    left = expires_at - now
-    return f"expires in {left:.0f}s" if left >= 0 else f"expired {-left:.0f}s ago"
 
 
 @jobs_app.command("show")

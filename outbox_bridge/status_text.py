@@ -1,5 +1,6 @@
 """What `outbox-bridge status` prints on a terminal or into a pipe: the warnings first (bold red on a
-terminal), who is alive, then the dashboard's figures. `status --json` prints `views.status_document`."""
+terminal), who is alive and which processes are lost, with the jobs they hold, then the dashboard's
+figures. `status --json` prints `views.status_document`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from outbox_bridge.broker.connection import QueueDepth
-from outbox_bridge.core.durations import format_duration
+from outbox_bridge.core.durations import format_age, format_duration
+from outbox_bridge.jobstore.conditions import ProcessStatus, lease_note
 from outbox_bridge.jobstore.overview import Overview
 
 TableMaker = Callable[..., Table]
@@ -45,15 +47,46 @@ def print_warnings(out: Console, view: Overview) -> None:
 
 
 def print_processes(out: Console, make_table: TableMaker, view: Overview, now: float) -> None:
+    """Who is alive by role, then every process whose row is still there (lost ones in red) with the jobs it
+    holds, then the running jobs whose worker is lost."""
     out.print("alive: " + ", ".join(f"{role} {n}" for role, n in view.alive.items()))
-    if not view.processes:
+    if not view.statuses:
         return
-    table = make_table(title="live processes")
-    for column in ("role", "host", "pid", "version", "up", "last seen", "detail"):
+    table = make_table(title="processes")
+    columns = ("role", "host", "pid", "version", "up", "last seen", "condition", "jobs held", "soonest lease")
+    for column in (*columns, "detail"):
         table.add_column(column)
-    for p in view.processes:
-        detail = " ".join(f"{k}={v}" for k, v in sorted(p.detail.items()))
-        up = format_duration(max(0.0, now - p.started_at))
-        seen = f"{max(0.0, now - p.last_seen_at):.1f}s ago"
-        table.add_row(p.role, p.host, str(p.pid), p.version, up, seen, detail)
+    for s in view.statuses:
+        p = s.process
+        table.add_row(
+            p.role,
+            p.host,
+            str(p.pid),
+            p.version,
+            format_duration(max(0.0, now - p.started_at)),
+            f"{format_age(now - p.last_seen_at)} ago",
+            condition_text(s),
+            str(s.leases.jobs),
+            lease_note(s.leases.soonest_expiry, now, worker_lost=not s.live),
+            " ".join(f"{k}={v}" for k, v in sorted(p.detail.items())),
+            style=None if s.live else "red",
+        )
+    out.print(table)
+    print_worker_lost(out, make_table, view, now)
+
+
+def condition_text(status: ProcessStatus) -> str:
+    """`alive`, `late`, `lost`, or `lost (pid gone)` when its host found its pid gone."""
+    return f"{status.condition.value} (pid gone)" if status.pid_gone else status.condition.value
+
+
+def print_worker_lost(out: Console, make_table: TableMaker, view: Overview, now: float) -> None:
+    if not view.worker_lost:
+        return
+    table = make_table(title="running jobs whose worker is lost")
+    for column in ("id", "tenant", "kind", "worker", "lease"):
+        table.add_column(column)
+    for job in view.worker_lost:
+        lease = lease_note(job.lease_expires_at, now, worker_lost=True)
+        table.add_row(job.id, job.tenant, job.kind, job.lease_owner or "", lease, style="red")
     out.print(table)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from outbox_bridge.api.schemas import JobView
 from outbox_bridge.core.clock import isoformat
+from outbox_bridge.jobstore.conditions import ProcessStatus, lease_note
 from outbox_bridge.jobstore.heartbeats import Process
 from outbox_bridge.jobstore.overview import Overview
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
@@ -70,7 +71,7 @@ def list_document(jobs: list[Job], next_cursor: str | None) -> dict[str, Any]:
 
 
 def process_document(process: Process) -> dict[str, Any]:
-    """A live process as its heartbeat row says (`detail` is what it reports about itself)."""
+    """A process as its heartbeat row says (`detail` is what it reports about itself)."""
     return {
         "id": process.id,
         "role": process.role,
@@ -83,16 +84,44 @@ def process_document(process: Process) -> dict[str, Any]:
     }
 
 
+def status_process_document(status: ProcessStatus) -> dict[str, Any]:
+    """A process as `status --json` lists it: its heartbeat row, its `condition` (`alive`, `late` or
+    `lost`), whether it was found gone on this host (`pid_gone`), and the running jobs it holds, counted
+    from the store (`held_jobs`, `soonest_lease_expires_at`)."""
+    return {
+        **process_document(status.process),
+        "condition": status.condition.value,
+        "pid_gone": status.pid_gone,
+        "held_jobs": status.leases.jobs,
+        "soonest_lease_expires_at": isoformat(status.leases.soonest_expiry),
+    }
+
+
+def lost_process_document(status: ProcessStatus, worker_lost: list[Job]) -> dict[str, Any]:
+    """A lost process as `status --json` lists it, with the ids of the running jobs it held (`jobs`)."""
+    held = [j.id for j in worker_lost if status.worker is not None and j.lease_owner == status.worker]
+    return {**status_process_document(status), "jobs": held}
+
+
+def worker_lost_document(job: Job, now: float) -> dict[str, Any]:
+    """A running job whose worker is lost: the job, and its lease as `status` prints it."""
+    return {**job_document(job), "lease": lease_note(job.lease_expires_at, now, worker_lost=True)}
+
+
 def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueDepth) -> dict[str, Any]:
     """`status --json`: the dashboard's figures. The dead-letter queue's `messages` is null when they could
     not be counted, and its `problem` says why (the broker did not answer, or has no such queue).
-    `processes` lists every live relay, consumer and worker (`alive` counts them by role); `warnings` is
-    what the dashboard shows in red, each with a stable `code` (`no-consumer`, `no-relay`,
-    `queued-too-long`), empty when all is well."""
+    `processes` lists every live (alive or late) api process, relay, consumer and worker (`alive` counts
+    them by role); `lost_processes` those whose row is still there but that are lost, each with the ids of
+    the running jobs it held (`jobs`); `worker_lost_jobs` every running job whose worker is lost (a lost
+    process, or no live one). `warnings` is what the dashboard shows in red, each with a stable `code`
+    (`no-consumer`, `no-relay`, `worker-lost`, `queued-too-long`), empty when all is well."""
     return {
         "warnings": [{"code": a.code, "message": a.message} for a in view.alerts],
         "alive": view.alive,
-        "processes": [process_document(p) for p in view.processes],
+        "processes": [status_process_document(s) for s in view.statuses if s.live],
+        "lost_processes": [lost_process_document(s, view.worker_lost) for s in view.lost],
+        "worker_lost_jobs": [worker_lost_document(j, view.at) for j in view.worker_lost],
         "counts": view.counts,
         "queued_due": {"jobs": view.due.jobs, "oldest_age_seconds": view.due.oldest_age_seconds},
         "outbox": {"pending": view.backlog.pending, "oldest_age_seconds": view.backlog.oldest_age_seconds},

@@ -236,11 +236,20 @@ class Flash:
 
 async def read_form(request: Request) -> dict[str, str]:
     """The urlencoded form fields (first value of each); an oversized or undecodable body reads as empty."""
+    fields = await _form_fields(request)
+    return {name: values[0] for name, values in fields.items()}
+
+
+async def read_form_values(request: Request, name: str) -> list[str]:
+    """Every value of the form field `name` (a field repeated, as ticked checkboxes are), in order."""
+    return (await _form_fields(request)).get(name, [])
+
+
+async def _form_fields(request: Request) -> dict[str, list[str]]:
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
         return {}
-    fields = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
-    return {name: values[0] for name, values in fields.items()}
+    return parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
 
 
 def safe_back(target: str | None) -> str:

@@ -1,12 +1,13 @@
 """The dashboard's forms that change jobs: cancel, requeue and resolve one job, and requeue every job a
-filter names after a page that shows how many that is. Each runs the same store function as the command
-line, in its own transaction, recorded with the operator token's `sub`, and redirects back (303) with a
-flash saying what happened, a refusal included."""
+filter names, or the jobs ticked on the job list, after a page that shows how many that is. Each runs the
+same store function as the command line, in its own transaction, recorded with the operator token's `sub`,
+and redirects back (303) with a flash saying what happened, a refusal included."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import partial
 
 from fastapi import Request
@@ -20,6 +21,7 @@ from outbox_bridge.api.dashboard.access import (
     VisitorDep,
     operator_form,
     page_context,
+    read_form_values,
     redirect_back,
     router,
     safe_back,
@@ -31,6 +33,7 @@ from outbox_bridge.api.deps import EngineDep
 from outbox_bridge.core import clock
 from outbox_bridge.jobstore import db, operator, queries
 from outbox_bridge.jobstore.errors import InvalidTransition, JobNotFound
+from outbox_bridge.jobstore.filters import NOTHING, JobFilter
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.states import RESOLVABLE_TO, State
 
@@ -38,6 +41,8 @@ log = logging.getLogger(__name__)
 # The bulk requeue's confirm page lists this many of the jobs it would requeue, newest first (the job list,
 # with the same filter, pages through the rest).
 PREVIEW_JOBS = 50
+# The form field the job list's checkboxes post, one per ticked job.
+SELECTED = "selected"
 
 
 @router.post("/jobs/{job_id}/cancel")
@@ -143,36 +148,38 @@ def _apply(engine: Engine, action: str, fn: Callable[..., Job], job_id: str) -> 
 
 @router.post("/requeue")
 async def requeue_matching(request: Request, visitor: VisitorDep, engine: EngineDep) -> Response:
-    """Requeue every failed, dead or unknown job the posted filter names. Without `confirm=yes` nothing
-    changes: the answer is a page that shows how many jobs that is and asks to confirm (the same filter,
-    posted again with `confirm=yes` and that count as `expected`). Then one guarded UPDATE requeues what
-    matches, in a transaction that is rolled back unless exactly `expected` jobs moved: when the count
-    changed in between, nothing moves and the page asks again with the new count. A filter on `unknown` jobs
-    also needs `effect_may_repeat=yes`: their external effect may happen again."""
+    """Requeue every failed, dead or unknown job the posted filter names, or those of the jobs ticked on the
+    job list (`selected`, one field per job; a ticked job in another state stays as it is). Without
+    `confirm=yes` nothing changes: the answer is a page that shows how many jobs that is and asks to confirm
+    (the same filter or ticks, posted again with `confirm=yes` and that count as `expected`). Then one
+    guarded UPDATE requeues what matches, in a transaction that is rolled back unless exactly `expected`
+    jobs moved: when the count changed in between, nothing moves and the page asks again with the new count.
+    A requeue that may move an `unknown` job (the filter names that state, or a ticked job is unknown) also
+    needs `effect_may_repeat=yes`: their external effect may happen again; without it no unknown job moves."""
     posted = await operator_form(request, visitor)
     if isinstance(posted, Response):
         return posted
     who, form = posted
     now = clock.now()
-    chosen = filtering(form, now)
+    chosen = filtering(form, now, await read_form_values(request, SELECTED))
     back = safe_back(form.get("back") or f"/ui/jobs?{chosen.query}")
     note = _note(form)
     if not chosen.requeueable:
-        return redirect_back(
-            request, back, Flash("error", "Filter on failed, dead or unknown jobs to requeue them.")
-        )
+        return redirect_back(request, back, Flash("error", _nothing_chosen(form)))
     if isinstance(note, Flash):
         return redirect_back(request, back, note)
     expected = form.get("expected", "")
     if form.get("confirm") != "yes" or not expected.isdigit():
         return await _confirmation(request, engine, chosen, back, now)
-    if State.UNKNOWN in chosen.matching.states and form.get("effect_may_repeat") != "yes":
+    effect_may_repeat = form.get("effect_may_repeat") == "yes"
+    if not effect_may_repeat and await run_in_threadpool(db.read, engine, _may_move_unknown, chosen):
         return await _confirmation(
             request, engine, chosen, back, now, "Tick the box: unknown jobs run again."
         )
+    matching = chosen.matching if effect_may_repeat else _known_only(chosen.matching)
     try:
         moved = await run_in_threadpool(
-            db.transact, engine, _requeue_exactly, chosen, int(expected), now, actor=who.user, note=note
+            db.transact, engine, _requeue_exactly, matching, int(expected), now, actor=who.user, note=note
         )
     except CountChanged as changed:
         notice = f"{changed.moved} jobs match now, not the {expected} you confirmed; nothing was requeued."
@@ -181,10 +188,36 @@ async def requeue_matching(request: Request, visitor: VisitorDep, engine: Engine
         return redirect_back(
             request, back, Flash("error", f"Nothing requeued: the store is unavailable ({exc}).")
         )
-    log.info("dashboard: %s requeued %d jobs (%s)", who.user, len(moved), chosen.query)
+    log.info("dashboard: %s requeued %d jobs (%s)", who.user, len(moved), chosen.query or "ticked")
     return redirect_back(
         request, back, Flash("ok", f"Requeued {len(moved)} {'job' if len(moved) == 1 else 'jobs'}.")
     )
+
+
+def _nothing_chosen(form: dict[str, str]) -> str:
+    """Why a bulk requeue names no job it could requeue: nothing ticked on the list, or a filter on a state
+    a requeue does not take jobs from."""
+    if form.get("selection") == "yes":
+        return "Tick the failed, dead or unknown jobs to requeue first."
+    return "Filter on failed, dead or unknown jobs to requeue them."
+
+
+def _may_move_unknown(conn: Connection, chosen: Filtering) -> bool:
+    """Whether requeueing what `chosen` names may move an unknown job: its filter names the state, or one
+    of the jobs ticked is unknown now."""
+    if State.UNKNOWN in chosen.matching.states:
+        return True
+    if not chosen.selected or chosen.matching.states:
+        return False
+    unknown = replace(chosen.matching, states=frozenset({State.UNKNOWN}))
+    return queries.count_jobs(conn, unknown) > 0
+
+
+def _known_only(matching: JobFilter) -> JobFilter:
+    """`matching` without the unknown jobs: what a requeue moves when its operator did not confirm that an
+    external effect may happen again (nothing, rather than more, when that leaves no state)."""
+    states = operator.requeueable(matching).states - {State.UNKNOWN}
+    return replace(matching, states=states) if states else NOTHING
 
 
 class CountChanged(Exception):
@@ -196,31 +229,45 @@ class CountChanged(Exception):
 
 
 def _requeue_exactly(
-    conn: Connection, chosen: Filtering, expected: int, now: float, *, actor: str, note: str | None
+    conn: Connection, matching: JobFilter, expected: int, now: float, *, actor: str, note: str | None
 ) -> list[str]:
-    moved = operator.requeue_matching(conn, chosen.matching, now, actor=actor, note=note)
+    moved = operator.requeue_matching(conn, matching, now, actor=actor, note=note)
     if len(moved) != expected:
         raise CountChanged(len(moved))
     return moved
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What the confirm page shows: how many jobs a requeue would move now, the newest of them, and
+    whether one may be unknown."""
+
+    count: int
+    jobs: list[Job]
+    unknown: bool
+
+
+def _preview(conn: Connection, chosen: Filtering) -> Preview:
+    first = queries.find_jobs(conn, operator.requeueable(chosen.matching), limit=PREVIEW_JOBS)
+    count = operator.count_requeueable(conn, chosen.matching)
+    return Preview(count, first.items, _may_move_unknown(conn, chosen))
 
 
 async def _confirmation(
     request: Request, engine: Engine, chosen: Filtering, back: str, now: float, notice: str | None = None
 ) -> Response:
     try:
-        count = await run_in_threadpool(db.read, engine, operator.count_requeueable, chosen.matching)
-        first = await run_in_threadpool(
-            db.read, engine, queries.find_jobs, operator.requeueable(chosen.matching), limit=PREVIEW_JOBS
-        )
+        preview = await run_in_threadpool(db.read, engine, _preview, chosen)
     except db.StoreUnavailable as exc:
         return unavailable(request, exc)
     context = {
         **page_context(request, now, 0),
         "filtering": chosen,
-        "count": count,
-        "preview": first.items,
+        "count": preview.count,
+        "preview": preview.jobs,
         "back": back,
         "notice": notice,
-        "unknown": State.UNKNOWN in chosen.matching.states,
+        "unknown": preview.unknown,
+        "selected_field": SELECTED,
     }
     return templates.TemplateResponse(request, "confirm_requeue.html", context)

@@ -1,11 +1,16 @@
-"""How the dashboard shows figures: ages, the refresh period, the throughput bars. Pure functions."""
+"""How the dashboard shows figures: ages, the refresh period, the throughput bars, a job's row. Pure
+functions."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from outbox_bridge.core import clock
+from outbox_bridge.core.durations import format_age, format_duration
+from outbox_bridge.jobstore.conditions import LeaseOwners, lease_note
 from outbox_bridge.jobstore.overview import Overview
+from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.states import State
 
 DEFAULT_REFRESH_SECONDS = 5
 MAX_REFRESH_SECONDS = 300
@@ -21,14 +26,40 @@ def refresh_seconds(raw: str | None) -> int:
 
 
 def age(now: float, then: float | None) -> str:
-    """How long ago `then` was, in the largest sensible unit: `42s`, `7m`, `3h`, `2d`."""
-    if then is None:
+    """How long ago `then` was, in the largest sensible unit: `42s`, `7m`, `3h`, `2d` (`-` for never)."""
+    return "-" if then is None else format_age(now - then)
+
+
+def run_time(job: Job, now: float) -> str:
+    """How long `job` ran, from its first start (a retry keeps it): `0.4s` or `1m30s` to its end once it
+    finished, `running for 12s` while it runs, `-` when it has not run to an end (never started, or
+    waiting for another attempt)."""
+    if job.state is State.RUNNING and job.started_at is not None:
+        return f"running for {format_age(now - job.started_at)}"
+    if job.started_at is None or job.finished_at is None:
         return "-"
-    seconds = max(0.0, now - then)
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)}{unit}"
-    return f"{int(seconds)}s"
+    took = max(0.0, job.finished_at - job.started_at)
+    return f"{took:.1f}s" if took < 10 else format_duration(took)
+
+
+@dataclass(frozen=True)
+class JobRow:
+    """A job as the job list and the job page show it: who ran it last, how long it ran, and its lease
+    (`worker_lost` when it is running and its worker is gone)."""
+
+    job: Job
+    worker: str
+    duration: str
+    lease: str
+    worker_lost: bool
+
+
+def job_row(job: Job, worker: str | None, owners: LeaseOwners, now: float) -> JobRow:
+    """`job`'s row at `now`; `worker` is its latest attempt's, `owners` says whose leases are lost."""
+    running = job.state is State.RUNNING
+    lost = running and owners.worker_lost(job.lease_owner)
+    lease = lease_note(job.lease_expires_at, now, worker_lost=lost) if running else ""
+    return JobRow(job, worker or job.lease_owner or "", run_time(job, now), lease, lost)
 
 
 @dataclass(frozen=True)

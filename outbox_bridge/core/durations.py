@@ -1,5 +1,5 @@
 """Durations as an operator types them: `7d`, `12h`, `30m`, `90s`, combinations such as `1h30m`, or a
-plain number of seconds."""
+plain number of seconds; and as a page or a table shows an age or a time left (`format_age`)."""
 
 from __future__ import annotations
 
@@ -43,3 +43,14 @@ def format_duration(seconds: float) -> str:
             parts.append(f"{left // size}{unit}")
             left %= size
     return "".join(parts) or "0s"
+
+
+def format_age(seconds: float) -> str:
+    """`seconds` in the largest unit it reaches, whole and rounded down: `42s`, `7m`, `3h`, `2d`. How ages
+    ("42s ago") and times left ("expires in 12s") read in `status`, `jobs list` and the dashboard; a
+    negative span reads as `0s`."""
+    left = max(0.0, seconds)
+    for unit, size in UNITS.items():
+        if left >= size:
+            return f"{int(left // size)}{unit}"
+    return "0s"

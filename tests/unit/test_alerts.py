@@ -40,3 +40,11 @@ def test_a_wait_past_the_threshold_is_an_alert_and_a_zero_threshold_says_nothing
     assert codes(due=1, oldest_due_age=60.0, alive=everyone) == []
     assert codes(due=1, oldest_due_age=61.0, alive=everyone) == ["queued-too-long"]
     assert codes(due=1, oldest_due_age=1e6, alive=everyone, queued_age_limit=0.0) == []
+
+
+def test_running_jobs_held_by_a_lost_worker_are_an_alert_whoever_else_is_alive() -> None:
+    everyone = {"relay": 1, "consumer": 1, "worker": 0}
+    assert codes(worker_lost=4, alive=everyone) == ["worker-lost"]
+    assert codes(worker_lost=0, alive=everyone) == []
+    most_urgent_first = ["no-consumer", "worker-lost", "queued-too-long"]
+    assert codes(worker_lost=1, due=2, oldest_due_age=61.0) == most_urgent_first

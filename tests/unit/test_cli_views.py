@@ -9,10 +9,11 @@ from outbox_bridge import views
 from outbox_bridge.api.schemas import JobView
 from outbox_bridge.broker.connection import NO_ANSWER, QueueDepth
 from outbox_bridge.jobstore.alerts import Alert
+from outbox_bridge.jobstore.conditions import Condition, ProcessStatus
 from outbox_bridge.jobstore.heartbeats import Process
 from outbox_bridge.jobstore.outbox import Backlog
 from outbox_bridge.jobstore.overview import Overview
-from outbox_bridge.jobstore.queries import DueQueue
+from outbox_bridge.jobstore.queries import DueQueue, Leases
 from outbox_bridge.jobstore.records import Attempt
 from outbox_bridge.jobstore.states import State
 from tests.support.store import a_job
@@ -26,6 +27,26 @@ RELAY = Process(
     started_at=1_700_000_000.0,
     last_seen_at=1_700_000_005.0,
     detail={"broker_connected": True},
+)
+GONE = Process(
+    id="p-2",
+    role="consumer",
+    host="h1",
+    pid=43,
+    version="0.1.0",
+    started_at=1_700_000_000.0,
+    last_seen_at=1_700_000_005.0,
+    detail={"concurrency": 4, "in_flight": 1, "worker": "consumer-h1-43"},
+)
+HELD = a_job(
+    id="0b9e5c1a-0000-4000-8000-000000000001",
+    kind="sleep",
+    state=State.RUNNING,
+    epoch=1,
+    attempts=1,
+    lease_owner="consumer-h1-43",
+    lease_expires_at=1_700_000_030.0,
+    started_at=1_700_000_001.0,
 )
 JOB = a_job(
     kind="notify",
@@ -98,8 +119,13 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
         dead=[],
         unknown=[JOB],
         due=DueQueue(jobs=0, oldest_age_seconds=0.0),
-        processes=[RELAY],
+        statuses=[
+            ProcessStatus(RELAY, Condition.ALIVE),
+            ProcessStatus(GONE, Condition.LOST, pid_gone=True, leases=Leases(1, 1_700_000_030.0)),
+        ],
+        worker_lost=[HELD],
         alerts=[Alert("no-consumer", "1 job(s) waiting and no consumer or worker is alive")],
+        at=1_700_000_018.0,
     )
 
     document = views.status_document(view, "jobs.dead", QueueDepth(None, NO_ANSWER))
@@ -108,6 +134,8 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
         "warnings",
         "alive",
         "processes",
+        "lost_processes",
+        "worker_lost_jobs",
         "queued_due",
         "counts",
         "outbox",
@@ -137,5 +165,16 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
             "started": "2023-11-14T22:13:20.000Z",
             "last_seen": "2023-11-14T22:13:25.000Z",
             "detail": {"broker_connected": True},
+            "condition": "alive",
+            "pid_gone": False,
+            "held_jobs": 0,
+            "soonest_lease_expires_at": None,
         }
-    ]
+    ], "only the live processes, as before, with what they hold"
+    [lost] = document["lost_processes"]
+    assert (lost["pid"], lost["condition"], lost["pid_gone"]) == (43, "lost", True)
+    assert (lost["held_jobs"], lost["jobs"]) == (1, [HELD.id])
+    assert lost["soonest_lease_expires_at"] == "2023-11-14T22:13:50.000Z"
+    [flagged] = document["worker_lost_jobs"]
+    assert flagged["id"] == HELD.id and flagged["lease_owner"] == "consumer-h1-43"
+    assert flagged["lease"] == "worker lost, lease expires in 12s"
