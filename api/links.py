@@ -16,6 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from outbox_bridge.core.sealing import hkdf_sha256
 from outbox_bridge.core.settings import Settings
 
 # The purpose label the link key is derived under; a new label (or version) invalidates every link.
@@ -98,9 +99,3 @@ def derive_key(secret: str) -> bytes:
     """The link key: HKDF-SHA256 (RFC 5869) of AUTH_SECRET with the `PURPOSE` label as its info; never the
     secret itself, and no other use of the secret derives the same key."""
     return hkdf_sha256(secret.encode(), salt=b"", info=PURPOSE)
-
-
-def hkdf_sha256(ikm: bytes, *, salt: bytes, info: bytes) -> bytes:
-    """RFC 5869's HKDF with SHA-256, one block long (32 bytes); an empty salt is 32 zero bytes."""
-    prk = hmac.new(salt or bytes(32), ikm, hashlib.sha256).digest()
-    return hmac.new(prk, info + b"\x01", hashlib.sha256).digest()

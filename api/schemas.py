@@ -109,6 +109,10 @@ class JobView(BaseModel):
     deadline_at: Timestamp | None
     run_at: Timestamp | None = Field(description="The start the request asked for; null: at once.")
     priority: Literal["high", "normal", "low"]
+    schedule: str | None = Field(
+        description="The schedule (of the job's tenant) that made the job for one of its slots; null for a "
+        "job submitted otherwise."
+    )
     cancel_requested: bool
     progress: ProgressView | None = Field(
         description="What the running kind last checkpointed (an export's rows written of its total, a "
@@ -153,6 +157,7 @@ def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = N
         "deadline_at": isoformat(job.deadline_at),
         "run_at": isoformat(job.run_at),
         "priority": job.priority.label,
+        "schedule": job.schedule_name,
         "cancel_requested": job.cancel_requested,
         "progress": _progress(job),
         "waited_seconds": _waited(job, now),

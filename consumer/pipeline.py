@@ -4,8 +4,8 @@ Deliveries are claimed in batches, run on a pool of worker threads, and their ou
 one store writer drains every outcome that finished and every delivery that arrived meanwhile and writes
 them all in one transaction (outcomes under their fences, then claims). Only after that commit are the
 deliveries acked. A refused claim (finished, leased by a live worker, waiting out a backoff, waiting for
-the sweeper, or unknown) is acked without running: it is a duplicate, or a retry whose own outbox row
-delivers it later.
+the sweeper, of a paused kind, or unknown) is acked without running: it is a duplicate, a retry whose own
+outbox row delivers it later, or a job that resuming its kind announces again.
 
 A round takes, once its transaction holds the write lock, whatever arrived while it waited for its turn.
 While jobs are short, a consumer claims more jobs than it has threads (`worker.budget`), so a round
@@ -68,6 +68,7 @@ REFUSED_AS = {
     Refusal.NOT_AVAILABLE: instruments.NOT_DUE,
     Refusal.NEEDS_SWEEP: instruments.NEEDS_SWEEP,
     Refusal.TENANT_BUSY: instruments.TENANT_BUSY,
+    Refusal.KIND_PAUSED: instruments.KIND_PAUSED,
 }
 
 

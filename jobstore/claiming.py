@@ -28,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY
 
-from outbox_bridge.jobstore import db, events, fenced, outbox, queries, tenantcap
+from outbox_bridge.jobstore import db, events, fenced, outbox, pausing, queries, tenantcap
 from outbox_bridge.jobstore.intake import new_attempt_id
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
@@ -45,6 +45,7 @@ class Refusal(StrEnum):
     NOT_AVAILABLE = "not_available"  # waiting out a retry backoff; its own outbox row will deliver it
     NEEDS_SWEEP = "needs_sweep"  # expired with an external effect, out of budget or past its deadline
     TENANT_BUSY = "tenant_busy"  # its tenant runs TENANT_MAX_RUNNING jobs: delivered again a little later
+    KIND_PAUSED = "kind_paused"  # queued, of a paused kind: announced again when the kind is resumed
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,11 @@ class ClaimResult:
 
 
 def _queued_due(now: ColumnElement[float], *, walk_priority: bool = False) -> ColumnElement[bool]:
-    """Queued and due. `walk_priority`: written so that SQLite's planner walks the (state, priority,
-    available_at) index in order, not the (state, available_at) one's range and a sort of what it finds."""
+    """Queued, due, and not of a paused kind (`pausing`). `walk_priority`: written so that SQLite's planner
+    walks the (state, priority, available_at) index in order, not the (state, available_at) one's range and
+    a sort of what it finds."""
     available_at = jobs.c.available_at + 0 if walk_priority else jobs.c.available_at
-    return and_(state_in(CLAIM.sources), available_at <= now)
+    return and_(state_in(CLAIM.sources), available_at <= now, pausing.NOT_PAUSED)
 
 
 def _expired(now: ColumnElement[float]) -> ColumnElement[bool]:
@@ -167,8 +169,8 @@ def _attempt_row(claim: Claim, now: float) -> dict[str, Any]:
 def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds: float) -> ClaimResult:
     """Take `job_id` for `worker`: epoch + 1, attempts + 1, a new lease and a new attempt row.
 
-    Only a queued, available job (or a running one whose lease expired with no external effect started)
-    within its budget and deadline is taken; otherwise the result says why not."""
+    Only a queued, available job of a kind not paused (or a running one whose lease expired with no external
+    effect started) within its budget and deadline is taken; otherwise the result says why not."""
     params = {"b_id": job_id, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
     row = conn.execute(_CLAIM, params).first()
     if row is None:
@@ -292,6 +294,8 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
         return ClaimResult(refusal=Refusal.LEASED, state=job.state)
     if job.state is State.QUEUED and job.available_at > now:
         return ClaimResult(refusal=Refusal.NOT_AVAILABLE, state=job.state)
+    if job.state is State.QUEUED and pausing.is_paused(conn, job.kind):
+        return ClaimResult(refusal=Refusal.KIND_PAUSED, state=job.state)
     return ClaimResult(refusal=Refusal.NEEDS_SWEEP, state=job.state)
 
 
@@ -393,7 +397,7 @@ def claim_due(
 
     With a `tenant_cap` (`TENANT_MAX_RUNNING`), the queued jobs of tenants that run that many are passed
     over (they stay queued for a later claim); with a `share` (`TENANT_SHARE`), so are those of tenants the
-    claiming process holds its most of.
+    claiming process holds its most of. The queued jobs of a paused kind are always passed over.
 
     Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
     job_ids = _due_ids(conn, now, limit, _passed_over(conn, tenant_cap, share))

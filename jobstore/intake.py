@@ -107,16 +107,18 @@ def accept(
     schedule: Schedule | None = None,
     traceparent: str | None = None,
     priority: Priority = Priority.NORMAL,
+    schedule_name: str | None = None,
 ) -> Accepted:
     """Write the job row and its outbox row together, both due at the `schedule`'s start (at once without
     one). The same tenant + key with the same request (kind, payload, deadline, start as named, priority:
     `fingerprint`) returns the existing job (`created=False`); with a different one, `IdempotencyConflict`.
     The `traceparent` is stored with a new job and is no part of the request's identity: a retry under
-    another trace is the same request, and the job keeps its first trace."""
+    another trace is the same request, and the job keeps its first trace. `schedule_name` names the
+    schedule that makes the job for one of its slots (`jobstore.schedules`), under the slot's own key."""
     request = {
         "tenant": tenant, "owner": owner, "kind": kind, "payload": payload, "operation_key": operation_key,
         "now": now, "max_attempts": max_attempts, "deadline_seconds": deadline_seconds, "schedule": schedule,
-        "traceparent": traceparent, "priority": priority,
+        "traceparent": traceparent, "priority": priority, "schedule_name": schedule_name,
     }  # fmt: skip
     (outcome,) = accept_many(conn, [request])
     if isinstance(outcome, IdempotencyConflict):
@@ -229,6 +231,7 @@ def _job_row(
     schedule: Schedule | None = None,
     traceparent: str | None = None,
     priority: Priority = Priority.NORMAL,
+    schedule_name: str | None = None,
 ) -> dict[str, Any]:
     """The row of a newly accepted job."""
     start = schedule.start(now) if schedule is not None else None
@@ -243,7 +246,7 @@ def _job_row(
         "cancel_requested": False, "external_epoch": None, "checkpoint": None, "checkpoint_epoch": None,
         "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
         "updated_at": now, "started_at": None, "finished_at": None, "traceparent": traceparent,
-        "priority": int(priority),
+        "priority": int(priority), "schedule_name": schedule_name,
     }  # fmt: skip
 
 

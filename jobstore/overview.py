@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import Connection
 
 from outbox_bridge.core.settings import ALIVE_BEATS, Settings
-from outbox_bridge.jobstore import conditions, heartbeats, outbox, queries
+from outbox_bridge.jobstore import conditions, heartbeats, outbox, pausing, queries, schedules
 from outbox_bridge.jobstore.alerts import Alert, alerts
 from outbox_bridge.jobstore.conditions import LeaseOwners, ProcessStatus
 from outbox_bridge.jobstore.heartbeats import Process
+from outbox_bridge.jobstore.pausing import PausedKind
 from outbox_bridge.jobstore.records import Job
+from outbox_bridge.jobstore.schedules import PeriodicSchedule
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.telemetry.exposition import StoreFigures
+from outbox_bridge.telemetry.exposition import ScheduleFigures, StoreFigures
 
 # The overview lists at most this many running jobs whose worker is lost (their count is exact).
 WORKER_LOST_LISTED = 100
@@ -32,6 +34,8 @@ class Overview:
     worker_lost: list[Job]  # running jobs whose worker is lost, the soonest lease expiry first
     alerts: list[Alert]
     at: float  # when it was read
+    paused_kinds: list[PausedKind] = field(default_factory=list)
+    schedules: list[PeriodicSchedule] = field(default_factory=list)
 
     @property
     def processes(self) -> list[Process]:
@@ -105,13 +109,15 @@ def overview(
         worker_lost=queries.running_jobs_of(conn, lost_owners, limit=WORKER_LOST_LISTED),
         alerts=warned,
         at=now,
+        paused_kinds=pausing.paused(conn),
+        schedules=schedules.list_all(conn),
     )
 
 
 def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFigures:
     """What a metrics scrape reports about the store: jobs by state, the oldest due queued job, the outbox
-    backlog, and the live processes by role (seen within `alive_within` seconds and not found gone on this
-    host, as `conditions` judges them)."""
+    backlog, the live processes by role (seen within `alive_within` seconds and not found gone on this
+    host, as `conditions` judges them), the schedules that are not paused and the paused kinds."""
     backlog = outbox.backlog(conn, now)
     found = conditions.statuses(conn, now, Liveness(alive_within, queued_age_limit=0.0).heartbeat)
     return StoreFigures(
@@ -120,4 +126,10 @@ def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFig
         outbox_pending=backlog.pending,
         outbox_oldest_age_seconds=backlog.oldest_age_seconds,
         alive=heartbeats.by_role(conditions.live(found)),
+        schedules=[
+            ScheduleFigures(s.tenant, s.name, s.next_slot_at, s.due_age(now) or 0.0)
+            for s in schedules.list_all(conn)
+            if not s.paused
+        ],
+        paused_kinds=pausing.paused_since(conn),
     )

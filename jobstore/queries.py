@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, and_, bindparam, func, or_, select
 
+from outbox_bridge.jobstore import pausing
 from outbox_bridge.jobstore.filters import JobFilter
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
 from outbox_bridge.jobstore.schema import attempts, jobs, operator_actions
@@ -180,10 +181,11 @@ class DueQueue:
 
 def due_queue(conn: Connection, now: float) -> DueQueue:
     """The queued jobs due at `now` (a delayed job counts from its `run_at`, a retry from the end of its
-    backoff); one range of the (state, available_at) index."""
+    backoff), but for those of a paused kind, which wait on purpose (`pausing`); one range of the (state,
+    available_at) index."""
     count, oldest = conn.execute(
         select(func.count(), func.min(jobs.c.available_at)).where(
-            jobs.c.state == State.QUEUED.value, jobs.c.available_at <= now
+            jobs.c.state == State.QUEUED.value, jobs.c.available_at <= now, pausing.NOT_PAUSED
         )
     ).one()
     age = 0.0 if oldest is None else max(0.0, now - float(oldest))

@@ -43,6 +43,7 @@ class Job:
     run_at: float | None = None  # the start the request asked for; None: as soon as possible
     traceparent: str | None = None  # the job's trace context (`telemetry.tracing`); None without tracing
     priority: Priority = Priority.NORMAL
+    schedule_name: str | None = None  # the schedule that made it for one of its slots (`jobstore.schedules`)
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:

@@ -5,7 +5,9 @@ A job is deleted only by one guarded DELETE whose WHERE clause holds the retenti
 state, finished before the cutoff), so a job chosen for deletion that an operator requeued (and a worker
 may have claimed) since then is left alone. Its attempts and outbox rows go with it, by the foreign keys'
 ON DELETE CASCADE (on for every SQLite connection, see `jobstore.db`), as do the rows of any other table
-that references a job that way. `unknown` jobs are never deleted: they wait for an operator.
+that references a job that way (its completion webhooks' deliveries and their attempts). `unknown` jobs are
+never deleted: they wait for an operator; nor is a job whose webhook delivery is still pending, until it
+is delivered or has failed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import ColumnElement, Connection, and_, delete, func, select
 
-from outbox_bridge.jobstore.schema import attempts, jobs, state_in
+from outbox_bridge.jobstore.schema import attempts, jobs, state_in, webhook_deliveries
 from outbox_bridge.jobstore.states import PRUNABLE
 
 # Jobs deleted per transaction: small enough that SQLite's write lock is held briefly.
@@ -24,7 +26,13 @@ BATCH = 500
 
 
 def _expired(cutoff: float) -> ColumnElement[bool]:
-    return and_(state_in(PRUNABLE), jobs.c.finished_at < cutoff)
+    # A job whose completion webhook is still pending waits for it: its delivery goes with it.
+    pending = (
+        select(webhook_deliveries.c.id)
+        .where(webhook_deliveries.c.job_id == jobs.c.id, webhook_deliveries.c.state == "pending")
+        .exists()
+    )
+    return and_(state_in(PRUNABLE), jobs.c.finished_at < cutoff, ~pending)
 
 
 def expired(conn: Connection, cutoff: float, *, limit: int = BATCH, after: str | None = None) -> list[str]:

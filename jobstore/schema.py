@@ -1,5 +1,5 @@
-"""The tables: jobs, attempts, outbox and operator actions. Portable SQLAlchemy Core; times are float epoch
-seconds."""
+"""The tables: jobs, attempts, outbox, operator actions and webhooks. Portable SQLAlchemy Core; times are
+float epoch seconds."""
 
 from __future__ import annotations
 
@@ -71,6 +71,8 @@ jobs = Table(
     Column("finished_at", Float),
     # The W3C traceparent of the api's accept span (`telemetry.tracing`); null without tracing.
     Column("traceparent", String(55)),
+    # The name of the schedule (in the job's tenant) that made the job for one of its slots; null otherwise.
+    Column("schedule_name", String(128)),
     UniqueConstraint("tenant", "operation_key", name="uq_jobs_tenant_operation_key"),
     Index("ix_jobs_state_available_at", "state", "available_at"),
     Index("ix_jobs_tenant_created_at", "tenant", "created_at", "id"),
@@ -195,6 +197,149 @@ dashboard_sessions = Table(
     Column("created_at", Float, nullable=False),
     Column("expires_at", Float, nullable=False),
     Column("ended_at", Float),
+)
+
+# Completion webhooks (`jobstore.webhooks`): the endpoints an operator registered for a tenant, one delivery
+# per matching endpoint for each job that moved into a terminal state (written by a trigger on `jobs`, in the
+# transition's own transaction: migration 0014), and each attempt the relay made at a delivery.
+webhook_endpoints = Table(
+    "webhook_endpoints",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("tenant", String(255), nullable=False),
+    Column("url", Text, nullable=False),
+    # The event names, joined by commas: `job.succeeded,job.dead`.
+    Column("events", Text, nullable=False),
+    # The signing secret sealed under a key derived from AUTH_SECRET (`core.sealing`); after a rotation the
+    # previous one, which still signs until `previous_secret_until`.
+    Column("secret", Text, nullable=False),
+    Column("previous_secret", Text),
+    Column("previous_secret_until", Float),
+    Column("created_at", Float, nullable=False),
+    Column("created_by", String(255), nullable=False),
+    Index("ix_webhook_endpoints_tenant", "tenant"),
+)
+
+webhook_deliveries = Table(
+    "webhook_deliveries",
+    metadata,
+    Column("id", String(36), primary_key=True),  # the `webhook-id`, the same on every attempt
+    Column("endpoint_id", String(36), ForeignKey("webhook_endpoints.id", ondelete="CASCADE"), nullable=False),
+    Column("tenant", String(255), nullable=False),
+    Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("event", String(32), nullable=False),  # job.succeeded | job.failed | ...
+    Column("occurred_at", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("state", String(16), nullable=False),  # pending | delivered | failed
+    Column("attempts", Integer, nullable=False),
+    Column("next_attempt_at", Float, nullable=False),
+    Column("last_status", Integer),
+    Column("last_error", Text),
+    Column("delivered_at", Float),
+    # When an operator last replayed it: its retries run for WEBHOOK_RETRY_SECONDS from here (else from
+    # `created_at`).
+    Column("replayed_at", Float),
+    # The relay's read: pending deliveries by when they are due.
+    Index(
+        "ix_webhook_deliveries_due_next_attempt_at",
+        "next_attempt_at",
+        postgresql_where=text("state = 'pending'"),
+        sqlite_where=text("state = 'pending'"),
+    ),
+    # The delivery log: an endpoint's deliveries, newest first.
+    Index("ix_webhook_deliveries_endpoint_id_created_at", "endpoint_id", "created_at"),
+    Index("ix_webhook_deliveries_job_id", "job_id"),
+)
+
+webhook_attempts = Table(
+    "webhook_attempts",
+    metadata,
+    Column(
+        "delivery_id",
+        String(36),
+        ForeignKey("webhook_deliveries.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("attempt", Integer, primary_key=True),
+    Column("at", Float, nullable=False),
+    Column("status_code", Integer),  # null: no answer
+    Column("latency_ms", Float, nullable=False),
+    Column("error", Text),
+)
+
+# What an operator did to an endpoint (add, remove, rotate) or a delivery (replay), who and when; kept after
+# the endpoint is removed, so no foreign key.
+webhook_actions = Table(
+    "webhook_actions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("endpoint_id", String(36), nullable=False),
+    Column("delivery_id", String(36)),
+    Column("action", String(32), nullable=False),  # add | remove | rotate | replay
+    Column("actor", String(255), nullable=False),
+    Column("at", Float, nullable=False),
+    Index("ix_webhook_actions_endpoint_id_at", "endpoint_id", "at"),
+    sqlite_autoincrement=True,
+)
+
+# Schedules (`jobstore.schedules`): a job of `kind` for every slot of a cron expression in a time zone or of a
+# fixed interval, made by the relay that holds the relay role under the key `schedule:<name>:<slot>` in the
+# schedule's tenant, so that one slot never makes two jobs. `next_slot_at` is the first slot not fired yet.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("tenant", String(255), primary_key=True),
+    Column("name", String(128), primary_key=True),
+    Column("kind", String(64), nullable=False),
+    Column("payload", Text, nullable=False),  # as the kind read it when the schedule was added
+    Column("priority", Integer, nullable=False),
+    Column("cron", String(255)),  # a cron expression, read in `timezone`; or else
+    Column("timezone", String(64)),
+    Column("every_seconds", Integer),  # a fixed interval, counted from the Unix epoch
+    Column("catch_up", String(8), nullable=False),  # latest | none
+    Column("next_slot_at", Float, nullable=False),
+    Column("last_slot_at", Float),  # the last slot fired, and its job
+    Column("last_job_id", String(36)),
+    Column("paused_at", Float),
+    Column("paused_by", String(255)),
+    Column("created_at", Float, nullable=False),
+    Column("created_by", String(255), nullable=False),
+)
+
+# Kinds an operator paused (`jobstore.pausing`): no claim starts a queued job of one of them.
+paused_kinds = Table(
+    "paused_kinds",
+    metadata,
+    Column("kind", String(64), primary_key=True),
+    Column("paused_at", Float, nullable=False),
+    Column("paused_by", String(255), nullable=False),
+    Column("note", Text),
+)
+
+# What an operator did to a schedule or a kind, who did it (the OS user for the command line) and when,
+# written in the transaction of the change it records.
+schedule_actions = Table(
+    "schedule_actions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("tenant", String(255), nullable=False),
+    Column("name", String(128), nullable=False),
+    Column("action", String(16), nullable=False),  # add | pause | resume | remove
+    Column("actor", String(255), nullable=False),
+    Column("at", Float, nullable=False),
+    sqlite_autoincrement=True,
+)
+
+kind_actions = Table(
+    "kind_actions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("kind", String(64), nullable=False),
+    Column("action", String(16), nullable=False),  # pause | resume
+    Column("actor", String(255), nullable=False),
+    Column("note", Text),
+    Column("at", Float, nullable=False),
+    sqlite_autoincrement=True,
 )
 
 # The jobs table's column names in table order: the order of a row a statement returns with `*jobs.c`.

@@ -10,7 +10,7 @@ from enum import StrEnum
 from sqlalchemy import Connection, Exists, and_, or_, select, update
 
 from outbox_bridge.core.backoff import Backoff
-from outbox_bridge.jobstore import fenced
+from outbox_bridge.jobstore import fenced, pausing
 from outbox_bridge.jobstore import outbox as outbox_rows
 from outbox_bridge.jobstore.decisions import Decision, decide_expired_lease
 from outbox_bridge.jobstore.records import Job
@@ -68,9 +68,10 @@ def _close_attempt(conn: Connection, job: Job, decision: Decision, now: float) -
 
 def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: int = 500) -> int:
     """Give a new outbox row to each queued job that has been due since before `older_than`, has not changed
-    since then, and has no delivery waiting to be published. Its message was lost on the way (dead-lettered
-    after too many redeliveries, say, or lost with a broker's data): without this it would wait forever.
-    A duplicate this makes is absorbed by the claim. Returns how many jobs were announced again."""
+    since then, has no delivery waiting to be published and is not of a paused kind (resuming the kind
+    announces it). Its message was lost on the way (dead-lettered after too many redeliveries, say, or lost
+    with a broker's data): without this it would wait forever. A duplicate this makes is absorbed by the
+    claim. Returns how many jobs were announced again."""
     waiting = _waiting_delivery()
     stale = (
         select(jobs.c.id)
@@ -79,6 +80,7 @@ def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: 
             jobs.c.available_at <= older_than,
             jobs.c.updated_at <= older_than,
             ~waiting,
+            pausing.NOT_PAUSED,
         )
         .order_by(jobs.c.id)
         .limit(limit)

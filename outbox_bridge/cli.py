@@ -18,13 +18,19 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobs import jobs_app
 from outbox_bridge.jobstore import db, heartbeats, migrate
 from outbox_bridge.jobstore.overview import Liveness, overview
+from outbox_bridge.kinds import kinds_app
+from outbox_bridge.schedules import schedules_app
 from outbox_bridge.status_text import print_status
+from outbox_bridge.webhooks import webhooks_app
 from outbox_bridge.worker.readiness import first_line
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
 db_app = typer.Typer(help="Create and migrate the store.")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(kinds_app, name="kinds")
+app.add_typer(schedules_app, name="schedules")
+app.add_typer(webhooks_app, name="webhooks")
 
 
 @app.command()
@@ -218,37 +224,6 @@ def status(as_json: console.JsonOption = False) -> None:
         print_status(out, console.table, view, now, (settings.dead_letter_queue, dead_letters))
     if view.alerts:
         raise typer.Exit(WARNED)
-
-
-@app.command()
-def kinds(as_json: console.JsonOption = False) -> None:
-    """The kinds this deployment runs (built in, OUTBOX_BRIDGE_KINDS, entry points) and accepts, with the
-    payload schema of each."""
-    from outbox_bridge.handlers.registry import BUILT_IN, KINDS, accepted
-
-    settings = console.load_settings()
-    console.load_kinds(settings)
-    allowed = set(accepted(settings))
-    documents = [
-        {
-            "name": name,
-            "accepted": name in allowed,
-            "built_in": name in BUILT_IN,
-            "payload_schema": KINDS[name].schema.model_json_schema(),
-        }
-        for name in sorted(KINDS)
-    ]
-    if as_json:
-        console.print_json({"kinds": documents})
-        return
-    shown = console.table()
-    for column in ("kind", "accepted", "from", "payload fields"):
-        shown.add_column(column)
-    for name in sorted(KINDS):
-        fields = ", ".join(KINDS[name].schema.model_json_schema().get("properties", {})) or "-"
-        source = "built in" if name in BUILT_IN else KINDS[name].run.__module__
-        shown.add_row(name, "yes" if name in allowed else "no", source, fields)
-    out.print(shown)
 
 
 @app.command()

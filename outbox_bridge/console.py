@@ -3,7 +3,9 @@ the code's schema revision."""
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 import sys
 from typing import Annotated, Any, NoReturn
 
@@ -133,3 +135,11 @@ def open_store() -> tuple[Settings, Engine]:
     """The settings and an engine on a current store (else exit 1 saying what to run)."""
     settings = load_settings()
     return settings, ready_engine(settings)
+
+
+def os_user() -> str:
+    """Who runs this command, as operator actions record it: the OS user."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container), and no LOGNAME/USER either
+        return f"uid:{os.getuid()}"

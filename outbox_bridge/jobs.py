@@ -3,8 +3,6 @@ recorded with the OS user who ran it."""
 
 from __future__ import annotations
 
-import getpass
-import os
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated
@@ -19,6 +17,7 @@ from outbox_bridge.console import (
     JsonOption,
     load_settings,
     open_store,
+    os_user,
     out,
     print_json,
     ready_engine,
@@ -174,14 +173,6 @@ def _job_by_prefix(engine: Engine, prefix: str) -> Job:
     refuse(f"{match.count} jobs have ids starting with {prefix!r}: give more of the id")
 
 
-def _actor() -> str:
-    """Who runs this command, as operator actions record it: the OS user."""
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no name for this uid (a bare container), and no LOGNAME/USER either
-        return f"uid:{os.getuid()}"
-
-
 def _operate(action: str, fn: Callable[..., Job], prefix: str, *args: object, **options: object) -> None:
     """Run the operator action `fn(conn, job_id, *args, **options)` on the job `prefix` names; exit 1 with
     one line when there is no such job or its state does not allow the action."""
@@ -258,7 +249,7 @@ def _requeue_filter(
 
 def _requeue_one(prefix: str, dry_run: bool, note: str | None) -> None:
     if not dry_run:
-        _operate("requeued", operator.requeue, prefix, clock.now(), actor=_actor(), note=note)
+        _operate("requeued", operator.requeue, prefix, clock.now(), actor=os_user(), note=note)
         return
     _, engine = open_store()
     job = _job_by_prefix(engine, prefix)
@@ -278,7 +269,7 @@ def _requeue_matching(matching: JobFilter, dry_run: bool, note: str | None, as_j
         for job in found:
             out.print(f"{job.id}  {job.state.value}  {job.kind}  {job.tenant}", markup=False, highlight=False)
         return
-    moved = db.transact(engine, operator.requeue_matching, matching, clock.now(), actor=_actor(), note=note)
+    moved = db.transact(engine, operator.requeue_matching, matching, clock.now(), actor=os_user(), note=note)
     if as_json:
         print_json({"dry_run": False, "count": len(moved), "requeued": moved})
         return
@@ -298,7 +289,7 @@ def jobs_cancel(job_id: IdArgument, note: NoteOption = None) -> None:
     _, engine = open_store()
     found = _job_by_prefix(engine, job_id)
     try:
-        outcome, job = db.transact(engine, operator.cancel, found.id, clock.now(), actor=_actor(), note=note)
+        outcome, job = db.transact(engine, operator.cancel, found.id, clock.now(), actor=os_user(), note=note)
     except (JobNotFound, InvalidTransition) as exc:
         refuse(str(exc))
     if outcome is operator.CancelOutcome.REQUESTED:
@@ -321,7 +312,7 @@ def jobs_resolve(
     ),
 ) -> None:
     """Settle an unknown job as succeeded or failed."""
-    _operate("resolved", operator.resolve, job_id, State(outcome.value), note, clock.now(), actor=_actor())
+    _operate("resolved", operator.resolve, job_id, State(outcome.value), note, clock.now(), actor=os_user())
 
 
 @jobs_app.command("prune")

@@ -11,7 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from outbox_bridge.broker.connection import QueueDepth
+from outbox_bridge.core.clock import isoformat
 from outbox_bridge.core.durations import format_age, format_duration
+from outbox_bridge.core.recurrence import slot_text
 from outbox_bridge.jobstore.conditions import ProcessStatus, lease_note
 from outbox_bridge.jobstore.overview import Overview
 
@@ -38,6 +40,35 @@ def print_status(
     out.print(f"dead: {len(view.dead)}  unknown: {len(view.unknown)}  (outbox-bridge jobs list --state ...)")
     queue, depth = dead_letters
     out.print(f"dead-letter queue {queue}: {depth}", style="red" if depth.messages else None)
+    print_paused_and_schedules(out, make_table, view, now)
+
+
+def print_paused_and_schedules(out: Console, make_table: TableMaker, view: Overview, now: float) -> None:
+    """The paused kinds in a line (since when, by whom, their queued jobs), then the schedules with their
+    next slot and, for a slot due and not fired yet, its age."""
+    paused = [
+        f"{p.kind} (since {isoformat(p.paused_at)} by {p.paused_by}, {p.queued} queued)"
+        for p in view.paused_kinds
+    ]
+    style = "yellow" if paused else None
+    out.print(f"paused kinds: {', '.join(paused) or 'none'}", style=style, markup=False, highlight=False)
+    if not view.schedules:
+        return
+    table = make_table(title="schedules")
+    for column in ("tenant", "name", "kind", "slots", "next slot", "due", "last fired"):
+        table.add_column(column)
+    for s in view.schedules:
+        age = s.due_age(now)
+        table.add_row(
+            s.tenant,
+            s.name,
+            s.kind,
+            s.recurrence.describe(),
+            "paused" if s.paused else slot_text(s.next_slot_at),
+            "" if age is None else f"{format_age(age)} ago",
+            "-" if s.last_slot_at is None else slot_text(s.last_slot_at),
+        )
+    out.print(table)
 
 
 def print_warnings(out: Console, view: Overview) -> None:

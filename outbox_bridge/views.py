@@ -11,10 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from outbox_bridge.api.schemas import JobView
 from outbox_bridge.core.clock import isoformat
+from outbox_bridge.core.recurrence import slot_text
 from outbox_bridge.jobstore.conditions import ProcessStatus, lease_note
 from outbox_bridge.jobstore.heartbeats import Process
 from outbox_bridge.jobstore.overview import Overview
+from outbox_bridge.jobstore.pausing import PausedKind
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
+from outbox_bridge.jobstore.schedules import PeriodicSchedule
 
 if TYPE_CHECKING:
     from outbox_bridge.broker.connection import QueueDepth
@@ -108,6 +111,45 @@ def worker_lost_document(job: Job, now: float) -> dict[str, Any]:
     return {**job_document(job), "lease": lease_note(job.lease_expires_at, now, worker_lost=True)}
 
 
+def schedule_document(schedule: PeriodicSchedule, now: float) -> dict[str, Any]:
+    """A schedule as `schedules list --json` and `status --json` list it: its slots (`cron` and `timezone`,
+    or `every_seconds`), its job, its `next_slot` (null while paused), `due_seconds` (how long that slot has
+    been due without its job: null when it is not due), the last slot fired and its job, and who paused it
+    and when (null while it runs). Slots are RFC 3339 UTC to the second, as the slots' keys name them."""
+    s, age = schedule, schedule.due_age(now)
+    return {
+        "tenant": s.tenant,
+        "name": s.name,
+        "kind": s.kind,
+        "payload": s.payload,
+        "priority": s.priority.label,
+        "cron": s.recurrence.cron,
+        "timezone": s.recurrence.timezone,
+        "every_seconds": s.recurrence.every_seconds,
+        "catch_up": s.catch_up.value,
+        "paused": s.paused,
+        "paused_at": isoformat(s.paused_at),
+        "paused_by": s.paused_by,
+        "next_slot": None if s.paused else slot_text(s.next_slot_at),
+        "due_seconds": None if age is None else round(age, 3),
+        "last_fired_slot": None if s.last_slot_at is None else slot_text(s.last_slot_at),
+        "last_job_id": s.last_job_id,
+        "created_at": isoformat(s.created_at),
+        "created_by": s.created_by,
+    }
+
+
+def paused_kind_document(paused: PausedKind) -> dict[str, Any]:
+    """A paused kind: since when, by whom, why, and how many of its jobs are queued."""
+    return {
+        "kind": paused.kind,
+        "paused_at": isoformat(paused.paused_at),
+        "paused_by": paused.paused_by,
+        "note": paused.note,
+        "queued": paused.queued,
+    }
+
+
 def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueDepth) -> dict[str, Any]:
     """`status --json`: the dashboard's figures. The dead-letter queue's `messages` is null when they could
     not be counted, and its `problem` says why (the broker did not answer, or has no such queue).
@@ -115,7 +157,9 @@ def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueD
     them by role); `lost_processes` those whose row is still there but that are lost, each with the ids of
     the running jobs it held (`jobs`); `worker_lost_jobs` every running job whose worker is lost (a lost
     process, or no live one). `warnings` is what the dashboard shows in red, each with a stable `code`
-    (`no-consumer`, `no-relay`, `worker-lost`, `queued-too-long`), empty when all is well."""
+    (`no-consumer`, `no-relay`, `worker-lost`, `queued-too-long`), empty when all is well. `paused_kinds`
+    and `schedules` are as `paused_kind_document` and `schedule_document` say; `queued_due` leaves out the
+    jobs of paused kinds."""
     return {
         "warnings": [{"code": a.code, "message": a.message} for a in view.alerts],
         "alive": view.alive,
@@ -133,6 +177,8 @@ def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueD
             "messages": dead_letters.messages,
             "problem": dead_letters.problem,
         },
+        "paused_kinds": [paused_kind_document(p) for p in view.paused_kinds],
+        "schedules": [schedule_document(s, view.at) for s in view.schedules],
     }
 
 

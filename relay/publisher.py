@@ -18,6 +18,8 @@ The promises:
   sweeping expired jobs, pruning the outbox and applying the job retention;
 - while it is reachable, messages dead-lettered into `jobs.dead` are settled from the store every
   `DEAD_LETTER_CHECK_SECONDS` (`relay.deadletters`): a job still queued is announced again;
+- the role's holder also sends completion webhooks (`relay.webhook_sender`);
+- the role's holder fires the schedules' due slots, each a job under its slot's key (`relay.schedules`);
 - `request_stop` stops reading, waits (bounded) for outstanding confirms, writes what was confirmed,
   hands the role back and closes the connection.
 """
@@ -37,7 +39,7 @@ from outbox_bridge.core.backoff import compute_backoff
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, relayrole
 from outbox_bridge.jobstore.outbox import Lease
-from outbox_bridge.relay import ledger
+from outbox_bridge.relay import ledger, schedules
 from outbox_bridge.relay.ahead import PublishAhead
 from outbox_bridge.relay.deadletters import Checked, DeadLetterCheck
 from outbox_bridge.relay.housekeeping import Housekept, sweep_and_prune
@@ -46,6 +48,7 @@ from outbox_bridge.relay.link import BrokerLink
 from outbox_bridge.relay.loop import LoopWork
 from outbox_bridge.relay.tally import Progress, Tally
 from outbox_bridge.relay.wake import Wakeups
+from outbox_bridge.relay.webhook_sender import WebhookSender
 from outbox_bridge.relay.window import Sent, Verdict
 from outbox_bridge.telemetry.instruments import BROKER_RECONNECTS
 from outbox_bridge.worker.retention import OutputSweep, Retained, retain
@@ -108,6 +111,8 @@ class Relay(LoopWork):
         self._progress = Progress(self.tally)
         self._dead_letters = DeadLetterCheck(settings, engine)
         self._output_sweep = OutputSweep()
+        # Completion webhooks: sent by the role's holder only, on threads of their own.
+        self._webhooks = WebhookSender(settings, engine, self._holds_role)
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -126,12 +131,15 @@ class Relay(LoopWork):
         self._every(self.settings.sweep_interval_seconds, self._housekeep)
         self._every(self.settings.retention_check_seconds, self._retain)
         self._every(self.settings.dead_letter_check_seconds, self._check_dead_letters)
+        self._every(schedules.CHECK_SECONDS, self._fire_schedules)
         self._every(REPORT_EVERY_SECONDS, self._report)
         self.ioloop.add_callback_threadsafe(self._tend_role)
         self._every(ROLE_TEND_SECONDS, self._tend_role)
+        self._webhooks.start()
         try:
             self._serve()
         finally:
+            self._webhooks.stop()
             self._wakeups.stop()
             self._store.shutdown(wait=True)
             self._dead_letters.close()
@@ -505,6 +513,12 @@ class Relay(LoopWork):
     def _on_retained(self, done: Retained) -> None:
         for line in done.lines():
             log.info("%s", line)
+
+    def _fire_schedules(self) -> None:
+        """Only the role's holder fires; the slots' keys keep a second firing from making anything."""
+        if "schedules" not in self._busy and not self._stopping and self._holds_role():
+            work = partial(schedules.fire_due, self.engine, self.settings)
+            self._in_store("schedules", work, then=schedules.report)
 
     def _check_dead_letters(self) -> None:
         if "dead letters" not in self._busy and self._ready and not self._stopping:

@@ -15,7 +15,8 @@ def _instant(value: str | None) -> datetime | None:
 class Job:
     """A job's view: `state` is one of queued, running, succeeded, failed, dead, cancelled, unknown; the
     times are aware UTC datetimes; `error` is `{"code", "message"}` or None; `progress` is `{"done",
-    "total"}` or None; `result_url` opens the committed result without a token until `result_expires_at`."""
+    "total"}` or None; `result_url` opens the committed result without a token until `result_expires_at`;
+    `schedule` names the schedule that made the job for one of its slots (None for a job submitted)."""
 
     id: str
     kind: str
@@ -31,6 +32,7 @@ class Job:
     result_url: str | None
     result_expires_at: datetime | None
     error: dict[str, str] | None
+    schedule: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -57,4 +59,5 @@ class Job:
             result_url=view.get("result_url"),
             result_expires_at=_instant(view.get("result_expires_at")),
             error=view.get("error"),
+            schedule=view.get("schedule"),
         )

@@ -77,6 +77,19 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         ),
     ),
     (
+        "Webhooks",
+        "How the relay role's holder sends completion webhooks (`outbox-bridge webhooks`).",
+        (
+            "webhook_timeout_seconds",
+            "webhook_retry_seconds",
+            "webhook_max_in_flight_per_endpoint",
+            "webhook_senders",
+            "webhook_backoff_base_seconds",
+            "webhook_backoff_max_seconds",
+            "webhook_poll_seconds",
+        ),
+    ),
+    (
         "Consumers and workers",
         "How `outbox-bridge consumer` and `outbox-bridge worker` take, share and give back work.",
         (

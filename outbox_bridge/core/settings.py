@@ -213,6 +213,27 @@ class Settings(BaseSettings):
     dead_letter_check_seconds: float = Field(default=2.0, gt=0)
     """How often a relay settles dead-lettered messages from the store (a queued job is announced again)."""
 
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0)
+    """A completion webhook's request (connecting, sending, each read of the answer) gets this long; no
+    answer in time counts as a failed attempt, retried."""
+    webhook_retry_seconds: float = Field(default=24 * 3600.0, gt=0)
+    """A delivery that has not been answered with a 2xx this long after it was written (or replayed) is
+    marked failed: listed by `webhooks deliveries`, sent again only by `webhooks replay`."""
+    webhook_max_in_flight_per_endpoint: int = Field(default=4, ge=1)
+    """The most requests the relay has open to one endpoint at a time: a slow endpoint holds at most this
+    many sender threads."""
+    webhook_senders: int = Field(default=16, ge=1)
+    """Threads the relay role's holder sends webhooks on. Keep it above `WEBHOOK_MAX_IN_FLIGHT_PER_ENDPOINT`
+    times the endpoints that may hang at once, so they never hold every thread."""
+    webhook_backoff_base_seconds: float = Field(default=1.0, gt=0)
+    """The pause before a failed delivery is tried again: up to this long after the first failure, doubling
+    with each further one up to `WEBHOOK_BACKOFF_MAX_SECONDS`, with full jitter (anywhere from 0 to it)."""
+    webhook_backoff_max_seconds: float = Field(default=3600.0, gt=0)
+    """The longest pause between two attempts at one delivery (see `WEBHOOK_BACKOFF_BASE_SECONDS`)."""
+    webhook_poll_seconds: float = Field(default=1.0, gt=0)
+    """How often the relay role's holder looks for deliveries that came due (written by finished jobs, or
+    due again after a failed attempt)."""
+
     consumer_prefetch: int = Field(default=0, ge=0)
     """Unacknowledged deliveries a consumer holds, never fewer than its concurrency. 0: its concurrency plus
     `min(60, 16 x concurrency)`. With jobs that run for seconds or minutes, set it to the concurrency."""

@@ -4,8 +4,8 @@ client's counters, and the small HTTP server a relay, consumer or worker runs on
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -18,14 +18,28 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
 @dataclass(frozen=True)
+class ScheduleFigures:
+    """One schedule that is not paused: its next slot, and how long that slot has been due without a job
+    (0 when it is not due yet)."""
+
+    tenant: str
+    name: str
+    next_slot_at: float
+    due_age_seconds: float
+
+
+@dataclass(frozen=True)
 class StoreFigures:
-    """The store as a scrape sees it: jobs by state, the oldest due queued job, the outbox, who is alive."""
+    """The store as a scrape sees it: jobs by state, the oldest due queued job, the outbox, who is alive,
+    the schedules that are not paused, and the paused kinds (each with when it was paused)."""
 
     jobs_by_state: Mapping[str, int]
     queued_oldest_age_seconds: float
     outbox_pending: int
     outbox_oldest_age_seconds: float
     alive: Mapping[str, int]
+    schedules: Sequence[ScheduleFigures] = ()
+    paused_kinds: Mapping[str, float] = field(default_factory=dict)
 
 
 class StoreCollector(Collector):
@@ -90,6 +104,65 @@ def store_families(figures: StoreFigures) -> Iterator[GaugeMetricFamily]:
     for role, n in figures.alive.items():
         alive.add_metric([role], n)
     yield alive
+    yield from _schedule_families(figures)
+
+
+def _schedule_families(figures: StoreFigures) -> Iterator[GaugeMetricFamily]:
+    """Schedules are labelled by tenant and name: they are few, and each one an operator added. A kind is
+    allowlisted."""
+    labels = ["tenant", "schedule"]
+    next_slot = GaugeMetricFamily(
+        "outbox_bridge_schedule_next_slot_timestamp_seconds",
+        "When each schedule that is not paused next makes a job (Unix seconds).",
+        labels=labels,
+    )
+    due_age = GaugeMetricFamily(
+        "outbox_bridge_schedule_due_age_seconds",
+        "How long each schedule's next slot has been due without its job being made (0 until it is due): "
+        "above a few seconds, no relay holds the relay role.",
+        labels=labels,
+    )
+    for s in figures.schedules:
+        next_slot.add_metric([s.tenant, s.name], s.next_slot_at)
+        due_age.add_metric([s.tenant, s.name], s.due_age_seconds)
+    yield next_slot
+    yield due_age
+    paused = GaugeMetricFamily(
+        "outbox_bridge_kind_paused_since_timestamp_seconds",
+        "When each paused kind was paused (Unix seconds); a kind that is not paused is not listed.",
+        labels=["kind"],
+    )
+    for kind, since in sorted(figures.paused_kinds.items()):
+        paused.add_metric([kind], since)
+    yield paused
+
+
+class PendingWebhooksCollector(Collector):
+    """How long each endpoint's oldest pending webhook delivery has waited, from `read()` (endpoint id ->
+    seconds) at every scrape; left out of a scrape (logged) when the store does not answer. Labelled by
+    endpoint id only: endpoints are few, and registered by an operator."""
+
+    def __init__(self, read: Callable[[], Mapping[str, float]]) -> None:
+        self._read = read
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return []  # read at scrape time only: registering must not touch the store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        try:
+            ages = self._read()
+        except Exception as exc:
+            log.warning("metrics: the pending webhooks left out of this scrape: %s", exc)
+            return
+        gauge = GaugeMetricFamily(
+            "outbox_bridge_webhook_oldest_pending_age_seconds",
+            "How long the oldest pending completion webhook delivery of each endpoint has waited since it "
+            "was written (or replayed); an endpoint with none pending is not listed.",
+            labels=["endpoint"],
+        )
+        for endpoint_id, age in sorted(ages.items()):
+            gauge.add_metric([endpoint_id], age)
+        yield gauge
 
 
 class StoreClientCollector(Collector):

@@ -22,9 +22,11 @@ NOT_FOUND = "not_found"
 NOT_DUE = "not_due"
 NEEDS_SWEEP = "needs_sweep"
 TENANT_BUSY = "tenant_busy"  # its tenant ran TENANT_MAX_RUNNING jobs: delivered again later
+KIND_PAUSED = "kind_paused"  # its kind is paused: announced again when it is resumed
 DEAD_LETTERED = "dead_lettered"
 DELIVERY_OUTCOMES = (
-    RAN, LEASED_ELSEWHERE, ALREADY_FINISHED, NOT_FOUND, NOT_DUE, NEEDS_SWEEP, TENANT_BUSY, DEAD_LETTERED
+    RAN, LEASED_ELSEWHERE, ALREADY_FINISHED, NOT_FOUND, NOT_DUE, NEEDS_SWEEP, TENANT_BUSY, KIND_PAUSED,
+    DEAD_LETTERED,
 )  # fmt: skip
 
 ACCEPT_TO_START = Histogram(
@@ -74,6 +76,24 @@ IN_FLIGHT = Gauge(
     "Jobs this process holds claimed now (running, or waiting for a thread or their commit).",
     registry=None,
 )
+# What became of an attempt at a completion webhook: the only values `WEBHOOK_ATTEMPTS` is labelled with.
+WEBHOOK_DELIVERED = "delivered"
+WEBHOOK_RETRY = "retry"
+WEBHOOK_FAILED = "failed"
+WEBHOOK_OUTCOMES = (WEBHOOK_DELIVERED, WEBHOOK_RETRY, WEBHOOK_FAILED)
+WEBHOOK_ATTEMPTS = Counter(
+    "outbox_bridge_webhook_attempts",
+    "Attempts at completion webhook deliveries, by outcome: delivered (a 2xx), retry (due again after a "
+    "backoff), failed (its retry window is over).",
+    ["outcome"],
+    registry=None,
+)
+WEBHOOK_SECONDS = Histogram(
+    "outbox_bridge_webhook_request_seconds",
+    "A completion webhook's request, from sending it to its answer (or to the error that ended it).",
+    buckets=LATENCY_BUCKETS,
+    registry=None,
+)
 
 # What each kind of process reports: an instrument a process never records into is left out of its
 # registry, not shown as a zero.
@@ -81,13 +101,15 @@ _STORE = (STORE_WRITE_SECONDS,)
 _RUNNER = (ACCEPT_TO_START, RUN_SECONDS, FENCED_WRITES, IN_FLIGHT)
 BY_ROLE = {
     "api": _STORE,
-    "relay": (*_STORE, PUBLISH_TO_CONFIRM, BROKER_RECONNECTS),
+    "relay": (*_STORE, PUBLISH_TO_CONFIRM, BROKER_RECONNECTS, WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS),
     "consumer": (*_STORE, *_RUNNER, DELIVERIES, BROKER_RECONNECTS),
     "worker": (*_STORE, *_RUNNER),
 }
 
 for _outcome in DELIVERY_OUTCOMES:  # every outcome is reported, 0 until it happens
     DELIVERIES.labels(_outcome)
+for _outcome in WEBHOOK_OUTCOMES:
+    WEBHOOK_ATTEMPTS.labels(_outcome)
 
 
 def register(registry: CollectorRegistry, role: str) -> CollectorRegistry:

@@ -1,8 +1,9 @@
-"""`/metrics` for a relay, consumer or worker process, on `METRICS_PORT` (off unless set): the instruments
-of its role (`telemetry.instruments`), its store client counters, and the store's figures read at each
-scrape (jobs by state, the oldest due queued job, the outbox, who is alive). A relay adds the dead-letter
-queue's depth. A store or broker that does not answer leaves its figures out of that scrape; a port that
-cannot be bound is logged and the process runs on without metrics."""
+"""`/metrics` for a relay, consumer or worker process, on `METRICS_PORT` (off unless set): the instruments of
+its role (`telemetry.instruments`), its store client counters, and the store's figures read at each scrape
+(jobs by state, the oldest due queued job, the outbox, who is alive). A relay adds the dead-letter queue's
+depth and its webhooks' oldest pending delivery per endpoint. A store or broker that does not answer leaves
+its figures out of that scrape; a port that cannot be bound is logged and the process runs on without
+metrics."""
 
 from __future__ import annotations
 
@@ -15,10 +16,15 @@ from sqlalchemy import Engine
 from outbox_bridge.broker.connection import queue_depth
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore import db, webhook_deliveries
 from outbox_bridge.jobstore.overview import store_figures
 from outbox_bridge.telemetry import exposition, instruments
-from outbox_bridge.telemetry.exposition import StoreClientCollector, StoreCollector, StoreFigures
+from outbox_bridge.telemetry.exposition import (
+    PendingWebhooksCollector,
+    StoreClientCollector,
+    StoreCollector,
+    StoreFigures,
+)
 
 # A scrape waits at most this long for the broker to say how deep the dead-letter queue is.
 DEAD_LETTER_TIMEOUT_SECONDS = 1.0
@@ -38,6 +44,10 @@ def registry_for(
     registry.register(StoreClientCollector(db.stats.snapshot))
     depth = partial(queue_depth, settings, settings.dead_letter_queue, DEAD_LETTER_TIMEOUT_SECONDS)
     registry.register(StoreCollector(_reader(engine, settings), depth if dead_letters else None))
+    if role == "relay":
+        registry.register(
+            PendingWebhooksCollector(lambda: db.read(engine, webhook_deliveries.pending_ages, clock.now()))
+        )
     if in_flight is not None:
         instruments.IN_FLIGHT.set_function(in_flight)
     return registry

@@ -33,6 +33,7 @@ VIEW_KEYS = {
     "deadline_at",
     "run_at",
     "priority",
+    "schedule",
     "cancel_requested",
     "progress",
     "waited_seconds",

@@ -105,8 +105,9 @@ def test_a_bare_command_follows_a_line_that_says_where_it_is(page: Path) -> None
 
 
 def test_the_checker_refuses_what_does_not_exist() -> None:
-    assert check(["kinds", "pause", "export"]) is not None
+    assert check(["kinds", "purge", "export"]) is not None
+    assert check(["schedules", "add", "--every-day", "1"]) is not None
     assert check(["jobs", "list", "--colour"]) is not None
-    assert check(["webhooks", "list"]) is not None
+    assert check(["webhooks", "purge"]) is not None
     assert check(["jobs", "requeue", "--state", "dead", "--dry-run"]) is None
     assert check(["bench", "--mode", "both", "--scenario", "delayed"]) is None

@@ -1,0 +1,257 @@
+"""Schedules: a job of one kind and payload for every slot of a cron expression or of a fixed interval
+(`core.recurrence`), per tenant. (Not `jobstore.schedule`, which is when one job may start.)
+
+A slot's job is written through the store's own accept (`intake.accept`, as `POST /jobs` and `enqueue`
+write theirs) under the idempotency key `schedule:<name>:<slot, RFC 3339 UTC>` in the schedule's tenant,
+and the schedule's next slot moves past it in the same transaction (`fire`). The key's uniqueness decides:
+two relays firing one slot, a relay that fired and died before it heard the commit, a clock set back, all
+find the key taken and make no second job. The relay that holds the relay role fires what is due
+(`relay.schedules`).
+
+A schedule is kept with its kind and payload as the kind read them when it was added, so every slot asks
+for the same job. Who added, paused, resumed or removed it is recorded (`schedule_actions`)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection, RowMapping, delete, insert, select, update
+
+from outbox_bridge.core.recurrence import CatchUp, Recurrence, plan, slot_key
+from outbox_bridge.jobstore import intake
+from outbox_bridge.jobstore.errors import IdempotencyConflict, StoreError
+from outbox_bridge.jobstore.priorities import Priority
+from outbox_bridge.jobstore.records import dumps
+from outbox_bridge.jobstore.schema import schedule_actions, schedules
+
+
+class ScheduleExists(StoreError):
+    def __init__(self, tenant: str, name: str) -> None:
+        super().__init__(f"tenant {tenant} already has a schedule named {name}")
+
+
+class ScheduleNotFound(StoreError):
+    def __init__(self, tenant: str, name: str) -> None:
+        super().__init__(f"tenant {tenant} has no schedule named {name}")
+
+
+@dataclass(frozen=True)
+class PeriodicSchedule:
+    """A schedule as the store keeps it. `next_slot_at` is its first slot not fired yet; `last_slot_at`
+    the last one fired, with the job it made (`last_job_id`)."""
+
+    tenant: str
+    name: str
+    kind: str
+    payload: dict[str, Any]
+    priority: Priority
+    recurrence: Recurrence
+    catch_up: CatchUp
+    next_slot_at: float
+    last_slot_at: float | None
+    last_job_id: str | None
+    paused_at: float | None
+    paused_by: str | None
+    created_at: float
+    created_by: str
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> PeriodicSchedule:
+        recurrence = Recurrence(
+            cron=row["cron"], timezone=row["timezone"], every_seconds=row["every_seconds"]
+        )
+        fields = {name: row[name] for name in _KEPT}
+        return cls(
+            **fields,
+            payload=json.loads(row["payload"]),
+            priority=Priority(row["priority"]),
+            recurrence=recurrence,
+            catch_up=CatchUp(row["catch_up"]),
+        )
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def due_age(self, now: float) -> float | None:
+        """How long its next slot has been due without being fired, or None when it is not due (or the
+        schedule is paused)."""
+        if self.paused or self.next_slot_at > now:
+            return None
+        return now - self.next_slot_at
+
+
+_KEPT = (
+    "tenant", "name", "kind", "next_slot_at", "last_slot_at", "last_job_id", "paused_at", "paused_by",
+    "created_at", "created_by",
+)  # fmt: skip
+
+
+def add(
+    conn: Connection,
+    *,
+    tenant: str,
+    name: str,
+    kind: str,
+    payload: dict[str, Any],
+    priority: Priority,
+    recurrence: Recurrence,
+    catch_up: CatchUp,
+    now: float,
+    actor: str,
+) -> PeriodicSchedule:
+    """Add a schedule, recorded; its first slot is the first after `now`. `ScheduleExists` when the
+    tenant has one of that name. The caller has checked the kind and read the payload as the kind does."""
+    if _row(conn, tenant, name) is not None:
+        raise ScheduleExists(tenant, name)
+    conn.execute(
+        insert(schedules).values(
+            tenant=tenant,
+            name=name,
+            kind=kind,
+            payload=dumps(payload),
+            priority=int(priority),
+            cron=recurrence.cron,
+            timezone=recurrence.timezone,
+            every_seconds=recurrence.every_seconds,
+            catch_up=catch_up.value,
+            next_slot_at=recurrence.next_after(now),
+            created_at=now,
+            created_by=actor,
+        )
+    )
+    _record(conn, tenant, name, "add", actor=actor, now=now)
+    return get(conn, tenant, name)
+
+
+def get(conn: Connection, tenant: str, name: str) -> PeriodicSchedule:
+    """The schedule, or `ScheduleNotFound`."""
+    row = _row(conn, tenant, name)
+    if row is None:
+        raise ScheduleNotFound(tenant, name)
+    return PeriodicSchedule.from_row(row)
+
+
+def list_all(conn: Connection) -> list[PeriodicSchedule]:
+    """Every schedule, by tenant and name."""
+    rows = conn.execute(select(schedules).order_by(schedules.c.tenant, schedules.c.name)).mappings()
+    return [PeriodicSchedule.from_row(row) for row in rows]
+
+
+def pause(conn: Connection, tenant: str, name: str, now: float, *, actor: str) -> bool:
+    """Pause the schedule, recorded: it fires nothing until resumed. False (nothing recorded) when it is
+    paused already; `ScheduleNotFound`."""
+    changed = conn.execute(
+        update(schedules)
+        .where(*_named(tenant, name), schedules.c.paused_at.is_(None))
+        .values(paused_at=now, paused_by=actor)
+    ).rowcount
+    return _changed(conn, changed, tenant, name, "pause", actor, now)
+
+
+def resume(conn: Connection, tenant: str, name: str, now: float, *, actor: str) -> bool:
+    """Resume the schedule, recorded: its next slot is the first after `now` (the slots it passed while
+    paused make nothing, whatever its catch-up). False when it was not paused; `ScheduleNotFound`."""
+    found = get(conn, tenant, name)
+    changed = conn.execute(
+        update(schedules)
+        .where(*_named(tenant, name), schedules.c.paused_at.is_not(None))
+        .values(paused_at=None, paused_by=None, next_slot_at=found.recurrence.next_after(now))
+    ).rowcount
+    return _changed(conn, changed, tenant, name, "resume", actor, now)
+
+
+def remove(conn: Connection, tenant: str, name: str, now: float, *, actor: str) -> None:
+    """Remove the schedule, recorded (the jobs it made stay); `ScheduleNotFound`."""
+    if conn.execute(delete(schedules).where(*_named(tenant, name))).rowcount != 1:
+        raise ScheduleNotFound(tenant, name)
+    _record(conn, tenant, name, "remove", actor=actor, now=now)
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What one firing of a schedule did: the jobs it made, by slot (`made`), the slots whose key was
+    already taken (`taken`: fired before, by this relay or another), and the missed slots it left without
+    a job under its catch-up policy (`skipped`)."""
+
+    tenant: str
+    name: str
+    made: tuple[tuple[float, str], ...] = ()
+    taken: tuple[float, ...] = ()
+    skipped: int = 0
+
+
+def due(conn: Connection, now: float) -> list[tuple[str, str]]:
+    """The schedules, not paused, whose next slot has come (tenant, name), soonest first."""
+    query = (
+        select(schedules.c.tenant, schedules.c.name)
+        .where(schedules.c.paused_at.is_(None), schedules.c.next_slot_at <= now)
+        .order_by(schedules.c.next_slot_at)
+    )
+    return [(str(tenant), str(name)) for tenant, name in conn.execute(query)]
+
+
+def fire(conn: Connection, tenant: str, name: str, now: float, *, max_attempts: int) -> Fired:
+    """Make the jobs of the schedule's due slots (`core.recurrence.plan`) and move its next slot past
+    `now`, in the caller's transaction; nothing when it is paused, gone or not due. On PostgreSQL the
+    schedule's row is locked first, so a concurrent firing waits and then finds the slots fired."""
+    row = conn.execute(select(schedules).where(*_named(tenant, name)).with_for_update()).mappings().first()
+    if row is None or row["paused_at"] is not None or row["next_slot_at"] > now:
+        return Fired(tenant, name)
+    schedule = PeriodicSchedule.from_row(row)
+    firing = plan(schedule.recurrence, schedule.next_slot_at, now, schedule.catch_up)
+    made: list[tuple[float, str]] = []
+    taken: list[float] = []
+    for slot in firing.slots:
+        job_id = _make(conn, schedule, slot, now, max_attempts)
+        if job_id is None:
+            taken.append(slot)
+        else:
+            made.append((slot, job_id))
+    moved: dict[str, Any] = {"next_slot_at": firing.next_slot}
+    if made:
+        moved |= {"last_slot_at": made[-1][0], "last_job_id": made[-1][1]}
+    conn.execute(update(schedules).where(*_named(tenant, name)).values(**moved))
+    return Fired(tenant, name, tuple(made), tuple(taken), firing.skipped)
+
+
+def _make(
+    conn: Connection, schedule: PeriodicSchedule, slot: float, now: float, max_attempts: int
+) -> str | None:
+    """The id of the job made for `slot`, or None when its key was taken already (by the slot's job, or by
+    a request under the same key: either way the slot has its job, or never will)."""
+    try:
+        accepted = intake.accept(
+            conn, tenant=schedule.tenant, owner=f"schedule:{schedule.name}", kind=schedule.kind,
+            payload=schedule.payload, operation_key=slot_key(schedule.name, slot), now=now,
+            max_attempts=max_attempts, priority=schedule.priority, schedule_name=schedule.name,
+        )  # fmt: skip
+    except IdempotencyConflict:
+        return None
+    return accepted.job.id if accepted.created else None
+
+
+def _row(conn: Connection, tenant: str, name: str) -> RowMapping | None:
+    return conn.execute(select(schedules).where(*_named(tenant, name))).mappings().first()
+
+
+def _named(tenant: str, name: str) -> tuple[Any, ...]:
+    return schedules.c.tenant == tenant, schedules.c.name == name
+
+
+def _changed(
+    conn: Connection, changed: int, tenant: str, name: str, action: str, actor: str, now: float
+) -> bool:
+    if changed == 1:
+        _record(conn, tenant, name, action, actor=actor, now=now)
+        return True
+    get(conn, tenant, name)  # `ScheduleNotFound` when it is not there at all
+    return False
+
+
+def _record(conn: Connection, tenant: str, name: str, action: str, *, actor: str, now: float) -> None:
+    conn.execute(
+        insert(schedule_actions).values(tenant=tenant, name=name, action=action, actor=actor, at=now)
+    )

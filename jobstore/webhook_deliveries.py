@@ -1,0 +1,148 @@
+"""The relay's side of completion webhooks in the store: which deliveries are due, what becomes of one after
+an attempt, and how long the oldest pending one of each endpoint has waited.
+
+Only the holder of the relay role sends, from reads: nothing is leased, so a relay killed during a request
+leaves its delivery pending and due, and whoever holds the role next sends it again (at least once). An
+attempt's outcome is one UPDATE guarded by the delivery still being pending with the attempt count the
+sender read; it and the attempt's log row are written together, or neither is (another writer got there
+first: a replay, a removal, or a relay that took the role over).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, func, insert, literal_column, select, update
+
+from outbox_bridge.jobstore.schema import webhook_attempts, webhook_deliveries, webhook_endpoints
+from outbox_bridge.jobstore.webhooks import Delivery, DeliveryState, Endpoint
+
+# What a failed attempt's log keeps of the error, at most.
+MAX_ERROR_CHARS = 500
+# Written out, not bound: the partial index of due deliveries (`ix_webhook_deliveries_due_next_attempt_at`)
+# serves a statement whose WHERE clause says its condition in these words.
+_PENDING = webhook_deliveries.c.state == literal_column("'pending'")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a delivery is retried: full-jitter exponential backoff, for `retry_seconds` from its creation
+    (or replay)."""
+
+    base: float
+    cap: float
+    retry_seconds: float
+
+    def backoff(self, attempts: int, rng: random.Random | None = None) -> float:
+        """The pause after the `attempts`-th failed attempt: anywhere from 0 to `base * 2^(attempts-1)`,
+        capped (full jitter, so retries of many deliveries spread out)."""
+        ceiling = min(self.cap, self.base * 2.0 ** min(max(attempts, 1) - 1, 64))
+        return (rng or random).uniform(0.0, ceiling)
+
+
+@dataclass(frozen=True)
+class Attempted:
+    """What one attempt at a delivery got: a status code (None: no answer) and how long it took."""
+
+    at: float
+    status_code: int | None
+    latency_ms: float
+    error: str | None = None
+
+    @property
+    def delivered(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+@dataclass(frozen=True)
+class Decision:
+    state: DeliveryState
+    next_attempt_at: float
+
+
+def decide(delivery: Delivery, attempted: Attempted, policy: RetryPolicy, now: float) -> Decision:
+    """Delivered on a 2xx; otherwise pending again after the backoff, or failed once its retry window
+    (`policy.retry_seconds` from `delivery.retrying_since`) is over. The last retry is never scheduled past
+    the window's end."""
+    if attempted.delivered:
+        return Decision(DeliveryState.DELIVERED, delivery.next_attempt_at)
+    ends = delivery.retrying_since + policy.retry_seconds
+    if now >= ends:
+        return Decision(DeliveryState.FAILED, delivery.next_attempt_at)
+    return Decision(DeliveryState.PENDING, min(ends, now + policy.backoff(delivery.attempts + 1)))
+
+
+def due(
+    conn: Connection,
+    now: float,
+    *,
+    limit: int,
+    skip_endpoints: Collection[str] = (),
+    skip_ids: Collection[str] = (),
+) -> list[Delivery]:
+    """Up to `limit` pending deliveries due at `now`, the longest due first, leaving out those of
+    `skip_endpoints` (at their bound of requests in flight) and `skip_ids` (in flight)."""
+    d = webhook_deliveries.c
+    query = (
+        select(webhook_deliveries)
+        .where(_PENDING, d.next_attempt_at <= now)
+        .order_by(d.next_attempt_at)
+        .limit(limit)
+    )
+    if skip_endpoints:
+        query = query.where(d.endpoint_id.not_in(list(skip_endpoints)))
+    if skip_ids:
+        query = query.where(d.id.not_in(list(skip_ids)))
+    return [Delivery.from_row(row) for row in conn.execute(query).mappings()]
+
+
+def endpoints_of(conn: Connection, endpoint_ids: Collection[str]) -> dict[str, Endpoint]:
+    """The endpoints among `endpoint_ids` that still exist, by id."""
+    rows = conn.execute(select(webhook_endpoints).where(webhook_endpoints.c.id.in_(list(endpoint_ids))))
+    return {row["id"]: Endpoint.from_row(row) for row in rows.mappings()}
+
+
+def record_attempt(conn: Connection, delivery: Delivery, attempted: Attempted, decision: Decision) -> bool:
+    """Write what the attempt at `delivery` got and the decision it led to, with the attempt's log row,
+    guarded by the delivery being pending with the attempt count read with it. False (nothing written)
+    when another writer changed it meanwhile."""
+    d = webhook_deliveries.c
+    number = delivery.attempts + 1
+    delivered = decision.state is DeliveryState.DELIVERED
+    error = None if attempted.error is None else attempted.error[:MAX_ERROR_CHARS]
+    moved = conn.execute(
+        update(webhook_deliveries)
+        .where(d.id == delivery.id, d.state == DeliveryState.PENDING.value, d.attempts == delivery.attempts)
+        .values(
+            state=decision.state.value,
+            attempts=number,
+            next_attempt_at=decision.next_attempt_at,
+            last_status=attempted.status_code,
+            last_error=error,
+            delivered_at=attempted.at if delivered else None,
+        )
+    )
+    if moved.rowcount != 1:
+        return False
+    conn.execute(
+        insert(webhook_attempts).values(
+            delivery_id=delivery.id,
+            attempt=number,
+            at=attempted.at,
+            status_code=attempted.status_code,
+            latency_ms=attempted.latency_ms,
+            error=error,
+        )
+    )
+    return True
+
+
+def pending_ages(conn: Connection, now: float) -> dict[str, float]:
+    """For each endpoint with pending deliveries, how long its oldest one has waited (since it was written
+    or replayed), in seconds."""
+    d = webhook_deliveries.c
+    since = func.coalesce(d.replayed_at, d.created_at)
+    rows = conn.execute(select(d.endpoint_id, func.min(since)).where(_PENDING).group_by(d.endpoint_id))
+    return {endpoint_id: max(0.0, now - float(oldest)) for endpoint_id, oldest in rows}

@@ -1,0 +1,296 @@
+"""Completion webhooks in the store: the endpoints an operator registers per tenant, and what an operator
+does to them and to their deliveries (add, remove, rotate a secret, replay a delivery), each recorded with
+who did it in the same transaction (`webhook_actions`).
+
+The deliveries themselves are written by the store: a trigger on `jobs` (migration 0014) inserts one pending
+delivery per matching endpoint of the job's tenant in the transaction that moves the job into a terminal
+state, so a transition that does not commit writes none. The relay's side (what is due, what an attempt
+did) is `jobstore.webhook_deliveries`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+from urllib.parse import urlsplit
+
+from sqlalchemy import Connection, RowMapping, delete, insert, select, update
+
+from outbox_bridge.jobstore.schema import (
+    webhook_actions,
+    webhook_attempts,
+    webhook_deliveries,
+    webhook_endpoints,
+)
+from outbox_bridge.jobstore.states import TERMINAL, State
+
+# Every event an endpoint may ask for, one per terminal state, in the order the states are listed.
+EVENTS: tuple[str, ...] = tuple(f"job.{state.value}" for state in State if state in TERMINAL)
+MAX_URL_CHARS = 2048
+
+
+class DeliveryState(StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"
+
+
+class Action(StrEnum):
+    """What an operator did, as `webhook_actions.action` records it."""
+
+    ADD = "add"
+    REMOVE = "remove"
+    ROTATE = "rotate"
+    REPLAY = "replay"
+
+
+class InvalidEndpoint(ValueError):
+    """An endpoint that cannot be registered; the message says why, in one line."""
+
+
+class EndpointNotFound(LookupError):
+    def __init__(self, endpoint_id: str) -> None:
+        super().__init__(f"no webhook endpoint {endpoint_id}")
+
+
+class DeliveryNotFound(LookupError):
+    def __init__(self, delivery_id: str) -> None:
+        super().__init__(f"no webhook delivery {delivery_id}")
+
+
+class NotReplayable(ValueError):
+    def __init__(self, delivery_id: str) -> None:
+        super().__init__(f"delivery {delivery_id} is still pending: it is sent again without a replay")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    id: str
+    tenant: str
+    url: str
+    events: tuple[str, ...]
+    secret: str  # sealed (`core.sealing`)
+    previous_secret: str | None
+    previous_secret_until: float | None
+    created_at: float
+    created_by: str
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> Endpoint:
+        return cls(**dict(row) | {"events": tuple(str(row["events"]).split(","))})
+
+    def sealed_secrets(self, now: float) -> tuple[str, ...]:
+        """The sealed secrets that sign at `now`: the current one, and the previous one during a rotation's
+        grace."""
+        until = self.previous_secret_until
+        rotating = self.previous_secret is not None and until is not None and now < until
+        return (self.secret, self.previous_secret) if rotating and self.previous_secret else (self.secret,)
+
+
+@dataclass(frozen=True)
+class Delivery:
+    id: str
+    endpoint_id: str
+    tenant: str
+    job_id: str
+    event: str
+    occurred_at: float
+    created_at: float
+    state: DeliveryState
+    attempts: int
+    next_attempt_at: float
+    last_status: int | None
+    last_error: str | None
+    delivered_at: float | None
+    replayed_at: float | None
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> Delivery:
+        return cls(**dict(row) | {"state": DeliveryState(row["state"])})
+
+    @property
+    def retrying_since(self) -> float:
+        """Where its retry window starts: its last replay, else its creation."""
+        return self.created_at if self.replayed_at is None else self.replayed_at
+
+
+@dataclass(frozen=True)
+class DeliveryAttempt:
+    delivery_id: str
+    attempt: int
+    at: float
+    status_code: int | None
+    latency_ms: float
+    error: str | None
+
+
+def check_url(url: str) -> str:
+    """`url` when the relay may POST to it: an absolute `http` or `https` URL with a host, no user
+    information and no fragment; `InvalidEndpoint` saying what is wrong otherwise."""
+    if len(url) > MAX_URL_CHARS or any(c.isspace() or ord(c) < 32 for c in url):
+        raise InvalidEndpoint(f"--url must be one line of at most {MAX_URL_CHARS} characters, without spaces")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 (a port that is not a number raises here)
+    except ValueError as exc:
+        raise InvalidEndpoint(f"--url {url!r} is not a URL: {exc}") from exc
+    if parts.scheme not in ("http", "https"):
+        raise InvalidEndpoint(f"--url {url!r}: only http:// and https:// URLs can receive webhooks")
+    if not parts.hostname:
+        raise InvalidEndpoint(f"--url {url!r} names no host")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidEndpoint(f"--url {url!r}: credentials in the URL are not accepted")
+    if parts.fragment:
+        raise InvalidEndpoint(f"--url {url!r}: a fragment is never sent; leave it out")
+    return url
+
+
+def check_events(events: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The events, each once, in `EVENTS`' order (all of them when none is named); `InvalidEndpoint`
+    naming the first unknown one."""
+    unknown = [e for e in events if e not in EVENTS]
+    if unknown:
+        raise InvalidEndpoint(f"--event {unknown[0]!r} is not one of {', '.join(EVENTS)}")
+    return tuple(e for e in EVENTS if e in events) if events else EVENTS
+
+
+def add_endpoint(
+    conn: Connection,
+    *,
+    tenant: str,
+    url: str,
+    events: tuple[str, ...],
+    sealed_secret: str,
+    now: float,
+    actor: str,
+) -> Endpoint:
+    """Register an endpoint for `tenant` (its URL and events checked: `InvalidEndpoint`), recorded."""
+    endpoint_id = str(uuid.uuid4())
+    values = {
+        "id": endpoint_id,
+        "tenant": tenant,
+        "url": check_url(url),
+        "events": ",".join(check_events(events)),
+        "secret": sealed_secret,
+        "previous_secret": None,
+        "previous_secret_until": None,
+        "created_at": now,
+        "created_by": actor,
+    }
+    conn.execute(insert(webhook_endpoints).values(**values))
+    _record(conn, endpoint_id, Action.ADD, actor=actor, now=now)
+    return Endpoint.from_row(values)  # type: ignore[arg-type]
+
+
+def list_endpoints(conn: Connection, *, tenant: str | None = None) -> list[Endpoint]:
+    """Every endpoint (or `tenant`'s), oldest first."""
+    query = select(webhook_endpoints).order_by(webhook_endpoints.c.created_at, webhook_endpoints.c.id)
+    if tenant is not None:
+        query = query.where(webhook_endpoints.c.tenant == tenant)
+    return [Endpoint.from_row(row) for row in conn.execute(query).mappings()]
+
+
+def get_endpoint(conn: Connection, endpoint_id: str) -> Endpoint | None:
+    row = conn.execute(select(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id)).mappings()
+    found = row.first()
+    return None if found is None else Endpoint.from_row(found)
+
+
+def remove_endpoint(conn: Connection, endpoint_id: str, now: float, *, actor: str) -> Endpoint:
+    """Remove the endpoint with its deliveries and their attempts (nothing more is sent to it), recorded;
+    `EndpointNotFound` when there is none."""
+    endpoint = get_endpoint(conn, endpoint_id)
+    if endpoint is None:
+        raise EndpointNotFound(endpoint_id)
+    # Foreign keys cascade too; said here so no store setting decides it.
+    deliveries = select(webhook_deliveries.c.id).where(webhook_deliveries.c.endpoint_id == endpoint_id)
+    conn.execute(delete(webhook_attempts).where(webhook_attempts.c.delivery_id.in_(deliveries)))
+    conn.execute(delete(webhook_deliveries).where(webhook_deliveries.c.endpoint_id == endpoint_id))
+    conn.execute(delete(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id))
+    _record(conn, endpoint_id, Action.REMOVE, actor=actor, now=now)
+    return endpoint
+
+
+def rotate_secret(
+    conn: Connection, endpoint_id: str, sealed_secret: str, now: float, *, grace: float, actor: str
+) -> Endpoint:
+    """Give the endpoint a new secret; the current one keeps signing beside it for `grace` seconds (a
+    previous secret still in its grace is dropped). Recorded; `EndpointNotFound` when there is none."""
+    moved = conn.execute(
+        update(webhook_endpoints)
+        .where(webhook_endpoints.c.id == endpoint_id)
+        .values(
+            previous_secret=webhook_endpoints.c.secret if grace > 0 else None,
+            previous_secret_until=now + grace if grace > 0 else None,
+            secret=sealed_secret,
+        )
+    )
+    if moved.rowcount != 1:
+        raise EndpointNotFound(endpoint_id)
+    _record(conn, endpoint_id, Action.ROTATE, actor=actor, now=now)
+    endpoint = get_endpoint(conn, endpoint_id)
+    assert endpoint is not None
+    return endpoint
+
+
+def list_deliveries(conn: Connection, *, endpoint_id: str | None = None, limit: int = 50) -> list[Delivery]:
+    """Deliveries, newest first (all endpoints', or `endpoint_id`'s)."""
+    d = webhook_deliveries.c
+    query = select(webhook_deliveries).order_by(d.created_at.desc(), d.id.desc()).limit(limit)
+    if endpoint_id is not None:
+        query = query.where(d.endpoint_id == endpoint_id)
+    return [Delivery.from_row(row) for row in conn.execute(query).mappings()]
+
+
+def get_delivery(conn: Connection, delivery_id: str) -> Delivery | None:
+    found = conn.execute(select(webhook_deliveries).where(webhook_deliveries.c.id == delivery_id)).mappings()
+    row = found.first()
+    return None if row is None else Delivery.from_row(row)
+
+
+def attempts_of(conn: Connection, delivery_ids: list[str]) -> dict[str, list[DeliveryAttempt]]:
+    """Each delivery's attempts, oldest first."""
+    a = webhook_attempts.c
+    rows = conn.execute(
+        select(webhook_attempts).where(a.delivery_id.in_(delivery_ids)).order_by(a.delivery_id, a.attempt)
+    ).mappings()
+    found: dict[str, list[DeliveryAttempt]] = {d: [] for d in delivery_ids}
+    for row in rows:
+        found[row["delivery_id"]].append(DeliveryAttempt(**row))
+    return found
+
+
+def replay(conn: Connection, delivery_id: str, now: float, *, actor: str) -> Delivery:
+    """Make a delivered or failed delivery pending again, due now, under the same id (so a receiver that
+    kept it can tell), with a fresh retry window; recorded. `DeliveryNotFound`, or `NotReplayable` for one
+    still pending."""
+    d = webhook_deliveries.c
+    moved = conn.execute(
+        update(webhook_deliveries)
+        .where(d.id == delivery_id, d.state.in_([DeliveryState.DELIVERED.value, DeliveryState.FAILED.value]))
+        .values(state=DeliveryState.PENDING.value, next_attempt_at=now, replayed_at=now, delivered_at=None)
+    )
+    delivery = get_delivery(conn, delivery_id)
+    if delivery is None:
+        raise DeliveryNotFound(delivery_id)
+    if moved.rowcount != 1:
+        raise NotReplayable(delivery_id)
+    _record(conn, delivery.endpoint_id, Action.REPLAY, actor=actor, now=now, delivery_id=delivery_id)
+    return delivery
+
+
+def _record(
+    conn: Connection,
+    endpoint_id: str,
+    action: Action,
+    *,
+    actor: str,
+    now: float,
+    delivery_id: str | None = None,
+) -> None:
+    conn.execute(
+        insert(webhook_actions).values(
+            endpoint_id=endpoint_id, delivery_id=delivery_id, action=action.value, actor=actor, at=now
+        )
+    )

@@ -1,0 +1,212 @@
+"""`outbox-bridge schedules`: add, list, pause, resume and remove schedules, each change recorded with the OS
+user who made it. A refused `add` says why in one line, exits 1 and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError
+
+from outbox_bridge import views
+from outbox_bridge.api.auth import NAME_RULE, is_valid_name
+from outbox_bridge.api.problems import ProblemError
+from outbox_bridge.api.schemas import JobCreate
+from outbox_bridge.api.submission import accept_fields
+from outbox_bridge.console import (
+    JsonOption,
+    load_kinds,
+    load_settings,
+    open_store,
+    os_user,
+    out,
+    print_json,
+    ready_engine,
+    refuse,
+    table,
+)
+from outbox_bridge.core import clock
+from outbox_bridge.core.durations import FORMAT, format_age, parse_duration
+from outbox_bridge.core.recurrence import CatchUp, Recurrence, slot_key, slot_text
+from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore import schedules as store
+from outbox_bridge.jobstore.schedules import ScheduleExists, ScheduleNotFound
+
+schedules_app = typer.Typer(
+    help="Jobs on a schedule: one job per slot of a cron expression or of an interval, made by the relay."
+)
+
+
+class PriorityName(StrEnum):
+    high = "high"
+    normal = "normal"
+    low = "low"
+
+
+TenantOption = Annotated[str, typer.Option(help="The tenant the schedule and its jobs belong to.")]
+NameArgument = Annotated[str, typer.Argument(metavar="NAME", help="The schedule's name in its tenant.")]
+
+
+@schedules_app.command("add")
+def schedules_add(
+    tenant: TenantOption,
+    name: Annotated[str, typer.Option(help=f"The schedule's name in its tenant: {NAME_RULE}.")],
+    kind: Annotated[str, typer.Option(help="The kind of each slot's job (one the deployment accepts).")],
+    payload: Annotated[str, typer.Option(metavar="JSON", help="Each job's payload, a JSON object.")],
+    cron: Annotated[
+        str | None, typer.Option(metavar="EXPR", help="A cron expression, such as '0 9 * * 1-5'.")
+    ] = None,
+    timezone: Annotated[
+        str | None,
+        typer.Option(metavar="TZ", help="The time zone the cron expression reads in (default UTC)."),
+    ] = None,
+    every: Annotated[
+        str | None,
+        typer.Option(metavar="DURATION", help=f"A fixed interval instead, counted from the epoch: {FORMAT}."),
+    ] = None,
+    priority: PriorityName = PriorityName.normal,
+    catch_up: Annotated[
+        CatchUp,
+        typer.Option(help="After downtime: make the latest missed slot's job, or none of the missed ones."),
+    ] = CatchUp.LATEST,
+) -> None:
+    """Add a schedule: TENANT gets a job of KIND with PAYLOAD for every slot of --cron (in --timezone) or of
+    --every, under the idempotency key schedule:NAME:SLOT, so that no slot ever makes two jobs."""
+    settings = load_settings()
+    load_kinds(settings)
+    _check_name("--tenant", tenant)
+    _check_name("--name", name)
+    recurrence = _recurrence(cron, timezone, every)
+    job = _job_fields(settings, tenant, name, kind, payload, priority)
+    engine = ready_engine(settings)
+    try:
+        added = db.transact(
+            engine, store.add, tenant=tenant, name=name, kind=job["kind"], payload=job["payload"],
+            priority=job["priority"], recurrence=recurrence, catch_up=catch_up, now=clock.now(),
+            actor=os_user(),
+        )  # fmt: skip
+    except (ScheduleExists, IntegrityError):
+        refuse(f"tenant {tenant} already has a schedule named {name} (`outbox-bridge schedules list`)")
+    out.print(
+        f"added schedule {tenant}/{name}: a job of kind {added.kind} {recurrence.describe()}, the first at "
+        f"{slot_text(added.next_slot_at)}",
+        markup=False,
+        highlight=False,
+    )
+
+
+def _check_name(option: str, value: str) -> None:
+    if not is_valid_name(value):
+        refuse(f"{option} must be {NAME_RULE}")
+
+
+def _recurrence(cron: str | None, timezone: str | None, every: str | None) -> Recurrence:
+    """The slots the options name, or exit 1 saying what is wrong with them."""
+    try:
+        seconds = None if every is None else parse_duration(every)
+    except ValueError as exc:
+        refuse(f"--every {exc}")
+    try:
+        return Recurrence.of(cron=cron, timezone=timezone, every_seconds=seconds)
+    except ValueError as exc:
+        refuse(f"{'--cron' if every is None else '--every'}: {exc}")
+
+
+def _job_fields(
+    settings: Settings, tenant: str, name: str, kind: str, payload: str, priority: PriorityName
+) -> dict[str, Any]:
+    """The slots' job as `POST /jobs` would take it (the kind accepted, the payload as the kind reads it),
+    or exit 1 saying why the api would refuse it."""
+    try:
+        document = json.loads(payload)
+    except ValueError as exc:
+        refuse(f"--payload is not JSON: {exc}")
+    try:
+        request = JobCreate.model_validate({"kind": kind, "payload": document, "priority": priority.value})
+        # The rules of `POST /jobs` and `enqueue`, under a key such as the slots' (nothing is written here).
+        return accept_fields(
+            request, settings, clock.now(), tenant=tenant, owner=os_user(), key=slot_key(name, 0)
+        )
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        refuse(f"--{first['loc'][0]}: {first['msg']}")
+    except ProblemError as exc:
+        issues = exc.extensions.get("errors") or []
+        where = "; ".join(f"{'.'.join(map(str, i['loc'][1:]))}: {i['msg']}" for i in issues[:3])
+        refuse(f"{exc.detail.rstrip('.')}{f': {where}' if where else ''}")
+
+
+@schedules_app.command("list")
+def schedules_list(as_json: JsonOption = False) -> None:
+    """Every schedule: its slots, its next slot (and how long it has been due, when a relay has not fired it
+    yet), the last slot it fired and that slot's job, and whether it is paused."""
+    _, engine = open_store()
+    found = db.read(engine, store.list_all)
+    now = clock.now()
+    if as_json:
+        print_json({"schedules": [views.schedule_document(s, now) for s in found]})
+        return
+    shown = table()
+    columns = (
+        "tenant",
+        "name",
+        "kind",
+        "slots",
+        "catch-up",
+        "state",
+        "next slot",
+        "due",
+        "last fired",
+        "job",
+    )
+    for column in columns:
+        shown.add_column(column)
+    for s in found:
+        age = s.due_age(now)
+        shown.add_row(
+            s.tenant,
+            s.name,
+            s.kind,
+            s.recurrence.describe(),
+            s.catch_up.value,
+            f"paused by {s.paused_by} at {clock.isoformat(s.paused_at)}" if s.paused else "active",
+            "-" if s.paused else slot_text(s.next_slot_at),
+            "" if age is None else f"{format_age(age)} ago",
+            "-" if s.last_slot_at is None else slot_text(s.last_slot_at),
+            s.last_job_id or "",
+        )
+    out.print(shown)
+
+
+def _change(fn: Any, tenant: str, name: str) -> Any:
+    """`fn(conn, tenant, name, now, actor=...)` in a transaction, or exit 1 when there is no such schedule."""
+    _, engine = open_store()
+    try:
+        return db.transact(engine, fn, tenant, name, clock.now(), actor=os_user())
+    except ScheduleNotFound as exc:
+        refuse(f"{exc} (`outbox-bridge schedules list`)")
+
+
+@schedules_app.command("pause")
+def schedules_pause(name: NameArgument, tenant: TenantOption) -> None:
+    """Pause a schedule: it makes no job until resumed (the slots it passes meanwhile make none)."""
+    changed = _change(store.pause, tenant, name)
+    out.print(f"{'paused' if changed else 'already paused'}: schedule {tenant}/{name}", markup=False)
+
+
+@schedules_app.command("resume")
+def schedules_resume(name: NameArgument, tenant: TenantOption) -> None:
+    """Resume a paused schedule from its next slot after now."""
+    changed = _change(store.resume, tenant, name)
+    out.print(f"{'resumed' if changed else 'not paused'}: schedule {tenant}/{name}", markup=False)
+
+
+@schedules_app.command("remove")
+def schedules_remove(name: NameArgument, tenant: TenantOption) -> None:
+    """Remove a schedule. The jobs it made stay."""
+    _change(store.remove, tenant, name)
+    out.print(f"removed: schedule {tenant}/{name}", markup=False)
