@@ -16,9 +16,11 @@ help: ## list the targets
 
 install: $(STAMP) ## create .venv with the pinned dependencies (requirements/dev.txt) and the project
 
-# uv installs the same pins as pip would, several times faster (it downloads and unpacks in parallel).
+# uv installs the same pins as pip would, several times faster (it downloads and unpacks in parallel), and
+# compiles them to bytecode as pip does: where PYTHONDONTWRITEBYTECODE is set, nothing else would, and every
+# process would compile each module it imports again.
 UV_VERSION := 0.13.9
-UV_PIP     = $(BIN)/uv pip install --quiet --python $(BIN)/python
+UV_PIP     = $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 
 $(STAMP): pyproject.toml $(LOCK_DEV)
 	$(PYTHON) -m venv $(VENV)
