@@ -18,7 +18,7 @@ from outbox_bridge.jobstore.schedules import Fired
 log = logging.getLogger("relay")
 
 # How often the role's holder looks for due slots: a slot's job is made within this long of the slot.
-CHECK_SECONDS = 0.5
+CHECK_SECONDS = 1.0
 
 
 def fire_due(engine: Engine, settings: Settings) -> list[Fired]:
