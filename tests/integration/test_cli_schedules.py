@@ -7,64 +7,34 @@ the paused kinds since when."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
-from sqlalchemy import Engine, Table, select, update
+from sqlalchemy import Engine, update
 from typer.testing import CliRunner
 
-from outbox_bridge.cli import app
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.overview import store_figures
 from outbox_bridge.jobstore.schema import kind_actions, paused_kinds, schedule_actions, schedules
-from outbox_bridge.launch.stack import settings_env
 from outbox_bridge.telemetry.exposition import StoreCollector, render
+from tests.support.cli import Ran, done, invoke, refused, rows, runner
 
 OPERATOR = "olga"
 ADD = ["schedules", "add", "--tenant", "acme", "--name", "nightly", "--kind", "export"]
 EXPORT = '{"rows": 10, "chunk": 5}'
 
 
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 @pytest.fixture
 def cli(settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
     """The command line run in this process, with the test's settings in the environment, as the OS user
     `OPERATOR`, on the test's migrated store."""
-    for name, value in settings_env(settings, LOGNAME=OPERATOR, USER=OPERATOR).items():
-        monkeypatch.setenv(name, value)
-    return CliRunner()
+    return runner(settings, monkeypatch, OPERATOR)
 
 
 def run(cli: CliRunner, *args: str) -> Ran:
-    result = cli.invoke(app, list(args))
-    return Ran(result.exit_code, result.stdout, result.stderr)
-
-
-def done(result: Ran) -> str:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def refused(result: Ran) -> str:
-    said = (result.stdout + result.stderr).strip()
-    assert result.returncode == 1, said
-    assert len(said.splitlines()) == 1 and "Traceback" not in said, said
-    assert said.startswith("outbox-bridge: "), said
-    return said
-
-
-def rows(engine: Engine, table: Table) -> list[dict[str, Any]]:
-    return db.read(engine, lambda conn: [dict(r) for r in conn.execute(select(table)).mappings()])
+    return invoke(cli, *args)
 
 
 def test_add_keeps_the_payload_as_the_kind_reads_it_and_list_shows_the_next_slot(

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
-from sqlalchemy import Engine, Table, select
+from sqlalchemy import Engine
 from typer.testing import CliRunner
 
-from outbox_bridge.cli import app
 from outbox_bridge.core import clock
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
@@ -23,48 +20,20 @@ from outbox_bridge.jobstore import db, fenced
 from outbox_bridge.jobstore.schema import webhook_actions, webhook_deliveries, webhook_endpoints
 from outbox_bridge.jobstore.webhook_deliveries import Attempted, Decision, record_attempt
 from outbox_bridge.jobstore.webhooks import DeliveryState, get_delivery
-from outbox_bridge.launch.stack import settings_env
+from tests.support.cli import Ran, done, invoke, refused, rows, runner
 from tests.support.store import claimed, new_job
 
 OPERATOR = "olga"
 
 
-@dataclass(frozen=True)
-class Ran:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
 @pytest.fixture
 def cli(settings: Settings, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
-    """The command line run in this process (a process per command would cost a second each), with the
-    test's settings in the environment, as the OS user `OPERATOR`."""
-    for name, value in settings_env(settings, LOGNAME=OPERATOR, USER=OPERATOR).items():
-        monkeypatch.setenv(name, value)
-    return CliRunner()
+    """The command line run in this process, with the test's settings, as the OS user `OPERATOR`."""
+    return runner(settings, monkeypatch, OPERATOR)
 
 
 def run(cli: CliRunner, *args: str) -> Ran:
-    result = cli.invoke(app, ["webhooks", *args])
-    return Ran(result.exit_code, result.stdout, result.stderr)
-
-
-def done(result: Ran) -> str:
-    assert result.returncode == 0, result.stdout + result.stderr
-    return result.stdout
-
-
-def refused(result: Ran) -> str:
-    said = (result.stdout + result.stderr).strip()
-    assert result.returncode == 1, said
-    assert len(said.splitlines()) == 1 and "Traceback" not in said, said
-    assert said.startswith("outbox-bridge: "), said
-    return said
-
-
-def rows(engine: Engine, table: Table) -> list[dict[str, Any]]:
-    return db.read(engine, lambda conn: [dict(r) for r in conn.execute(select(table)).mappings()])
+    return invoke(cli, "webhooks", *args)
 
 
 def test_add_prints_the_secret_once_keeps_it_sealed_and_records_who(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import hmac
 import json
-import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from outbox_bridge.core import clock
+from outbox_bridge.core import clock, signatures
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
@@ -31,7 +30,7 @@ def add_endpoint(
     engine: Engine, settings: Settings, tenant: str, url: str, events: tuple[str, ...] = ()
 ) -> tuple[Endpoint, str]:
     """An endpoint of `tenant` registered as `webhooks add` does; with its secret (`whsec_...`)."""
-    key = os.urandom(32)
+    key = signatures.new_key()
     sealed = Sealer.of(settings.auth_secret).seal(key)
     endpoint = db.transact(
         engine,
@@ -43,7 +42,7 @@ def add_endpoint(
         now=clock.now(),
         actor="tester",
     )
-    return endpoint, "whsec_" + base64.b64encode(key).decode()
+    return endpoint, signatures.secret_text(key)
 
 
 def deliveries(engine: Engine) -> list[Delivery]:
