@@ -39,6 +39,8 @@ class Options:
     # standard: every phase; priority, fairness, delayed: one probe phase each (`bench.probes`)
     scenario: str = "standard"
     api_workers: int = 1  # api processes (`api --workers`)
+    # deliveries the relay's sender drains to a local receiver, broker mode (`bench.webhooks`; 0: none)
+    webhook_deliveries: int = 500
 
     @property
     def file_suffix(self) -> str:
@@ -82,6 +84,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--batch", type=_positive(int), default=100, help="accepts per transaction (store path)")
     p.add_argument("--http-threads", type=_positive(int), default=8, help="concurrent HTTP clients")
     p.add_argument("--fsync-jobs", type=int, default=1000, help="jobs in the strace run (0: skip it)")
+    p.add_argument(
+        "--webhook-deliveries",
+        type=int,
+        default=500,
+        help="webhook deliveries the relay's sender drains to a local receiver, broker mode (0: skip it)",
+    )
     p.add_argument("--outage-seconds", type=float, default=4.0, help="broker outage (0: skip it)")
     p.add_argument(
         "--outage-style",
@@ -135,4 +143,5 @@ def parse(argv: list[str]) -> Options:
         keep=a.keep,
         scenario=a.scenario,
         api_workers=a.api_workers,
+        webhook_deliveries=max(0, a.webhook_deliveries),
     )

@@ -144,6 +144,19 @@ def _outage(run: Result) -> str:
     return f"{accepted} accepted in {seconds:.0f} s, drained {o['drain_seconds']:.2f} s"
 
 
+def _webhook_costs(run: Result) -> str:
+    """What the relay's sender spends per delivery (`bench.webhooks`)."""
+    found = figure(run, "webhooks", "sending", "per_delivery")
+    if not found:
+        return "-"
+    store = " / ".join(_num(found[k], 2) for k in ("write_transactions", "read_transactions", "statements"))
+    return f"{store}; {_num(found['wal_bytes'] / 1024, 1)} KiB WAL; {_num(found['cpu_ms'], 2)} ms CPU"
+
+
+def _kib(value: float | None) -> float | None:
+    return None if value is None else value / 1024
+
+
 ROWS: list[tuple[str, Callable[[Result], str]]] = [
     (
         "SQLite single-row commits/s (calibration)",
@@ -212,6 +225,18 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
         lambda r: _per_process(r, "latency", "cost", "write_ms_per_job_by_process"),
     ),
     ("fsyncs/job (strace, store path)", lambda r: _num(figure(r, "fsync", "fsyncs_per_job"), 2)),
+    (
+        "webhooks: deliveries/s, the relay's sender to a local receiver answering 204",
+        lambda r: _num(figure(r, "webhooks", "sending", "deliveries_per_second")),
+    ),
+    (
+        "webhooks, per delivery sent: write / read transactions / statements; WAL; sender CPU",
+        _webhook_costs,
+    ),
+    (
+        "webhooks: WAL KiB a matching endpoint adds to a finished job's completion",
+        lambda r: _num(_kib(figure(r, "webhooks", "job_writes", "wal_bytes_added_per_job")), 2),
+    ),
     ("slow lock waits > 5 ms (store/HTTP/fixed load)", _slow_waits),
     (
         "CPU s per 1,000 jobs (store burst)",

@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from rich.console import Console
 
-from outbox_bridge.bench import loadgen, phases, plots, probes, report, targets
+from outbox_bridge.bench import loadgen, phases, plots, probes, report, targets, webhooks
 from outbox_bridge.bench.calibrate import quorum_hop, single_row_commits
 from outbox_bridge.bench.deploy import BROKER, Deployment, broker_version, run_settings
 from outbox_bridge.bench.observe import StoreWatch
@@ -98,6 +98,8 @@ def phase_list(options: Options, mode: str, full: bool) -> list[tuple[str, Phase
     chosen += [("latency", phases.latency)]
     if options.light_rate:
         chosen.append(("latency_light", phases.latency_light))
+    if full and mode == BROKER and options.webhook_deliveries:  # the relay sends them
+        chosen.append(("webhooks", webhooks.deliveries))
     if options.fsync_jobs and strace_available() and options.database_url is None:
         chosen.append(("fsync", phases.fsyncs))
     return chosen

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
+from outbox_bridge.core.durations import parse_duration
 from outbox_bridge.jobstore.schema import (
     webhook_actions,
     webhook_attempts,
@@ -28,6 +29,9 @@ from outbox_bridge.jobstore.states import TERMINAL, State
 # Every event an endpoint may ask for, one per terminal state, in the order the states are listed.
 EVENTS: tuple[str, ...] = tuple(f"job.{state.value}" for state in State if state in TERMINAL)
 MAX_URL_CHARS = 2048
+# How long a rotated-out secret keeps signing unless the operator says otherwise.
+DEFAULT_GRACE = "24h"
+NO_GRACE = ("0", "0s")
 
 
 class DeliveryState(StrEnum):
@@ -153,6 +157,12 @@ def check_events(events: list[str] | tuple[str, ...]) -> tuple[str, ...]:
     if unknown:
         raise InvalidEndpoint(f"--event {unknown[0]!r} is not one of {', '.join(EVENTS)}")
     return tuple(e for e in EVENTS if e in events) if events else EVENTS
+
+
+def grace_seconds(text: str) -> float:
+    """The seconds of a rotation's grace `text` names (`core.durations`), 0 for `0` or `0s` (the previous
+    secret stops signing at once); `ValueError` saying what is accepted otherwise."""
+    return 0.0 if text.strip().lower() in NO_GRACE else float(parse_duration(text))
 
 
 def add_endpoint(

@@ -3,19 +3,15 @@ user who made it. A refused `add` says why in one line, exits 1 and writes nothi
 
 from __future__ import annotations
 
-import json
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 from sqlalchemy.exc import IntegrityError
 
 from outbox_bridge import views
-from outbox_bridge.api.auth import NAME_RULE, is_valid_name
-from outbox_bridge.api.problems import ProblemError
-from outbox_bridge.api.schemas import JobCreate
-from outbox_bridge.api.submission import accept_fields
+from outbox_bridge.api.auth import NAME_RULE
+from outbox_bridge.api.schedule_request import ScheduleRefused, read_new_schedule
 from outbox_bridge.console import (
     JsonOption,
     load_kinds,
@@ -29,9 +25,8 @@ from outbox_bridge.console import (
     table,
 )
 from outbox_bridge.core import clock
-from outbox_bridge.core.durations import FORMAT, format_age, parse_duration
-from outbox_bridge.core.recurrence import CatchUp, Recurrence, slot_key, slot_text
-from outbox_bridge.core.settings import Settings
+from outbox_bridge.core.durations import FORMAT, format_age
+from outbox_bridge.core.recurrence import CatchUp, slot_text
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore import schedules as store
 from outbox_bridge.jobstore.schedules import ScheduleExists, ScheduleNotFound
@@ -78,66 +73,30 @@ def schedules_add(
     --every, under the idempotency key schedule:NAME:SLOT, so that no slot ever makes two jobs."""
     settings = load_settings()
     load_kinds(settings)
-    _check_name("--tenant", tenant)
-    _check_name("--name", name)
-    recurrence = _recurrence(cron, timezone, every)
-    job = _job_fields(settings, tenant, name, kind, payload, priority)
+    try:
+        schedule = read_new_schedule(
+            settings, tenant=tenant, name=name, kind=kind, payload=payload, cron=cron, timezone=timezone,
+            every=every, priority=priority.value, catch_up=catch_up.value, now=clock.now(), owner=os_user(),
+            label=_option,
+        )  # fmt: skip
+    except ScheduleRefused as exc:
+        refuse(str(exc))
     engine = ready_engine(settings)
     try:
-        added = db.transact(
-            engine, store.add, tenant=tenant, name=name, kind=job["kind"], payload=job["payload"],
-            priority=job["priority"], recurrence=recurrence, catch_up=catch_up, now=clock.now(),
-            actor=os_user(),
-        )  # fmt: skip
+        added = db.transact(engine, store.add, **schedule.fields(), now=clock.now(), actor=os_user())
     except (ScheduleExists, IntegrityError):
         refuse(f"tenant {tenant} already has a schedule named {name} (`outbox-bridge schedules list`)")
     out.print(
-        f"added schedule {tenant}/{name}: a job of kind {added.kind} {recurrence.describe()}, the first at "
-        f"{slot_text(added.next_slot_at)}",
+        f"added schedule {tenant}/{name}: a job of kind {added.kind} {schedule.recurrence.describe()}, the "
+        f"first at {slot_text(added.next_slot_at)}",
         markup=False,
         highlight=False,
     )
 
 
-def _check_name(option: str, value: str) -> None:
-    if not is_valid_name(value):
-        refuse(f"{option} must be {NAME_RULE}")
-
-
-def _recurrence(cron: str | None, timezone: str | None, every: str | None) -> Recurrence:
-    """The slots the options name, or exit 1 saying what is wrong with them."""
-    try:
-        seconds = None if every is None else parse_duration(every)
-    except ValueError as exc:
-        refuse(f"--every {exc}")
-    try:
-        return Recurrence.of(cron=cron, timezone=timezone, every_seconds=seconds)
-    except ValueError as exc:
-        refuse(f"{'--cron' if every is None else '--every'}: {exc}")
-
-
-def _job_fields(
-    settings: Settings, tenant: str, name: str, kind: str, payload: str, priority: PriorityName
-) -> dict[str, Any]:
-    """The slots' job as `POST /jobs` would take it (the kind accepted, the payload as the kind reads it),
-    or exit 1 saying why the api would refuse it."""
-    try:
-        document = json.loads(payload)
-    except ValueError as exc:
-        refuse(f"--payload is not JSON: {exc}")
-    try:
-        request = JobCreate.model_validate({"kind": kind, "payload": document, "priority": priority.value})
-        # The rules of `POST /jobs` and `enqueue`, under a key such as the slots' (nothing is written here).
-        return accept_fields(
-            request, settings, clock.now(), tenant=tenant, owner=os_user(), key=slot_key(name, 0)
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        refuse(f"--{first['loc'][0]}: {first['msg']}")
-    except ProblemError as exc:
-        issues = exc.extensions.get("errors") or []
-        where = "; ".join(f"{'.'.join(map(str, i['loc'][1:]))}: {i['msg']}" for i in issues[:3])
-        refuse(f"{exc.detail.rstrip('.')}{f': {where}' if where else ''}")
+def _option(field: str) -> str:
+    """A field as this command names it: `--catch-up`."""
+    return f"--{field.replace('_', '-')}"
 
 
 @schedules_app.command("list")

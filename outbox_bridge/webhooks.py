@@ -19,7 +19,7 @@ from outbox_bridge.console import (
     table,
 )
 from outbox_bridge.core import clock, signatures
-from outbox_bridge.core.durations import FORMAT, parse_duration
+from outbox_bridge.core.durations import FORMAT
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
@@ -28,7 +28,6 @@ from outbox_bridge.jobstore.webhooks import Delivery, DeliveryAttempt, Endpoint
 
 webhooks_app = typer.Typer(help="Completion webhooks: endpoints per tenant, their secrets and deliveries.")
 
-DEFAULT_GRACE = "24h"
 EndpointArgument = Annotated[str, typer.Argument(metavar="ID", help="An endpoint's id.")]
 
 
@@ -58,8 +57,7 @@ def webhooks_add(
     except store.InvalidEndpoint as exc:
         refuse(str(exc))
     settings, engine = _open()
-    key = signatures.new_key()
-    sealed = Sealer.of(settings.auth_secret).seal(key)
+    secret, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
     endpoint = db.transact(
         engine,
         store.add_endpoint,
@@ -70,7 +68,6 @@ def webhooks_add(
         now=clock.now(),
         actor=os_user(),
     )
-    secret = signatures.secret_text(key)
     if as_json:
         print_json(_endpoint_document(endpoint) | {"secret": secret})
         return
@@ -123,24 +120,22 @@ def webhooks_rotate(
             metavar="DURATION",
             help=f"How long the current secret keeps signing beside the new one: {FORMAT}.",
         ),
-    ] = DEFAULT_GRACE,
+    ] = store.DEFAULT_GRACE,
     as_json: JsonOption = False,
 ) -> None:
     """Give an endpoint a new signing secret, shown this once. During the grace period every request
     carries both signatures, so the receiver can switch to the new secret at any time within it."""
     try:
-        grace_seconds = parse_duration(grace) if grace.strip() not in ("0", "0s") else 0.0
+        grace_seconds = store.grace_seconds(grace)
     except ValueError as exc:
         refuse(f"--grace {exc}")
     settings, engine = _open()
-    key = signatures.new_key()
-    sealed = Sealer.of(settings.auth_secret).seal(key)
+    secret, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
     try:
         rotated = (endpoint_id, sealed, clock.now())
         endpoint = db.transact(engine, store.rotate_secret, *rotated, grace=grace_seconds, actor=os_user())
     except store.EndpointNotFound as exc:
         refuse(f"{exc}: `outbox-bridge webhooks list` shows the ids there are")
-    secret = signatures.secret_text(key)
     if as_json:
         print_json(_endpoint_document(endpoint) | {"secret": secret})
         return

@@ -20,8 +20,6 @@ def run(settings: Settings) -> int:
     """Publish the outbox until asked to stop. Exit code 0 when everything held was written back."""
     # pika narrates every connection attempt; the relay logs what matters itself.
     logging.getLogger("pika").setLevel(logging.CRITICAL)
-    # httpx logs every webhook request; the sender logs the attempts that did not deliver.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     tracing.configure("relay")
     engine = db.make_engine(settings)
     relay = Relay(settings, engine)

@@ -1,6 +1,16 @@
 """One completion webhook request: the CloudEvents 1.0 structured body, the Standard Webhooks headers, and
-the POST itself, whose answer costs bounded time and memory (no redirect followed, a timeout per step, at
-most `MAX_ANSWER_BYTES` of the body read and dropped)."""
+the POST itself, whose answer costs bounded time and memory: no redirect followed, at most
+`MAX_ANSWER_BYTES` of the body read (and dropped), and `WEBHOOK_TIMEOUT_SECONDS` for the whole request.
+
+The limit holds for the whole request, not for each step of it. An HTTP client's timeouts bound each step (the
+connect, each write, each read), so a receiver that sends its answer a byte at a time, each byte within the
+timeout, would hold a sender thread for as long as it liked. The relay's connection pool (httpcore's, which
+httpx runs on) opens its connections through `webhook_deadline.DeadlineBackend`, and `post` sets the request's
+deadline: every socket operation of the request (connecting, sending, reading the status line, the headers and
+the body) then waits at most for the time left, and the request ends with a timeout once none is left. No
+timer thread closes anything, and a connection reused by another request obeys that request's deadline.
+Resolving the host's name, and each read within a TLS handshake, are bounded otherwise (`webhook_deadline`).
+"""
 
 from __future__ import annotations
 
@@ -15,13 +25,15 @@ from outbox_bridge.jobstore.webhook_deliveries import Attempted
 from outbox_bridge.jobstore.webhooks import Delivery
 
 if TYPE_CHECKING:
-    import httpx
+    import httpcore
 
 CONTENT_TYPE = "application/cloudevents+json"
 SOURCE = "outbox-bridge"
 TYPE_PREFIX = "outbox_bridge."
 # Of an answer's body, at most this much is read (and dropped): enough to keep the connection reusable.
 MAX_ANSWER_BYTES = 4096
+# An idle kept connection is closed after this long (httpx's default).
+KEEPALIVE_SECONDS = 5.0
 
 
 def cloud_event(delivery: Delivery, view: dict[str, Any]) -> bytes:
@@ -49,29 +61,58 @@ def headers(delivery_id: str, timestamp: int, body: bytes, keys: Sequence[bytes]
     }
 
 
-def new_client(timeout: float, connections: int) -> httpx.Client:
-    """The relay's one kept HTTP client: redirects are answers, not followed. httpx is imported here, on
-    first use: a relay that sends no webhooks never loads it."""
+def new_client(connections: int) -> httpcore.ConnectionPool:
+    """The relay's one kept pool of connections, its sockets held to each request's deadline; redirects are
+    answers, not followed. httpcore is imported here, on first use: a relay that sends no webhooks never
+    loads it."""
+    import httpcore
+
+    from outbox_bridge.relay.webhook_deadline import DeadlineBackend
+
+    return httpcore.ConnectionPool(
+        max_connections=connections,
+        max_keepalive_connections=connections,
+        keepalive_expiry=KEEPALIVE_SECONDS,
+        network_backend=DeadlineBackend(),
+    )
+
+
+def post(
+    client: httpcore.ConnectionPool, url: str, body: bytes, sent_headers: dict[str, str], timeout: float
+) -> Attempted:
+    """POST `body` to `url` within `timeout` seconds from the first byte to the last, connecting included;
+    what the answer was (its status, or no answer and why) and how long it took."""
+    import httpcore
     import httpx
 
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    return httpx.Client(follow_redirects=False, timeout=timeout, limits=limits, trust_env=False)
-
-
-def post(client: httpx.Client, url: str, body: bytes, sent_headers: dict[str, str]) -> Attempted:
-    """POST `body` to `url`; what the answer was (its status, or no answer and why) and how long it took."""
-    import httpx
+    from outbox_bridge.relay.webhook_deadline import deadline
 
     at, started = clock.now(), time.monotonic()
     status: int | None = None
     error: str | None = None
+    steps = dict.fromkeys(("connect", "read", "write", "pool"), timeout)
     try:
-        with client.stream("POST", url, content=body, headers=sent_headers) as answer:
-            status = answer.status_code
+        target = _target(url)
+        with (
+            deadline(timeout),
+            client.stream(
+                "POST",
+                target,
+                headers=list(sent_headers.items()),
+                content=body,
+                extensions={"timeout": steps},
+            ) as answer,
+        ):
+            status = answer.status
             _drain(answer)
-    except httpx.TimeoutException as exc:
-        error = f"no answer in time ({type(exc).__name__})"
-    except httpx.HTTPError as exc:
+    except httpcore.TimeoutException as exc:
+        error = f"no whole answer within {timeout:g} s (WEBHOOK_TIMEOUT_SECONDS): {_step(exc)}"
+    except (
+        httpx.InvalidURL,
+        httpcore.UnsupportedProtocol,
+        httpcore.NetworkError,
+        httpcore.ProtocolError,
+    ) as exc:
         error = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if status is not None and not 200 <= status < 300:
         error = _refusal(status)
@@ -79,9 +120,34 @@ def post(client: httpx.Client, url: str, body: bytes, sent_headers: dict[str, st
     return Attempted(at=at, status_code=status, latency_ms=latency_ms, error=error)
 
 
-def _drain(answer: httpx.Response) -> None:
+def _target(url: str) -> httpcore.URL:
+    """`url` as httpcore sends it, its host encoded as IDNA and its path and query percent-encoded (as httpx
+    does it)."""
+    import httpcore
+    import httpx
+
+    parsed = httpx.URL(url)
+    return httpcore.URL(
+        scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port, target=parsed.raw_path
+    )
+
+
+def _step(exc: Exception) -> str:
+    """Which step of the request the deadline cut short."""
+    import httpcore
+
+    steps = {
+        httpcore.ConnectTimeout: "still connecting",
+        httpcore.WriteTimeout: "still sending",
+        httpcore.ReadTimeout: "still reading the answer",
+        httpcore.PoolTimeout: "still waiting for a connection",
+    }
+    return next((said for kind, said in steps.items() if isinstance(exc, kind)), type(exc).__name__)
+
+
+def _drain(answer: httpcore.Response) -> None:
     read = 0
-    for chunk in answer.iter_raw():
+    for chunk in answer.iter_stream():
         read += len(chunk)
         if read >= MAX_ANSWER_BYTES:
             return

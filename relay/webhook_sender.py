@@ -1,5 +1,5 @@
 """The relay's completion webhook sender: while this relay holds the relay role, due deliveries are read from
-the store and sent on a pool of `WEBHOOK_SENDERS` threads sharing one kept HTTP client.
+the store and sent on a pool of `WEBHOOK_SENDERS` threads sharing one pool of kept connections.
 
 The promises:
 - only the role holder sends, and it reads rather than leases: a delivery stays pending until an attempt's
@@ -38,7 +38,7 @@ from outbox_bridge.relay import webhook_request
 from outbox_bridge.telemetry import instruments
 
 if TYPE_CHECKING:
-    import httpx
+    import httpcore
 
 log = logging.getLogger("relay.webhooks")
 
@@ -75,7 +75,7 @@ class WebhookSender:
         )
         self._sealer = Sealer.of(settings.auth_secret)
         self._links = LinkSigner.of(settings)
-        self._client: httpx.Client | None = None  # made at the first request
+        self._client: httpcore.ConnectionPool | None = None  # made at the first request
         self._work: queue.SimpleQueue[_Send | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._in_flight: dict[str, str] = {}  # delivery id -> endpoint id
@@ -195,20 +195,18 @@ class WebhookSender:
         else:
             body = webhook_request.cloud_event(delivery, view_fields(job, now, self._links))
             sent_headers = webhook_request.headers(delivery.id, int(now), body, keys)
-            attempted = webhook_request.post(self._http(), endpoint.url, body, sent_headers)
+            timeout = self.settings.webhook_timeout_seconds
+            attempted = webhook_request.post(self._http(), endpoint.url, body, sent_headers, timeout)
             instruments.WEBHOOK_SECONDS.observe(attempted.latency_ms / 1000.0)
         decision = store.decide(delivery, attempted, self._policy, clock.now())
         if db.transact(self.engine, store.record_attempt, delivery, attempted, decision):
             instruments.WEBHOOK_ATTEMPTS.labels(_OUTCOMES[decision.state]).inc()
             self._log(delivery, endpoint, attempted, decision.state)
 
-    def _http(self) -> httpx.Client:
+    def _http(self) -> httpcore.ConnectionPool:
         with self._lock:
             if self._client is None:
-                settings = self.settings
-                self._client = webhook_request.new_client(
-                    settings.webhook_timeout_seconds, settings.webhook_senders
-                )
+                self._client = webhook_request.new_client(self.settings.webhook_senders)
             return self._client
 
     def _log(

@@ -9,11 +9,12 @@ form at `/ui/login` sets. No valid token: 401 and the sign-in form. A valid toke
 signed-in browser post the action forms. Every action is recorded with the token's `sub`.
 
 `access` holds who may look and the sign-in, flash and form plumbing; `pages` the pages; `actions` the
-forms that change jobs; `webhooks` the completion webhooks' endpoints, deliveries and replays. Importing
-them registers their routes on the one `router`.
+forms that change jobs; `webhooks` the completion webhooks' endpoints (added, rotated, removed), their
+deliveries and replays; `schedules` the schedules and the kinds, added, paused, resumed and removed.
+Importing them registers their routes on the one `router`.
 """
 
-from outbox_bridge.api.dashboard import actions, pages, webhooks
+from outbox_bridge.api.dashboard import actions, pages, schedules, webhooks
 from outbox_bridge.api.dashboard.access import router
 
-__all__ = ["actions", "pages", "router", "webhooks"]
+__all__ = ["actions", "pages", "router", "schedules", "webhooks"]

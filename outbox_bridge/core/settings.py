@@ -214,8 +214,9 @@ class Settings(BaseSettings):
     """How often a relay settles dead-lettered messages from the store (a queued job is announced again)."""
 
     webhook_timeout_seconds: float = Field(default=10.0, gt=0)
-    """A completion webhook's request (connecting, sending, each read of the answer) gets this long; no
-    answer in time counts as a failed attempt, retried."""
+    """A completion webhook's request gets this long as a whole, from connecting to the end of the answer
+    it reads, however slowly the receiver sends it; no whole answer in time counts as a failed attempt,
+    retried."""
     webhook_retry_seconds: float = Field(default=24 * 3600.0, gt=0)
     """A delivery that has not been answered with a 2xx this long after it was written (or replayed) is
     marked failed: listed by `webhooks deliveries`, sent again only by `webhooks replay`."""

@@ -2,7 +2,8 @@
 
 A secret is `whsec_<base64 of its key>`; a message's signature is `v1,<base64 HMAC-SHA256(key,
 "{webhook-id}.{webhook-timestamp}.{body}")>`, and a message signed by several keys (a rotation's grace)
-carries their signatures separated by spaces. The command line makes secrets, the relay signs with them.
+carries their signatures separated by spaces. The command line and the dashboard make secrets, the relay
+signs with them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import hashlib
 import hmac
 import secrets
 from collections.abc import Sequence
+
+from outbox_bridge.core.sealing import Sealer
 
 PREFIX = "whsec_"
 KEY_BYTES = 32
@@ -24,6 +27,12 @@ def new_key() -> bytes:
 def secret_text(key: bytes) -> str:
     """The secret as an endpoint's owner configures it: `whsec_<base64 of the key>`."""
     return PREFIX + base64.b64encode(key).decode("ascii")
+
+
+def new_secret(sealer: Sealer) -> tuple[str, str]:
+    """A new signing secret, as its owner configures it (`whsec_...`, shown once) and sealed for the store."""
+    key = new_key()
+    return secret_text(key), sealer.seal(key)
 
 
 def signature(keys: Sequence[bytes], message_id: str, timestamp: int, body: bytes) -> str:

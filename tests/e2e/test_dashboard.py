@@ -18,9 +18,9 @@ from sqlalchemy import Connection, Engine, func, select
 from outbox_bridge.api.auth import issue_token
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import claiming, db, fenced, intake, operator, queries, sweeper
+from outbox_bridge.jobstore import claiming, db, fenced, intake, operator, pausing, queries, sweeper
 from outbox_bridge.jobstore.records import Claim, Job
-from outbox_bridge.jobstore.schema import outbox
+from outbox_bridge.jobstore.schema import kind_actions, outbox
 from outbox_bridge.jobstore.states import State
 from tests.conftest import IN_CI
 from tests.support import procs
@@ -262,6 +262,7 @@ def test_operator_signs_in_sees_the_figures_and_settles_dead_and_unknown_jobs_in
             assert page.locator("#flash").count() == 0, "a flash is shown once"
             check_resolved_job_page(page, api_url, seeded.by_state[State.UNKNOWN][0])
             requeue_failed_jobs_after_a_confirmation(page, engine, api_url, seeded.by_state[State.FAILED])
+            pause_and_resume_a_kind(page, engine, api_url)
         finally:
             browser.close()
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 10_000
@@ -295,6 +296,33 @@ def requeue_failed_jobs_after_a_confirmation(
         assert stored(engine, job_id).state is State.QUEUED
         [action] = db.read(engine, queries.actions_of, job_id)
         assert (action.action, action.actor, action.note) == ("requeue", "olga", "input fixed upstream")
+
+
+def pause_and_resume_a_kind(page: Page, engine: Engine, base: str) -> None:
+    """The schedules page, reached from the navigation, pauses a kind and resumes it, each recorded with the
+    operator and the note."""
+    with page.expect_navigation():
+        page.click('#nav a[href="/ui/schedules"]')
+    row = page.locator('#kinds tr[data-kind="export"]')
+    row.locator("input[name=note]").fill("upstream maintenance")
+    with page.expect_navigation():
+        row.locator('form[data-action="pause-kind"] button').click()
+    assert page.url == f"{base}/ui/schedules"
+    assert "Kind export paused" in text(page, "#flash")
+    assert row.get_attribute("data-paused") == "yes"
+    assert [p.kind for p in db.read(engine, pausing.paused)] == ["export"]
+    page.screenshot(path=str(ARTIFACTS / "dashboard-schedules.png"), full_page=True)
+    with page.expect_navigation():
+        row.locator('form[data-action="resume-kind"] button').click()
+    assert "Kind export resumed" in text(page, "#flash")
+    assert row.get_attribute("data-paused") is None
+    recorded = select(kind_actions.c.action, kind_actions.c.actor, kind_actions.c.note).order_by(
+        kind_actions.c.at
+    )
+    assert db.read(engine, lambda conn: [tuple(r) for r in conn.execute(recorded)]) == [
+        ("pause", "olga", "upstream maintenance"),
+        ("resume", "olga", None),
+    ]
 
 
 def sign_in(page: Page, base: str, operator_token: str) -> None:

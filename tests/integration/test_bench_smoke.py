@@ -23,7 +23,7 @@ pytestmark = pytest.mark.databases("sqlite")
 
 SMALL = [
     "--jobs", "200", "--consumers", "2", "--rate", "50", "--light-rate", "10", "--duration", "2",
-    "--idle-seconds", "1",
+    "--idle-seconds", "1", "--webhook-deliveries", "100",
     "--fsync-jobs", "50", "--outage-seconds", "1", "--synchronous", "FULL", "--profile", "never",
 ]  # fmt: skip
 PROCESSES = {
@@ -107,7 +107,7 @@ def _assert_run(run: dict[str, Any]) -> None:
     expected = {"warmup", "idle", "burst_store", "burst_http", "http_api", "http_whole", "latency"}
     expected |= {"latency_light"}
     expected |= {"fsync"} if strace_available() else set()
-    expected |= {"outage"} if run["mode"] == "broker" else set()
+    expected |= {"outage", "webhooks"} if run["mode"] == "broker" else set()
     assert set(phases) == expected
     assert not [name for name, p in phases.items() if "error" in p]
     processes = PROCESSES[run["mode"]]
@@ -122,6 +122,10 @@ def _assert_run(run: dict[str, Any]) -> None:
     assert phases["latency_light"]["due"] == 20 and phases["latency_light"]["offered_rate"] == 10
     if "fsync" in phases:
         assert phases["fsync"]["fsyncs_per_job"] > 0  # synchronous=FULL syncs every commit
+    if "webhooks" in phases:  # the relay's sender, to a local receiver
+        sent = phases["webhooks"]["sending"]
+        assert sent["deliveries"] == sent["attempts"] >= 100 and sent["deliveries_per_second"] > 0
+        assert phases["webhooks"]["job_writes"]["wal_bytes_added_per_job"] > 0
     _assert_wrk(phases["http_api"], phases["http_whole"])
     if "skipped" not in phases["http_api"]:  # the api's own CPU, and the machine's with wrk's
         assert (

@@ -30,8 +30,7 @@ def add_endpoint(
     engine: Engine, settings: Settings, tenant: str, url: str, events: tuple[str, ...] = ()
 ) -> tuple[Endpoint, str]:
     """An endpoint of `tenant` registered as `webhooks add` does; with its secret (`whsec_...`)."""
-    key = signatures.new_key()
-    sealed = Sealer.of(settings.auth_secret).seal(key)
+    secret, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
     endpoint = db.transact(
         engine,
         store.add_endpoint,
@@ -42,7 +41,7 @@ def add_endpoint(
         now=clock.now(),
         actor="tester",
     )
-    return endpoint, signatures.secret_text(key)
+    return endpoint, secret
 
 
 def deliveries(engine: Engine) -> list[Delivery]:

@@ -8,8 +8,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOORS = {
-    "outbox_bridge": 5,
-    "bench": 4,
+    "outbox_bridge": 6,
+    "bench": 5,
     "relay": 4,
     "consumer": 4,
     "baseline": 4,

@@ -1,0 +1,112 @@
+"""`WEBHOOK_TIMEOUT_SECONDS` bounds a webhook request as a whole: a receiver on 127.0.0.1 that sends its
+answer a byte at a time, each byte well within the timeout of one read, is cut off at the request's deadline;
+one that answers at once is answered, over a connection kept for the next request."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+
+from outbox_bridge.relay import webhook_request
+
+# No store takes part: once, whatever TEST_DATABASES says.
+pytestmark = pytest.mark.databases("sqlite")
+
+ANSWER = b"HTTP/1.1 204 No Content\r\nServer: slow\r\nX-Filler: " + b"x" * 20 + b"\r\n\r\n"
+BYTE_EVERY = 0.2  # seconds: the whole answer would take ANSWER's length times this, about 12 s
+
+
+@dataclass
+class Receiver:
+    url: str
+    connections: int = 0
+    bytes_sent: int = 0
+
+
+@contextmanager
+def receiver(answer: Callable[[socket.socket, Receiver, threading.Event], None]) -> Iterator[Receiver]:
+    """A receiver on 127.0.0.1 that has `answer` serve each connection it accepts, one at a time, until the
+    block ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    made = Receiver(f"http://127.0.0.1:{listener.getsockname()[1]}/hook")
+    stop = threading.Event()
+
+    listener.settimeout(0.05)  # a blocked accept() would not see the listener closed
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            made.connections += 1
+            with conn:
+                conn.settimeout(5.0)
+                answer(conn, made, stop)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield made
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(5)
+
+
+def drip(conn: socket.socket, made: Receiver, stop: threading.Event) -> None:
+    """Read the request, then send the answer a byte every `BYTE_EVERY` seconds until the client leaves."""
+    conn.recv(65536)
+    for at in range(len(ANSWER)):
+        if stop.wait(BYTE_EVERY):
+            return
+        try:
+            conn.sendall(ANSWER[at : at + 1])
+        except OSError:
+            return
+        made.bytes_sent += 1
+
+
+def at_once(conn: socket.socket, made: Receiver, _stop: threading.Event) -> None:
+    """Answer each request on the connection whole, at once, until the client closes it."""
+    try:
+        while conn.recv(65536):
+            conn.sendall(ANSWER)
+            made.bytes_sent += len(ANSWER)
+    except OSError:  # closed by the client with the connection reset
+        return
+
+
+def test_a_receiver_that_drips_its_status_line_is_cut_off_at_the_whole_requests_deadline() -> None:
+    pool = webhook_request.new_client(connections=2)
+    with receiver(drip) as slow, pool:
+        started = time.monotonic()
+        attempted = webhook_request.post(
+            pool, slow.url, b"{}", {"content-type": "application/json"}, timeout=1.0
+        )
+        took = time.monotonic() - started
+    assert attempted.status_code is None and not attempted.delivered
+    assert attempted.error is not None
+    assert "no whole answer within 1 s" in attempted.error and "reading the answer" in attempted.error
+    assert took < 3.0, f"the request took {took:.1f} s, its deadline was 1 s"
+    assert 0 < slow.bytes_sent < len(ANSWER), "the receiver was cut off while it was still sending"
+
+
+def test_a_prompt_receiver_is_answered_over_one_kept_connection() -> None:
+    pool = webhook_request.new_client(connections=2)
+    with receiver(at_once) as prompt, pool:
+        first = webhook_request.post(pool, prompt.url, b"{}", {}, timeout=1.0)
+        second = webhook_request.post(pool, prompt.url, b"{}", {}, timeout=1.0)
+    assert (first.status_code, first.error) == (204, None) and (second.status_code, second.error) == (
+        204,
+        None,
+    )
+    assert prompt.connections == 1, "the second request went over the first one's connection"
