@@ -42,6 +42,30 @@ RunAt = Annotated[
     str, Field(max_length=64, json_schema_extra={"format": "date-time"}), AfterValidator(_an_rfc3339_instant)
 ]
 
+MAX_CONCURRENCY_KEY_CHARACTERS = 128
+
+
+def _printable(text: str) -> str:
+    if not text.isprintable():
+        raise ValueError("must be printable: no control or format characters, no space but the plain space")
+    return text
+
+
+ConcurrencyKey = Annotated[
+    str,
+    Field(strict=True, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARACTERS),
+    AfterValidator(_printable),
+]
+
+# Which flow limit holds a queued job back (`jobstore.limits.Held`), and what each is, as the command line
+# and the dashboard name it.
+HeldBy = Literal["kind", "key", "rate"]
+HELD_BY_MEANING: dict[str, str] = {
+    "kind": "its kind's running cap (KIND_MAX_RUNNING)",
+    "key": "its concurrency key's running cap (CONCURRENCY_KEY_MAX_RUNNING)",
+    "rate": "its kind's start rate (KIND_RATE_LIMITS)",
+}
+
 
 class JobCreate(BaseModel):
     """A job to run. Owner fields are not part of it: the owner is the bearer token's tenant and subject,
@@ -74,6 +98,12 @@ class JobCreate(BaseModel):
         default="normal",
         description="A `high` job starts before the `normal` and `low` jobs waiting with it, a `low` one "
         "after them.",
+    )
+
+    concurrency_key: ConcurrencyKey | None = Field(
+        default=None,
+        description="At most `CONCURRENCY_KEY_MAX_RUNNING` (default 1) running jobs of your tenant share "
+        "one key; the others wait `queued`, spending no attempt. 1 to 128 printable characters.",
     )
 
     def priority_rank(self) -> Priority:
@@ -112,6 +142,11 @@ class JobView(BaseModel):
     schedule: str | None = Field(
         description="The schedule (of the job's tenant) that made the job for one of its slots; null for a "
         "job submitted otherwise."
+    )
+    concurrency_key: str | None = Field(description="The request's concurrency key; null: none.")
+    held_by: HeldBy | None = Field(
+        description="A queued job a flow limit holds back: `kind` (its kind's running cap), `key` (its "
+        "concurrency key's), `rate` (its kind's start rate). Null when none does, and in every other state."
     )
     cancel_requested: bool
     progress: ProgressView | None = Field(
@@ -158,6 +193,8 @@ def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = N
         "run_at": isoformat(job.run_at),
         "priority": job.priority.label,
         "schedule": job.schedule_name,
+        "concurrency_key": job.concurrency_key,
+        "held_by": job.held_by if job.state is State.QUEUED else None,
         "cancel_requested": job.cancel_requested,
         "progress": _progress(job),
         "waited_seconds": _waited(job, now),

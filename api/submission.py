@@ -21,15 +21,15 @@ def accept_fields(
     job: JobCreate, settings: Settings, now: float, *, tenant: str, owner: str, key: str
 ) -> dict[str, Any]:
     """The keyword arguments of `intake.accept` (and of the api's group commit) for `job`: its kind, the
-    payload as the kind reads it, its start, deadline and priority, the deployment's attempt budget.
-    `ProblemError` (400) for a kind not accepted, a payload that does not fit, or a start that cannot be
-    kept."""
+    payload as the kind reads it, its start, deadline, priority and concurrency key, the deployment's
+    attempt budget. `ProblemError` (400) for a kind not accepted, a payload that does not fit, or a start
+    that cannot be kept."""
     kind = _accepted_kind(job.kind, settings)
     return {
         "tenant": tenant, "owner": owner, "kind": kind.name, "payload": _validated_payload(kind, job.payload),
         "operation_key": key, "now": now, "max_attempts": settings.max_attempts,
         "deadline_seconds": job.deadline_seconds, "schedule": _schedule(job, now),
-        "priority": job.priority_rank(),
+        "priority": job.priority_rank(), "concurrency_key": job.concurrency_key,
     }  # fmt: skip
 
 

@@ -40,6 +40,7 @@ from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.jobstore.tenantcap import Share
@@ -108,6 +109,7 @@ class ClaimPool:
         self._keeper = keeper
         self._stopping = stopping
         self._backoff = backoff_of(settings)
+        self._limits = Limits.of(settings)
         self._worker = worker_name()
         self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Finished | NUDGE | STOP
         self._runners = Runners(
@@ -239,17 +241,17 @@ class ClaimPool:
         return room, len(claims)
 
     def _any_due(self, conn: Connection) -> bool:
-        return any_due(conn, self._settings.tenant_max_running, self._held(conn))
+        return any_due(conn, self._settings.tenant_max_running, self._held(conn), self._limits)
 
     def _commit_and_claim(
         self, conn: Connection, outcomes: Sequence[Finished], room: int
     ) -> tuple[list[State | None], list[Claim]]:
         now = clock.now()
-        states = _commit(conn, outcomes, now, self._backoff)
+        states = _commit(conn, outcomes, now, self._backoff, self._limits)
         if not room:
             return states, []
         cap, lease = self._settings.tenant_max_running, self._settings.lease_seconds
-        return states, claim_due(conn, self._worker, lease, room, cap, self._held(conn))
+        return states, claim_due(conn, self._worker, lease, room, cap, self._held(conn), self._limits)
 
     def _held(self, conn: Connection) -> Share | None:
         """`TENANT_SHARE` now (`worker.share`)."""
@@ -262,7 +264,8 @@ class ClaimPool:
         outcomes, self._outcomes = self._outcomes, []
         for finished in outcomes:
             try:
-                [state] = db.transact(self._engine, _commit, [finished], clock.now(), self._backoff)
+                now = clock.now()
+                [state] = db.transact(self._engine, _commit, [finished], now, self._backoff, self._limits)
             except Exception:
                 log.exception("job %s: the store refused its outcome; its lease will run out", _id(finished))
                 self._runners.forget(finished.running)
@@ -293,9 +296,9 @@ class ClaimPool:
 
 
 def _commit(
-    conn: Connection, outcomes: Sequence[Finished], now: float, backoff: Backoff
+    conn: Connection, outcomes: Sequence[Finished], now: float, backoff: Backoff, limits: Limits
 ) -> list[State | None]:
-    return commit_outcomes(conn, [(f.running.claim, f.outcome) for f in outcomes], now, backoff)
+    return commit_outcomes(conn, [(f.running.claim, f.outcome) for f in outcomes], now, backoff, limits)
 
 
 def _id(finished: Finished) -> str:

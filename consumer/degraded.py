@@ -23,6 +23,7 @@ from outbox_bridge.core import faults
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.worker.polling import claim_next
 from outbox_bridge.worker.share import TenantShare
@@ -117,4 +118,4 @@ class DegradedMode:
             conn, Counter(r.claim.tenant for r in self._pipeline.running()), bursting=False
         )
         cap, lease = self._settings.tenant_max_running, self._settings.lease_seconds
-        return claim_next(conn, self._worker, lease, cap, share)
+        return claim_next(conn, self._worker, lease, cap, share, Limits.of(self._settings))

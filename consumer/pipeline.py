@@ -35,6 +35,7 @@ from outbox_bridge.core.backoff import Backoff, compute_backoff
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import claiming, db
 from outbox_bridge.jobstore.claiming import Refusal
+from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry import instruments
@@ -69,6 +70,7 @@ REFUSED_AS = {
     Refusal.NEEDS_SWEEP: instruments.NEEDS_SWEEP,
     Refusal.TENANT_BUSY: instruments.TENANT_BUSY,
     Refusal.KIND_PAUSED: instruments.KIND_PAUSED,
+    Refusal.HELD: instruments.HELD,
 }
 
 
@@ -113,6 +115,7 @@ class Pipeline:
     ) -> None:
         self._engine = engine
         self._settings = settings
+        self._limits = Limits.of(settings)
         self._acker = acker
         self._worker = worker
         self._backoff = Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
@@ -296,7 +299,9 @@ class Pipeline:
         job_ids = [d.job_id for d in round_.deliveries]
         lease = self._settings.lease_seconds
         cap = self._settings.tenant_max_running
-        return write_round(conn, round_.finished, job_ids, self._worker, lease, self._backoff, cap)
+        return write_round(
+            conn, round_.finished, job_ids, self._worker, lease, self._backoff, cap, self._limits
+        )
 
     def _write_round(self, round_: Round) -> None:
         written = self._patiently(self._in_transaction, round_)

@@ -14,6 +14,7 @@ from outbox_bridge.consumer.link import Delivery
 from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import claiming
+from outbox_bridge.jobstore.limits import NONE, Limits
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.worker.commit import commit_outcomes
 from outbox_bridge.worker.runners import Finished
@@ -34,17 +35,27 @@ class Round:
 
 
 def claim_all(
-    conn: Connection, job_ids: Sequence[str], worker: str, lease_seconds: float, tenant_cap: int = 0
+    conn: Connection,
+    job_ids: Sequence[str],
+    worker: str,
+    lease_seconds: float,
+    tenant_cap: int = 0,
+    limits: Limits = NONE,
 ) -> list[claiming.ClaimResult]:
     """Claim each job in the caller's transaction; a second delivery of one job sees it leased."""
-    return claiming.claim_many(conn, job_ids, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap)
+    now = clock.now()
+    return claiming.claim_many(
+        conn, job_ids, worker, now, lease_seconds, tenant_cap=tenant_cap, limits=limits
+    )
 
 
-def commit_all(conn: Connection, finished: Sequence[Finished], backoff: Backoff) -> list[State | None]:
+def commit_all(
+    conn: Connection, finished: Sequence[Finished], backoff: Backoff, limits: Limits = NONE
+) -> list[State | None]:
     """Commit every finished outcome through the completer (`worker.commit.commit_outcomes`), in the
     caller's transaction: a fenced one writes nothing (None) and does not disturb the others."""
     outcomes = [(f.running.claim, f.outcome) for f in finished]
-    return commit_outcomes(conn, outcomes, clock.now(), backoff)
+    return commit_outcomes(conn, outcomes, clock.now(), backoff, limits)
 
 
 def write_round(
@@ -55,11 +66,12 @@ def write_round(
     lease_seconds: float,
     backoff: Backoff,
     tenant_cap: int = 0,
+    limits: Limits = NONE,
 ) -> tuple[list[State | None], list[claiming.ClaimResult]]:
     """One round of the store writer: commit the finished outcomes, then claim the delivered jobs (within
-    `TENANT_MAX_RUNNING`: `tenant_cap`)."""
-    states = commit_all(conn, finished, backoff)
-    return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap)
+    `TENANT_MAX_RUNNING`, `tenant_cap`, and the flow `limits`)."""
+    states = commit_all(conn, finished, backoff, limits)
+    return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap, limits)
 
 
 def take_in_order(

@@ -3,6 +3,7 @@ is told why it cannot. One guarded UPDATE decides; a job is never taken twice.""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -29,7 +30,10 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 
 from outbox_bridge.jobstore import db, events, fenced, outbox, pausing, queries, tenantcap
+from outbox_bridge.jobstore import limits as flow
 from outbox_bridge.jobstore.intake import new_attempt_id
+from outbox_bridge.jobstore.limits import NONE as NO_LIMITS
+from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
 from outbox_bridge.jobstore.schema import outbox as outbox_rows
@@ -46,6 +50,7 @@ class Refusal(StrEnum):
     NEEDS_SWEEP = "needs_sweep"  # expired with an external effect, out of budget or past its deadline
     TENANT_BUSY = "tenant_busy"  # its tenant runs TENANT_MAX_RUNNING jobs: delivered again a little later
     KIND_PAUSED = "kind_paused"  # queued, of a paused kind: announced again when the kind is resumed
+    HELD = "held"  # queued, held back by a flow limit: announced again when it has room (`limits`)
 
 
 @dataclass(frozen=True)
@@ -85,6 +90,14 @@ def _claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
     return and_(or_(_queued_due(now), _expired(now)), _takeable(now))
 
 
+def _queued_claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
+    """A queued job a claim may start, but for the flow limits."""
+    return and_(_queued_due(now), _takeable(now))
+
+
+_QUEUED_CLAIMABLE = _queued_claimable(bindparam("b_now", type_=Float))
+
+
 # Hot statements are built once with bound parameters: building a statement costs far more than running it.
 _NOW = bindparam("b_now", type_=Float)
 _IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
@@ -94,7 +107,7 @@ _IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
 _CLAIMED = (
     jobs.c.id, jobs.c.epoch, jobs.c.attempts, jobs.c.kind, jobs.c.payload, jobs.c.tenant, jobs.c.owner,
     jobs.c.operation_key, jobs.c.deadline_at, jobs.c.lease_expires_at, jobs.c.checkpoint, jobs.c.created_at,
-    jobs.c.traceparent,
+    jobs.c.traceparent, jobs.c.concurrency_key,
 )  # fmt: skip
 
 
@@ -110,19 +123,14 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
             lease_expires_at=bindparam("b_lease_until", type_=Float),
             updated_at=_NOW,
             started_at=func.coalesce(jobs.c.started_at, _NOW),
+            held_by=None,
         )
         .returning(*_CLAIMED)
     )
 
 
 _CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
-_CLAIM_MANY = _claim_statement(jobs.c.id.in_(_IDS)).with_hint(SQLITE_JOBS_BY_ID, dialect_name="sqlite")
 _INSERT_ATTEMPT = insert(attempts)
-# PostgreSQL: the claim and the first attempt rows in one statement (one round trip where they took two),
-# run below SQLAlchemy (`db.direct`). The attempt ids are chosen beforehand, one per job asked for; a job
-# claimed again (epoch > 1) gets its attempt row after its previous one is ended as lost
-# (`_lose_previous`), in statements of their own.
-_TAKEN = _CLAIM_MANY.cte("taken")
 _ATTEMPT_IDS = (
     func.unnest(
         bindparam("b_attempt_jobs", type_=ARRAY(String)), bindparam("b_attempt_ids", type_=ARRAY(String))
@@ -130,28 +138,53 @@ _ATTEMPT_IDS = (
     .table_valued("job_id", "attempt_id")
     .render_derived(name="fresh")
 )
-_FIRST_ATTEMPTS = insert(attempts).from_select(
-    ["id", "job_id", "epoch", "worker", "started_at", "outcome"],
-    select(
-        _ATTEMPT_IDS.c.attempt_id,
-        _TAKEN.c.id,
-        _TAKEN.c.epoch,
-        bindparam("b_worker"),
-        _NOW,
-        literal("running"),
+
+
+@dataclass(frozen=True)
+class _Statements:
+    """The claim of a list of jobs, as SQLite runs it (`many`) and as PostgreSQL does (`many_pg`, and
+    `due_pg` for the table's path), for one guard."""
+
+    many: Any
+    many_pg: Any
+    due_pg: Any
+
+
+@functools.cache
+def _statements(limited: tuple[str, ...] | None) -> _Statements:
+    """The claims of a list of jobs, taking only what no limit concerns when `limited` names the kinds a
+    limit concerns (`limits.unlimited`; `()`: none but concurrency keys), anything claimable when None.
+    Built once per guard: a process has one set of limits."""
+    which = jobs.c.id.in_(_IDS) if limited is None else and_(jobs.c.id.in_(_IDS), flow.unlimited(limited))
+    many = _claim_statement(which).with_hint(SQLITE_JOBS_BY_ID, dialect_name="sqlite")
+    # PostgreSQL: the claim and the first attempt rows in one statement (one round trip where they took
+    # two), run below SQLAlchemy (`db.direct`). The attempt ids are chosen beforehand, one per job asked
+    # for; a job claimed again (epoch > 1) gets its attempt row after its previous one is ended as lost
+    # (`_lose_previous`), in statements of their own.
+    taken = many.cte("taken")
+    first_attempts = insert(attempts).from_select(
+        ["id", "job_id", "epoch", "worker", "started_at", "outcome"],
+        select(
+            _ATTEMPT_IDS.c.attempt_id,
+            taken.c.id,
+            taken.c.epoch,
+            bindparam("b_worker"),
+            _NOW,
+            literal("running"),
+        )
+        .select_from(taken.join(_ATTEMPT_IDS, _ATTEMPT_IDS.c.job_id == taken.c.id))
+        .where(taken.c.epoch == 1),
     )
-    .select_from(_TAKEN.join(_ATTEMPT_IDS, _ATTEMPT_IDS.c.job_id == _TAKEN.c.id))
-    .where(_TAKEN.c.epoch == 1),
-)
-# Prepared on PostgreSQL: its generic plan looks each id up by the primary key (the same statement
-# comparing `id = ANY(:ids)` got a generic plan that walked the state index instead).
-_CLAIM_MANY_PG = select(_TAKEN).add_cte(_FIRST_ATTEMPTS.cte("first_attempts"))
-# The table's path (`claim_due`) also drops the claimed jobs' pending outbox rows, in the same statement on
-# PostgreSQL: a statement of its own was one more round trip, and its list of ids was planned every time.
-_DROP_PENDING_TAKEN = delete(outbox_rows).where(
-    outbox_rows.c.job_id.in_(select(_TAKEN.c.id)), outbox_rows.c.published_at.is_(None)
-)
-_CLAIM_DUE_PG = _CLAIM_MANY_PG.add_cte(_DROP_PENDING_TAKEN.cte("dropped"))
+    # Prepared on PostgreSQL: its generic plan looks each id up by the primary key (the same statement
+    # comparing `id = ANY(:ids)` got a generic plan that walked the state index instead).
+    many_pg = select(taken).add_cte(first_attempts.cte("first_attempts"))
+    # The table's path (`claim_due`) also drops the claimed jobs' pending outbox rows, in the same statement
+    # on PostgreSQL: a statement of its own was one more round trip, and its list of ids was planned every
+    # time.
+    dropped = delete(outbox_rows).where(
+        outbox_rows.c.job_id.in_(select(taken.c.id)), outbox_rows.c.published_at.is_(None)
+    )
+    return _Statements(many, many_pg, many_pg.add_cte(dropped.cte("dropped")))
 
 
 _ATTEMPT_ROW = ("id", "job_id", "epoch", "worker", "started_at", "outcome")
@@ -190,29 +223,62 @@ def claim_many(
     lease_seconds: float,
     *,
     tenant_cap: int = 0,
+    limits: Limits = NO_LIMITS,
 ) -> list[ClaimResult]:
     """`claim` for each of `job_ids`, with the same guard, as if one after another in this order, but in a
     few statements whatever their number. A job named twice is taken once and refused as leased after.
 
     With a `tenant_cap` (`TENANT_MAX_RUNNING`), a queued job whose tenant runs that many is refused as
-    `TENANT_BUSY` and its outbox row written again, due `tenantcap.RETRY_SECONDS` from `now`."""
+    `TENANT_BUSY` and its outbox row written again, due `tenantcap.RETRY_SECONDS` from `now`. A queued job
+    the flow `limits` hold back is refused as `HELD` and held (`limits.hold`)."""
     distinct = list(dict.fromkeys(job_ids))
     busy = set(_over_cap(conn, distinct, tenant_cap, now)) if tenant_cap else set()
-    taken = _take_many(
-        conn, [job_id for job_id in distinct if job_id not in busy], worker, now, lease_seconds
-    )
+    free = [job_id for job_id in distinct if job_id not in busy]
+    taken, held = _take_within(conn, free, worker, now, lease_seconds, limits, hold=True)
     results = []
     for job_id in job_ids:
         if job_id in busy:
             results.append(ClaimResult(refusal=Refusal.TENANT_BUSY, state=State.QUEUED))
+        elif job_id in held:
+            results.append(ClaimResult(refusal=Refusal.HELD, state=State.QUEUED))
         elif job_id not in taken:
             results.append(_refusal(conn, job_id, now))
-        elif (held := taken[job_id]) is not None:
-            results.append(ClaimResult(claim=held, state=State.RUNNING))
+        elif (claimed := taken[job_id]) is not None:
+            results.append(ClaimResult(claim=claimed, state=State.RUNNING))
             taken[job_id] = None  # a second delivery of it finds it leased, by this very claim
         else:
             results.append(ClaimResult(refusal=Refusal.LEASED, state=State.RUNNING))
     return results
+
+
+def _take_within(
+    conn: Connection,
+    job_ids: list[str],
+    worker: str,
+    now: float,
+    lease_seconds: float,
+    limits: Limits,
+    *,
+    hold: bool,
+    drop_pending: bool = False,
+) -> tuple[dict[str, Claim | None], set[str]]:
+    """Take what no flow limit concerns of `job_ids` (the claim's guard), then, of the queued jobs the
+    guard left, those the limits admit (`limits.admit`); with `hold`, the others are held. Returns the
+    claims by job id, and the ids of the jobs held back."""
+    taken = _take_many(
+        conn, job_ids, worker, now, lease_seconds, guard=limits.kinds, drop_pending=drop_pending
+    )
+    left = [job_id for job_id in job_ids if job_id not in taken]
+    found = flow.candidates(conn, left, now, _QUEUED_CLAIMABLE) if left else []
+    if not found:
+        return taken, set()
+    decision = flow.admit(conn, limits, found, now)
+    admitted = [c.job_id for c in decision.admitted]
+    more = _take_many(conn, admitted, worker, now, lease_seconds, guard=None, drop_pending=drop_pending)
+    flow.started(conn, limits, {claim.kind for claim in more.values() if claim is not None}, now)
+    if hold:
+        flow.hold(conn, decision, now)
+    return taken | more, set(decision.held)
 
 
 def _take_many(
@@ -222,22 +288,25 @@ def _take_many(
     now: float,
     lease_seconds: float,
     *,
+    guard: tuple[str, ...] | None,
     drop_pending: bool = False,
 ) -> dict[str, Claim | None]:
-    """The claims of those of `job_ids` that were claimable, by job id; with `drop_pending`, the pending
-    outbox rows of the jobs taken are dropped."""
+    """The claims of those of `job_ids` that were claimable (and, but for a `guard` of None, that no flow
+    limit concerns: `limits.unlimited`), by job id; with `drop_pending`, the pending outbox rows of the jobs
+    taken are dropped."""
     if not job_ids:
         return {}
+    statements = _statements(guard)
     params: dict[str, Any] = {"b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
     if conn.dialect.name == "postgresql":
         attempt_ids = {job_id: new_attempt_id() for job_id in job_ids}
         params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
-        statement = _CLAIM_DUE_PG if drop_pending else _CLAIM_MANY_PG
+        statement = statements.due_pg if drop_pending else statements.many_pg
         rows = db.direct_in(conn, statement, params, "b_ids", job_ids, prepared=True)
         taken = [_claim_of(row, attempt_ids[row[0]], worker) for row in rows]
         written = {claim.job_id for claim in taken if claim.epoch == 1}
     else:
-        rows = db.direct_in(conn, _CLAIM_MANY, params, "b_ids", job_ids)
+        rows = db.direct_in(conn, statements.many, params, "b_ids", job_ids)
         taken = [_claim_of(row, new_attempt_id(), worker) for row in rows]
         written = set()
         if drop_pending:
@@ -264,7 +333,7 @@ def _lose_previous(conn: Connection, taken: Sequence[Claim], now: float) -> None
 def _claim_of(row: Sequence[Any], attempt_id: str, worker: str) -> Claim:
     """The `Claim` of a job a claim returned (`_CLAIMED`)."""
     (job_id, epoch, attempts, kind, payload, tenant, owner, operation_key, deadline_at, lease_expires_at,
-     checkpoint, created_at, traceparent) = row  # fmt: skip
+     checkpoint, created_at, traceparent, concurrency_key) = row  # fmt: skip
     return Claim(
         job_id=job_id,
         attempt_id=attempt_id,
@@ -281,6 +350,7 @@ def _claim_of(row: Sequence[Any], attempt_id: str, worker: str) -> Claim:
         checkpoint=json.loads(checkpoint) if checkpoint else None,
         created_at=created_at,
         traceparent=traceparent,
+        concurrency_key=concurrency_key,
     )
 
 
@@ -307,7 +377,13 @@ def _due(which: ColumnElement[bool], *order: ColumnElement[Any]) -> Any:
 
 _EXPIRED_DUE = _due(_expired(_NOW), jobs.c.lease_expires_at)
 # Queued jobs by priority, then age: a walk of the (state, priority, available_at) index.
-_NOT_CAPPED = jobs.c.tenant.not_in(bindparam("b_capped", expanding=True))
+# Passed over: the tenants at their cap or share (`b_capped`), the kinds at their cap or not due to start
+# again (`b_full_kinds`), and the jobs whose concurrency key is at its cap (`limits.KEY_HAS_ROOM`).
+_NOT_CAPPED = and_(
+    jobs.c.tenant.not_in(bindparam("b_capped", expanding=True)),
+    jobs.c.kind.not_in(bindparam("b_full_kinds", expanding=True)),
+    flow.KEY_HAS_ROOM,
+)
 _QUEUED_DUE = _due(
     and_(_queued_due(_NOW, walk_priority=True), _NOT_CAPPED), jobs.c.priority, jobs.c.available_at
 )
@@ -338,9 +414,14 @@ _QUEUED_FAIR = (
 )
 
 
-def _due_ids(conn: Connection, now: float, limit: int, capped: Sequence[str] = ()) -> list[str]:
+_NOTHING_PASSED_OVER = {"b_capped": [], "b_full_kinds": [], "b_key_max": 1}
+
+
+def _due_ids(
+    conn: Connection, now: float, limit: int, passed_over: dict[str, Any] | None = None
+) -> list[str]:
     """The jobs a claim of `limit` takes, in order: expired leases first (oldest lease first), then queued
-    jobs (but for those of the `capped` tenants): all of them when no more are due than fit; else by
+    jobs (but for those `passed_over`: `_passed_over`): all of them when no more are due than fit; else by
     priority, a turn per tenant, then age. On
     PostgreSQL rows another claimer has locked are skipped; a job ranked here that another claimer takes
     meanwhile is refused by the claim's guard."""
@@ -351,7 +432,7 @@ def _due_ids(conn: Connection, now: float, limit: int, capped: Sequence[str] = (
     if room <= 0:
         return job_ids
     queued_due = _QUEUED_DUE.with_for_update(skip_locked=True) if postgres else _QUEUED_DUE
-    params = {"b_now": now, "b_limit": room + 1, "b_capped": list(capped)}
+    params = {"b_now": now, "b_limit": room + 1, **(passed_over or _NOTHING_PASSED_OVER)}
     queued = list(conn.execute(queued_due, params).scalars())
     if len(queued) > room and _several_tenants(conn):
         ranked = list(conn.execute(_QUEUED_FAIR, {**params, "b_limit": 2 * room}).scalars())
@@ -390,6 +471,7 @@ def claim_due(
     *,
     tenant_cap: int = 0,
     share: tenantcap.Share | None = None,
+    limits: Limits = NO_LIMITS,
 ) -> list[Claim]:
     """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
     the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs by
@@ -397,18 +479,24 @@ def claim_due(
 
     With a `tenant_cap` (`TENANT_MAX_RUNNING`), the queued jobs of tenants that run that many are passed
     over (they stay queued for a later claim); with a `share` (`TENANT_SHARE`), so are those of tenants the
-    claiming process holds its most of. The queued jobs of a paused kind are always passed over.
+    claiming process holds its most of. The queued jobs of a paused kind are always passed over, and so
+    are those the flow `limits` hold back (`limits`: they wait for a later claim).
 
     Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
-    job_ids = _due_ids(conn, now, limit, _passed_over(conn, tenant_cap, share))
+    job_ids = _due_ids(conn, now, limit, _passed_over(conn, now, tenant_cap, share, limits))
     if tenant_cap or share:
         job_ids = _within_cap(conn, job_ids, tenant_cap, share)
-    taken = _take_many(conn, job_ids, worker, now, lease_seconds, drop_pending=True)
+    taken, _ = _take_within(conn, job_ids, worker, now, lease_seconds, limits, hold=False, drop_pending=True)
     return [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
 
 
 def any_due(
-    conn: Connection, now: float, *, tenant_cap: int = 0, share: tenantcap.Share | None = None
+    conn: Connection,
+    now: float,
+    *,
+    tenant_cap: int = 0,
+    share: tenantcap.Share | None = None,
+    limits: Limits = NO_LIMITS,
 ) -> bool:
     """Whether `claim_due` might take a job now: False only when it would take none (neither of its walks
     finds a row). It only reads, so an idle poller asks it in a read transaction before it takes the write
@@ -416,14 +504,21 @@ def any_due(
     params = {"b_now": now, "b_limit": 1}
     if conn.execute(_EXPIRED_DUE, params).first() is not None:
         return True
-    capped = _passed_over(conn, tenant_cap, share)
-    return conn.execute(_QUEUED_DUE, params | {"b_capped": capped}).first() is not None
+    passed_over = _passed_over(conn, now, tenant_cap, share, limits)
+    return conn.execute(_QUEUED_DUE, params | passed_over).first() is not None
 
 
-def _passed_over(conn: Connection, tenant_cap: int, share: tenantcap.Share | None) -> list[str]:
-    """The tenants none of whose queued jobs a claim may take: at the deployment's cap, or at the
-    claiming process's share."""
-    return sorted({*tenantcap.at_cap(conn, tenant_cap), *(share.full() if share else ())})
+def _passed_over(
+    conn: Connection, now: float, tenant_cap: int, share: tenantcap.Share | None, limits: Limits
+) -> dict[str, Any]:
+    """The walk's parameters of what it passes over: the tenants none of whose queued jobs a claim may take
+    (at the deployment's cap, or at the claiming process's share), the kinds at their cap or not yet due to
+    start again, and the most running jobs of one key."""
+    return {
+        "b_capped": sorted({*tenantcap.at_cap(conn, tenant_cap), *(share.full() if share else ())}),
+        "b_full_kinds": flow.full_kinds(conn, limits, now),
+        "b_key_max": limits.key_max_running,
+    }
 
 
 def claim_next(
@@ -434,10 +529,11 @@ def claim_next(
     *,
     tenant_cap: int = 0,
     share: tenantcap.Share | None = None,
+    limits: Limits = NO_LIMITS,
 ) -> Claim | None:
     """`claim_due` for one job: the job it would take first (an expired lease, else the first queued job in
     `claim_due`'s order), or None when there is none."""
-    claims = claim_due(conn, worker, now, lease_seconds, 1, tenant_cap=tenant_cap, share=share)
+    claims = claim_due(conn, worker, now, lease_seconds, 1, tenant_cap=tenant_cap, share=share, limits=limits)
     return claims[0] if claims else None
 
 

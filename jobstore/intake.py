@@ -36,12 +36,13 @@ def fingerprint(
     deadline_seconds: float | None = None,
     schedule: Schedule | None = None,
     priority: Priority = Priority.NORMAL,
+    concurrency_key: str | None = None,
 ) -> str:
     """The identity of a request under an idempotency key: its kind, its payload (the caller passes it
-    validated and normalised), its deadline, its start as named (`Schedule.identity`) and its priority,
-    canonically encoded. An unset field (`normal` priority, named or not) is left out, so a request that
-    does not use a field keeps the fingerprint it had before the field existed."""
-    return _fingerprint(kind, dumps(payload), deadline_seconds, schedule, priority)
+    validated and normalised), its deadline, its start as named (`Schedule.identity`), its priority and its
+    concurrency key, canonically encoded. An unset field (`normal` priority, named or not) is left out, so a
+    request that does not use a field keeps the fingerprint it had before the field existed."""
+    return _fingerprint(kind, dumps(payload), deadline_seconds, schedule, priority, concurrency_key)
 
 
 def _fingerprint(
@@ -50,6 +51,7 @@ def _fingerprint(
     deadline_seconds: float | None,
     schedule: Schedule | None,
     priority: Priority,
+    concurrency_key: str | None = None,
 ) -> str:
     """`fingerprint` of a payload already encoded (`dumps`): the text `dumps` gives for the whole request,
     built from the encoded fields in the order of their names, so the payload is encoded once per accept."""
@@ -60,6 +62,8 @@ def _fingerprint(
         fields.extend((name, dumps(value)) for name, value in schedule.identity().items())
     if priority is not Priority.NORMAL:
         fields.append(("priority", encode_basestring(priority.label)))
+    if concurrency_key is not None:
+        fields.append(("concurrency_key", encode_basestring(concurrency_key)))
     fields.sort()
     text = ",".join(f'"{name}":{value}' for name, value in fields)  # the names need no escaping
     return hashlib.sha256(f"{{{text}}}".encode()).hexdigest()
@@ -108,6 +112,7 @@ def accept(
     traceparent: str | None = None,
     priority: Priority = Priority.NORMAL,
     schedule_name: str | None = None,
+    concurrency_key: str | None = None,
 ) -> Accepted:
     """Write the job row and its outbox row together, both due at the `schedule`'s start (at once without
     one). The same tenant + key with the same request (kind, payload, deadline, start as named, priority:
@@ -119,6 +124,7 @@ def accept(
         "tenant": tenant, "owner": owner, "kind": kind, "payload": payload, "operation_key": operation_key,
         "now": now, "max_attempts": max_attempts, "deadline_seconds": deadline_seconds, "schedule": schedule,
         "traceparent": traceparent, "priority": priority, "schedule_name": schedule_name,
+        "concurrency_key": concurrency_key,
     }  # fmt: skip
     (outcome,) = accept_many(conn, [request])
     if isinstance(outcome, IdempotencyConflict):
@@ -232,21 +238,24 @@ def _job_row(
     traceparent: str | None = None,
     priority: Priority = Priority.NORMAL,
     schedule_name: str | None = None,
+    concurrency_key: str | None = None,
 ) -> dict[str, Any]:
     """The row of a newly accepted job."""
     start = schedule.start(now) if schedule is not None else None
     payload_text = dumps(payload)
     return {
         "id": new_id(), "tenant": tenant, "owner": owner, "operation_key": operation_key,
-        "fingerprint": _fingerprint(kind, payload_text, deadline_seconds, schedule, priority), "kind": kind,
-        "payload": payload_text, "state": State.QUEUED.value, "epoch": 0, "attempts": 0,
+        "fingerprint": _fingerprint(kind, payload_text, deadline_seconds, schedule, priority,
+                                    concurrency_key),
+        "kind": kind, "payload": payload_text, "state": State.QUEUED.value, "epoch": 0, "attempts": 0,
         "max_attempts": max_attempts, "lease_owner": None, "lease_expires_at": None,
         "available_at": available_from(start, now), "run_at": start,
         "deadline_at": None if deadline_seconds is None else now + deadline_seconds,
         "cancel_requested": False, "external_epoch": None, "checkpoint": None, "checkpoint_epoch": None,
         "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
         "updated_at": now, "started_at": None, "finished_at": None, "traceparent": traceparent,
-        "priority": int(priority), "schedule_name": schedule_name,
+        "priority": int(priority), "schedule_name": schedule_name, "concurrency_key": concurrency_key,
+        "held_by": None,
     }  # fmt: skip
 
 

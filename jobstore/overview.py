@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection
 
 from outbox_bridge.core.settings import ALIVE_BEATS, Settings
-from outbox_bridge.jobstore import conditions, heartbeats, outbox, pausing, queries, schedules
+from outbox_bridge.jobstore import conditions, heartbeats, limits, outbox, pausing, queries, schedules
 from outbox_bridge.jobstore.alerts import Alert, alerts
 from outbox_bridge.jobstore.conditions import LeaseOwners, ProcessStatus
 from outbox_bridge.jobstore.heartbeats import Process
+from outbox_bridge.jobstore.limits import HeldCount
 from outbox_bridge.jobstore.pausing import PausedKind
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.schedules import PeriodicSchedule
@@ -36,6 +37,7 @@ class Overview:
     at: float  # when it was read
     paused_kinds: list[PausedKind] = field(default_factory=list)
     schedules: list[PeriodicSchedule] = field(default_factory=list)
+    held: list[HeldCount] = field(default_factory=list)  # queued jobs a flow limit holds back
 
     @property
     def processes(self) -> list[Process]:
@@ -111,6 +113,7 @@ def overview(
         at=now,
         paused_kinds=pausing.paused(conn),
         schedules=schedules.list_all(conn),
+        held=limits.held_counts(conn),
     )
 
 
@@ -132,4 +135,5 @@ def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFig
             if not s.paused
         ],
         paused_kinds=pausing.paused_since(conn),
+        held={(h.kind, h.held_by): h.queued for h in limits.held_counts(conn)},
     )

@@ -44,6 +44,8 @@ class Job:
     traceparent: str | None = None  # the job's trace context (`telemetry.tracing`); None without tracing
     priority: Priority = Priority.NORMAL
     schedule_name: str | None = None  # the schedule that made it for one of its slots (`jobstore.schedules`)
+    concurrency_key: str | None = None  # at most CONCURRENCY_KEY_MAX_RUNNING of its tenant's run at once
+    held_by: str | None = None  # the flow limit that holds it back, while queued (`jobstore.limits.Held`)
 
     @classmethod
     def from_row(cls, row: RowMapping) -> Job:
@@ -112,6 +114,7 @@ class Claim:
     checkpoint: dict[str, Any] | None
     created_at: float
     traceparent: str | None = None  # the job's stored trace context: a run span's parent without a delivery
+    concurrency_key: str | None = None  # at most CONCURRENCY_KEY_MAX_RUNNING of its tenant's run at once
 
 
 def dumps(value: Any) -> str:

@@ -73,6 +73,10 @@ jobs = Table(
     Column("traceparent", String(55)),
     # The name of the schedule (in the job's tenant) that made the job for one of its slots; null otherwise.
     Column("schedule_name", String(128)),
+    # At most `CONCURRENCY_KEY_MAX_RUNNING` running jobs of a tenant share one (`jobstore.limits`).
+    Column("concurrency_key", String(128)),
+    # Which limit (`jobstore.limits.Held`) held the queued job back at its last claim; null once claimed.
+    Column("held_by", String(16)),
     UniqueConstraint("tenant", "operation_key", name="uq_jobs_tenant_operation_key"),
     Index("ix_jobs_state_available_at", "state", "available_at"),
     Index("ix_jobs_tenant_created_at", "tenant", "created_at", "id"),
@@ -83,6 +87,24 @@ jobs = Table(
     Index("ix_jobs_state_priority_available_at", "state", "priority", "available_at"),
     # Whether more than one tenant has queued jobs (the lowest and the highest name): two index seeks.
     Index("ix_jobs_state_tenant", "state", "tenant"),
+    # The jobs a limit holds back, in the order they start in (`jobstore.limits.release`): few, or none.
+    Index(
+        "ix_jobs_held_kind_priority",
+        "kind",
+        "priority",
+        "available_at",
+        postgresql_where=text("held_by IS NOT NULL"),
+        sqlite_where=text("held_by IS NOT NULL"),
+    ),
+    # The running jobs of one concurrency key (`jobstore.limits`): only keyed jobs are in it.
+    Index(
+        "ix_jobs_key_state",
+        "tenant",
+        "concurrency_key",
+        "state",
+        postgresql_where=text("concurrency_key IS NOT NULL"),
+        sqlite_where=text("concurrency_key IS NOT NULL"),
+    ),
 )
 
 attempts = Table(
@@ -314,6 +336,15 @@ paused_kinds = Table(
     Column("paused_at", Float, nullable=False),
     Column("paused_by", String(255), nullable=False),
     Column("note", Text),
+)
+
+# The next time a job of each rate-limited kind may start (`KIND_RATE_LIMITS`, `jobstore.limits`): starts of
+# one kind are spaced by its rate's interval across the deployment.
+kind_rates = Table(
+    "kind_rates",
+    metadata,
+    Column("kind", String(64), primary_key=True),
+    Column("next_start_at", Float, nullable=False),
 )
 
 # What an operator did to a schedule or a kind, who did it (the OS user for the command line) and when,

@@ -81,6 +81,7 @@ def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: 
             jobs.c.updated_at <= older_than,
             ~waiting,
             pausing.NOT_PAUSED,
+            jobs.c.held_by.is_(None),  # a limit's own sweep announces those (`limits.release_held`)
         )
         .order_by(jobs.c.id)
         .limit(limit)

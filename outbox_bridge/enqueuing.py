@@ -53,23 +53,26 @@ def enqueue(
     delay_seconds: float | None = None,
     run_at: str | None = None,
     priority: str = "normal",
+    concurrency_key: str | None = None,
 ) -> Job:
     """Write a job of `kind` in the transaction `conn` (a SQLAlchemy `Connection` or ORM `Session` on the
     store's database) is in, and return it, `queued`. Nothing is committed: a rollback leaves no trace of
     it, and once the caller commits the relay publishes it.
 
     Idempotent as `POST /jobs`: `key` (1 to 255 characters) names the request within `tenant`; the same
-    request again returns the job it made, any other request under the key raises `Conflict`. A kind the
-    deployment does not accept, a payload that does not fit it, a start that cannot be kept or a name out
-    of bounds raises `InvalidJob` (a `ValueError`); a store this connection cannot write as the deployment
-    does (SQLite not in WAL mode, a schema not at the code's revision) raises `StoreMismatch`. The
+    request again returns the job it made, any other request under the key raises `Conflict`. At most
+    CONCURRENCY_KEY_MAX_RUNNING running jobs of `tenant` share a `concurrency_key` (1 to 128 printable
+    characters); the others wait queued. A kind the deployment does not accept, a payload that does not
+    fit it, a start that cannot be kept or a name out of bounds raises `InvalidJob` (a `ValueError`); a
+    store this connection cannot write as the deployment does (SQLite not in WAL mode, a schema not at the
+    code's revision) raises `StoreMismatch`. The
     deployment's settings (ALLOWED_KINDS, MAX_ATTEMPTS, ...) are read from the environment, and its kinds
     loaded as the api loads them, once."""
     connection = conn.connection() if isinstance(conn, Session) else conn
     _check_store(connection)
     settings = _settings()
     now = clock.now()
-    request = _request(kind, payload, deadline_seconds, delay_seconds, run_at, priority)
+    request = _request(kind, payload, deadline_seconds, delay_seconds, run_at, priority, concurrency_key)
     _check_names(key, tenant, owner)
     try:
         fields = accept_fields(request, settings, now, tenant=tenant, owner=owner, key=key)
@@ -97,10 +100,12 @@ def _request(
     delay_seconds: float | None,
     run_at: str | None,
     priority: str,
+    concurrency_key: str | None,
 ) -> JobCreate:
     fields = {
         "kind": kind, "payload": payload, "deadline_seconds": deadline_seconds,
         "delay_seconds": delay_seconds, "run_at": run_at, "priority": priority,
+        "concurrency_key": concurrency_key,
     }  # fmt: skip
     try:
         return JobCreate.model_validate(fields)

@@ -8,10 +8,11 @@ from enum import StrEnum
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from sqlalchemy import Engine
 
 from outbox_bridge import views
-from outbox_bridge.api.schemas import JobView
+from outbox_bridge.api.schemas import HELD_BY_MEANING, JobView
 from outbox_bridge.console import (
     IdArgument,
     JsonOption,
@@ -126,10 +127,13 @@ def _print_schedule_and_progress(view: JobView) -> None:
         "-" if progress is None else f"{progress.done} of {'?' if progress.total is None else progress.total}"
     )
     out.print(f"{'priority':>17}: {view.priority}")
+    out.print(f"{'concurrency key':>17}: {escape(view.concurrency_key or '-')}")  # the client's own text
     out.print(f"{'run at':>17}: {view.run_at or '-'}")
     out.print(f"{'progress':>17}: {done}")
     if view.waited_seconds is not None:
         out.print(f"{'waited':>17}: {view.waited_seconds:.1f}s since it came due")
+    if view.held_by is not None:
+        out.print(f"{'held back by':>17}: {HELD_BY_MEANING[view.held_by]}")
 
 
 def _print_attempts(attempts: list[Attempt]) -> None:

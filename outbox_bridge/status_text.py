@@ -17,6 +17,9 @@ from outbox_bridge.core.recurrence import slot_text
 from outbox_bridge.jobstore.conditions import ProcessStatus, lease_note
 from outbox_bridge.jobstore.overview import Overview
 
+# What `jobs.held_by` names, as `status` says it.
+HELD_BY = {"kind": "kind cap", "key": "concurrency key", "rate": "rate"}
+
 TableMaker = Callable[..., Table]
 
 
@@ -52,6 +55,9 @@ def print_paused_and_schedules(out: Console, make_table: TableMaker, view: Overv
     ]
     style = "yellow" if paused else None
     out.print(f"paused kinds: {', '.join(paused) or 'none'}", style=style, markup=False, highlight=False)
+    if view.held:
+        held = ", ".join(f"{h.kind} {h.queued} ({HELD_BY[h.held_by]})" for h in view.held)
+        out.print(f"held back by limits: {held}", markup=False, highlight=False)
     if not view.schedules:
         return
     table = make_table(title="schedules")

@@ -159,7 +159,8 @@ def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueD
     process, or no live one). `warnings` is what the dashboard shows in red, each with a stable `code`
     (`no-consumer`, `no-relay`, `worker-lost`, `queued-too-long`), empty when all is well. `paused_kinds`
     and `schedules` are as `paused_kind_document` and `schedule_document` say; `queued_due` leaves out the
-    jobs of paused kinds."""
+    jobs of paused kinds. `held` counts the queued jobs each flow limit holds back, by kind (`limit`: `kind`,
+    `key` or `rate`)."""
     return {
         "warnings": [{"code": a.code, "message": a.message} for a in view.alerts],
         "alive": view.alive,
@@ -179,6 +180,7 @@ def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueD
         },
         "paused_kinds": [paused_kind_document(p) for p in view.paused_kinds],
         "schedules": [schedule_document(s, view.at) for s in view.schedules],
+        "held": [{"kind": h.kind, "limit": h.held_by, "queued": h.queued} for h in view.held],
     }
 
 

@@ -1,6 +1,7 @@
 """The relay's scheduled store work, which needs no broker: settle jobs whose lease or deadline ran out,
-drop outbox rows published longer ago than the retention, and announce again queued jobs whose delivery
-was lost. The job retention (`worker.retention`) runs on a timer of its own, less often."""
+drop outbox rows published longer ago than the retention, announce again queued jobs whose delivery
+was lost, and announce the held jobs a flow limit has room for (`jobstore.limits.release_held`). The job
+retention (`worker.retention`) runs on a timer of its own, less often."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from sqlalchemy import Engine
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, outbox, statistics, sweeper
+from outbox_bridge.jobstore import db, limits, outbox, statistics, sweeper
+from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.worker.commit import backoff_of
 
 
@@ -20,6 +22,7 @@ class Housekept:
     swept: Counter[str]
     pruned: int
     reannounced: int = 0
+    released: int = 0
 
     def lines(self) -> list[str]:
         found = []
@@ -29,17 +32,21 @@ class Housekept:
             found.append(f"pruned {self.pruned} published outbox rows")
         if self.reannounced:
             found.append(f"announced {self.reannounced} long-queued jobs again (their deliveries were lost)")
+        if self.released:
+            found.append(f"announced {self.released} held jobs their limit has room for")
         return found
 
 
 def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
-    """One sweep, one prune and one re-announcement, each in its own transaction (each is retried on lock
-    contention), then fresh planner statistics where they went stale (`jobstore.statistics`)."""
+    """One sweep, one prune, one re-announcement and one release of held jobs, each in its own transaction
+    (each is retried on lock contention), then fresh planner statistics where they went stale
+    (`jobstore.statistics`)."""
     now = clock.now()
     swept = db.transact(engine, sweeper.sweep_expired, now, backoff=backoff_of(settings))
     pruned = db.transact(engine, outbox.prune_published, older_than=now - settings.outbox_retention_seconds)
     reannounced = db.transact(
         engine, sweeper.reannounce_stale, now, older_than=now - settings.reannounce_after_seconds
     )
+    released = db.transact(engine, limits.release_held, Limits.of(settings), now)
     statistics.refresh(engine)
-    return Housekept(swept, pruned, reannounced)
+    return Housekept(swept, pruned, reannounced, released)

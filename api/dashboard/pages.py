@@ -34,7 +34,7 @@ from outbox_bridge.api.dashboard.charts import (
 )
 from outbox_bridge.api.deps import EngineDep, SettingsDep
 from outbox_bridge.api.liveness import liveness_block
-from outbox_bridge.api.schemas import JobView
+from outbox_bridge.api.schemas import HELD_BY_MEANING, JobView
 from outbox_bridge.broker.connection import queue_depth
 from outbox_bridge.core import clock
 from outbox_bridge.core.durations import FORMAT, parse_duration
@@ -278,7 +278,13 @@ def job_page(
         return unavailable(request, exc)
     if found is None:
         return not_found(request)
-    context = {**page_context(request, now, 0), "detail": found, "job": found.job, "view": found.view(now)}
+    context = {
+        **page_context(request, now, 0),
+        "detail": found,
+        "job": found.job,
+        "view": found.view(now),
+        "held_by_meaning": HELD_BY_MEANING,
+    }
     return with_flash(request, templates.TemplateResponse(request, "job.html", context))
 
 

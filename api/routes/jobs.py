@@ -84,8 +84,10 @@ async def submit_job(
 ) -> Response:
     """Accept a job. The answer comes only after the job and its outbox row are committed together; the
     same Idempotency-Key with the same request (kind, payload as validated, deadline, the start as named
-    (the same `delay_seconds` or the same `run_at` instant) and priority) returns the original job again
-    (202, same id). A delayed job waits `queued` until its `run_at`."""
+    (the same `delay_seconds` or the same `run_at` instant), priority and concurrency key) returns the
+    original job again (202, same id). A delayed job waits `queued` until its `run_at`; a job whose
+    `concurrency_key` already has CONCURRENCY_KEY_MAX_RUNNING running jobs of the tenant waits `queued` until
+    one of them ends."""
     return await accept_job(job, key, identity, settings, committer, metrics, links, traceparent)
 
 

@@ -65,6 +65,7 @@ def _submission(
     delay_seconds: float | None,
     run_at: str | None,
     priority: str | None,
+    concurrency_key: str | None,
 ) -> _Call:
     body: dict[str, Any] = {"kind": kind, "payload": payload}
     for name, value in (
@@ -72,6 +73,7 @@ def _submission(
         ("delay_seconds", delay_seconds),
         ("run_at", run_at),
         ("priority", priority),
+        ("concurrency_key", concurrency_key),
     ):
         if value is not None:
             body[name] = value
@@ -151,9 +153,12 @@ class Client:
         delay_seconds: float | None = None,
         run_at: str | None = None,
         priority: str | None = None,
+        concurrency_key: str | None = None,
     ) -> Job:
         """Submit a job (`POST /jobs`) and return it as accepted. Without `key` one is made for this call."""
-        call = _submission(kind, payload, key, deadline_seconds, delay_seconds, run_at, priority)
+        call = _submission(
+            kind, payload, key, deadline_seconds, delay_seconds, run_at, priority, concurrency_key
+        )
         return Job.from_view(self._send(call).json())
 
     def get(self, job_id: str) -> Job:
@@ -252,8 +257,11 @@ class AsyncClient:
         delay_seconds: float | None = None,
         run_at: str | None = None,
         priority: str | None = None,
+        concurrency_key: str | None = None,
     ) -> Job:
-        call = _submission(kind, payload, key, deadline_seconds, delay_seconds, run_at, priority)
+        call = _submission(
+            kind, payload, key, deadline_seconds, delay_seconds, run_at, priority, concurrency_key
+        )
         return Job.from_view((await self._send(call)).json())
 
     async def get(self, job_id: str) -> Job:

@@ -16,7 +16,9 @@ class Job:
     """A job's view: `state` is one of queued, running, succeeded, failed, dead, cancelled, unknown; the
     times are aware UTC datetimes; `error` is `{"code", "message"}` or None; `progress` is `{"done",
     "total"}` or None; `result_url` opens the committed result without a token until `result_expires_at`;
-    `schedule` names the schedule that made the job for one of its slots (None for a job submitted)."""
+    `schedule` names the schedule that made the job for one of its slots (None for a job submitted);
+    `concurrency_key` is the one the request named (None: none); `held_by` says which flow limit holds a
+    queued job back (`kind`, `key` or `rate`; None when none does)."""
 
     id: str
     kind: str
@@ -33,6 +35,8 @@ class Job:
     result_expires_at: datetime | None
     error: dict[str, str] | None
     schedule: str | None = None
+    concurrency_key: str | None = None
+    held_by: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -60,4 +64,6 @@ class Job:
             result_expires_at=_instant(view.get("result_expires_at")),
             error=view.get("error"),
             schedule=view.get("schedule"),
+            concurrency_key=view.get("concurrency_key"),
+            held_by=view.get("held_by"),
         )

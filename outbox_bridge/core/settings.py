@@ -192,6 +192,17 @@ class Settings(BaseSettings):
     tenant_max_running: int = Field(default=0, ge=0)
     """At most this many jobs of one tenant run at once, deployment-wide (0: no cap). Jobs held back wait
     `queued` and spend no attempt."""
+    kind_max_running: Annotated[dict[str, int], NoDecode] = {}
+    """At most this many jobs of a kind run at once, deployment-wide, per kind (`export=2,notify=5`; a kind
+    not named has no cap). Jobs held back wait `queued`, spend no attempt, and start in their order once a
+    running one of their kind ends."""
+    kind_rate_limits: Annotated[dict[str, str], NoDecode] = {}
+    """How often jobs of a kind may start, deployment-wide, per kind (`notify=10/s,export=100/m`; per `s`,
+    `m` or `h`): starts are spaced evenly (10/s: one each 0.1 s). Jobs held back wait `queued`, spend no
+    attempt, and are delivered again when their turn comes."""
+    concurrency_key_max_running: int = Field(default=1, ge=1)
+    """At most this many running jobs of one tenant share a `concurrency_key` (a job's optional field at
+    `POST /jobs`), deployment-wide. Jobs held back wait `queued` and spend no attempt."""
     tenant_share: float = Field(default=0.75, gt=0, le=1)
     """While its jobs run long and the store holds several tenants' jobs, a consumer or worker holds at
     most this share of its threads' worth of one tenant's jobs (at least one; 1: no bound)."""
@@ -293,6 +304,37 @@ class Settings(BaseSettings):
             return names if names or info.field_name != "allowed_kinds" else None
         return value
 
+    @field_validator("kind_max_running", "kind_rate_limits", mode="before")
+    @classmethod
+    def _split_pairs(cls, value: object, info: ValidationInfo) -> object:
+        """A comma-separated list of `kind=value`; each rate is checked (`limits.parse_rate`)."""
+        if not isinstance(value, str):
+            return value
+        pairs: dict[str, str] = {}
+        for item in (part.strip() for part in value.split(",")):
+            if not item:
+                continue
+            kind, equals, limit = (part.strip() for part in item.partition("="))
+            if not kind or not equals or not limit:
+                raise ValueError(f"{item!r} is not kind=value")
+            pairs[kind] = limit
+        return pairs
+
+    @field_validator("kind_max_running")
+    @classmethod
+    def _positive_caps(cls, value: dict[str, int]) -> dict[str, int]:
+        for kind, cap in value.items():
+            if cap < 1:
+                raise ValueError(f"{kind}={cap}: a kind's cap is 1 or more")
+        return value
+
+    @field_validator("kind_rate_limits")
+    @classmethod
+    def _rates(cls, value: dict[str, str]) -> dict[str, str]:
+        for kind, rate in value.items():
+            parse_rate(f"{kind}={rate}", rate)
+        return value
+
     @property
     def alive_within_seconds(self) -> float:
         """A process whose heartbeat is older than this is not alive."""
@@ -305,6 +347,17 @@ class Settings(BaseSettings):
     @property
     def is_postgresql(self) -> bool:
         return self.database_url.startswith("postgresql")
+
+
+_PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(name: str, rate: str) -> float:
+    """The seconds between two starts of a rate written `N/s`, `N/m` or `N/h` (`KIND_RATE_LIMITS`)."""
+    count, slash, unit = rate.strip().partition("/")
+    if not slash or unit.strip() not in _PER or not count.strip().isdigit() or int(count) < 1:
+        raise ValueError(f"{name}: a rate is N/s, N/m or N/h with N 1 or more")
+    return _PER[unit.strip()] / int(count)
 
 
 def load() -> Settings:
@@ -323,5 +376,7 @@ def environment_of(settings: Settings, base: Mapping[str, str] | None = None) ->
             continue
         if isinstance(value, tuple | list):
             value = ",".join(str(v) for v in value)
+        elif isinstance(value, dict):
+            value = ",".join(f"{k}={v}" for k, v in value.items())
         env[name.upper()] = str(value)
     return env

@@ -40,6 +40,7 @@ class StoreFigures:
     alive: Mapping[str, int]
     schedules: Sequence[ScheduleFigures] = ()
     paused_kinds: Mapping[str, float] = field(default_factory=dict)
+    held: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (kind, limit) -> queued jobs held
 
 
 class StoreCollector(Collector):
@@ -135,6 +136,15 @@ def _schedule_families(figures: StoreFigures) -> Iterator[GaugeMetricFamily]:
     for kind, since in sorted(figures.paused_kinds.items()):
         paused.add_metric([kind], since)
     yield paused
+    held = GaugeMetricFamily(
+        "outbox_bridge_jobs_held",
+        "Queued jobs a flow limit holds back, by kind and limit (kind: KIND_MAX_RUNNING, key: "
+        "CONCURRENCY_KEY_MAX_RUNNING, rate: KIND_RATE_LIMITS); a kind with none held is not listed.",
+        labels=["kind", "limit"],
+    )
+    for (kind, limit), count in sorted(figures.held.items()):
+        held.add_metric([kind, limit], count)
+    yield held
 
 
 class PendingWebhooksCollector(Collector):

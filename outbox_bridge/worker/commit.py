@@ -14,7 +14,9 @@ from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.base import JobError
 from outbox_bridge.jobstore import fenced
+from outbox_bridge.jobstore import limits as flow
 from outbox_bridge.jobstore.errors import Fenced
+from outbox_bridge.jobstore.limits import NONE, Ended, Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.worker.attempt import AttemptOutcome
@@ -25,6 +27,7 @@ def commit_outcomes(
     outcomes: Sequence[tuple[Claim, AttemptOutcome]],
     now: float,
     backoff: Backoff,
+    limits: Limits = NONE,
 ) -> list[State | None]:
     """Write each (claim, outcome) under its own fence in the caller's transaction: the successes
     together (`fenced.complete_many`), every other outcome through `fenced.fail`. Returns the committed
@@ -33,10 +36,17 @@ def commit_outcomes(
     succeeded = [i for i, (_, outcome) in enumerate(outcomes) if _succeeded(outcome)]
     completed = fenced.complete_many(conn, [_finishing(*outcomes[i]) for i in succeeded], now)
     states = dict(zip(succeeded, completed, strict=True))
-    return [
+    written = [
         states[i] if i in states else _fail(conn, claim, outcome, now, backoff)
         for i, (claim, outcome) in enumerate(outcomes)
     ]
+    ended = (
+        Ended(claim.tenant, claim.kind, claim.concurrency_key)
+        for (claim, _), state in zip(outcomes, written, strict=True)
+        if state is not None and state is not State.RUNNING
+    )
+    flow.release(conn, limits, ended, now)
+    return written
 
 
 def _succeeded(outcome: AttemptOutcome) -> bool:

@@ -1,5 +1,6 @@
 """Claiming from the jobs table: the polling baseline's path, and the consumer's while the broker is down.
-Each claims within `TENANT_MAX_RUNNING` (`tenant_cap`) and the claiming process's `TENANT_SHARE` (`share`)."""
+Each claims within `TENANT_MAX_RUNNING` (`tenant_cap`), the claiming process's `TENANT_SHARE` (`share`) and
+the deployment's flow limits (`limits`)."""
 
 from __future__ import annotations
 
@@ -7,16 +8,24 @@ from sqlalchemy import Connection
 
 from outbox_bridge.core import clock
 from outbox_bridge.jobstore import claiming
+from outbox_bridge.jobstore.limits import NONE, Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.tenantcap import Share
 
 
 def claim_next(
-    conn: Connection, worker: str, lease_seconds: float, tenant_cap: int = 0, share: Share | None = None
+    conn: Connection,
+    worker: str,
+    lease_seconds: float,
+    tenant_cap: int = 0,
+    share: Share | None = None,
+    limits: Limits = NONE,
 ) -> Claim | None:
     """`claiming.claim_next` at the time the transaction runs (a retried transaction reads the clock
     again)."""
-    return claiming.claim_next(conn, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap, share=share)
+    return claiming.claim_next(
+        conn, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap, share=share, limits=limits
+    )
 
 
 def claim_due(
@@ -26,13 +35,14 @@ def claim_due(
     limit: int,
     tenant_cap: int = 0,
     share: Share | None = None,
+    limits: Limits = NONE,
 ) -> list[Claim]:
     """`claiming.claim_due` at the time the transaction runs."""
     return claiming.claim_due(
-        conn, worker, clock.now(), lease_seconds, limit, tenant_cap=tenant_cap, share=share
+        conn, worker, clock.now(), lease_seconds, limit, tenant_cap=tenant_cap, share=share, limits=limits
     )
 
 
-def any_due(conn: Connection, tenant_cap: int = 0, share: Share | None = None) -> bool:
+def any_due(conn: Connection, tenant_cap: int = 0, share: Share | None = None, limits: Limits = NONE) -> bool:
     """`claiming.any_due` at the time the transaction runs."""
-    return claiming.any_due(conn, clock.now(), tenant_cap=tenant_cap, share=share)
+    return claiming.any_due(conn, clock.now(), tenant_cap=tenant_cap, share=share, limits=limits)

@@ -34,6 +34,8 @@ VIEW_KEYS = {
     "run_at",
     "priority",
     "schedule",
+    "concurrency_key",
+    "held_by",
     "cancel_requested",
     "progress",
     "waited_seconds",

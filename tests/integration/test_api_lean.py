@@ -82,8 +82,22 @@ def test_a_plain_submission_is_taken_by_the_fast_path_and_answered_as_the_route_
         ({}, {"kind": "noop"}, 400, "invalid-request"),
         ({}, [NOOP], 400, "invalid-request"),
         ({"Content-Type": "text/plain"}, NOOP, 400, "invalid-request"),
+        ({}, {**NOOP, "concurrency_key": ""}, 400, "invalid-request"),
+        ({}, {**NOOP, "concurrency_key": "k" * 129}, 400, "invalid-request"),
+        ({}, {**NOOP, "concurrency_key": "a\nb"}, 400, "invalid-request"),
     ],
-    ids=["no key", "key too long", "bad token", "no token", "no payload", "not an object", "not json"],
+    ids=[
+        "no key",
+        "key too long",
+        "bad token",
+        "no token",
+        "no payload",
+        "not an object",
+        "not json",
+        "empty concurrency key",
+        "concurrency key too long",
+        "concurrency key with a newline",
+    ],
 )
 def test_what_the_fast_path_declines_the_route_refuses_and_nothing_is_written(
     client: TestClient,
@@ -100,6 +114,38 @@ def test_what_the_fast_path_declines_the_route_refuses_and_nothing_is_written(
     assert response.status_code == status, response.text
     assert response.json()["type"].endswith(slug)
     assert taken == [] and _count(engine) == 0
+
+
+def test_a_concurrency_key_is_taken_by_the_fast_path_and_answered_as_the_route_does(
+    client: TestClient, settings: Settings, engine: Engine, taken: list[str]
+) -> None:
+    keyed = {**NOOP, "concurrency_key": "customer-42"}
+    fast = client.post("/jobs", json=keyed, headers=_headers(settings))
+    assert fast.status_code == 202 and taken == ["k1"]
+    assert fast.json()["concurrency_key"] == "customer-42"
+    # The same key again through the route (a header sent twice): the same job, the same view.
+    headers = [*_headers(settings).items(), ("X-Twice", "1"), ("X-Twice", "2")]
+    routed = client.post("/jobs", json=keyed, headers=headers)
+    assert taken == ["k1"] and (routed.status_code, routed.json()) == (202, fast.json())
+    # Another concurrency key under it is the conflict on both paths.
+    other = {**NOOP, "concurrency_key": "customer-43"}
+    fast_conflict = client.post("/jobs", json=other, headers=_headers(settings))
+    routed_conflict = client.post("/jobs", json=other, headers=headers)
+    assert taken == ["k1", "k1"]
+    assert (fast_conflict.status_code, routed_conflict.status_code) == (409, 409)
+    assert fast_conflict.json() == routed_conflict.json()
+    assert _count(engine) == 1
+
+
+def test_a_bad_concurrency_key_gets_the_same_problem_from_the_route_as_any_field_error(
+    client: TestClient, settings: Settings, taken: list[str]
+) -> None:
+    bad = {**NOOP, "concurrency_key": "k" * 129}
+    headers = [*_headers(settings).items(), ("X-Twice", "1"), ("X-Twice", "2")]
+    declined = client.post("/jobs", json=bad, headers=_headers(settings))
+    routed = client.post("/jobs", json=bad, headers=headers)
+    assert (declined.status_code, declined.json()) == (routed.status_code, routed.json())
+    assert declined.json()["errors"][0]["loc"] == ["body", "concurrency_key"] and taken == []
 
 
 def test_what_the_fast_path_takes_and_the_kind_refuses_gets_the_routes_problem(

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import re
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, update
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, fenced
+from outbox_bridge.jobstore.schema import jobs
 from tests.support import procs
 from tests.support.store import claimed, job_row, new_job, new_jobs
 
@@ -120,6 +121,25 @@ def test_jobs_show_says_when_a_job_may_start_and_how_far_it_got(settings: Settin
         None,
         None,
     )
+
+
+def test_jobs_show_names_the_concurrency_key_and_what_holds_the_job_back(
+    settings: Settings, engine: Engine
+) -> None:
+    job_id = new_job(engine, "keyed", concurrency_key="[red]customer-42[/]")
+    db.transact(
+        engine, lambda conn: conn.execute(update(jobs).where(jobs.c.id == job_id).values(held_by="key"))
+    )
+
+    shown = procs.run(["jobs", "show", job_id], settings)
+    document = cli_json(settings, "jobs", "show", job_id)
+
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(r"concurrency key: \[red\]customer-42\[/\]\n", shown.stdout), shown.stdout
+    assert re.search(r"held back by: its concurrency key's running cap", shown.stdout), shown.stdout
+    job = document["job"]
+    assert isinstance(job, dict)
+    assert (job["concurrency_key"], job["held_by"]) == ("[red]customer-42[/]", "key")
 
 
 def test_jobs_list_filters_by_kind_and_by_how_recently_a_job_changed(

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, create_engine, func
+from sqlalchemy import Column, Connection, Engine, Integer, MetaData, String, Table, create_engine, func
 from sqlalchemy import select as sql_select
 from sqlalchemy.orm import Session
 
@@ -117,6 +117,37 @@ def test_the_same_key_twice_is_one_job_and_another_request_under_it_is_a_conflic
     assert other.id != first.id
 
 
+def test_a_concurrency_key_is_stored_in_the_callers_transaction_and_part_of_the_request(
+    app_engine: Engine, engine: Engine
+) -> None:
+    def keyed(conn: Connection, concurrency_key: str | None) -> outbox_bridge.Job:
+        return outbox_bridge.enqueue(
+            conn,
+            "export",
+            EXPORT,
+            key="order-1",
+            tenant="shop",
+            owner="checkout",
+            concurrency_key=concurrency_key,
+        )
+
+    with app_engine.connect() as conn, conn.begin() as transaction:
+        keyed(conn, "customer-7")
+        transaction.rollback()
+    assert counts(app_engine) == (0, 0, 0)
+    with app_engine.begin() as conn:
+        job = keyed(conn, "customer-7")
+    assert (job.concurrency_key, job.held_by) == ("customer-7", None)
+    assert job_row(engine, job.id).concurrency_key == "customer-7"
+    with app_engine.begin() as conn:
+        assert keyed(conn, "customer-7").id == job.id
+    for other in ("customer-8", None):
+        with pytest.raises(outbox_bridge.Conflict) as conflict, app_engine.begin() as conn:
+            keyed(conn, other)
+        assert conflict.value.job_id == job.id
+    assert counts(app_engine) == (0, 1, 1)
+
+
 @pytest.mark.parametrize(
     ("kind", "payload", "options", "said"),
     [
@@ -125,6 +156,9 @@ def test_the_same_key_twice_is_one_job_and_another_request_under_it_is_a_conflic
         ("noop", {}, {}, "accepts these kinds"),  # a test kind, outside a development setup
         ("export", EXPORT, {"delay_seconds": 5, "run_at": "2026-01-01T00:00:00Z"}, "not both"),
         ("export", EXPORT, {"priority": "urgent"}, "schema"),
+        ("export", EXPORT, {"concurrency_key": ""}, "schema"),
+        ("export", EXPORT, {"concurrency_key": "k" * 129}, "schema"),
+        ("export", EXPORT, {"concurrency_key": "a\x00b"}, "schema"),
         ("export", EXPORT, {"key": ""}, "key must be"),
         ("export", EXPORT, {"tenant": "a b"}, "tenant must be"),
     ],

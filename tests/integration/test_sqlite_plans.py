@@ -16,7 +16,16 @@ from outbox_bridge.jobstore import claiming, db, fenced, migrate, outbox, relayr
 from tests.conftest import sqlite_settings
 
 PLANS = {
-    "claim by ids": (claiming._CLAIM_MANY, "b_ids", "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"),
+    "claim by ids": (
+        claiming._statements(None).many,
+        "b_ids",
+        "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
+    ),
+    "claim by ids, guarded by limits": (
+        claiming._statements(("export",)).many,
+        "b_ids",
+        "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
+    ),
     "relay role's mark": (relayrole._MARK, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
     "pending rows dropped by job": (
         outbox._DROP_PENDING_MANY,

@@ -52,6 +52,7 @@ def add_job(
     now: float | None = None,
     traceparent: str | None = None,
     priority: Priority = Priority.NORMAL,
+    concurrency_key: str | None = None,
 ) -> intake.Accepted:
     """`accept` in the caller's transaction: operation key `key`, an empty payload unless given."""
     return intake.accept(
@@ -66,6 +67,7 @@ def add_job(
         deadline_seconds=deadline,
         traceparent=traceparent,
         priority=priority,
+        concurrency_key=concurrency_key,
     )
 
 

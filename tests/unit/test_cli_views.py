@@ -145,8 +145,9 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
         "dead_letter_queue",
         "paused_kinds",
         "schedules",
+        "held",
     }
-    assert (document["paused_kinds"], document["schedules"]) == ([], [])
+    assert (document["paused_kinds"], document["schedules"], document["held"]) == ([], [], [])
     assert document["finished_per_minute"] == [{"minute": "2023-11-14T22:13:20.000Z", "jobs": 4}]
     assert [j["id"] for j in document["unknown"]] == [JOB.id]
     assert document["dead_letter_queue"] == {

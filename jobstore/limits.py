@@ -1,0 +1,473 @@
+"""Flow limits across the deployment: `KIND_MAX_RUNNING` (at most N running jobs of a kind),
+`KIND_RATE_LIMITS` (starts of a kind spaced by its rate's interval) and concurrency keys (at most
+`CONCURRENCY_KEY_MAX_RUNNING` running jobs of a tenant share a job's `concurrency_key`).
+
+Where it is decided: in the claim's transaction (`claiming`), so any number of consumers and workers
+together respect them. A claim first takes what no limit concerns (a guard in its statement: no key, a kind
+without a limit); the queued jobs it left for a limit come here (`candidates`), are admitted in the claim's
+order while their kind's and key's room lasts (`admit`), and only the admitted are claimed. Counting is
+exact: SQLite has one writer at a time, and on PostgreSQL a claim first takes a transaction-scoped advisory
+lock on each kind and key it decides on, in one sorted order (after any tenant locks, `tenantcap`), so the
+second of two concurrent claims counts the first one's jobs. A running job whose lease expired still counts:
+its worker may be stalled, not dead, until the sweeper ends the attempt.
+
+What happens to a job a limit holds back: it stays `queued`, spends no attempt, and `held_by` says which
+limit held it. A consumer acks its delivery (`claiming.Refusal.HELD`) and nothing delivers it again in a loop:
+
+- held by a cap (`kind`, `key`): when a running job of its kind or key ends, the transaction that ends it
+  announces the first held jobs there is room for (`release`, from the completer), in the order jobs start in
+  (priority, then age); the relay role's housekeeping does the same for every held job each sweep
+  (`release_held`), for room that opened otherwise (a lease swept, a job cancelled, a cap raised);
+- held by a rate (`rate`): the kind's held jobs take turns, one at a time: the first has an outbox row due at
+  the kind's next start, and the claim that starts a job of the kind gives the next one its turn
+  (`_next_turn`): one delivery per start, whatever the backlog.
+
+The baseline's claim (the table's path) passes over the kinds at their cap or not yet due to start again and
+the keys at their cap (`full_kinds`, `KEY_HAS_ROOM`), then admits as above; it holds nothing back, since it
+walks the table again at its next claim."""
+
+from __future__ import annotations
+
+import functools
+import zlib
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.orm import aliased
+
+from outbox_bridge.jobstore import outbox
+from outbox_bridge.jobstore.schema import jobs, kind_rates
+from outbox_bridge.jobstore.schema import outbox as outbox_rows
+from outbox_bridge.jobstore.states import State
+
+if TYPE_CHECKING:
+    from outbox_bridge.core.settings import Settings
+
+
+class Held(StrEnum):
+    """Which limit held a queued job back (`jobs.held_by`)."""
+
+    KIND = "kind"  # KIND_MAX_RUNNING
+    KEY = "key"  # CONCURRENCY_KEY_MAX_RUNNING
+    RATE = "rate"  # KIND_RATE_LIMITS
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The deployment's limits: a cap per kind, the seconds between two starts per kind, and the most
+    running jobs of one tenant's concurrency key."""
+
+    kind_max_running: Mapping[str, int] = field(default_factory=dict)
+    kind_intervals: Mapping[str, float] = field(default_factory=dict)
+    key_max_running: int = 1
+
+    @classmethod
+    def of(cls, settings: Settings) -> Limits:
+        from outbox_bridge.core.settings import parse_rate
+
+        intervals = {kind: parse_rate(kind, rate) for kind, rate in settings.kind_rate_limits.items()}
+        return cls(dict(settings.kind_max_running), intervals, settings.concurrency_key_max_running)
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds a limit concerns, sorted (a claim's guard leaves their queued jobs to `admit`)."""
+        return tuple(sorted({*self.kind_max_running, *self.kind_intervals}))
+
+
+NONE = Limits()
+
+
+def unlimited(kinds: tuple[str, ...]) -> ColumnElement[bool]:
+    """A claim's guard: the job is running (taken over from an expired lease: no count changes), or no limit
+    concerns it (no concurrency key, and its kind is none of `kinds`). The kinds are written into the
+    statement: there are a few, fixed for a process, and the statement is built once for them."""
+    free: ColumnElement[bool] = jobs.c.concurrency_key.is_(None)
+    if kinds:
+        names: list[Any] = [literal_column("'" + kind.replace("'", "''") + "'") for kind in kinds]
+        free = and_(free, jobs.c.kind.not_in(names))
+    return or_(jobs.c.state == State.RUNNING.value, free)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    job_id: str
+    tenant: str
+    kind: str
+    key: str | None
+
+
+@dataclass
+class Decision:
+    """What `admit` decided, in the claim's order."""
+
+    admitted: list[Candidate] = field(default_factory=list)
+    held: dict[str, Held] = field(default_factory=dict)
+
+
+_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
+# Advisory lock spaces: apart from the tenants' (`tenantcap`) and from each other.
+_KIND_SPACE, _KEY_SPACE = 0x6B69, 0x6B65
+_RUNNING_KINDS = (
+    select(jobs.c.kind, func.count())
+    .where(jobs.c.state == State.RUNNING.value, jobs.c.kind.in_(bindparam("b_kinds", expanding=True)))
+    .group_by(jobs.c.kind)
+)
+_RUNNING_KEYS = (
+    select(jobs.c.tenant, jobs.c.concurrency_key, func.count())
+    .where(
+        jobs.c.tenant.in_(bindparam("b_tenants", expanding=True)),
+        jobs.c.concurrency_key.in_(bindparam("b_keys", expanding=True)),
+        jobs.c.state == State.RUNNING.value,
+    )
+    .group_by(jobs.c.tenant, jobs.c.concurrency_key)
+)
+_NEXT_STARTS = select(kind_rates.c.kind, kind_rates.c.next_start_at).where(
+    kind_rates.c.kind.in_(bindparam("b_kinds", expanding=True))
+)
+
+
+def candidates(
+    conn: Connection, job_ids: Sequence[str], now: float, claimable: ColumnElement[bool]
+) -> list[Candidate]:
+    """Those of `job_ids` that `claimable` (the claim's own condition for a queued job, reading `b_now`)
+    holds for at `now`, in the order of `job_ids`: the jobs a claim's guard left to the limits."""
+    if not job_ids:
+        return []
+    found = conn.execute(_candidates(claimable), {"b_ids": list(job_ids), "b_now": now})
+    by_id = {row[0]: Candidate(*row) for row in found}
+    return [by_id[job_id] for job_id in dict.fromkeys(job_ids) if job_id in by_id]
+
+
+@functools.cache
+def _candidates(claimable: ColumnElement[bool]) -> Any:
+    return select(jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.concurrency_key).where(
+        jobs.c.id.in_(bindparam("b_ids", expanding=True)), claimable
+    )
+
+
+def admit(conn: Connection, limits: Limits, found: Sequence[Candidate], now: float) -> Decision:
+    """Split `found`, in order, into the jobs the limits let start now and those they hold back (and why),
+    counting what runs now under the locks that make the count exact."""
+    capped = sorted({c.kind for c in found if c.kind in limits.kind_max_running})
+    rated = sorted({c.kind for c in found if c.kind in limits.kind_intervals})
+    keys = sorted({(c.tenant, c.key) for c in found if c.key is not None})
+    _lock(conn, [(_KIND_SPACE, kind) for kind in sorted({*capped, *rated})])
+    _lock(conn, [(_KEY_SPACE, f"{tenant}\x00{key}") for tenant, key in keys])
+    kinds_running = _running_kinds(conn, capped)
+    keys_running = _running_keys(conn, keys)
+    next_starts = _next_starts(conn, rated)
+    decision = Decision()
+    started: Counter[str] = Counter()
+    keyed: Counter[tuple[str, str]] = Counter()
+    for c in found:
+        cap = limits.kind_max_running.get(c.kind)
+        if cap is not None and kinds_running[c.kind] + started[c.kind] >= cap:
+            decision.held[c.job_id] = Held.KIND
+        elif c.key is not None and keys_running[(c.tenant, c.key)] + keyed[(c.tenant, c.key)] >= (
+            limits.key_max_running
+        ):
+            decision.held[c.job_id] = Held.KEY
+        elif c.kind in limits.kind_intervals and (started[c.kind] or next_starts.get(c.kind, now) > now):
+            decision.held[c.job_id] = Held.RATE
+        else:
+            decision.admitted.append(c)
+            started[c.kind] += 1
+            if c.key is not None:
+                keyed[(c.tenant, c.key)] += 1
+    return decision
+
+
+def started(conn: Connection, limits: Limits, kinds: Iterable[str], now: float) -> None:
+    """Note that a job of each of `kinds` started now: a rate-limited kind's next start is one interval
+    later (the caller holds the kind's lock: `admit`), and the next of its held jobs is given its turn
+    then (`_next_turn`)."""
+    rated = sorted(set(kinds) & set(limits.kind_intervals))
+    for kind in rated:
+        due = now + limits.kind_intervals[kind]
+        changed = conn.execute(update(kind_rates).where(kind_rates.c.kind == kind).values(next_start_at=due))
+        if changed.rowcount == 0:
+            conn.execute(insert(kind_rates).values(kind=kind, next_start_at=due))
+    _next_turn(conn, rated, now)
+
+
+def hold(conn: Connection, decision: Decision, now: float) -> None:
+    """Mark the jobs `decision` held back as held; a rate-limited kind with no held job waiting for its
+    turn gives the first one its turn (`_next_turn`)."""
+    if not decision.held:
+        return
+    for why in Held:
+        ids = [job_id for job_id, held in decision.held.items() if held is why]
+        if ids:
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.id.in_(ids), jobs.c.state == State.QUEUED.value)
+                .values(held_by=why.value, updated_at=now)
+            )
+    if any(held is Held.RATE for held in decision.held.values()):
+        _next_turn(conn, sorted({kind for kind in _kinds_of(conn, decision)}), now)
+
+
+def _kinds_of(conn: Connection, decision: Decision) -> set[str]:
+    ids = [job_id for job_id, held in decision.held.items() if held is Held.RATE]
+    return {str(k) for k in conn.execute(select(jobs.c.kind).where(jobs.c.id.in_(ids))).scalars()}
+
+
+# A rate-limited kind's held jobs wait for their turn one at a time: the first of them (in the order jobs
+# start in) has an outbox row due at the kind's next start, the others none. When it starts, the claim gives
+# the next one its turn; when a job that arrived meanwhile took the start, it is refused again and keeps
+# the turn. One delivery per start, whatever the backlog.
+_HAS_TURN = (
+    select(jobs.c.id)
+    .select_from(jobs.join(outbox_rows, outbox_rows.c.job_id == jobs.c.id))
+    .where(
+        jobs.c.held_by == Held.RATE.value,
+        jobs.c.kind == bindparam("b_kind"),
+        jobs.c.state == State.QUEUED.value,
+        outbox_rows.c.published_at.is_(None),
+    )
+    .limit(1)
+)
+_FIRST_HELD_BY_RATE = (
+    select(jobs.c.id)
+    .where(
+        jobs.c.held_by == Held.RATE.value,
+        jobs.c.kind == bindparam("b_kind"),
+        jobs.c.state == State.QUEUED.value,
+    )
+    .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
+    .limit(1)
+)
+
+
+def _next_turn(conn: Connection, kinds: Sequence[str], now: float) -> int:
+    """For each of `kinds` whose held jobs have none waiting for its turn, the first one's turn: an outbox
+    row due at the kind's next start. Returns how many turns were given."""
+    given = 0
+    next_starts = _next_starts(conn, kinds)
+    for kind in kinds:
+        if conn.execute(_HAS_TURN, {"b_kind": kind}).first() is not None:
+            continue
+        first = conn.execute(_FIRST_HELD_BY_RATE, {"b_kind": kind}).scalar()
+        if first is not None:
+            outbox.add(conn, str(first), available_at=max(next_starts.get(kind, now), now), now=now)
+            given += 1
+    return given
+
+
+# The held jobs of one kind, or of one tenant's key, in the order jobs start in.
+_HELD_OF_KIND = (
+    select(jobs.c.id)
+    .where(
+        jobs.c.held_by == Held.KIND.value,
+        jobs.c.kind == bindparam("b_kind"),
+        jobs.c.state == State.QUEUED.value,
+    )
+    .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
+    .limit(bindparam("b_limit"))
+)
+_HELD_OF_KEY = (
+    select(jobs.c.id)
+    .where(
+        jobs.c.held_by == Held.KEY.value,
+        jobs.c.tenant == bindparam("b_tenant"),
+        jobs.c.concurrency_key == bindparam("b_key"),
+        jobs.c.state == State.QUEUED.value,
+    )
+    .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
+    .limit(bindparam("b_limit"))
+)
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A job that stopped running: what its end may give room to."""
+
+    tenant: str
+    kind: str
+    key: str | None
+
+
+def release(conn: Connection, limits: Limits, ended: Iterable[Ended], now: float) -> int:
+    """In the transaction that ended `ended` (running jobs that finished or went back to wait), announce
+    the held jobs their room lets start: per capped kind and per key, the first held ones, as many as it
+    has room for now. Costs nothing for jobs no cap concerns. Returns how many were announced."""
+    ended = list(ended)
+    kinds = sorted({e.kind for e in ended if e.kind in limits.kind_max_running})
+    keys = sorted({(e.tenant, e.key) for e in ended if e.key is not None})
+    if not kinds and not keys:
+        return 0
+    chosen: list[str] = []
+    running = _running_kinds(conn, kinds)
+    for kind in kinds:
+        room = limits.kind_max_running[kind] - running[kind]
+        if room > 0:
+            chosen += conn.execute(_HELD_OF_KIND, {"b_kind": kind, "b_limit": room}).scalars()
+    keys_running = _running_keys(conn, keys)
+    for tenant, key in keys:
+        room = limits.key_max_running - keys_running[(tenant, key)]
+        if room > 0:
+            params = {"b_tenant": tenant, "b_key": key, "b_limit": room}
+            chosen += conn.execute(_HELD_OF_KEY, params).scalars()
+    return _announce(conn, list(dict.fromkeys(chosen)), now)
+
+
+_HELD_GROUPS = (
+    select(jobs.c.held_by, jobs.c.kind, jobs.c.tenant, jobs.c.concurrency_key, func.count())
+    .where(jobs.c.held_by.is_not(None), jobs.c.state == State.QUEUED.value)
+    .group_by(jobs.c.held_by, jobs.c.kind, jobs.c.tenant, jobs.c.concurrency_key)
+)
+
+
+def release_held(conn: Connection, limits: Limits, now: float) -> int:
+    """The relay role's sweep: announce every held job there is room for now (a cap whose room opened
+    without a completion to announce it: a lease swept, a job cancelled, a race of a hold with an end on
+    PostgreSQL, a limit raised or removed), and give a rate-limited kind's held jobs their turn again
+    when none has it (its delivery went missing); forget `held_by` of jobs no longer queued. One read of
+    the (empty, mostly) held jobs' index when nothing is held. Returns how many jobs were announced."""
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.held_by.is_not(None), jobs.c.state != State.QUEUED.value)
+        .values(held_by=None)
+    )
+    groups = conn.execute(_HELD_GROUPS).all()
+    if not groups:
+        return 0
+    chosen: list[str] = []
+    kinds = sorted({kind for why, kind, _, _, _ in groups if why == Held.KIND.value})
+    running = _running_kinds(conn, kinds)
+    for kind in kinds:
+        room = limits.kind_max_running.get(kind, 10**9) - running[kind]
+        if room > 0:
+            chosen += conn.execute(_HELD_OF_KIND, {"b_kind": kind, "b_limit": room}).scalars()
+    keys = sorted({(tenant, key) for why, _, tenant, key, _ in groups if why == Held.KEY.value})
+    keys_running = _running_keys(conn, keys)
+    for tenant, key in keys:
+        room = limits.key_max_running - keys_running[(tenant, key)]
+        if room > 0:
+            params = {"b_tenant": tenant, "b_key": key, "b_limit": room}
+            chosen += conn.execute(_HELD_OF_KEY, params).scalars()
+    announced = _announce(conn, list(dict.fromkeys(chosen)), now)
+    rated = sorted({kind for why, kind, _, _, _ in groups if why == Held.RATE.value})
+    if rated:
+        unlimited = [kind for kind in rated if kind not in limits.kind_intervals]
+        announced += _announce(conn, [*_held_of(conn, unlimited)], now)
+        announced += _next_turn(conn, [kind for kind in rated if kind in limits.kind_intervals], now)
+    return announced
+
+
+def _held_of(conn: Connection, kinds: Sequence[str]) -> Iterator[str]:
+    """The rate-held jobs of `kinds` (whose rate was removed)."""
+    if kinds:
+        query = select(jobs.c.id).where(
+            jobs.c.held_by == Held.RATE.value, jobs.c.kind.in_(kinds), jobs.c.state == State.QUEUED.value
+        )
+        yield from conn.execute(query).scalars()
+
+
+def _announce(conn: Connection, job_ids: list[str], now: float) -> int:
+    """Each of `job_ids` is held no more and gets an outbox row, due now, in this order."""
+    if not job_ids:
+        return 0
+    conn.execute(update(jobs).where(jobs.c.id.in_(job_ids)).values(held_by=None, updated_at=now))
+    outbox.add_many(conn, [(job_id, now, now) for job_id in job_ids])
+    return len(job_ids)
+
+
+def full_kinds(conn: Connection, limits: Limits, now: float) -> list[str]:
+    """The kinds none of whose queued jobs a claim may start now: at their cap, or not yet due to start
+    again. Reads nothing when no kind has a limit."""
+    if not limits.kinds:
+        return []
+    capped = sorted(limits.kind_max_running)
+    running = _running_kinds(conn, capped)
+    full = {kind for kind in capped if running[kind] >= limits.kind_max_running[kind]}
+    rated = sorted(limits.kind_intervals)
+    full |= {kind for kind, at in _next_starts(conn, rated).items() if at > now}
+    return sorted(full)
+
+
+# Whether a queued job's key, if it has one, has room for it: the table's claim walks past the jobs of a
+# key at its cap (a subquery per keyed job only: `concurrency_key IS NULL` decides the rest).
+_OTHER = aliased(jobs, name="running_with_key")
+KEY_HAS_ROOM = or_(
+    jobs.c.concurrency_key.is_(None),
+    select(func.count())
+    .where(
+        _OTHER.c.tenant == jobs.c.tenant,
+        _OTHER.c.concurrency_key == jobs.c.concurrency_key,
+        _OTHER.c.state == State.RUNNING.value,
+    )
+    .scalar_subquery()
+    < bindparam("b_key_max"),
+)
+
+
+@dataclass(frozen=True)
+class HeldCount:
+    """How many queued jobs of a kind one limit holds back."""
+
+    kind: str
+    held_by: str  # `Held`
+    queued: int
+
+
+_HELD_COUNTS = (
+    select(jobs.c.kind, jobs.c.held_by, func.count())
+    .where(jobs.c.held_by.is_not(None), jobs.c.state == State.QUEUED.value)
+    .group_by(jobs.c.kind, jobs.c.held_by)
+    .order_by(jobs.c.kind, jobs.c.held_by)
+)
+
+
+def held_counts(conn: Connection) -> list[HeldCount]:
+    """The jobs the limits hold back now, by kind and limit (a read of the held jobs' index)."""
+    return [HeldCount(str(kind), str(why), int(n)) for kind, why, n in conn.execute(_HELD_COUNTS)]
+
+
+def _lock(conn: Connection, keys: Sequence[tuple[int, str]]) -> None:
+    if conn.dialect.name != "postgresql":
+        return
+    for space, name in sorted(keys):
+        conn.execute(_LOCK, {"space": space, "key": zlib.crc32(name.encode()) - 2**31})
+
+
+def _running_kinds(conn: Connection, kinds: Collection[str]) -> Counter[str]:
+    if not kinds:
+        return Counter()
+    rows = conn.execute(_RUNNING_KINDS, {"b_kinds": sorted(kinds)})
+    return Counter({str(kind): int(count) for kind, count in rows})
+
+
+def _running_keys(conn: Connection, keys: Collection[tuple[str, str]]) -> Counter[tuple[str, str]]:
+    if not keys:
+        return Counter()
+    params = {"b_tenants": sorted({t for t, _ in keys}), "b_keys": sorted({k for _, k in keys})}
+    rows = conn.execute(_RUNNING_KEYS, params)
+    wanted = set(keys)
+    counts: Counter[tuple[str, str]] = Counter()
+    for tenant, key, count in rows:
+        if (tenant, key) in wanted:
+            counts[(str(tenant), str(key))] = int(count)
+    return counts
+
+
+def _next_starts(conn: Connection, kinds: Collection[str]) -> dict[str, float]:
+    if not kinds:
+        return {}
+    return {str(kind): float(at) for kind, at in conn.execute(_NEXT_STARTS, {"b_kinds": sorted(kinds)})}
