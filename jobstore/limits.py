@@ -49,7 +49,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.orm import aliased
 
 from outbox_bridge.jobstore import outbox
 from outbox_bridge.jobstore.schema import jobs, kind_rates
@@ -404,7 +403,7 @@ def full_kinds(conn: Connection, limits: Limits, now: float) -> list[str]:
 
 # Whether a queued job's key, if it has one, has room for it: the table's claim walks past the jobs of a
 # key at its cap (a subquery per keyed job only: `concurrency_key IS NULL` decides the rest).
-_OTHER = aliased(jobs, name="running_with_key")
+_OTHER = jobs.alias("running_with_key")
 KEY_HAS_ROOM = or_(
     jobs.c.concurrency_key.is_(None),
     select(func.count())

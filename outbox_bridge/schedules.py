@@ -11,7 +11,6 @@ from sqlalchemy.exc import IntegrityError
 
 from outbox_bridge import views
 from outbox_bridge.api.auth import NAME_RULE
-from outbox_bridge.api.schedule_request import ScheduleRefused, read_new_schedule
 from outbox_bridge.console import (
     JsonOption,
     load_kinds,
@@ -71,6 +70,9 @@ def schedules_add(
 ) -> None:
     """Add a schedule: TENANT gets a job of KIND with PAYLOAD for every slot of --cron (in --timezone) or of
     --every, under the idempotency key schedule:NAME:SLOT, so that no slot ever makes two jobs."""
+    # Imported here: the request's rules read the api's payload models, which no other command needs.
+    from outbox_bridge.api.schedule_request import ScheduleRefused, read_new_schedule
+
     settings = load_settings()
     load_kinds(settings)
     try:
