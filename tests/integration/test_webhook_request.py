@@ -77,12 +77,38 @@ def drip(conn: socket.socket, made: Receiver, stop: threading.Event) -> None:
 
 def at_once(conn: socket.socket, made: Receiver, _stop: threading.Event) -> None:
     """Answer each request on the connection whole, at once, until the client closes it."""
+    pending = b""
     try:
-        while conn.recv(65536):
+        while True:
+            request, pending = _one_request(conn, pending)
+            if request is None:
+                return
             conn.sendall(ANSWER)
             made.bytes_sent += len(ANSWER)
     except OSError:  # closed by the client with the connection reset
         return
+
+
+def _one_request(conn: socket.socket, pending: bytes) -> tuple[bytes | None, bytes]:
+    """The next whole request on `conn` (its head and the body its Content-Length says, however many reads
+    they arrive in), and what came after it; None when the client closed the connection."""
+    while b"\r\n\r\n" not in pending:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None, b""
+        pending += chunk
+    head, _, rest = pending.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(rest) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return None, b""
+        rest += chunk
+    return head + b"\r\n\r\n" + rest[:length], rest[length:]
 
 
 def test_a_receiver_that_drips_its_status_line_is_cut_off_at_the_whole_requests_deadline() -> None:
