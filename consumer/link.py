@@ -26,7 +26,13 @@ import pika
 import pika.exceptions
 
 from outbox_bridge.broker import topology
-from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters
+from outbox_bridge.broker.connection import (
+    BROKER_ERRORS,
+    BrokerNodes,
+    broker_addresses,
+    connect_first,
+    node_of,
+)
 from outbox_bridge.broker.message import NORMAL_RANK, JobMessage, UndecodableMessage, order_of, traceparent_of
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
@@ -84,8 +90,9 @@ def heartbeat_seconds(lease_seconds: float) -> int:
 
 class DeliveryLink:
     """Consumes `settings.queue` with `prefetch` unacked deliveries at most, reconnecting with bounded
-    backoff until closed. `on_delivery` is called on the link's thread for each decodable message; an
-    undecodable one is rejected without requeue (dead-lettered) and logged.
+    backoff until closed: to the first node of RABBITMQ_URL that answers, and after a lost connection to
+    the node after the lost one first (`BrokerNodes`). `on_delivery` is called on the link's thread for each
+    decodable message; an undecodable one is rejected without requeue (dead-lettered) and logged.
 
     The prefetch is fixed: the link never opens or cancels a subscription to pace its owner, because a
     cancelled subscription gives back what it had not handed over (pika rejects it with requeue), and every
@@ -98,9 +105,12 @@ class DeliveryLink:
         on_delivery: Callable[[Delivery], None],
     ) -> None:
         self._settings = settings
-        self._params = connection_parameters(settings.rabbitmq_url, name="consumer")
-        if "heartbeat=" not in settings.rabbitmq_url:
-            self._params.heartbeat = heartbeat_seconds(settings.lease_seconds)
+        addresses = broker_addresses(settings.rabbitmq_url, name="consumer")
+        for params in addresses:
+            if params.heartbeat is None:  # its URL names none
+                params.heartbeat = heartbeat_seconds(settings.lease_seconds)
+        self._nodes = BrokerNodes(addresses)
+        self._node: pika.URLParameters | None = None  # the node of the open connection
         self._prefetch = prefetch
         self._on_delivery = on_delivery
         self._lock = threading.Lock()
@@ -127,6 +137,12 @@ class DeliveryLink:
     def connected(self) -> bool:
         with self._lock:
             return self._connection is not None
+
+    @property
+    def node(self) -> str | None:
+        """The node the connection is open to (`host:port`), None while there is none."""
+        node = self._node
+        return node_of(node) if node is not None else None
 
     def down_for(self) -> float:
         """Seconds since the broker was last reachable (0 while connected)."""
@@ -174,8 +190,11 @@ class DeliveryLink:
             except Exception:
                 log.exception("connecting to the broker failed unexpectedly")
             else:
+                node = self._node
                 self._serve_until_lost()
                 pauses.reset()  # it was up: the first reconnect comes soon
+                if node is not None:
+                    self._nodes.lost(node)  # the next connection tries the node after it first
             finally:
                 self._disconnect()
             if not self._consuming:
@@ -192,7 +211,7 @@ class DeliveryLink:
             log.exception("broker connection %d: unexpected error; reconnecting", self._generation)
 
     def _connect(self) -> None:
-        connection = pika.BlockingConnection(self._params)
+        connection, node = connect_first(self._nodes.in_order())
         try:
             channel = connection.channel()
             topology.declare(channel, self._settings)
@@ -205,14 +224,19 @@ class DeliveryLink:
             raise
         with self._lock:
             self._generation += 1
-            self._connection, self._channel = connection, channel
+            self._connection, self._channel, self._node = connection, channel, node
             self._cancelled_by_broker = False
         self._unsettled = set()
         if self._consuming:
             on_message = partial(self._on_message, self._generation)
             self._consumer_tag = channel.basic_consume(self._settings.queue, on_message_callback=on_message)
         self._down_since = None
-        log.info("broker connection %d open, consuming %s", self._generation, self._settings.queue)
+        log.info(
+            "broker connection %d open to %s, consuming %s",
+            self._generation,
+            node_of(node),
+            self._settings.queue,
+        )
 
     def _serve(self) -> None:
         assert self._connection is not None
@@ -224,6 +248,7 @@ class DeliveryLink:
     def _disconnect(self) -> None:
         with self._lock:
             connection, self._connection, self._channel = self._connection, None, None
+            self._node = None
         if self._down_since is None:
             self._down_since = time.monotonic()
         if connection is not None and connection.is_open:

@@ -18,6 +18,7 @@ import os
 import socket
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from sqlalchemy import Engine
 
@@ -60,8 +61,14 @@ class Consumer:
         self.degraded = DegradedMode(
             engine, settings, self.link, self.pipeline, concurrency=concurrency, worker=name
         )
-        detail = runner_detail(self.keeper, concurrency, name)
-        self.heartbeat = Heartbeat(engine, settings, "consumer", detail)
+        self._runner_detail = runner_detail(self.keeper, concurrency, name)
+        self.heartbeat = Heartbeat(engine, settings, "consumer", self._detail)
+
+    def _detail(self) -> dict[str, Any]:
+        """What the consumer reports at each beat: `runner_detail`'s, and the broker node its connection is
+        open to (`broker`, `host:port`; absent while there is none)."""
+        node = self.link.node
+        return self._runner_detail() | ({"broker": node} if node is not None else {})
 
     def _offer(self, delivery: Delivery) -> None:
         self.pipeline.offer(delivery)

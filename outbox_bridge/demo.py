@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pika
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
@@ -33,7 +32,7 @@ from sqlalchemy.engine import make_url
 from outbox_bridge import demo_broker
 from outbox_bridge.api.auth import TokenPolicy, secret_weakness
 from outbox_bridge.broker import topology
-from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters
+from outbox_bridge.broker.connection import BROKER_ERRORS, broker_addresses, connect_first
 from outbox_bridge.client.errors import ClientError
 from outbox_bridge.client.http import Client
 from outbox_bridge.client.job import Job as PublicJob
@@ -126,9 +125,9 @@ def _interrupts_stop_the_stack() -> Iterator[list[str]]:
 
 def _delete_broker_names(settings: Settings) -> None:
     """Remove the demo's own queues and exchanges from the broker (best effort: it may be gone)."""
-    params = connection_parameters(settings.rabbitmq_url, name="demo cleanup", timeout=5.0)
+    nodes = broker_addresses(settings.rabbitmq_url, name="demo cleanup", timeout=5.0)
     try:
-        connection = pika.BlockingConnection(params)
+        connection, _node = connect_first(nodes)
     except BROKER_ERRORS:
         return
     try:

@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 from rich.markup import escape
 
+from outbox_bridge.core import amqp_urls
 from outbox_bridge.launch.stack import broker_answers
 
 SERVER = "rabbitmq-server"
@@ -49,13 +50,18 @@ def is_local(url: str) -> bool:
 
 
 def decide(url: str, *, answers: bool, server_installed: bool) -> Action:
-    """What to do for the broker at `url`: use it when it answers; start the local server when it would
-    answer at `url` (this machine, RabbitMQ's port) and is installed; else fall back to the baseline."""
+    """What to do for the broker at `url` (one node or several): use it when it answers; start the local
+    server when it would answer at one of the URL's nodes (this machine, RabbitMQ's port) and is installed;
+    else fall back to the baseline."""
     if answers:
         return Action.USE
-    if server_installed and is_local(url) and (urlparse(url).port or SERVER_PORT) == SERVER_PORT:
+    if server_installed and any(_startable(address) for address in amqp_urls.split(url)):
         return Action.START
     return Action.BASELINE
+
+
+def _startable(address: str) -> bool:
+    return is_local(address) and (urlparse(address).port or SERVER_PORT) == SERVER_PORT
 
 
 @dataclass
@@ -69,7 +75,11 @@ class Broker:
 
 
 def shown(url: str) -> str:
-    """The URL with its password hidden."""
+    """The URL (each of its nodes') with its password hidden."""
+    return ",".join(_shown(address) for address in amqp_urls.split(url))
+
+
+def _shown(url: str) -> str:
     parsed = urlparse(url)
     if parsed.password is None:
         return url

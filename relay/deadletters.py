@@ -25,7 +25,7 @@ import pika
 from sqlalchemy import Engine
 
 from outbox_bridge.broker import topology
-from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters
+from outbox_bridge.broker.connection import BROKER_ERRORS, broker_addresses, connect_first
 from outbox_bridge.broker.message import JobMessage, UndecodableMessage
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
@@ -81,11 +81,10 @@ class DeadLetterCheck:
     def _open_channel(self) -> Any:
         if self._channel is None or not self._channel.is_open:
             self.close()
-            self._connection = pika.BlockingConnection(
-                connection_parameters(
-                    self._settings.rabbitmq_url, name="dead-letter check", timeout=CONNECT_TIMEOUT_SECONDS
-                )
+            nodes = broker_addresses(
+                self._settings.rabbitmq_url, name="dead-letter check", timeout=CONNECT_TIMEOUT_SECONDS
             )
+            self._connection, _node = connect_first(nodes)
             self._channel = self._connection.channel()
             topology.declare(self._channel, self._settings)
         return self._channel

@@ -17,7 +17,6 @@ from pika.channel import Channel
 from pika.spec import Basic
 
 from outbox_bridge.broker import topology
-from outbox_bridge.broker.connection import connection_parameters
 from outbox_bridge.broker.message import CONTENT_TYPE, JobMessage, order_headers, trace_headers
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore.outbox import Lease
@@ -61,13 +60,14 @@ def message_properties(
 
 
 class BrokerLink:
-    """A connection being opened, or open, to the broker. Only the IOLoop's thread may touch it."""
+    """A connection being opened, or open, to one node of the broker (`params`). Only the IOLoop's thread may
+    touch it."""
 
-    def __init__(self, settings: Settings, ioloop: IOLoop, events: LinkEvents) -> None:
+    def __init__(
+        self, settings: Settings, params: pika.URLParameters, ioloop: IOLoop, events: LinkEvents
+    ) -> None:
         self.window = ConfirmWindow()
-        self.params = connection_parameters(
-            settings.rabbitmq_url, name="relay", blocked_timeout=settings.relay_lease_seconds / 2
-        )
+        self.params = params  # the node this link connects to
         self._settings = settings
         self._events = events
         self._channel: Channel | None = None

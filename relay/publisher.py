@@ -14,8 +14,9 @@ The promises:
   finds rows nobody announced;
 - a nacked or returned message leaves its row pending (due again after a short delay); a connection lost
   with unconfirmed messages leaves their rows due at once;
-- while the broker is unreachable the relay keeps reconnecting with bounded, jittered backoff and keeps
-  sweeping expired jobs, pruning the outbox and applying the job retention;
+- it connects to the first node of RABBITMQ_URL that answers; after a lost connection it tries the node
+  after the lost one first; while no node answers it keeps trying them with bounded, jittered backoff and
+  keeps sweeping expired jobs, pruning the outbox and applying the job retention;
 - while it is reachable, messages dead-lettered into `jobs.dead` are settled from the store every
   `DEAD_LETTER_CHECK_SECONDS` (`relay.deadletters`): a job still queued is announced again;
 - the role's holder also sends completion webhooks (`relay.webhook_sender`);
@@ -31,9 +32,10 @@ import logging
 import uuid
 from functools import partial
 
+import pika
 from sqlalchemy import Engine
 
-from outbox_bridge.broker.connection import BROKER_ERRORS, connection_parameters, describe
+from outbox_bridge.broker.connection import BROKER_ERRORS, BrokerNodes, broker_addresses, describe, node_of
 from outbox_bridge.core import clock, faults
 from outbox_bridge.core.backoff import compute_backoff
 from outbox_bridge.core.settings import Settings
@@ -87,6 +89,12 @@ class Relay(LoopWork):
         self.clean_exit = True
         # The most messages that were unconfirmed at once.
         self.peak_unconfirmed = 0
+        blocked = settings.relay_lease_seconds / 2
+        self._nodes = BrokerNodes(
+            broker_addresses(settings.rabbitmq_url, name="relay", blocked_timeout=blocked)
+        )
+        # The nodes this round of connection attempts has yet to try; a round that reaches none backs off.
+        self._untried: list[pika.URLParameters] = []
         self._link: BrokerLink | None = None
         self._ready = False
         self._pending = Settlement()
@@ -120,7 +128,7 @@ class Relay(LoopWork):
         """Publish until `request_stop`; returns what was done."""
         log.info(
             "relay starting: broker %s, exchange %r, window %d, batch %d",
-            describe(connection_parameters(self.settings.rabbitmq_url, name="relay")),
+            ", ".join(describe(params) for params in self._nodes.addresses),
             self.settings.exchange,
             self.settings.relay_window,
             self.settings.relay_batch_size,
@@ -177,6 +185,12 @@ class Relay(LoopWork):
         """The broker connection is up, its channel in confirm mode and the topology declared."""
         return self._ready
 
+    @property
+    def node(self) -> str | None:
+        """The node the relay is connected to (`host:port`), None while it is not."""
+        link = self._link
+        return node_of(link.params) if link is not None and self._ready else None
+
     def request_stop(self) -> None:
         """Ask the relay to shut down. Safe from signal handlers and other threads: it only sets a flag,
         which the loop looks at every `STOP_CHECK_SECONDS`."""
@@ -185,14 +199,18 @@ class Relay(LoopWork):
     # -- the broker connection -----------------------------------------------------------------------------
 
     def _connect(self) -> None:
-        if not self._stopping:
-            self._link = BrokerLink(self.settings, self.ioloop, self)
+        if self._stopping:
+            return
+        if not self._untried:
+            self._untried = self._nodes.in_order()
+        self._link = BrokerLink(self.settings, self._untried.pop(0), self.ioloop, self)
 
     def on_ready(self, link: BrokerLink) -> None:
         if link is not self._link:
             return
         self._ready = True
         self._failures = 0
+        self._untried = []
         log.info("broker connection up: %s; topology declared", describe(link.params))
         if self._stopping:
             self._close_link()
@@ -212,6 +230,13 @@ class Relay(LoopWork):
         if self._stopping:
             log.info("broker connection closed; %d unconfirmed rows go back to the outbox", len(unconfirmed))
             self._maybe_finish()
+            return
+        if was_ready:
+            self._nodes.lost(link.params)  # the next round tries the node after it first
+            self._untried = []
+        elif self._untried:  # this node did not answer: the round goes on with the next one at once
+            log.info("broker node %s unreachable (%s); trying the next", describe(link.params), reason)
+            self._later("reconnect", 0.0, self._connect)
             return
         self._failures += 1
         BROKER_RECONNECTS.inc()

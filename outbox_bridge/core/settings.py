@@ -16,6 +16,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from outbox_bridge.core import amqp_urls
+
 # The built-in test kinds: accepted only in a development setup (OUTBOX_BRIDGE_DEV=1) or when ALLOWED_KINDS
 # names them; they do nothing useful and can hold a worker for an hour (`sleep`).
 TEST_KINDS = ("noop", "sleep", "flaky")
@@ -61,9 +63,10 @@ class SecretFiles(PydanticBaseSettingsSource):
 
 
 class Settings(BaseSettings):
-    # Each field's docstring is its description, which docs/settings.md shows (`core/reference.py`).
+    # Each field's docstring is its description, which docs/settings.md shows (`core/reference.py`). A
+    # refused value is never repeated in the error: it may hold a password (`SECRET_SETTINGS`).
     model_config = SettingsConfigDict(
-        env_file=".env", extra="ignore", frozen=True, use_attribute_docstrings=True
+        env_file=".env", extra="ignore", frozen=True, use_attribute_docstrings=True, hide_input_in_errors=True
     )
 
     @classmethod
@@ -85,7 +88,9 @@ class Settings(BaseSettings):
     TLS). Every process of a deployment names the same store."""
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
     """The broker: `amqp://user:password@host:5672/vhost` (`%2F` is the vhost `/`), or `amqps://...:5671/...`
-    for TLS. Options such as `heartbeat=` go in the query string. Relays and consumers use it; the api,
+    for TLS. Options such as `heartbeat=` go in the query string. For a cluster, list every node's URL,
+    comma-separated (a comma in a password is written `%2C`): a process connects to the first that answers
+    and, when its connection is lost, tries the next one first. Relays and consumers use it; the api,
     `status` and relays read the dead-letter queue's depth through it; baseline workers do not use it."""
     auth_secret: str = DEV_AUTH_SECRET
     """The HS256 key that signs and checks bearer tokens, and from which the result links' key is derived.
@@ -302,6 +307,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             names = tuple(k.strip() for k in value.split(",") if k.strip())
             return names if names or info.field_name != "allowed_kinds" else None
+        return value
+
+    @field_validator("rabbitmq_url")
+    @classmethod
+    def _broker_addresses(cls, value: str) -> str:
+        """Every listed address is a URL pika can use (`core.amqp_urls.check`)."""
+        amqp_urls.check(value)
         return value
 
     @field_validator("kind_max_running", "kind_rate_limits", mode="before")

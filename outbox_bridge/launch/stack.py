@@ -18,6 +18,7 @@ from types import TracebackType
 
 import httpx
 
+from outbox_bridge.core import amqp_urls
 from outbox_bridge.core.settings import Settings, environment_of
 
 
@@ -44,15 +45,19 @@ def free_port() -> int:
 
 
 def broker_answers(url: str, timeout: float = 2.0) -> bool:
-    """True when something accepts TCP connections at the broker URL's host and port."""
+    """True when something accepts TCP connections at the host and port of a node RABBITMQ_URL lists."""
     from urllib.parse import urlparse
 
-    parsed = urlparse(url)
-    try:
-        with socket.create_connection((parsed.hostname or "localhost", parsed.port or 5672), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    for address in amqp_urls.split(url):
+        parsed = urlparse(address)
+        try:
+            with socket.create_connection(
+                (parsed.hostname or "localhost", parsed.port or 5672), timeout=timeout
+            ):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 @dataclass

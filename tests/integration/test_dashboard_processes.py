@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from urllib.parse import unquote
 
 import pytest
@@ -264,3 +265,19 @@ def test_the_job_page_shows_the_worker_and_that_it_is_lost(
     assert cell(page, "worker") == "consumer-here-9"
     assert cell(page, "lease") == ("worker lost, lease expired 10s ago, the sweeper will retry or settle it")
     assert cell(page, "duration") == "running for 40s"
+
+
+def test_the_processes_panel_says_which_broker_node_each_relay_and_consumer_is_on(
+    client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str]
+) -> None:
+    relay = replace(
+        a_process("relay", clock.now()), detail={"broker_connected": True, "broker": "rabbit-2:5672"}
+    )
+    beat(engine, relay, clock.now())
+    beat(engine, a_process("api", clock.now()), clock.now())
+
+    panel = re.search(r'<section id="processes">.*?</section>', page_of(client, "/ui?refresh=0", ops), re.S)
+
+    assert panel, "no processes panel"
+    rows = re.findall(r'<tr data-process="[^"]+".*?</tr>', panel[0], re.S)
+    assert sorted(cell(row, "broker") for row in rows) == ["-", "rabbit-2:5672"]

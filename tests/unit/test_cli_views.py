@@ -3,7 +3,11 @@ ids, RFC 3339 UTC times, and the same keys every time."""
 
 from __future__ import annotations
 
+import io
 from dataclasses import replace
+
+from rich.console import Console
+from rich.table import Table
 
 from outbox_bridge import views
 from outbox_bridge.api.schemas import JobView
@@ -16,6 +20,7 @@ from outbox_bridge.jobstore.overview import Overview
 from outbox_bridge.jobstore.queries import DueQueue, Leases
 from outbox_bridge.jobstore.records import Attempt
 from outbox_bridge.jobstore.states import State
+from outbox_bridge.status_text import print_processes
 from tests.support.store import a_job
 
 RELAY = Process(
@@ -26,7 +31,7 @@ RELAY = Process(
     version="0.1.0",
     started_at=1_700_000_000.0,
     last_seen_at=1_700_000_005.0,
-    detail={"broker_connected": True},
+    detail={"broker_connected": True, "broker": "rabbit-2:5672"},
 )
 GONE = Process(
     id="p-2",
@@ -168,13 +173,13 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
             "version": "0.1.0",
             "started": "2023-11-14T22:13:20.000Z",
             "last_seen": "2023-11-14T22:13:25.000Z",
-            "detail": {"broker_connected": True},
+            "detail": {"broker_connected": True, "broker": "rabbit-2:5672"},
             "condition": "alive",
             "pid_gone": False,
             "held_jobs": 0,
             "soonest_lease_expires_at": None,
         }
-    ], "only the live processes, as before, with what they hold"
+    ], "only the live processes, as before, with what they hold and the broker node they are on"
     [lost] = document["lost_processes"]
     assert (lost["pid"], lost["condition"], lost["pid_gone"]) == (43, "lost", True)
     assert (lost["held_jobs"], lost["jobs"]) == (1, [HELD.id])
@@ -182,3 +187,25 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
     [flagged] = document["worker_lost_jobs"]
     assert flagged["id"] == HELD.id and flagged["lease_owner"] == "consumer-h1-43"
     assert flagged["lease"] == "worker lost, lease expires in 12s"
+
+
+def test_status_text_says_which_broker_node_each_process_is_on() -> None:
+    view = Overview(
+        counts={s.value: 0 for s in State},
+        backlog=Backlog(pending=0, oldest_age_seconds=0.0),
+        throughput=[],
+        recent=[],
+        dead=[],
+        unknown=[],
+        due=DueQueue(jobs=0, oldest_age_seconds=0.0),
+        statuses=[ProcessStatus(RELAY, Condition.ALIVE)],
+        worker_lost=[],
+        alerts=[],
+        at=1_700_000_018.0,
+    )
+    printed = io.StringIO()
+
+    print_processes(Console(file=printed, width=300), lambda **o: Table(box=None, **o), view, view.at)
+
+    [row] = [line for line in printed.getvalue().splitlines() if line.lstrip().startswith("relay")]
+    assert "broker=rabbit-2:5672" in row

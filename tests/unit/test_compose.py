@@ -8,6 +8,7 @@ import re
 import shlex
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import typer
@@ -33,7 +34,9 @@ DEFAULTED = re.compile(r"^\$\{(?P<name>[A-Z_][A-Z0-9_]*):-(?P<default>[^}]*)\}$"
 # Settings with no safe default: compose refuses to start the stack without them (`${NAME:?message}`).
 REQUIRED = re.compile(r"^\$\{(?P<name>[A-Z_][A-Z0-9_]*):\?(?P<message>[^}]+)\}$")
 NO_DEFAULT = ("AUTH_SECRET",)
-ALL_APP_SERVICES = (*APP_SERVICES, "api-pg", "relay-pg", "consumer-pg")
+CLUSTER_APP_SERVICES = ("api-cluster", "relay-cluster", "consumer-cluster")
+ALL_APP_SERVICES = (*APP_SERVICES, "api-pg", "relay-pg", "consumer-pg", *CLUSTER_APP_SERVICES)
+CLUSTER_NODES = ("rabbitmq-1", "rabbitmq-2", "rabbitmq-3")
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +137,7 @@ def test_the_runtime_lock_pins_every_dependency_at_the_dev_locks_version() -> No
     assert {name: dev.get(name) for name in runtime} == runtime
 
 
-@pytest.mark.parametrize("name", APP_SERVICES)
+@pytest.mark.parametrize("name", (*APP_SERVICES, *CLUSTER_APP_SERVICES))
 def test_every_service_command_is_a_real_cli_invocation(
     compose: dict[str, Any], dockerfile: str, name: str
 ) -> None:
@@ -187,12 +190,14 @@ def test_api_health_check_asks_readyz_on_the_served_port(compose: dict[str, Any]
     assert "--port 8000" in api["command"][0]
 
 
-@pytest.mark.parametrize("name", ["relay", "consumer", "relay-pg", "consumer-pg"])
+@pytest.mark.parametrize(
+    "name", ["relay", "consumer", "relay-pg", "consumer-pg", "relay-cluster", "consumer-cluster"]
+)
 def test_relays_and_consumers_are_healthy_only_while_their_own_heartbeat_is_fresh(
     compose: dict[str, Any], name: str
 ) -> None:
     check = compose["services"][name]["healthcheck"]
-    role = name.removesuffix("-pg")
+    role = name.removesuffix("-pg").removesuffix("-cluster")
     assert check["test"] == ["CMD", "outbox-bridge", "healthcheck", role]
     parse_cli(check["test"][2:])
     beat = float(compose["x-settings"]["HEARTBEAT_SECONDS"].split(":-")[1].rstrip("}"))
@@ -243,3 +248,55 @@ def test_auth_secret_has_no_default_so_the_stack_needs_one(compose: dict[str, An
 def test_compose_file_says_how_to_make_a_secret() -> None:
     text = (ROOT / "docker-compose.yml").read_text()
     assert "secrets.token_urlsafe(48)" in text
+
+
+def test_cluster_profile_runs_three_rabbitmq_nodes_that_find_each_other_from_one_peer_list(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    assert "cluster" in services["postgres"]["profiles"]
+    config_mounts, cookies = set(), set()
+    for name in CLUSTER_NODES:
+        node = services[name]
+        assert node["profiles"] == ["cluster"]
+        assert node["image"] == services["rabbitmq"]["image"]
+        assert node["hostname"] == name
+        assert node["healthcheck"]["test"] == ["CMD", "rabbitmq-diagnostics", "-q", "ping"]
+        data, config = node["volumes"]
+        assert data == f"{name}-data:/var/lib/rabbitmq" and f"{name}-data" in compose["volumes"]
+        config_mounts.add(config)
+        cookies.add(node["environment"]["RABBITMQ_ERLANG_COOKIE"])
+    assert len(cookies) == 1, "every node of a cluster has the same Erlang cookie"
+    assert DEFAULTED.match(cookies.pop())
+    (mount,) = config_mounts
+    source, target, mode = mount.split(":")
+    assert target.startswith("/etc/rabbitmq/conf.d/") and target.endswith(".conf") and mode == "ro"
+    lines = (ROOT / source).read_text().splitlines()
+    settings = dict(line.split(" = ", 1) for line in lines if line and not line.startswith("#"))
+    assert settings["cluster_formation.peer_discovery_backend"] == "classic_config"
+    peers = {
+        value for key, value in settings.items() if key.startswith("cluster_formation.classic_config.nodes.")
+    }
+    assert peers == {f"rabbit@{name}" for name in CLUSTER_NODES}
+    assert settings["quorum_queue.continuous_membership_reconciliation.target_group_size"] == "3"
+
+
+@pytest.mark.parametrize("name", CLUSTER_APP_SERVICES)
+def test_cluster_profile_points_the_stack_at_all_three_nodes_on_postgresql(
+    compose: dict[str, Any], name: str
+) -> None:
+    service = compose["services"][name]
+    assert service["profiles"] == ["cluster"]
+    environment = service["environment"]
+    broker = DEFAULTED.match(environment["RABBITMQ_URL"])
+    database = DEFAULTED.match(environment["DATABASE_URL"])
+    assert broker and database and database["default"].startswith("postgresql+psycopg://")
+    urls = [urlparse(url) for url in broker["default"].split(",")]
+    assert [(url.scheme, url.hostname, url.port) for url in urls] == [
+        ("amqp", node, 5672) for node in CLUSTER_NODES
+    ]
+    Settings(rabbitmq_url=broker["default"], database_url=database["default"])
+    depends = service["depends_on"]
+    assert {*CLUSTER_NODES, "postgres"} <= set(depends)
+    assert "rabbitmq" not in depends
+    assert all(dependency == {"condition": "service_healthy"} for dependency in depends.values())
