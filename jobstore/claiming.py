@@ -277,7 +277,7 @@ def _take_within(
     more = _take_many(conn, admitted, worker, now, lease_seconds, guard=None, drop_pending=drop_pending)
     flow.started(conn, limits, {claim.kind for claim in more.values() if claim is not None}, now)
     if hold:
-        flow.hold(conn, decision, now)
+        flow.hold(conn, decision, found, now)
     return taken | more, set(decision.held)
 
 

@@ -205,9 +205,9 @@ def started(conn: Connection, limits: Limits, kinds: Iterable[str], now: float) 
     _next_turn(conn, rated, now)
 
 
-def hold(conn: Connection, decision: Decision, now: float) -> None:
-    """Mark the jobs `decision` held back as held; a rate-limited kind with no held job waiting for its
-    turn gives the first one its turn (`_next_turn`)."""
+def hold(conn: Connection, decision: Decision, found: Sequence[Candidate], now: float) -> None:
+    """Mark the jobs `decision` held back (of `found`, what it decided on) as held; a rate-limited kind
+    with no held job waiting for its turn gives the first one its turn (`_next_turn`)."""
     if not decision.held:
         return
     for why in Held:
@@ -218,13 +218,9 @@ def hold(conn: Connection, decision: Decision, now: float) -> None:
                 .where(jobs.c.id.in_(ids), jobs.c.state == State.QUEUED.value)
                 .values(held_by=why.value, updated_at=now)
             )
-    if any(held is Held.RATE for held in decision.held.values()):
-        _next_turn(conn, sorted({kind for kind in _kinds_of(conn, decision)}), now)
-
-
-def _kinds_of(conn: Connection, decision: Decision) -> set[str]:
-    ids = [job_id for job_id, held in decision.held.items() if held is Held.RATE]
-    return {str(k) for k in conn.execute(select(jobs.c.kind).where(jobs.c.id.in_(ids))).scalars()}
+    rated = sorted({c.kind for c in found if decision.held.get(c.job_id) is Held.RATE})
+    if rated:
+        _next_turn(conn, rated, now)
 
 
 # A rate-limited kind's held jobs wait for their turn one at a time: the first of them (in the order jobs
@@ -311,10 +307,23 @@ def release(conn: Connection, limits: Limits, ended: Iterable[Ended], now: float
     keys = sorted({(e.tenant, e.key) for e in ended if e.key is not None})
     if not kinds and not keys:
         return 0
+    return _announce(conn, _with_room(conn, limits, kinds, keys), now)
+
+
+# A kind no cap names any more (KIND_MAX_RUNNING changed): room for every held job of it.
+_NO_CAP = 10**9
+
+
+def _with_room(
+    conn: Connection, limits: Limits, kinds: Sequence[str], keys: Sequence[tuple[str, str]]
+) -> list[str]:
+    """The held jobs there is room for now, in the order jobs start in: of each of `kinds`, its cap less
+    its running jobs (all of them for a kind no cap names); of each of `keys` (tenant, key),
+    `CONCURRENCY_KEY_MAX_RUNNING` less its running jobs."""
     chosen: list[str] = []
     running = _running_kinds(conn, kinds)
     for kind in kinds:
-        room = limits.kind_max_running[kind] - running[kind]
+        room = limits.kind_max_running.get(kind, _NO_CAP) - running[kind]
         if room > 0:
             chosen += conn.execute(_HELD_OF_KIND, {"b_kind": kind, "b_limit": room}).scalars()
     keys_running = _running_keys(conn, keys)
@@ -323,7 +332,7 @@ def release(conn: Connection, limits: Limits, ended: Iterable[Ended], now: float
         if room > 0:
             params = {"b_tenant": tenant, "b_key": key, "b_limit": room}
             chosen += conn.execute(_HELD_OF_KEY, params).scalars()
-    return _announce(conn, list(dict.fromkeys(chosen)), now)
+    return list(dict.fromkeys(chosen))
 
 
 _HELD_GROUPS = (
@@ -347,21 +356,9 @@ def release_held(conn: Connection, limits: Limits, now: float) -> int:
     groups = conn.execute(_HELD_GROUPS).all()
     if not groups:
         return 0
-    chosen: list[str] = []
     kinds = sorted({kind for why, kind, _, _, _ in groups if why == Held.KIND.value})
-    running = _running_kinds(conn, kinds)
-    for kind in kinds:
-        room = limits.kind_max_running.get(kind, 10**9) - running[kind]
-        if room > 0:
-            chosen += conn.execute(_HELD_OF_KIND, {"b_kind": kind, "b_limit": room}).scalars()
     keys = sorted({(tenant, key) for why, _, tenant, key, _ in groups if why == Held.KEY.value})
-    keys_running = _running_keys(conn, keys)
-    for tenant, key in keys:
-        room = limits.key_max_running - keys_running[(tenant, key)]
-        if room > 0:
-            params = {"b_tenant": tenant, "b_key": key, "b_limit": room}
-            chosen += conn.execute(_HELD_OF_KEY, params).scalars()
-    announced = _announce(conn, list(dict.fromkeys(chosen)), now)
+    announced = _announce(conn, _with_room(conn, limits, kinds, keys), now)
     rated = sorted({kind for why, kind, _, _, _ in groups if why == Held.RATE.value})
     if rated:
         unlimited = [kind for kind in rated if kind not in limits.kind_intervals]
