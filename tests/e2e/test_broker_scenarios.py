@@ -28,6 +28,7 @@ import pytest
 
 from outbox_bridge.api.auth import issue_token
 from outbox_bridge.broker import topology
+from outbox_bridge.broker.connection import broker_addresses, connect_first
 from outbox_bridge.broker.message import JobMessage
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, intake, migrate, outbox, queries
@@ -149,7 +150,8 @@ class Stack:
 
     def channel(self) -> Any:
         if self._broker is None or not self._broker.is_open:
-            self._broker = pika.BlockingConnection(pika.URLParameters(self.settings.rabbitmq_url))
+            # The first node that answers, as the project's processes connect (RABBITMQ_URL may list several).
+            self._broker, _ = connect_first(broker_addresses(self.settings.rabbitmq_url, name="test"))
         channel = self._broker.channel()
         topology.declare(channel, self.settings)
         return channel
