@@ -17,6 +17,8 @@ from typing import Any
 import pika
 import pika.exceptions
 
+from outbox_bridge.broker.connection import broker_addresses, connect_first
+
 SECONDS = 2.0
 
 
@@ -65,7 +67,7 @@ def quorum_hop(url: str, rounds: int = HOP_ROUNDS, gap: float = HOP_GAP_SECONDS)
 
 def _quorum_hop(url: str, rounds: int, gap: float) -> dict[str, Any]:
     queue = f"outbox-bridge.calibration.{uuid.uuid4().hex[:8]}"
-    publisher = pika.BlockingConnection(pika.URLParameters(url))
+    publisher = connect_first(broker_addresses(url, name="bench calibration"))[0]
     hops: list[float] = []
     try:
         channel = publisher.channel()
@@ -111,7 +113,7 @@ def _take_hops(
     """Consume `rounds` messages of `queue` on a connection of its own, noting each one's time on the way."""
     connection = None
     try:
-        connection = pika.BlockingConnection(pika.URLParameters(url))
+        connection = connect_first(broker_addresses(url, name="bench calibration"))[0]
         channel = connection.channel()
         channel.basic_qos(prefetch_count=10)
 

@@ -17,6 +17,7 @@ from types import TracebackType
 import pika
 from pika.exceptions import AMQPError
 
+from outbox_bridge.broker.connection import broker_addresses, connect_first
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, migrate
 from outbox_bridge.launch.stack import Service, Stack, free_port
@@ -56,11 +57,9 @@ def run_settings(
 
 
 def _connect(url: str) -> pika.BlockingConnection:
-    params = pika.URLParameters(url)
-    params.socket_timeout = 5
-    params.blocked_connection_timeout = 5
-    params.connection_attempts = 1
-    return pika.BlockingConnection(params)
+    """A connection to the first node of RABBITMQ_URL that answers (one attempt each, 5 s bounds)."""
+    connection, _ = connect_first(broker_addresses(url, name="bench", timeout=5))
+    return connection
 
 
 def broker_version(url: str) -> str | None:

@@ -16,6 +16,7 @@ from outbox_bridge.bench.observe import StoreWatch
 from outbox_bridge.bench.phases import Run
 from outbox_bridge.bench.proxy import BrokerProxy
 from outbox_bridge.bench.submit import Tally, open_loop
+from outbox_bridge.core import amqp_urls
 
 if TYPE_CHECKING:
     import numpy as np
@@ -54,7 +55,8 @@ class Timeline:
 
 def outage(run: Run, proxy: BrokerProxy) -> dict[str, Any]:
     o = run.options
-    url = run.deployment.settings.rabbitmq_url
+    # With several nodes in RABBITMQ_URL, the broker side goes through a proxy to the first one alone.
+    url = amqp_urls.split(run.deployment.settings.rabbitmq_url)[0]
     run.deployment.reconnect_broker_side(proxy.url_for(url))
     tenant, tally = run.tenant("outage"), Tally()
     marks: dict[str, float] = {}

@@ -37,6 +37,7 @@ from outbox_bridge.bench.outage import outage
 from outbox_bridge.bench.proxy import BrokerProxy
 from outbox_bridge.bench.submit import HttpSubmitter
 from outbox_bridge.bench.tracing import strace_available
+from outbox_bridge.core import amqp_urls
 from outbox_bridge.core.settings import Settings, load
 from outbox_bridge.jobstore import db
 
@@ -172,7 +173,7 @@ def _started(deployment: Deployment, label: str) -> None:
 
 
 def _proxy(settings: Settings, style: str, cleanup: contextlib.ExitStack) -> BrokerProxy:
-    parts = urlsplit(settings.rabbitmq_url)
+    parts = urlsplit(amqp_urls.split(settings.rabbitmq_url)[0])  # the outage phase cuts the first node
     target = (parts.hostname or "localhost", parts.port or 5672)
     return cleanup.enter_context(BrokerProxy(target, style=style))
 
