@@ -10,8 +10,9 @@ outbox row delivers it later, or a job that resuming its kind announces again.
 A round takes, once its transaction holds the write lock, whatever arrived while it waited for its turn.
 While jobs are short, a consumer claims more jobs than it has threads (`worker.budget`), so a round
 commits and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a
-later round; and, while deliveries come in closely, outcomes wait up to `HOLD_SECONDS` for the next claim
-round to commit them (their acks wait with them).
+later round. An outcome is never held back on a timer: the writer commits what has finished as soon as it
+is free, so outcomes gather into one round only while the store is busy with the round before (a group
+commit, as the api's), and a finished job is visible in the store one transaction after its code returned.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import collections
 import logging
 import queue
 import threading
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -52,10 +52,6 @@ from outbox_bridge.worker.share import TenantShare
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-# While claiming ahead, short jobs' outcomes wait up to this long (or until MAX_HELD of them) for the next
-# claim round to commit them, instead of a transaction of their own.
-HOLD_SECONDS = 0.02
-MAX_HELD = 64
 # After a round the store took nothing from, its deliveries are tried again after this (doubling) pause.
 RETRY_FIRST_PAUSE = 0.05
 RETRY_MAX_PAUSE = 1.0
@@ -127,8 +123,6 @@ class Pipeline:
         self._share = TenantShare(settings.tenant_share, concurrency)
         self._bursting = False
         self._failed_rounds = 0  # rounds in a row the store took nothing from
-        self._last_arrival = 0.0  # when the last delivery arrived (monotonic)
-        self._arrival_gap = HOLD_SECONDS  # running average of the time between deliveries
         self._waiting: collections.deque[Delivery] = collections.deque()  # delivered, not claimed yet
         self._lock = threading.Lock()
         self._round = threading.Lock()
@@ -175,57 +169,30 @@ class Pipeline:
     # Writing.
 
     def _write_loop(self) -> None:
-        held: list[Finished] = []  # outcomes of short jobs held back for the next claim round
-        while (batch := take_batch(self._inbox, timeout=self._patience(held))) is not None:
+        while (batch := take_batch(self._inbox, timeout=self._patience())) is not None:
             with self._round:
-                held += self._absorb(batch)
+                finished = self._absorb(batch)
                 if not self._accepting:
                     self._requeue_waiting()
                 if self._runners.give_back_due:
                     self._give_back_waiting()
-                if self._may_hold(held):
-                    continue
-                self._run_round(Round(held))
-                held = []
-        if held:
-            with self._round:
-                self._run_round(Round(held))
+                claimable = self._room() > 0 and bool(self._waiting)
+                if finished or claimable:
+                    self._run_round(Round(finished))
 
     def _absorb(self, batch: list[Any]) -> list[Finished]:
-        """Deliveries join the waiting ones (and the running average of their spacing); returns the
-        finished outcomes."""
-        deliveries = [item for item in batch if isinstance(item, Delivery)]
-        if deliveries:
-            now = time.monotonic()
-            gap = (now - self._last_arrival) / len(deliveries)
-            self._arrival_gap += 0.2 * (min(gap, 1.0) - self._arrival_gap)
-            self._last_arrival = now
-            self._waiting.extend(deliveries)
+        """Deliveries join the waiting ones; returns the finished outcomes."""
+        self._waiting.extend(item for item in batch if isinstance(item, Delivery))
         return [item for item in batch if isinstance(item, Finished)]
 
-    def _patience(self, held: list[Finished]) -> float | None:
-        """How long the writer may wait for the next item: until held outcomes are due, a pause before
-        deliveries that could be claimed now are tried (again), or (while claiming ahead) a moment, to
-        notice a job that runs long."""
-        if held:
-            return max(0.0, held[0].at + HOLD_SECONDS - time.monotonic())
+    def _patience(self) -> float | None:
+        """How long the writer may wait for the next item: a pause before deliveries that could be claimed
+        now are tried (again), or (while claiming ahead) a moment, to notice a job that runs long."""
         if self._runners.give_back_due:
             return 0.0
         if self._waiting and self._room() > 0:
             return compute_backoff(self._failed_rounds, base=RETRY_FIRST_PAUSE, cap=RETRY_MAX_PAUSE)
         return AHEAD_SECONDS if self._bursting else None
-
-    def _may_hold(self, held: list[Finished]) -> bool:
-        """Whether to write nothing yet: nothing waits to be claimed, deliveries come in closely, and the
-        outcomes are of short jobs, not held long and not many (their commit and acks come with the next
-        claim round)."""
-        if self._room() > 0 and self._waiting:
-            return False
-        if not held:
-            return True
-        fresh = time.monotonic() - held[0].at < HOLD_SECONDS
-        soon = self._arrival_gap < HOLD_SECONDS / 2  # a claim round is due soon; at a light load, none is
-        return self._bursting and self._accepting and soon and fresh and len(held) < MAX_HELD
 
     def _run_round(self, round_: Round) -> None:
         try:

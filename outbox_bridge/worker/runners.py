@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
@@ -44,7 +44,6 @@ class Running:
 class Finished:
     running: Running
     outcome: AttemptOutcome
-    at: float = field(default_factory=time.monotonic)  # when its code returned
 
 
 class Runners:
