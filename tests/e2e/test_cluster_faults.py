@@ -34,7 +34,6 @@ from tests.e2e.test_broker_scenarios import Stack
 from tests.support import pgserver, soak
 from tests.support.cluster import LocalCluster
 from tests.support.cluster import missing_requirement as cluster_missing
-from tests.support.invariants import check_invariants, snapshot
 
 # Four more Erlang nodes' worth of broker and a server of its own on the two cores: run alone.
 # Its store is a PostgreSQL server of its own, whatever TEST_DATABASES says: it runs once.
@@ -171,7 +170,6 @@ def test_leader_killed_node_stopped_and_store_restarted_under_load_lose_nothing_
     nodes = list(cluster.urls())
     members = cluster.members()
     assert sorted(members) == nodes and sorted(members.values()) == ["follower", "follower", "leader"]
-    settings = stack.settings
     slots = test_soak.deploy(stack)
     clients = soak.Clients(stack.client, seed=test_soak.SEED, pace=PACE_SECONDS).start()
     try:
@@ -184,29 +182,9 @@ def test_leader_killed_node_stopped_and_store_restarted_under_load_lose_nothing_
     problems += [f"{s.name} exited ({s.proc.popen.poll()})" for s in slots if not s.proc.alive()]
     # The bound runs from the last fault's end, or the last 202 if that came later (monotonic seconds).
     since = max(faults[-1].over + time.monotonic() - time.time(), clients.last_accepted)
-    took = soak.wait_terminal(stack.engine, since, TERMINAL_BOUND)
+    took, seen, found = test_soak.afterwards(stack, clients, since)
     ended = time.time()
-    seen = snapshot(settings, stack.engine)
-    dead_lettered = test_soak.settled_dead_letters(stack)
-    if took is None:
-        problems.append(test_soak.stuck(stack, seen, dead_lettered))
-    problems += soak.key_problems(stack.engine, clients.requests)
-    problems += soak.outcome_problems(seen)
-    problems += soak.export_problems(seen, settings.results_dir)
-    problems += soak.send_problems(seen, settings.notify_log)
-    problems += soak.execution_problems(seen)
-    if dead_lettered:
-        problems.append(f"{dead_lettered} messages in the dead-letter queue {settings.dead_letter_queue}")
-    try:
-        check_invariants(
-            settings,
-            accepted=clients.accepted().values(),
-            executions=soak.allowed_executions,
-            engine=stack.engine,
-        )
-    except AssertionError as exc:  # the jobs not terminal are told of above
-        lines = [line for line in str(exc).splitlines()[1:] if not line.endswith("not terminal")]
-        problems += [f"invariant: {line.strip()}" for line in lines]
+    problems += found
     members = cluster.members()
     if sorted(members.values()) != ["follower", "follower", "leader"]:
         problems.append(f"the quorum queue's members at the end: {members}")

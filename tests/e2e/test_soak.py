@@ -122,29 +122,13 @@ def stuck(stack: Stack, seen: Snapshot, dead_lettered: int) -> str:
     )
 
 
-@pytest.mark.timeout(90)
-@pytest.mark.parametrize("with_chaos", [True, False], ids=["chaos", "plain"])
-def test_mixed_load_with_and_without_chaos_ends_every_job_once_and_strands_nothing(
-    stack: Stack, with_chaos: bool
-) -> None:
+def afterwards(stack: Stack, clients: soak.Clients, since: float) -> tuple[float | None, Snapshot, list[str]]:
+    """Once the load and the faults are over: wait until every job is terminal (at most TERMINAL_BOUND
+    after `since`, monotonic), then check what the store, the execution log, the stub provider and the
+    broker say. Returns how long the wait took (None: not all terminal), what the store held, and the
+    problems found."""
     settings = stack.settings
-    slots = deploy(stack)
-    clients = soak.Clients(stack.client, seed=SEED, pace=PACE_SECONDS).start()
-    chaos = soak.Chaos(slots, lambda slot: restart(stack, slot), seed=SEED)
-    if with_chaos:
-        chaos.start()
-    try:
-        time.sleep(LOAD_SECONDS)
-    finally:
-        clients.stop()
-        chaos.stop()
-        clients.join()
-
-    problems = [*clients.failures, *chaos.errors]
-    problems += [
-        f"{s.name} exited ({s.proc.popen.poll()}) and was not restarted" for s in slots if not s.proc.alive()
-    ]
-    since = max(chaos.last_fault, clients.last_accepted)
+    problems: list[str] = []
     took = soak.wait_terminal(stack.engine, since, TERMINAL_BOUND)
     seen = snapshot(settings, stack.engine)
     dead_lettered = settled_dead_letters(stack)
@@ -167,6 +151,33 @@ def test_mixed_load_with_and_without_chaos_ends_every_job_once_and_strands_nothi
     except AssertionError as exc:  # the jobs not terminal are told of above
         lines = [line for line in str(exc).splitlines()[1:] if not line.endswith("not terminal")]
         problems += [f"invariant: {line.strip()}" for line in lines]
+    return took, seen, problems
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("with_chaos", [True, False], ids=["chaos", "plain"])
+def test_mixed_load_with_and_without_chaos_ends_every_job_once_and_strands_nothing(
+    stack: Stack, with_chaos: bool
+) -> None:
+    slots = deploy(stack)
+    clients = soak.Clients(stack.client, seed=SEED, pace=PACE_SECONDS).start()
+    chaos = soak.Chaos(slots, lambda slot: restart(stack, slot), seed=SEED)
+    if with_chaos:
+        chaos.start()
+    try:
+        time.sleep(LOAD_SECONDS)
+    finally:
+        clients.stop()
+        chaos.stop()
+        clients.join()
+
+    problems = [*clients.failures, *chaos.errors]
+    problems += [
+        f"{s.name} exited ({s.proc.popen.poll()}) and was not restarted" for s in slots if not s.proc.alive()
+    ]
+    since = max(chaos.last_fault, clients.last_accepted)
+    took, seen, found = afterwards(stack, clients, since)
+    problems += found
     told = summary("chaos" if with_chaos else "plain", stack, clients, chaos, seen)
     told += "; " + timing(chaos, clients, since, took)
     print(told)
