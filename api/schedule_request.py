@@ -41,12 +41,14 @@ class NewSchedule:
     priority: Priority
     recurrence: Recurrence
     catch_up: CatchUp
+    concurrency_key: str | None = None
 
     def fields(self) -> dict[str, Any]:
         """The keyword arguments of `jobstore.schedules.add`, but for `now` and `actor`."""
         return {
             "tenant": self.tenant, "name": self.name, "kind": self.kind, "payload": self.payload,
             "priority": self.priority, "recurrence": self.recurrence, "catch_up": self.catch_up,
+            "concurrency_key": self.concurrency_key,
         }  # fmt: skip
 
 
@@ -65,6 +67,7 @@ def read_new_schedule(
     now: float,
     owner: str,
     label: Label,
+    concurrency_key: str | None = None,
 ) -> NewSchedule:
     """The schedule the fields name, or `ScheduleRefused` for the first thing wrong with them (checked in
     the order of the arguments: names, slots, catch-up, then the slots' job). Writes nothing; whether the
@@ -76,10 +79,10 @@ def read_new_schedule(
         policy = CatchUp(catch_up)
     except ValueError:
         raise ScheduleRefused(f"{label('catch_up')} must be latest or none") from None
-    job = _job_fields(settings, tenant, name, kind, payload, priority, now, owner, label)
+    job = _job_fields(settings, tenant, name, kind, payload, priority, concurrency_key, now, owner, label)
     return NewSchedule(
         tenant=tenant, name=name, kind=job["kind"], payload=job["payload"], priority=job["priority"],
-        recurrence=recurrence, catch_up=policy,
+        recurrence=recurrence, catch_up=policy, concurrency_key=job["concurrency_key"],
     )  # fmt: skip
 
 
@@ -106,6 +109,7 @@ def _job_fields(
     kind: str,
     payload: str,
     priority: str,
+    concurrency_key: str | None,
     now: float,
     owner: str,
     label: Label,
@@ -117,7 +121,10 @@ def _job_fields(
     except ValueError as exc:
         raise ScheduleRefused(f"{label('payload')} is not JSON: {exc}") from None
     try:
-        request = JobCreate.model_validate({"kind": kind, "payload": document, "priority": priority})
+        fields = {"kind": kind, "payload": document, "priority": priority}
+        if concurrency_key is not None:
+            fields["concurrency_key"] = concurrency_key
+        request = JobCreate.model_validate(fields)
         # The rules of `POST /jobs` and `enqueue`, under a key such as the slots' (nothing is written here).
         return accept_fields(request, settings, now, tenant=tenant, owner=owner, key=slot_key(name, 0))
     except ValidationError as exc:

@@ -49,6 +49,7 @@ class PeriodicSchedule:
     priority: Priority
     recurrence: Recurrence
     catch_up: CatchUp
+    concurrency_key: str | None
     next_slot_at: float
     last_slot_at: float | None
     last_job_id: str | None
@@ -84,8 +85,8 @@ class PeriodicSchedule:
 
 
 _KEPT = (
-    "tenant", "name", "kind", "next_slot_at", "last_slot_at", "last_job_id", "paused_at", "paused_by",
-    "created_at", "created_by",
+    "tenant", "name", "kind", "concurrency_key", "next_slot_at", "last_slot_at", "last_job_id", "paused_at",
+    "paused_by", "created_at", "created_by",
 )  # fmt: skip
 
 
@@ -101,9 +102,12 @@ def add(
     catch_up: CatchUp,
     now: float,
     actor: str,
+    concurrency_key: str | None = None,
 ) -> PeriodicSchedule:
     """Add a schedule, recorded; its first slot is the first after `now`. `ScheduleExists` when the
-    tenant has one of that name. The caller has checked the kind and read the payload as the kind does."""
+    tenant has one of that name. The caller has checked the kind and read the payload as the kind does.
+    Every job the schedule makes carries `concurrency_key` (`POST /jobs`'s): with the default
+    CONCURRENCY_KEY_MAX_RUNNING of 1, a slot's job waits for the one before it to end."""
     if _row(conn, tenant, name) is not None:
         raise ScheduleExists(tenant, name)
     conn.execute(
@@ -117,6 +121,7 @@ def add(
             timezone=recurrence.timezone,
             every_seconds=recurrence.every_seconds,
             catch_up=catch_up.value,
+            concurrency_key=concurrency_key,
             next_slot_at=recurrence.next_after(now),
             created_at=now,
             created_by=actor,
@@ -227,6 +232,7 @@ def _make(
             conn, tenant=schedule.tenant, owner=f"schedule:{schedule.name}", kind=schedule.kind,
             payload=schedule.payload, operation_key=slot_key(schedule.name, slot), now=now,
             max_attempts=max_attempts, priority=schedule.priority, schedule_name=schedule.name,
+            concurrency_key=schedule.concurrency_key,
         )  # fmt: skip
     except IdempotencyConflict:
         return None

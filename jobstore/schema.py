@@ -319,6 +319,7 @@ schedules = Table(
     Column("timezone", String(64)),
     Column("every_seconds", Integer),  # a fixed interval, counted from the Unix epoch
     Column("catch_up", String(8), nullable=False),  # latest | none
+    Column("concurrency_key", String(128)),  # carried by every job it makes (jobs.concurrency_key)
     Column("next_slot_at", Float, nullable=False),
     Column("last_slot_at", Float),  # the last slot fired, and its job
     Column("last_job_id", String(36)),

@@ -67,6 +67,15 @@ def schedules_add(
         CatchUp,
         typer.Option(help="After downtime: make the latest missed slot's job, or none of the missed ones."),
     ] = CatchUp.LATEST,
+    concurrency_key: Annotated[
+        str | None,
+        typer.Option(
+            metavar="KEY",
+            help="Every job of the schedule carries this concurrency key: at most "
+            "CONCURRENCY_KEY_MAX_RUNNING (default 1) of the tenant's jobs with it run at once, so a slot's "
+            "job waits for the last one's.",
+        ),
+    ] = None,
 ) -> None:
     """Add a schedule: TENANT gets a job of KIND with PAYLOAD for every slot of --cron (in --timezone) or of
     --every, under the idempotency key schedule:NAME:SLOT, so that no slot ever makes two jobs."""
@@ -79,7 +88,7 @@ def schedules_add(
         schedule = read_new_schedule(
             settings, tenant=tenant, name=name, kind=kind, payload=payload, cron=cron, timezone=timezone,
             every=every, priority=priority.value, catch_up=catch_up.value, now=clock.now(), owner=os_user(),
-            label=_option,
+            label=_option, concurrency_key=concurrency_key,
         )  # fmt: skip
     except ScheduleRefused as exc:
         refuse(str(exc))
@@ -118,6 +127,7 @@ def schedules_list(as_json: JsonOption = False) -> None:
         "kind",
         "slots",
         "catch-up",
+        "key",
         "state",
         "next slot",
         "due",
@@ -134,6 +144,7 @@ def schedules_list(as_json: JsonOption = False) -> None:
             s.kind,
             s.recurrence.describe(),
             s.catch_up.value,
+            s.concurrency_key or "",
             f"paused by {s.paused_by} at {clock.isoformat(s.paused_at)}" if s.paused else "active",
             "-" if s.paused else slot_text(s.next_slot_at),
             "" if age is None else f"{format_age(age)} ago",

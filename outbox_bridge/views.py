@@ -113,9 +113,10 @@ def worker_lost_document(job: Job, now: float) -> dict[str, Any]:
 
 def schedule_document(schedule: PeriodicSchedule, now: float) -> dict[str, Any]:
     """A schedule as `schedules list --json` and `status --json` list it: its slots (`cron` and `timezone`,
-    or `every_seconds`), its job, its `next_slot` (null while paused), `due_seconds` (how long that slot has
-    been due without its job: null when it is not due), the last slot fired and its job, and who paused it
-    and when (null while it runs). Slots are RFC 3339 UTC to the second, as the slots' keys name them."""
+    or `every_seconds`), its job (with the `concurrency_key` its jobs carry, or null), its `next_slot` (null
+    while paused), `due_seconds` (how long that slot has been due without its job: null when it is not due),
+    the last slot fired and its job, and who paused it and when (null while it runs). Slots are RFC 3339 UTC
+    to the second, as the slots' keys name them."""
     s, age = schedule, schedule.due_age(now)
     return {
         "tenant": s.tenant,
@@ -127,6 +128,7 @@ def schedule_document(schedule: PeriodicSchedule, now: float) -> dict[str, Any]:
         "timezone": s.recurrence.timezone,
         "every_seconds": s.recurrence.every_seconds,
         "catch_up": s.catch_up.value,
+        "concurrency_key": s.concurrency_key,
         "paused": s.paused,
         "paused_at": isoformat(s.paused_at),
         "paused_by": s.paused_by,

@@ -54,9 +54,12 @@ PAGE = "/ui/schedules"
 # The add form's fields, as the page names them in what it says.
 FIELD_LABELS = {
     "tenant": "Tenant", "name": "Name", "kind": "Kind", "payload": "Payload", "cron": "Cron",
-    "every": "Every", "priority": "Priority", "catch_up": "Catch-up",
+    "every": "Every", "priority": "Priority", "catch_up": "Catch-up", "concurrency_key": "Concurrency key",
 }  # fmt: skip
-ADD_FIELDS = ("tenant", "name", "kind", "payload", "cron", "timezone", "every", "priority", "catch_up")
+ADD_FIELDS = (
+    "tenant", "name", "kind", "payload", "cron", "timezone", "every", "priority", "catch_up",
+    "concurrency_key",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -158,9 +161,10 @@ def _add(settings: Settings, engine: Engine, typed: dict[str, str], actor: str) 
 
 def _optional(typed: dict[str, str]) -> dict[str, Any]:
     """The typed fields as `read_new_schedule` takes them: a field left empty is not given (the cron
-    expression, its time zone, the interval); the priority and catch-up default as on the command line."""
+    expression, its time zone, the interval, the concurrency key); the priority and catch-up default as on
+    the command line."""
     fields: dict[str, Any] = {name: typed[name] for name in ("tenant", "name", "kind", "payload")}
-    fields |= {name: typed[name] or None for name in ("cron", "timezone", "every")}
+    fields |= {name: typed[name] or None for name in ("cron", "timezone", "every", "concurrency_key")}
     return fields | {
         "priority": typed["priority"] or Priority.NORMAL.label,
         "catch_up": typed["catch_up"] or CatchUp.LATEST.value,

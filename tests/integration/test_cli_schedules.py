@@ -186,3 +186,19 @@ def test_kinds_pause_and_resume_are_recorded_and_shown_by_status_and_metrics(
         ("export", "pause", OPERATOR), ("export", "resume", OPERATOR)
     ]  # fmt: skip
     assert json.loads(done(run(cli, "kinds", "--json")))["kinds"], "the kinds are listed as before"
+
+
+def test_add_takes_a_concurrency_key_for_every_job_and_refuses_one_post_jobs_would_refuse(
+    cli: CliRunner, engine: Engine
+) -> None:
+    done(run(cli, *ADD, "--every", "1h", "--payload", EXPORT, "--concurrency-key", "nightly-export"))
+    (stored,) = rows(engine, schedules)
+    assert stored["concurrency_key"] == "nightly-export"
+    (listed,) = json.loads(done(run(cli, "schedules", "list", "--json")))["schedules"]
+    assert listed["concurrency_key"] == "nightly-export"
+    assert "nightly-export" in done(run(cli, "schedules", "list"))
+
+    said = refused(run(cli, *ADD[:5], "other", *ADD[6:], "--every", "1h", "--payload", EXPORT,
+                       "--concurrency-key", "k" * 129))  # fmt: skip
+    assert said.endswith("--concurrency-key: String should have at most 128 characters")
+    assert len(rows(engine, schedules)) == 1

@@ -141,6 +141,24 @@ def test_an_interval_schedule_added_on_the_page_takes_its_priority(
     assert "every 10m" in row_of(listed, "data-schedule", "acme/nightly")
 
 
+def test_a_concurrency_key_typed_on_the_page_is_kept_and_shown(
+    client: TestClient, settings: Settings, engine: Engine
+) -> None:
+    answer = client.post(
+        "/ui/schedules", headers=bearer(settings), data=form(every="1h", concurrency_key="k7")
+    )
+
+    assert answer.status_code == 303, answer.text
+    (stored,) = rows(engine, schedule_rows)
+    assert stored["concurrency_key"] == "k7"
+    listed = client.get("/ui/schedules", headers=bearer(settings)).text
+    assert "k7" in row_of(listed, "data-schedule", "acme/nightly")
+    refused = client.post("/ui/schedules", headers=bearer(settings), data=form(name="b", every="1h",
+                          concurrency_key="a\nb"))  # fmt: skip
+    assert refused.status_code == 400 and "Concurrency key" in refused.text
+    assert len(rows(engine, schedule_rows)) == 1
+
+
 @pytest.mark.parametrize(
     ("fields", "says"),
     [

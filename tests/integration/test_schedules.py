@@ -16,7 +16,8 @@ from outbox_bridge.api.schemas import JobView
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.recurrence import CatchUp, Recurrence, slot_key
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, schedules
+from outbox_bridge.jobstore import claiming, db, schedules
+from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.schema import jobs, schedule_actions
@@ -211,3 +212,28 @@ def test_a_paused_schedule_makes_nothing_and_resumes_from_its_next_slot_after_no
     assert actions == [("add", "olga"), ("pause", "olga"), ("resume", "pat"), ("remove", "olga")]
     assert db.read(engine, schedules.list_all) == []
     assert len(scheduled_jobs(engine)) == 1, "the jobs it made stay"
+
+
+def test_a_schedules_concurrency_key_is_on_every_job_it_makes_so_a_slots_job_waits_for_the_last_ones(
+    engine: Engine, settings: Settings, clock: FakeClock
+) -> None:
+    clock.set(at("2026-12-05T09:00:30+00:00"))
+    added = add(engine, clock, concurrency_key="nightly-sync")
+    assert added.concurrency_key == "nightly-sync"
+    clock.set(added.next_slot_at + 0.1)
+    fire_due(engine, settings)
+    clock.advance(60)
+    fire_due(engine, settings)
+
+    first, second = scheduled_jobs(engine)
+    assert (first.concurrency_key, second.concurrency_key) == ("nightly-sync", "nightly-sync")
+    limits = Limits.of(settings)  # CONCURRENCY_KEY_MAX_RUNNING: 1
+    claimed = db.transact(engine, claiming.claim_due, "w1", clock.now(), 30.0, 10, limits=limits)
+    assert [c.job_id for c in claimed] == [first.id], "the second slot's job waits for the first's"
+    assert db.transact(engine, claiming.claim_due, "w2", clock.now(), 30.0, 10, limits=limits) == []
+
+
+def test_a_schedule_without_a_concurrency_key_makes_jobs_without_one(
+    engine: Engine, clock: FakeClock
+) -> None:
+    assert add(engine, clock).concurrency_key is None
