@@ -24,7 +24,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event
 
-from outbox_bridge.core import clock, signatures
+from outbox_bridge.core import clock
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, relayrole, webhooks
@@ -72,17 +72,17 @@ def scratch_store(path: Path, settings: Settings) -> tuple[Settings, Engine]:
 
 def add_endpoint(engine: Engine, settings: Settings, url: str) -> Endpoint:
     """A webhook endpoint of the tenant `life` gives its jobs, for every event."""
-    _, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
-    return db.transact(
+    endpoint, _ = db.transact(
         engine,
         webhooks.add_endpoint,
+        Sealer.of(settings.auth_secret),
         tenant=TENANT,
         url=url,
         events=(),
-        sealed_secret=sealed,
         now=clock.now(),
         actor=WORKER,
     )
+    return endpoint
 
 
 def restart_wal(path: Path) -> Path:

@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
 from outbox_bridge.core.durations import parse_duration
+from outbox_bridge.core.sealing import Sealer
+from outbox_bridge.core.signatures import new_secret
 from outbox_bridge.jobstore.schema import (
     webhook_actions,
     webhook_attempts,
@@ -167,15 +169,18 @@ def grace_seconds(text: str) -> float:
 
 def add_endpoint(
     conn: Connection,
+    sealer: Sealer,
     *,
     tenant: str,
     url: str,
     events: tuple[str, ...],
-    sealed_secret: str,
     now: float,
     actor: str,
-) -> Endpoint:
-    """Register an endpoint for `tenant` (its URL and events checked: `InvalidEndpoint`), recorded."""
+) -> tuple[Endpoint, str]:
+    """Register an endpoint for `tenant` (its URL and events checked: `InvalidEndpoint`), recorded, with a
+    new signing secret stored sealed by `sealer`. Returns the endpoint and its secret (`whsec_...`), which
+    only its owner keeps: show it once."""
+    secret, sealed_secret = new_secret(sealer)
     endpoint_id = str(uuid.uuid4())
     values = {
         "id": endpoint_id,
@@ -190,7 +195,7 @@ def add_endpoint(
     }
     conn.execute(insert(webhook_endpoints).values(**values))
     _record(conn, endpoint_id, Action.ADD, actor=actor, now=now)
-    return Endpoint.from_row(values)  # type: ignore[arg-type]
+    return Endpoint.from_row(values), secret  # type: ignore[arg-type]
 
 
 def list_endpoints(conn: Connection, *, tenant: str | None = None) -> list[Endpoint]:
@@ -223,10 +228,12 @@ def remove_endpoint(conn: Connection, endpoint_id: str, now: float, *, actor: st
 
 
 def rotate_secret(
-    conn: Connection, endpoint_id: str, sealed_secret: str, now: float, *, grace: float, actor: str
-) -> Endpoint:
-    """Give the endpoint a new secret; the current one keeps signing beside it for `grace` seconds (a
-    previous secret still in its grace is dropped). Recorded; `EndpointNotFound` when there is none."""
+    conn: Connection, sealer: Sealer, endpoint_id: str, now: float, *, grace: float, actor: str
+) -> tuple[Endpoint, str]:
+    """Give the endpoint a new secret, stored sealed by `sealer`; the current one keeps signing beside it
+    for `grace` seconds (a previous secret still in its grace is dropped). Recorded; `EndpointNotFound` when
+    there is none. Returns the endpoint and the new secret (`whsec_...`), to be shown once."""
+    secret, sealed_secret = new_secret(sealer)
     moved = conn.execute(
         update(webhook_endpoints)
         .where(webhook_endpoints.c.id == endpoint_id)
@@ -241,7 +248,7 @@ def rotate_secret(
     _record(conn, endpoint_id, Action.ROTATE, actor=actor, now=now)
     endpoint = get_endpoint(conn, endpoint_id)
     assert endpoint is not None
-    return endpoint
+    return endpoint, secret
 
 
 def list_deliveries(conn: Connection, *, endpoint_id: str | None = None, limit: int = 50) -> list[Delivery]:

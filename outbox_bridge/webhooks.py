@@ -18,7 +18,7 @@ from outbox_bridge.console import (
     require_safe_secret,
     table,
 )
-from outbox_bridge.core import clock, signatures
+from outbox_bridge.core import clock
 from outbox_bridge.core.durations import FORMAT
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
@@ -57,14 +57,13 @@ def webhooks_add(
     except store.InvalidEndpoint as exc:
         refuse(str(exc))
     settings, engine = _open()
-    secret, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
-    endpoint = db.transact(
+    endpoint, secret = db.transact(
         engine,
         store.add_endpoint,
+        Sealer.of(settings.auth_secret),
         tenant=tenant,
         url=url,
         events=events,
-        sealed_secret=sealed,
         now=clock.now(),
         actor=os_user(),
     )
@@ -130,10 +129,12 @@ def webhooks_rotate(
     except ValueError as exc:
         refuse(f"--grace {exc}")
     settings, engine = _open()
-    secret, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
+    sealer = Sealer.of(settings.auth_secret)
     try:
-        rotated = (endpoint_id, sealed, clock.now())
-        endpoint = db.transact(engine, store.rotate_secret, *rotated, grace=grace_seconds, actor=os_user())
+        rotated = (sealer, endpoint_id, clock.now())
+        endpoint, secret = db.transact(
+            engine, store.rotate_secret, *rotated, grace=grace_seconds, actor=os_user()
+        )
     except store.EndpointNotFound as exc:
         refuse(f"{exc}: `outbox-bridge webhooks list` shows the ids there are")
     if as_json:

@@ -36,7 +36,7 @@ from outbox_bridge.api.dashboard.access import (
 )
 from outbox_bridge.api.dashboard.charts import age, refresh_seconds
 from outbox_bridge.api.deps import EngineDep, SettingsDep
-from outbox_bridge.core import clock, signatures
+from outbox_bridge.core import clock
 from outbox_bridge.core.durations import FORMAT, format_age
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
@@ -171,14 +171,13 @@ def _add(settings: Settings, engine: Engine, typed: AddForm, actor: str) -> NewS
     except webhooks.InvalidEndpoint as exc:
         # The store words it for the command line (`--url`, `--event`): the form's fields, without dashes.
         return _refused(typed, str(exc).removeprefix("--"))
-    secret, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
-    endpoint = db.transact(
+    endpoint, secret = db.transact(
         engine,
         webhooks.add_endpoint,
+        Sealer.of(settings.auth_secret),
         tenant=typed.tenant,
         url=typed.url,
         events=events,
-        sealed_secret=sealed,
         now=clock.now(),
         actor=actor,
     )
@@ -214,10 +213,10 @@ async def rotate(
 def _rotate(
     settings: Settings, engine: Engine, endpoint_id: str, grace: float, actor: str
 ) -> NewSecret | Flash:
-    secret, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
+    sealer = Sealer.of(settings.auth_secret)
     try:
-        endpoint = db.transact(
-            engine, webhooks.rotate_secret, endpoint_id, sealed, clock.now(), grace=grace, actor=actor
+        endpoint, secret = db.transact(
+            engine, webhooks.rotate_secret, sealer, endpoint_id, clock.now(), grace=grace, actor=actor
         )
     except webhooks.EndpointNotFound as exc:
         return Flash("error", f"Not rotated: {exc}.")

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Engine, select
 
-from outbox_bridge.core import clock, signatures
+from outbox_bridge.core import clock
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
@@ -30,18 +30,16 @@ def add_endpoint(
     engine: Engine, settings: Settings, tenant: str, url: str, events: tuple[str, ...] = ()
 ) -> tuple[Endpoint, str]:
     """An endpoint of `tenant` registered as `webhooks add` does; with its secret (`whsec_...`)."""
-    secret, sealed = signatures.new_secret(Sealer.of(settings.auth_secret))
-    endpoint = db.transact(
+    return db.transact(
         engine,
         store.add_endpoint,
+        Sealer.of(settings.auth_secret),
         tenant=tenant,
         url=url,
         events=events,
-        sealed_secret=sealed,
         now=clock.now(),
         actor="tester",
     )
-    return endpoint, secret
 
 
 def deliveries(engine: Engine) -> list[Delivery]:
