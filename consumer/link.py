@@ -218,6 +218,9 @@ class DeliveryLink:
             channel.basic_qos(prefetch_count=self._prefetch)
             channel.add_on_cancel_callback(self._on_cancelled_by_broker)
         except BaseException:
+            # A node that takes the connection and then drops it (or refuses the topology) counts as lost:
+            # the next attempt starts from the node after it, as after a connection lost while serving.
+            self._nodes.lost(node)
             if connection.is_open:
                 with contextlib.suppress(*BROKER_ERRORS):
                     connection.close()
@@ -229,7 +232,13 @@ class DeliveryLink:
         self._unsettled = set()
         if self._consuming:
             on_message = partial(self._on_message, self._generation)
-            self._consumer_tag = channel.basic_consume(self._settings.queue, on_message_callback=on_message)
+            try:
+                self._consumer_tag = channel.basic_consume(
+                    self._settings.queue, on_message_callback=on_message
+                )
+            except BaseException:
+                self._nodes.lost(node)  # as above; `_loop` closes what is left of the connection
+                raise
         self._down_since = None
         log.info(
             "broker connection %d open to %s, consuming %s",
