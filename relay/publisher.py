@@ -112,6 +112,9 @@ class Relay(LoopWork):
         self._role_token: str | None = None
         self._role_until = 0.0
         self._unsettled: set[int] = set()
+        # Reads of the due rows that failed in a row: their retry pause grows with these alone, not with the
+        # failures of the relay's other store work (a store back after a restart is read again at once).
+        self._lease_failures = 0
         self._ahead = PublishAhead(settings.publish_ahead, settings.relay_batch_size)
         self._failures = 0
         self._stop_requested = False
@@ -326,9 +329,11 @@ class Relay(LoopWork):
         self._lease_more()
 
     def _on_lease_failed(self) -> None:
-        self._later("poll", self._store_retry_delay(), self._lease_more)
+        self._lease_failures += 1
+        self._later("poll", self._lease_retry_delay(), self._lease_more)
 
     def _on_leased(self, limit: int, leased: ledger.Leased) -> None:
+        self._lease_failures = 0
         lease = leased.lease
         rows = lease.rows if lease is not None else ()
         if lease is not None and rows:
@@ -568,10 +573,11 @@ class Relay(LoopWork):
         if self._stopping:
             self._maybe_finish()
 
-    def _store_retry_delay(self) -> float:
-        """How long to wait before leasing again after store failures: grows, jittered, to a cap."""
+    def _lease_retry_delay(self) -> float:
+        """How long to wait before reading the due rows again after that read failed: from the poll's
+        interval, doubling with each failure in a row, jittered, to a cap."""
         poll = self.settings.relay_poll_seconds
-        return compute_backoff(self._store_failures, base=poll, cap=max(poll, STORE_RETRY_CAP_SECONDS))
+        return compute_backoff(self._lease_failures, base=poll, cap=max(poll, STORE_RETRY_CAP_SECONDS))
 
     # -- shutdown and reporting ----------------------------------------------------------------------------
 
