@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Select,
     and_,
     bindparam,
     func,
@@ -238,16 +239,18 @@ _HAS_TURN = (
     )
     .limit(1)
 )
-_FIRST_HELD_BY_RATE = (
-    select(jobs.c.id)
-    .where(
-        jobs.c.held_by == Held.RATE.value,
-        jobs.c.kind == bindparam("b_kind"),
-        jobs.c.state == State.QUEUED.value,
+
+
+def _held_in_start_order(held: Held, *of: ColumnElement[bool]) -> Select[Any]:
+    """The ids of the queued jobs `held` holds back that match `of`, in the order jobs start in."""
+    return (
+        select(jobs.c.id)
+        .where(jobs.c.held_by == held.value, *of, jobs.c.state == State.QUEUED.value)
+        .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
     )
-    .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
-    .limit(1)
-)
+
+
+_FIRST_HELD_BY_RATE = _held_in_start_order(Held.RATE, jobs.c.kind == bindparam("b_kind")).limit(1)
 
 
 def _next_turn(conn: Connection, kinds: Sequence[str], now: float) -> int:
@@ -266,27 +269,12 @@ def _next_turn(conn: Connection, kinds: Sequence[str], now: float) -> int:
 
 
 # The held jobs of one kind, or of one tenant's key, in the order jobs start in.
-_HELD_OF_KIND = (
-    select(jobs.c.id)
-    .where(
-        jobs.c.held_by == Held.KIND.value,
-        jobs.c.kind == bindparam("b_kind"),
-        jobs.c.state == State.QUEUED.value,
-    )
-    .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
-    .limit(bindparam("b_limit"))
+_HELD_OF_KIND = _held_in_start_order(Held.KIND, jobs.c.kind == bindparam("b_kind")).limit(
+    bindparam("b_limit")
 )
-_HELD_OF_KEY = (
-    select(jobs.c.id)
-    .where(
-        jobs.c.held_by == Held.KEY.value,
-        jobs.c.tenant == bindparam("b_tenant"),
-        jobs.c.concurrency_key == bindparam("b_key"),
-        jobs.c.state == State.QUEUED.value,
-    )
-    .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
-    .limit(bindparam("b_limit"))
-)
+_HELD_OF_KEY = _held_in_start_order(
+    Held.KEY, jobs.c.tenant == bindparam("b_tenant"), jobs.c.concurrency_key == bindparam("b_key")
+).limit(bindparam("b_limit"))
 
 
 @dataclass(frozen=True)
