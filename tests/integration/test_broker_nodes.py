@@ -13,7 +13,6 @@ from urllib.parse import urlsplit
 import pytest
 from sqlalchemy import Engine
 
-from outbox_bridge.consumer.main import Consumer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, heartbeats, queries
 from outbox_bridge.relay.main import relay_detail
@@ -21,7 +20,7 @@ from tests.conftest import make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants
 from tests.support.procs import wait_for
-from tests.support.relay_harness import Broker, running_relay, seed_jobs
+from tests.support.relay_harness import Broker, running_consumer, running_relay, seed_jobs
 
 pytestmark = pytest.mark.broker
 
@@ -38,15 +37,6 @@ def broker(settings: Settings, rabbitmq_url: str) -> Iterator[Broker]:
     broker = Broker(rabbitmq_url, settings)
     yield broker
     broker.cleanup()
-
-
-@contextmanager
-def consuming(engine: Engine, settings: Settings) -> Iterator[Consumer]:
-    consumer = Consumer(engine, settings, concurrency=2).start()
-    try:
-        yield consumer
-    finally:
-        consumer.shutdown()
 
 
 @contextmanager
@@ -76,7 +66,10 @@ def test_the_relay_and_a_consumer_connect_through_the_first_address_that_answers
         listed = settings.model_copy(
             update={"rabbitmq_url": f"amqp://guest:guest@127.0.0.1:{port}/%2F, {rabbitmq_url}"}
         )
-        with consuming(engine, listed) as consumer, running_relay(listed, engine) as relay:
+        with (
+            running_consumer(listed, engine, concurrency=2) as consumer,
+            running_relay(listed, engine) as relay,
+        ):
             ids = seed_jobs(engine, 3)
             wait_for(lambda: succeeded(engine) == 3, 15, what="the jobs ran")
             assert consumer.link.node == relay.node == f"{node.hostname}:{node.port}"
@@ -94,7 +87,10 @@ def test_a_lost_connection_moves_the_relay_and_a_consumer_to_the_next_node(
     with FaultProxy(target) as first, FaultProxy(target) as second:
         addresses = f"{first.url_for(rabbitmq_url)},{second.url_for(rabbitmq_url)}"
         listed = settings.model_copy(update={"rabbitmq_url": addresses})
-        with consuming(engine, listed) as consumer, running_relay(listed, engine) as relay:
+        with (
+            running_consumer(listed, engine, concurrency=2) as consumer,
+            running_relay(listed, engine) as relay,
+        ):
             wait_for(lambda: consumer.link.node is not None and relay.connected, 10, what="both connected")
             assert consumer.link.node == relay.node == f"127.0.0.1:{first.port}"
             assert second.links == 0

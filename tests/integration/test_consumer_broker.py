@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +27,7 @@ from tests.conftest import make_settings
 from tests.support.faultproxy import FaultProxy
 from tests.support.invariants import check_invariants, read_starts
 from tests.support.procs import wait_for
+from tests.support.relay_harness import running_consumer
 from tests.support.store import new_jobs
 
 pytestmark = pytest.mark.broker
@@ -79,15 +79,6 @@ def via(broker: Broker, **changes: Any) -> Settings:
     return broker.settings.model_copy(update=changes)
 
 
-@contextmanager
-def consuming(engine: Engine, settings: Settings, concurrency: int = 4) -> Iterator[Consumer]:
-    consumer = Consumer(engine, settings, concurrency=concurrency).start()
-    try:
-        yield consumer
-    finally:
-        consumer.shutdown()
-
-
 def states(engine: Engine) -> dict[str, int]:
     return db.read(engine, queries.counts_by_state)
 
@@ -103,7 +94,7 @@ def wait_succeeded(engine: Engine, count: int, timeout: float = 20.0) -> None:
 def test_published_jobs_run_once_and_every_delivery_is_acked(broker: Broker) -> None:
     engine = broker.engine
     ids = new_jobs(engine, 60, kind="noop", payload={})
-    with consuming(engine, broker.settings) as consumer:
+    with running_consumer(broker.settings, engine, concurrency=4) as consumer:
         for job_id in ids:
             broker.publish(job_id)
         wait_succeeded(engine, 60)
@@ -117,7 +108,7 @@ def test_outcomes_finishing_together_are_committed_in_shared_transactions(
 ) -> None:
     engine = broker.engine
     ids = new_jobs(engine, 40, kind="sleep", payload={"seconds": 0.3})
-    with consuming(engine, broker.settings, concurrency=20) as consumer:
+    with running_consumer(broker.settings, engine, concurrency=20) as consumer:
         for job_id in ids:
             broker.publish(job_id)
         wait_succeeded(engine, 40)
@@ -130,7 +121,7 @@ def test_outcomes_finishing_together_are_committed_in_shared_transactions(
 def test_duplicate_delivery_after_commit_is_acked_without_rerun(broker: Broker) -> None:
     engine = broker.engine
     [job_id] = new_jobs(engine, kind="noop", payload={})
-    with consuming(engine, broker.settings) as consumer:
+    with running_consumer(broker.settings, engine, concurrency=4) as consumer:
         broker.publish(job_id)
         wait_succeeded(engine, 1)
         broker.publish(job_id)
@@ -145,7 +136,7 @@ def test_undecodable_message_is_dead_lettered_and_nothing_else_is_disturbed(
 ) -> None:
     engine = broker.engine
     ids = new_jobs(engine, 3, kind="noop", payload={})
-    with consuming(engine, broker.settings):
+    with running_consumer(broker.settings, engine, concurrency=4):
         broker.publish(ids[0])
         broker.publish("poison", body=b"\x00not json")
         for job_id in ids[1:]:
@@ -165,7 +156,7 @@ def test_heartbeats_keep_flowing_while_a_job_outlasts_several_heartbeat_timeouts
     settings = via(broker, rabbitmq_url=url + ("&" if "?" in url else "?") + "heartbeat=1")
     engine = broker.engine
     [job_id] = new_jobs(engine, kind="sleep", payload={"seconds": 4.0})
-    with consuming(engine, settings) as consumer:
+    with running_consumer(settings, engine, concurrency=4) as consumer:
         broker.publish(job_id)
         wait_succeeded(engine, 1, timeout=15)
         assert consumer.link.generation == 1, "the connection survived the job"
@@ -181,7 +172,7 @@ def test_ack_for_a_delivery_from_a_lost_connection_is_never_sent_on_the_new_one(
         settings = via(broker, rabbitmq_url=proxy.url_for(broker.settings.rabbitmq_url))
         engine = broker.engine
         [job_id] = new_jobs(engine, kind="sleep", payload={"seconds": 1.5})
-        with consuming(engine, settings) as consumer:
+        with running_consumer(settings, engine, concurrency=4) as consumer:
             wait_for(consumer.link.connected, 10, what="the consumer connected")
             broker.publish(job_id)
             wait_for(lambda: job_id in read_starts(settings), 10, what="the job started")
@@ -207,7 +198,7 @@ def test_degraded_mode_runs_accepted_jobs_while_the_broker_is_unreachable_then_r
         )
         engine = broker.engine
         offline = new_jobs(engine, 5, kind="noop", payload={})
-        with consuming(engine, settings) as consumer:
+        with running_consumer(settings, engine, concurrency=4) as consumer:
             wait_succeeded(engine, 5)
             assert consumer.degraded.claimed == 5
             assert consumer.pipeline.counts["claimed"] == 0
@@ -224,7 +215,7 @@ def test_degraded_mode_runs_accepted_jobs_while_the_broker_is_unreachable_then_r
 def test_connected_consumer_never_reads_the_jobs_table(broker: Broker) -> None:
     engine = broker.engine
     new_jobs(engine, 3, kind="noop", payload={})  # claimable work in the table, never published
-    with consuming(engine, via(broker, degraded_after_seconds=1.0)) as consumer:
+    with running_consumer(via(broker, degraded_after_seconds=1.0), engine, concurrency=4) as consumer:
         wait_for(consumer.link.connected, 10, what="the consumer connected")
         before = db.stats.snapshot()
         time.sleep(1.5)  # longer than degraded mode's threshold
@@ -299,7 +290,7 @@ def test_a_live_consumer_never_gives_a_delivery_back_under_a_mix_of_short_and_lo
     order += short[100:]
     requeued: list[str] = []
     try:
-        with consuming(engine, strict.settings, concurrency=3) as consumer:
+        with running_consumer(strict.settings, engine, concurrency=3) as consumer:
             requeue = consumer.link.requeue
 
             def recording(deliveries: Any) -> int:
@@ -331,7 +322,7 @@ def claim_ahead_then_slow_jobs(broker: Broker, tenants: tuple[str, ...]) -> tupl
     engine = broker.engine
     short = new_jobs(engine, 40, kind="noop", payload={})
     slow = new_jobs(engine, 24, kind="sleep", payload={"seconds": 0.15})
-    with consuming(engine, broker.settings, concurrency=2) as consumer:
+    with running_consumer(broker.settings, engine, concurrency=2) as consumer:
         for job_id in short:
             broker.publish(job_id)
         wait_succeeded(engine, len(short))

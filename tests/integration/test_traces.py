@@ -6,7 +6,6 @@ api, a relay and a consumer run in this process, against the real RabbitMQ on th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from sqlalchemy import Engine
 
 from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
-from outbox_bridge.consumer.main import Consumer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, queries
 from outbox_bridge.jobstore.states import State
@@ -27,7 +25,7 @@ from outbox_bridge.telemetry import tracing
 from tests.conftest import make_settings
 from tests.support import kinds
 from tests.support.procs import wait_for
-from tests.support.relay_harness import Broker, running_relay
+from tests.support.relay_harness import Broker, running_consumer, running_relay
 from tests.support.store import accept
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -74,15 +72,6 @@ def submit(settings: Settings, engine: Engine) -> Iterator[Callable[..., Any]]:
         yield post
 
 
-@contextmanager
-def consuming(engine: Engine, settings: Settings) -> Iterator[Consumer]:
-    consumer = Consumer(engine, settings, concurrency=2).start()
-    try:
-        yield consumer
-    finally:
-        consumer.shutdown()
-
-
 def hex_ids(span: ReadableSpan) -> tuple[str, str, str | None]:
     """(trace id, span id, parent span id) as in a traceparent."""
     assert span.context is not None
@@ -104,7 +93,7 @@ def test_one_job_is_one_trace_from_the_api_through_the_relay_to_each_attempt(
 ) -> None:
     broker = Broker(rabbitmq_url, settings)
     try:
-        with running_relay(settings, engine), consuming(engine, settings):
+        with running_relay(settings, engine), running_consumer(settings, engine, concurrency=2):
             retried = submit("retried", {"fail_until_attempt": 1}, kind="flaky", traceparent=CLIENT)
             fresh = submit("fresh", {}, traceparent="not-a-trace-context")
             for job_id in (retried["id"], fresh["id"]):

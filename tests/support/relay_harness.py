@@ -1,5 +1,5 @@
-"""What the relay tests share: seed outbox rows, read them back, run a relay in this process, and look at
-(then remove) the broker objects a test declared."""
+"""What the relay tests share: seed outbox rows, read them back, run a relay (or a consumer) in this process,
+and look at (then remove) the broker objects a test declared."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine, func, insert, select, update
 
 from outbox_bridge.broker import topology
 from outbox_bridge.broker.message import JobMessage
+from outbox_bridge.consumer.main import Consumer
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, intake
@@ -173,6 +174,16 @@ class Broker:
             for queue in self._extra_queues:
                 channel.queue_delete(queue)
             topology.delete(channel, self.settings)
+
+
+@contextmanager
+def running_consumer(settings: Settings, engine: Engine, *, concurrency: int) -> Iterator[Consumer]:
+    """A consumer (its broker link and worker threads) running in this process; shut down on exit."""
+    consumer = Consumer(engine, settings, concurrency=concurrency).start()
+    try:
+        yield consumer
+    finally:
+        consumer.shutdown()
 
 
 @contextmanager
