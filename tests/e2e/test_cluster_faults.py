@@ -148,11 +148,13 @@ def after(at: float, until: float, moments: list[float]) -> str:
     return f"first after {inside[0] - at:.2f}s, longest without {max(gaps):.2f}s"
 
 
-def figures(faults: list[Fault], engine: Engine, ended: float) -> str:
+def figures(faults: list[Fault], engine: Engine, load_ended: float) -> str:
+    """Each fault's figures, from the fault to the next one (the last: to the end of the load, after which
+    the quiet is the load's end, not the fault's)."""
     published, started = times(engine)
     told = []
     for fault, following in zip(faults, [*faults[1:], None], strict=True):
-        until = following.at if following else ended
+        until = following.at if following else load_ended
         told.append(
             f"{fault.what} (over in {fault.over - fault.at:.1f}s): publish confirms "
             f"{after(fault.at, until, published)}; job starts {after(fault.at, until, started)}"
@@ -174,6 +176,7 @@ def test_leader_killed_node_stopped_and_store_restarted_under_load_lose_nothing_
     clients = soak.Clients(stack.client, seed=test_soak.SEED, pace=PACE_SECONDS).start()
     try:
         faults = inject_faults(cluster, server)
+        load_ended = time.time()
     finally:
         clients.stop()
         clients.join()
@@ -183,7 +186,6 @@ def test_leader_killed_node_stopped_and_store_restarted_under_load_lose_nothing_
     # The bound runs from the last fault's end, or the last 202 if that came later (monotonic seconds).
     since = max(faults[-1].over + time.monotonic() - time.time(), clients.last_accepted)
     took, seen, found = test_soak.afterwards(stack, clients, since)
-    ended = time.time()
     problems += found
     members = cluster.members()
     if sorted(members.values()) != ["follower", "follower", "leader"]:
@@ -192,9 +194,10 @@ def test_leader_killed_node_stopped_and_store_restarted_under_load_lose_nothing_
     accepted = len(clients.accepted())
     finished = sum(state not in ("queued", "running") for state in seen.states().elements())
     last = f"{took:.1f}s" if took is not None else f"not within {TERMINAL_BOUND:.1f}s"
+    costs = figures(faults, stack.engine, load_ended)
     told = (
         f"cluster faults, seed {test_soak.SEED}: {accepted} jobs accepted, {finished} finished "
-        f"{dict(seen.states())}; answers {dict(clients.answers)}; {figures(faults, stack.engine, ended)}; "
+        f"{dict(seen.states())}; answers {dict(clients.answers)}; {costs}; "
         f"last job terminal {last} after the last fault"
     )
     print(told)
