@@ -5,7 +5,9 @@ Two phases, each `duration` seconds of `wrk -t2 -c<connections>` posting noop jo
 fresh Idempotency-Key (a Lua script written next to the run's logs):
 - `http_api`: the api alone. The relay and consumers (or baseline workers) are paused with SIGSTOP for the
   run, so only the api and the store work (stopped at a moment none of them holds the store's write lock,
-  `bench.pausing`); the accepted jobs run after SIGCONT, and the phase ends when they have.
+  `bench.pausing`); the accepted jobs run after SIGCONT, and the phase ends when they have. Then as long a
+  run of `GET /healthz` (the app's cheapest answer, through the same middleware; the other processes idle)
+  gives the rate the api's framework and server allow: `POST /jobs`'s rate is stated as a share of it.
 - `http_whole`: the whole deployment under the same load: 202s/s from wrk, and accepted-to-succeeded
   jobs/s from the store.
 
@@ -72,12 +74,17 @@ def http_api(run: Run) -> dict[str, Any]:
         figures = _wrk(run, tenant)
     spent = costs_since(run, start, figures["stored"])
     api_cpu = api_cpu_per_job(spent["cost"]["cpu_seconds_per_1000_jobs"])
+    finished = run.wait(tenant, figures["stored"])
+    healthz = _wrk_healthz(run)
     return figures | {
         # The api's CPU per job it accepted (ms), and the whole machine's while only the api and wrk ran.
         "api_cpu_ms_per_job": api_cpu,
         "machine": spent["machine"],
-        "finished": run.wait(tenant, figures["stored"]),
+        "finished": finished,
         "pause_tries": tries,
+        "healthz": healthz,
+        # POST /jobs's 202s/s over GET /healthz's answers/s.
+        "of_healthz": round(figures["accepted_per_second"] / healthz["accepted_per_second"], 3),
     }
 
 
@@ -96,6 +103,21 @@ def http_whole(run: Run) -> dict[str, Any]:
     figures = _wrk(run, tenant)
     finished = run.wait(tenant, figures["stored"])
     return figures | {"finished": finished, "accepted_to_succeeded": throughput(run.watch.timings(tenant))}
+
+
+def _wrk_healthz(run: Run) -> dict[str, Any]:
+    """wrk's figures for `GET /healthz`, as many connections and as long as the posts."""
+    seconds = max(1, round(run.options.duration))
+    command = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
+    out = subprocess.run(
+        [*command, f"{run.deployment.api_url}/healthz"],
+        capture_output=True,
+        text=True,
+        timeout=seconds + 60,
+        check=True,
+    ).stdout
+    (run.deployment.workdir / "wrk-healthz.txt").write_text(out)
+    return {"how": " ".join(command) + " GET /healthz"} | parse(out)
 
 
 def _wrk(run: Run, tenant: str) -> dict[str, Any]:

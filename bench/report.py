@@ -126,6 +126,13 @@ def _wrk(run: Result, phase: str) -> str:
     return f"{_num(found['accepted_per_second'])} ({_num(latency['50'], 2)} / {_num(latency['99'], 2)})"
 
 
+def _of_healthz(run: Result) -> str:
+    found = figure(run, "http_api") or {}
+    if "of_healthz" not in found:
+        return "-"
+    return f"{_num(found['healthz']['accepted_per_second'])} ({_num(found['of_healthz'], 2)})"
+
+
 def _wrk_cpu(run: Result) -> str:
     api = figure(run, "http_api", "api_cpu_ms_per_job")
     everything = figure(run, "http_api", "machine", "cpu_seconds_per_1000_jobs", "all")
@@ -176,6 +183,7 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     ("HTTP burst: jobs/s accepted-to-succeeded", lambda r: _num(figure(r, "burst_http", "jobs_per_second"))),
     ("HTTP burst: accepts/s (202s)", lambda r: _num(figure(r, "burst_http", "accepts_per_second"))),
     ("wrk, api alone: 202s/s (p50 / p99 ms)", lambda r: _wrk(r, "http_api")),
+    ("wrk, api alone: GET /healthz answers/s (the 202s' share of it)", _of_healthz),
     ("wrk, api alone: CPU ms per job, api / whole machine (wrk's part too)", _wrk_cpu),
     ("wrk, whole deployment: 202s/s (p50 / p99 ms)", lambda r: _wrk(r, "http_whole")),
     (
