@@ -10,17 +10,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from sqlalchemy import Engine
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from outbox_bridge.api import docs, openapi, problems
 from outbox_bridge.api.access import AccessLog
 from outbox_bridge.api.auth import check_secret
 from outbox_bridge.api.committer import GroupCommitter
-from outbox_bridge.api.headers import ResponseHeaders
-from outbox_bridge.api.lean import LeanFront
-from outbox_bridge.api.limits import BodyLimit
+from outbox_bridge.api.edge import Edge
 from outbox_bridge.api.links import LinkSigner
-from outbox_bridge.api.metrics import Metrics, RequestCounter, store_reader
+from outbox_bridge.api.metrics import Metrics, store_reader
 from outbox_bridge.api.routes import jobs, probes
 from outbox_bridge.core import version
 from outbox_bridge.core.settings import Settings, load
@@ -62,7 +59,7 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
         committer.close()
         engine.dispose()
 
-    app = App(
+    app = FastAPI(
         title="outbox-bridge",
         version=version.installed(),
         description=DESCRIPTION,
@@ -71,6 +68,9 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
         # Served by api.docs from local files instead: FastAPI's own pages load their scripts from a CDN.
         docs_url=None,
         redoc_url=None,
+        # A job's trace is its accept, publishes and runs (`telemetry.tracing`), not the HTTP exchange; and
+        # left on, FastAPI asks OpenTelemetry's global providers on every request whether it should trace.
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -78,37 +78,22 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
     app.state.links = LinkSigner.of(settings)
     app.state.metrics = Metrics(store_reader(engine, settings))
     problems.install(app)
-    app.include_router(jobs.router)
-    app.include_router(probes.router)
+    app.router.routes.extend(jobs.router.routes)
+    app.router.routes.extend(probes.router.routes)
     _include_dashboard(app)
     openapi.install(app, accepted_kinds=accepted(settings))
     docs.install(app)
-    # Added last = outermost: the counter sees every answer, the 413s included, and every answer gets the
-    # response headers (but for an unexpected error's, which the handler outside them gives; see problems).
+    # The body's limits, the answers' headers and their count: every answer gets the headers and is counted,
+    # the 413s included (but for an unexpected error's, which the handler outside it gives; see problems).
     app.add_middleware(
-        BodyLimit, max_bytes=settings.max_body_bytes, read_seconds=settings.http_body_timeout_seconds
+        Edge,
+        metrics=app.state.metrics,
+        max_bytes=settings.max_body_bytes,
+        read_seconds=settings.http_body_timeout_seconds,
     )
-    app.add_middleware(RequestCounter, metrics=app.state.metrics)
-    app.add_middleware(ResponseHeaders)
+    if settings.access_log:  # outermost of the app's own: it times and sees every answer
+        app.add_middleware(AccessLog)
     return app
-
-
-class App(FastAPI):
-    """FastAPI with `api.lean`'s fast path of `POST /jobs` in front of it (FastAPI's own work for each
-    request, its telemetry check and Starlette's dispatch, is then spent only on the requests the fast path
-    passes on), and the access log (when ACCESS_LOG is set) in front of both: it times and sees every
-    answer. The front is built at the first request, once the exception handlers are all installed."""
-
-    _front: ASGIApp | None = None
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._front is None:
-            self._front = self._build_front()
-        await self._front(scope, receive, send)
-
-    def _build_front(self) -> ASGIApp:
-        front: ASGIApp = LeanFront(super().__call__, self.state, self.exception_handlers)
-        return AccessLog(front) if self.state.settings.access_log else front
 
 
 def create_app_from_env() -> FastAPI:

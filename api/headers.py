@@ -1,13 +1,12 @@
-"""Headers on every answer. `X-Content-Type-Options: nosniff` everywhere, so a browser never reads a body as
-another type than the one sent. `Cache-Control: no-store` on the job routes and the dashboard, whose answers
-are one tenant's or one operator's and change: no shared cache or browser history keeps them. The dashboard
-may not be framed by another page (its buttons act), by either the old or the CSP header."""
+"""Headers on every answer (`api.edge.Edge` sets them). `X-Content-Type-Options: nosniff` everywhere, so a
+browser never reads a body as another type than the one sent. `Cache-Control: no-store` on the job routes
+and the dashboard, whose answers are one tenant's or one operator's and change: no shared cache or browser
+history keeps them. The dashboard may not be framed by another page (its buttons act), by either the old or
+the CSP header."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 EVERYWHERE = {"X-Content-Type-Options": "nosniff"}
 PRIVATE = {"Cache-Control": "no-store"}
@@ -51,27 +50,18 @@ def put(raw: Raw, extra: Sequence[tuple[bytes, bytes]]) -> None:
             raw.append((name, value))
 
 
+_ENCODED: dict[tuple[bool, bool], Raw] = {}
+
+
+def encoded_for(path: str) -> Raw:
+    """`encoded(headers_for(path))`, made once for each of the few sets there are (do not change it)."""
+    private = any(_under(path, prefix) for prefix in PRIVATE_PREFIXES)
+    which = (private, _under(path, "/ui"))
+    found = _ENCODED.get(which)
+    if found is None:
+        found = _ENCODED[which] = encoded(headers_for(path))
+    return found
+
+
 def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + "/")
-
-
-class ResponseHeaders:
-    """ASGI middleware: sets `headers_for(path)` on every response, replacing what the app set for them."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        extra = encoded(headers_for(scope["path"]))
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                put(headers, extra)
-                message["headers"] = headers
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)

@@ -14,7 +14,6 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter
 from sqlalchemy import Engine
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
@@ -29,7 +28,7 @@ from outbox_bridge.telemetry.exposition import (
     render,
 )
 
-__all__ = ["CONTENT_TYPE", "KNOWN_METHODS", "UNMATCHED", "Metrics", "RequestCounter", "store_reader"]
+__all__ = ["CONTENT_TYPE", "KNOWN_METHODS", "UNMATCHED", "Metrics", "store_reader"]
 
 UNMATCHED = "unmatched"
 KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
@@ -79,35 +78,3 @@ class Metrics:
 def store_reader(engine: Engine, settings: Settings) -> Callable[[], StoreFigures]:
     """Reads the store's figures for a scrape, in one read transaction."""
     return lambda: db.read(engine, store_figures, clock.now(), settings.alive_within_seconds)
-
-
-class RequestCounter:
-    """ASGI middleware: counts every HTTP response by method, route template (never the raw path, so the
-    label set stays bounded) and status."""
-
-    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        status = 0
-
-        async def counting_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = int(message["status"])
-            await send(message)
-
-        try:
-            await self.app(scope, receive, counting_send)
-        except Exception:
-            status = status or 503  # what the outermost error handler answers
-            raise
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or UNMATCHED
-            method = scope.get("method", "")
-            self.metrics.request_done(method if method in KNOWN_METHODS else "other", template, status)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic_core import to_json
 
 from outbox_bridge.api.links import LinkSigner, ResultLink
 from outbox_bridge.core import clock
@@ -204,14 +204,10 @@ def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = N
     }
 
 
-# As pydantic writes a JobView: compact, and non-ASCII text as UTF-8 rather than escaped.
-_encode_view = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
-
-
 def view_json(job: Job, now: float | None = None, links: LinkSigner | None = None) -> bytes:
     """`JobView.of(job, now, links).model_dump_json()`, encoded without building the model (what every
     answer of `POST /jobs` and `GET /jobs/{id}` sends)."""
-    return _encode_view(view_fields(job, now, links)).encode()
+    return to_json(view_fields(job, now, links))  # as pydantic writes a JobView: compact, text as UTF-8
 
 
 def _result_link(job: Job, now: float, links: LinkSigner | None) -> ResultLink | None:

@@ -72,7 +72,11 @@ def _fingerprint(
 def new_id() -> str:
     """A new job id: a random UUID (version 4). Operators name a job by the first few characters of its id
     (`outbox-bridge jobs show 8a26491b`, the dashboard's short ids), so those must differ from job to job."""
-    return str(uuid.UUID(bytes=random_bytes(16), version=4))
+    raw = bytearray(random_bytes(16))
+    raw[6] = raw[6] & 0x0F | 0x40  # the version, 4
+    raw[8] = raw[8] & 0x3F | 0x80  # the variant, RFC 9562's
+    text = raw.hex()
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 _LOW_62 = (1 << 62) - 1
@@ -145,7 +149,7 @@ class Prepared:
 def prepare(*, payload: dict[str, Any], **fields: Any) -> Prepared:
     """What `accept` of these keyword arguments writes and answers when the key is new."""
     row = _job_row(payload=payload, **fields)
-    job = Job(**{**row, "payload": payload, "priority": Priority(row["priority"]), "state": State.QUEUED})
+    job = Job.made(row | {"payload": payload, "priority": Priority(row["priority"]), "state": State.QUEUED})
     return Prepared(row, Accepted(job, created=True), _accepted(row))
 
 

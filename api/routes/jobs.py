@@ -10,8 +10,6 @@ from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy import Connection, Engine
 
 from outbox_bridge.api import results, submission
-from outbox_bridge.api.auth import Identity
-from outbox_bridge.api.committer import GroupCommitter
 from outbox_bridge.api.deps import (
     BearerDep,
     CommitterDep,
@@ -25,7 +23,6 @@ from outbox_bridge.api.deps import (
     bearer_identity,
 )
 from outbox_bridge.api.links import LinkExpired, LinkRefused, LinkSigner
-from outbox_bridge.api.metrics import Metrics
 from outbox_bridge.api.openapi import problems
 from outbox_bridge.api.problems import (
     RESOLVED_WITHOUT_RESULT,
@@ -33,6 +30,7 @@ from outbox_bridge.api.problems import (
     RESULT_LINK_INVALID,
     RESULT_NOT_READY,
 )
+from outbox_bridge.api.routes.submit_route import SubmitRoute
 from outbox_bridge.api.schemas import JobCreate, JobPage, JobView, job_url, view_json
 from outbox_bridge.core import clock, faults
 from outbox_bridge.core.settings import Settings
@@ -59,19 +57,6 @@ def _job_json(
     return Response(view_json(job, links=links), status_code=status, media_type=JSON, headers=headers)
 
 
-@router.post(
-    "",
-    status_code=202,
-    response_model=JobView,
-    summary="Submit a job",
-    responses={
-        202: {
-            "description": "Accepted: the job and its outbox row are committed (or this key's job, again).",
-            "headers": {"Location": {"description": "The job's status URL.", "schema": {"type": "string"}}},
-        },
-        **problems(400, 401, 409, 503),
-    },
-)
 async def submit_job(
     job: JobCreate,
     key: IdempotencyKey,
@@ -88,20 +73,6 @@ async def submit_job(
     original job again (202, same id). A delayed job waits `queued` until its `run_at`; a job whose
     `concurrency_key` already has CONCURRENCY_KEY_MAX_RUNNING running jobs of the tenant waits `queued` until
     one of them ends."""
-    return await accept_job(job, key, identity, settings, committer, metrics, links, traceparent)
-
-
-async def accept_job(
-    job: JobCreate,
-    key: str,
-    identity: Identity,
-    settings: Settings,
-    committer: GroupCommitter,
-    metrics: Metrics,
-    links: LinkSigner,
-    traceparent: str | None,
-) -> Response:
-    """`submit_job` once the request is parsed (also `api.lean`'s): 202 with the job, or the same problems."""
     fields = submission.accept_fields(
         job, settings, clock.now(), tenant=identity.tenant, owner=identity.user, key=key
     )
@@ -115,6 +86,24 @@ async def accept_job(
     if accepted.created:
         metrics.job_accepted(kind)
     return _job_json(accepted.job, links, 202, {"Location": job_url(accepted.job.id)})
+
+
+router.add_api_route(
+    "",
+    submit_job,
+    methods=["POST"],
+    route_class_override=SubmitRoute,
+    status_code=202,
+    response_model=JobView,
+    summary="Submit a job",
+    responses={
+        202: {
+            "description": "Accepted: the job and its outbox row are committed (or this key's job, again).",
+            "headers": {"Location": {"description": "The job's status URL.", "schema": {"type": "string"}}},
+        },
+        **problems(400, 401, 409, 503),
+    },
+)
 
 
 @router.get("", response_model=JobPage, summary="List your jobs", responses=problems(400, 401, 503))

@@ -1,5 +1,6 @@
-"""`POST /jobs`'s fast path (`api.lean`) through the real app on a real store: it takes the requests the
-route would accept as sent, and any other goes to the FastAPI route, which answers it as it always has."""
+"""`POST /jobs`'s route class (`api.routes.submit_route`) through the real app on a real store: the requests
+sent as documented are read by its own handler, any other by FastAPI's handler for the route, which answers
+it as it always has; both call the one endpoint, behind the app's whole middleware stack."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import Engine, func, select
 
-from outbox_bridge.api import lean
 from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
+from outbox_bridge.api.routes import submit_route
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
@@ -30,15 +31,17 @@ def client(settings: Settings, engine: Engine, clock: FakeClock) -> Iterator[Tes
 
 @pytest.fixture
 def taken(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The Idempotency-Keys of the requests the fast path accepted itself."""
+    """The Idempotency-Keys of the requests the route's own handler read (the fast path)."""
     keys: list[str] = []
-    accept = lean.accept_job
+    arguments = submit_route._arguments
 
-    async def counted(job: Any, key: str, *args: Any) -> Any:
-        keys.append(key)
-        return await accept(job, key, *args)
+    def counted(*args: Any) -> Any:
+        found = arguments(*args)
+        if found is not None:
+            keys.append(found["key"])
+        return found
 
-    monkeypatch.setattr(lean, "accept_job", counted)
+    monkeypatch.setattr(submit_route, "_arguments", counted)
     return keys
 
 
@@ -176,7 +179,7 @@ def test_the_fast_paths_answers_carry_the_headers_of_every_answer_at_its_path(
     assert conflict.headers["content-type"] == "application/problem+json"
 
 
-def test_a_chunked_body_and_one_over_the_limit_go_to_the_route(
+def test_a_chunked_body_is_taken_and_one_over_the_limit_is_refused_before_the_route(
     client: TestClient, settings: Settings, engine: Engine, taken: list[str]
 ) -> None:
     chunked = client.post("/jobs", content=iter([json.dumps(NOOP).encode()]), headers=_headers(settings))
@@ -184,7 +187,30 @@ def test_a_chunked_body_and_one_over_the_limit_go_to_the_route(
     padded = {"kind": "noop", "payload": {"pad": "x" * settings.max_body_bytes}}
     too_large = client.post("/jobs", json=padded, headers=_headers(settings, "k2"))
     assert too_large.status_code == 413 and too_large.json()["type"].endswith("payload-too-large")
-    assert taken == [] and _count(engine) == 1
+    assert taken == ["k1"] and _count(engine) == 1
+
+
+def test_middleware_added_to_the_app_applies_to_every_submission(
+    settings: Settings, engine: Engine, clock: FakeClock, taken: list[str]
+) -> None:
+    seen: list[str] = []
+
+    class Noting:
+        def __init__(self, app: Any) -> None:
+            self.app = app
+
+        async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http":
+                seen.append(f"{scope['method']} {scope['path']}")
+            await self.app(scope, receive, send)
+
+    app = create_app(settings)
+    app.add_middleware(Noting)
+    with TestClient(app) as client:
+        fast = client.post("/jobs", json=NOOP, headers=_headers(settings))
+        refused = client.post("/jobs", json=NOOP, headers=_headers(settings, None))
+    assert (fast.status_code, refused.status_code) == (202, 400) and taken == ["k1"]
+    assert seen == ["POST /jobs", "POST /jobs"]
 
 
 def test_a_store_failure_and_an_unexpected_error_get_the_apps_answers_and_are_counted(
