@@ -16,12 +16,18 @@ PRIVATE_PREFIXES = ("/jobs", "/ui")
 
 def headers_for(path: str) -> dict[str, str]:
     """The headers every answer at `path` carries, whatever its status."""
+    private, not_frameable = _sets_at(path)
     found = dict(EVERYWHERE)
-    if any(_under(path, prefix) for prefix in PRIVATE_PREFIXES):
+    if private:
         found.update(PRIVATE)
-    if _under(path, "/ui"):
+    if not_frameable:
         found.update(NOT_FRAMEABLE)
     return found
+
+
+def _sets_at(path: str) -> tuple[bool, bool]:
+    """Whether answers at `path` carry `PRIVATE` and `NOT_FRAMEABLE` (beside `EVERYWHERE`)."""
+    return any(_under(path, prefix) for prefix in PRIVATE_PREFIXES), _under(path, "/ui")
 
 
 Raw = list[tuple[bytes, bytes]]
@@ -55,8 +61,7 @@ _ENCODED: dict[tuple[bool, bool], Raw] = {}
 
 def encoded_for(path: str) -> Raw:
     """`encoded(headers_for(path))`, made once for each of the few sets there are (do not change it)."""
-    private = any(_under(path, prefix) for prefix in PRIVATE_PREFIXES)
-    which = (private, _under(path, "/ui"))
+    which = _sets_at(path)
     found = _ENCODED.get(which)
     if found is None:
         found = _ENCODED[which] = encoded(headers_for(path))
