@@ -107,39 +107,39 @@ def http_whole(run: Run) -> dict[str, Any]:
 
 def _wrk_healthz(run: Run) -> dict[str, Any]:
     """wrk's figures for `GET /healthz`, as many connections and as long as the posts."""
-    seconds = max(1, round(run.options.duration))
-    command = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
-    out = subprocess.run(
-        [*command, f"{run.deployment.api_url}/healthz"],
-        capture_output=True,
-        text=True,
-        timeout=seconds + 60,
-        check=True,
-    ).stdout
-    (run.deployment.workdir / "wrk-healthz.txt").write_text(out)
-    return {"how": " ".join(command) + " GET /healthz"} | parse(out)
+    how, out = _run_wrk(run, "/healthz", "healthz")
+    return {"how": how + " GET /healthz"} | parse(out)
 
 
 def _wrk(run: Run, tenant: str) -> dict[str, Any]:
     script = run.deployment.workdir / "post-noop.lua"
     script.write_text(SCRIPT)
     token = issue_token(run.deployment.settings.auth_secret, tenant=tenant, user=OWNER)
+    how, out = _run_wrk(run, "/jobs", tenant, "-s", str(script), env={"OUTBOX_BRIDGE_TOKEN": token})
+    # wrk counts the answers it read before its time was up; requests still in flight then were accepted
+    # all the same: the store's count is the number of jobs to wait for.
+    run.stop.wait(SETTLE_SECONDS)
+    stored = run.watch.stored(tenant)
+    return {"how": how + " (noop jobs, a fresh key each)", "stored": stored} | parse(out)
+
+
+def _run_wrk(
+    run: Run, path: str, name: str, *script: str, env: dict[str, str] | None = None
+) -> tuple[str, str]:
+    """wrk's report of `--duration` seconds at the api's `path` (kept as `wrk-<name>.txt` beside the run's
+    logs), and its command line without the script and the URL."""
     seconds = max(1, round(run.options.duration))
-    command = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency", "-s", str(script)]
+    command = ["wrk", f"-t{THREADS}", f"-c{CONNECTIONS}", f"-d{seconds}s", "--latency"]
     out = subprocess.run(
-        [*command, f"{run.deployment.api_url}/jobs"],
-        env=os.environ | {"OUTBOX_BRIDGE_TOKEN": token},
+        [*command, *script, f"{run.deployment.api_url}{path}"],
+        env=os.environ | (env or {}),
         capture_output=True,
         text=True,
         timeout=seconds + 60,
         check=True,
     ).stdout
-    (run.deployment.workdir / f"wrk-{tenant}.txt").write_text(out)
-    # wrk counts the answers it read before its time was up; requests still in flight then were accepted
-    # all the same: the store's count is the number of jobs to wait for.
-    run.stop.wait(SETTLE_SECONDS)
-    stored = run.watch.stored(tenant)
-    return {"how": " ".join(command[:-2]) + " (noop jobs, a fresh key each)", "stored": stored} | parse(out)
+    (run.deployment.workdir / f"wrk-{name}.txt").write_text(out)
+    return " ".join(command), out
 
 
 def parse(out: str) -> dict[str, Any]:
