@@ -6,8 +6,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, doorbells
-from outbox_bridge.jobstore.notifications import Listener
+from outbox_bridge.jobstore import drivers
 
 
 class Bell(Protocol):
@@ -22,9 +21,4 @@ class Bell(Protocol):
 def open_bell(settings: Settings, role: str) -> Bell | None:
     """A bell for this store, listened on as `role`; None where there is none (an in-memory store, a
     directory that cannot be written, a PostgreSQL that does not answer): the caller polls."""
-    database = db.sqlite_path(settings)
-    if database is not None:
-        return doorbells.Doorbell.open(doorbells.directory_for(database), role=role)
-    if settings.is_postgresql:
-        return Listener.open(settings.database_url, role=role)
-    return None
+    return drivers.for_url(settings.database_url).bell(settings, role)

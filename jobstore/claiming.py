@@ -15,28 +15,23 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
-    String,
     and_,
     bindparam,
-    delete,
     false,
     func,
     insert,
-    literal,
     or_,
     select,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 
-from outbox_bridge.jobstore import db, events, fenced, outbox, pausing, queries, tenantcap
+from outbox_bridge.jobstore import drivers, events, fenced, outbox, pausing, queries, tenantcap
 from outbox_bridge.jobstore import limits as flow
 from outbox_bridge.jobstore.intake import new_attempt_id
 from outbox_bridge.jobstore.limits import NONE as NO_LIMITS
 from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
-from outbox_bridge.jobstore.schema import outbox as outbox_rows
 from outbox_bridge.jobstore.states import CLAIM, HELD, TERMINAL, State
 
 
@@ -131,67 +126,15 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
 
 _CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
 _INSERT_ATTEMPT = insert(attempts)
-_ATTEMPT_IDS = (
-    func.unnest(
-        bindparam("b_attempt_jobs", type_=ARRAY(String)), bindparam("b_attempt_ids", type_=ARRAY(String))
-    )
-    .table_valued("job_id", "attempt_id")
-    .render_derived(name="fresh")
-)
-
-
-@dataclass(frozen=True)
-class _Statements:
-    """The claim of a list of jobs, as SQLite runs it (`many`) and as PostgreSQL does (`many_pg`, and
-    `due_pg` for the table's path), for one guard."""
-
-    many: Any
-    many_pg: Any
-    due_pg: Any
 
 
 @functools.cache
-def _statements(limited: tuple[str, ...] | None) -> _Statements:
-    """The claims of a list of jobs, taking only what no limit concerns when `limited` names the kinds a
-    limit concerns (`limits.unlimited`; `()`: none but concurrency keys), anything claimable when None.
-    Built once per guard: a process has one set of limits."""
+def _claim_many(limited: tuple[str, ...] | None) -> Any:
+    """The claim of the jobs `b_ids` names, taking only what no limit concerns when `limited` names the kinds
+    a limit concerns (`limits.unlimited`; `()`: none but concurrency keys), anything claimable when None.
+    Built once per guard: a process has one set of limits. Its driver runs it (`Driver.claim`)."""
     which = jobs.c.id.in_(_IDS) if limited is None else and_(jobs.c.id.in_(_IDS), flow.unlimited(limited))
-    many = _claim_statement(which).with_hint(SQLITE_JOBS_BY_ID, dialect_name="sqlite")
-    # PostgreSQL: the claim and the first attempt rows in one statement (one round trip where they took
-    # two), run below SQLAlchemy (`db.direct`). The attempt ids are chosen beforehand, one per job asked
-    # for; a job claimed again (epoch > 1) gets its attempt row after its previous one is ended as lost
-    # (`_lose_previous`), in statements of their own.
-    taken = many.cte("taken")
-    first_attempts = insert(attempts).from_select(
-        ["id", "job_id", "epoch", "worker", "started_at", "outcome"],
-        select(
-            _ATTEMPT_IDS.c.attempt_id,
-            taken.c.id,
-            taken.c.epoch,
-            bindparam("b_worker"),
-            _NOW,
-            literal("running"),
-        )
-        .select_from(taken.join(_ATTEMPT_IDS, _ATTEMPT_IDS.c.job_id == taken.c.id))
-        .where(taken.c.epoch == 1),
-    )
-    # Prepared on PostgreSQL: its generic plan looks each id up by the primary key (the same statement
-    # comparing `id = ANY(:ids)` got a generic plan that walked the state index instead).
-    many_pg = select(taken).add_cte(first_attempts.cte("first_attempts"))
-    # The table's path (`claim_due`) also drops the claimed jobs' pending outbox rows, in the same statement
-    # on PostgreSQL: a statement of its own was one more round trip, and its list of ids was planned every
-    # time.
-    dropped = delete(outbox_rows).where(
-        outbox_rows.c.job_id.in_(select(taken.c.id)), outbox_rows.c.published_at.is_(None)
-    )
-    return _Statements(many, many_pg, many_pg.add_cte(dropped.cte("dropped")))
-
-
-_ATTEMPT_ROW = ("id", "job_id", "epoch", "worker", "started_at", "outcome")
-_INSERT_ATTEMPT_DIRECT = {
-    name: db.Direct.of(insert(attempts).values({c: bindparam(c) for c in _ATTEMPT_ROW}), dialect=name)
-    for name in ("sqlite", "postgresql")
-}
+    return _claim_statement(which).with_hint(SQLITE_JOBS_BY_ID, dialect_name="sqlite")
 
 
 def _attempt_row(claim: Claim, now: float) -> dict[str, Any]:
@@ -296,29 +239,17 @@ def _take_many(
     taken are dropped."""
     if not job_ids:
         return {}
-    statements = _statements(guard)
-    params: dict[str, Any] = {"b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
-    if conn.dialect.name == "postgresql":
-        attempt_ids = {job_id: new_attempt_id() for job_id in job_ids}
-        params |= {"b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
-        statement = statements.due_pg if drop_pending else statements.many_pg
-        rows = db.direct_in(conn, statement, params, "b_ids", job_ids, prepared=True)
-        taken = [_claim_of(row, attempt_ids[row[0]], worker) for row in rows]
-        written = {claim.job_id for claim in taken if claim.epoch == 1}
-    else:
-        rows = db.direct_in(conn, statements.many, params, "b_ids", job_ids)
-        taken = [_claim_of(row, new_attempt_id(), worker) for row in rows]
-        written = set()
-        if drop_pending:
-            outbox.drop_pending_many(conn, [claim.job_id for claim in taken])
+    params = {"b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
+    attempt_ids = {job_id: new_attempt_id() for job_id in job_ids}
+    rows, written = drivers.of(conn).claim(
+        conn, _claim_many(guard), params, attempt_ids, drop_pending=drop_pending
+    )
+    taken = [_claim_of(row, attempt_ids[row[0]], worker) for row in rows]
     _lose_previous(conn, taken, now)
     events.note(conn, (events.of_claim("claimed", claim) for claim in taken))
     unwritten = [claim for claim in taken if claim.job_id not in written]
     if unwritten:
-        db.direct_many(
-            conn, _INSERT_ATTEMPT_DIRECT[conn.dialect.name],
-            [_attempt_row(claim, now) for claim in unwritten],
-        )  # fmt: skip
+        conn.execute(_INSERT_ATTEMPT, [_attempt_row(claim, now) for claim in unwritten])
     return {claim.job_id: claim for claim in taken}
 
 
@@ -422,25 +353,24 @@ def _due_ids(
 ) -> list[str]:
     """The jobs a claim of `limit` takes, in order: expired leases first (oldest lease first), then queued
     jobs (but for those `passed_over`: `_passed_over`): all of them when no more are due than fit; else by
-    priority, a turn per tenant, then age. On
-    PostgreSQL rows another claimer has locked are skipped; a job ranked here that another claimer takes
-    meanwhile is refused by the claim's guard."""
-    postgres = conn.dialect.name == "postgresql"
-    expired = _EXPIRED_DUE.with_for_update(skip_locked=True) if postgres else _EXPIRED_DUE
+    priority, a turn per tenant, then age. Rows another claimer has locked are skipped (where the database
+    locks rows); a job ranked here that another claimer takes meanwhile is refused by the claim's guard."""
+    driver = drivers.of(conn)
+    expired = driver.locking(_EXPIRED_DUE, skip_locked=True)
     job_ids = list(conn.execute(expired, {"b_now": now, "b_limit": limit}).scalars())
     room = limit - len(job_ids)
     if room <= 0:
         return job_ids
-    queued_due = _QUEUED_DUE.with_for_update(skip_locked=True) if postgres else _QUEUED_DUE
+    queued_due = driver.locking(_QUEUED_DUE, skip_locked=True)
     params = {"b_now": now, "b_limit": room + 1, **(passed_over or _NOTHING_PASSED_OVER)}
     queued = list(conn.execute(queued_due, params).scalars())
     if len(queued) > room and _several_tenants(conn):
         ranked = list(conn.execute(_QUEUED_FAIR, {**params, "b_limit": 2 * room}).scalars())
-        queued = _unlocked(conn, ranked, queued)[:room] if postgres else ranked[:room]
+        queued = _unlocked(conn, driver, ranked, queued)[:room]
     return job_ids + queued[:room]
 
 
-_LOCK_UNLOCKED = select(jobs.c.id).where(jobs.c.id.in_(_IDS)).with_for_update(skip_locked=True)
+_RANKED_IDS = select(jobs.c.id).where(jobs.c.id.in_(_IDS))
 # Two seeks of the (state, tenant) index: one tenant's backlog has no turns to rank.
 _TENANT_RANGE = select(
     select(func.min(jobs.c.tenant)).where(state_in(CLAIM.sources)).scalar_subquery(),
@@ -453,11 +383,11 @@ def _several_tenants(conn: Connection) -> bool:
     return bool(lowest != highest)
 
 
-def _unlocked(conn: Connection, ranked: list[str], walked: list[str]) -> list[str]:
+def _unlocked(conn: Connection, driver: drivers.Driver, ranked: list[str], walked: list[str]) -> list[str]:
     """Those of `ranked` no other transaction holds locked, locked now, in the same order, then those of
-    `walked` (locked by this transaction's walk) not among them. PostgreSQL: the ranking query cannot lock,
-    and concurrent claimers all rank the same jobs first: each takes what it can, and its own walk's."""
-    free = set(conn.execute(_LOCK_UNLOCKED, {"b_ids": ranked}).scalars())
+    `walked` (locked by this transaction's walk) not among them. The ranking query cannot lock, and
+    concurrent claimers all rank the same jobs first: each takes what it can, and its own walk's."""
+    free = set(conn.execute(driver.locking(_RANKED_IDS, skip_locked=True), {"b_ids": ranked}).scalars())
     taken = [job_id for job_id in ranked if job_id in free]
     return taken + [job_id for job_id in walked if job_id not in free]
 

@@ -1,13 +1,12 @@
-"""Engines and transactions.
+"""Engines and transactions, on either database: each engine is made by its database's driver
+(`jobstore.drivers`), which also sends the statements run below SQLAlchemy (`direct`).
 
-SQLite: WAL, `synchronous=FULL` by default, foreign keys on, and a real `BEGIN IMMEDIATE` for every write
-transaction (the pysqlite driver's own BEGIN handling is switched off, per SQLAlchemy's documented recipe).
-Writers queue for a write turn first (`jobstore.turns`: one per process, and a file lock beside the database
-shared by every process on the host), so the writer that begins normally finds the lock free and the others
-sleep in the kernel until it is their turn. SQLite's busy handler sleeps 1, 2, 5, 10 ms and more between
-tries, so it is disabled (`busy_timeout=0`) and `transact` retries the lock errors that remain (a program
-that takes no turns holds the lock) itself, with short, jittered, bounded waits. PostgreSQL: READ
-COMMITTED, with serialization failures and deadlocks retried the same bounded way.
+A write transaction on SQLite queues for a write turn first (`jobstore.turns`: one per process, and a file
+lock beside the database shared by every process on the host), so the writer that begins normally finds the
+lock free and the others sleep in the kernel until it is their turn. SQLite's busy handler sleeps 1, 2, 5,
+10 ms and more between tries, so the driver disables it and `transact` retries the lock errors that remain
+(a program that takes no turns holds the lock) itself, with short, jittered, bounded waits; serialization
+failures and deadlocks on PostgreSQL are retried the same bounded way.
 
 A SQLite engine only ever uses the file its URL names now (`jobstore.storefile`): it never creates the
 file (only `migrate.init_schema` does), a pooled connection whose file was removed or replaced is opened
@@ -29,18 +28,18 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import psycopg
-from sqlalchemy import ClauseElement, Connection, Engine, create_engine, event
+from sqlalchemy import ClauseElement, Connection, Engine, event
 from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.dialects.sqlite.base import SQLiteCompiler
 from sqlalchemy.dialects.sqlite.pysqlite import dialect as pysqlite_dialect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import doorbells, events, storefile
-from outbox_bridge.jobstore.turns import WriteTurn, shared_turn
+from outbox_bridge.jobstore import doorbells, drivers, events, storefile
+from outbox_bridge.jobstore.turns import WriteTurn
 from outbox_bridge.telemetry.instruments import STORE_WRITE_SECONDS
 from outbox_bridge.telemetry.logs import JobEvent, emit
 
@@ -48,9 +47,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 SLOW_LOCK_WAIT = 0.005
-# A PostgreSQL connection back from the pool after this long idle is pinged before it is used.
-PING_AFTER_IDLE_SECONDS = 1.0
-_IDLE_SINCE = "idle_since"
 # A busy store's transaction is tried again after 0.2 ms, doubling to 4 ms, until its timeout.
 RETRY_PAUSES = Backoff(0.0002, 0.004)
 
@@ -134,45 +130,12 @@ def start_stats_writer(directory: Path, name: str, interval: float = 0.2) -> Non
 
 
 def make_engine(settings: Settings, **kwargs: Any) -> Engine:
-    """An engine for `settings.database_url`; nothing is created on disk."""
+    """An engine for `settings.database_url`, made by its database's driver; nothing is created on disk."""
     url = make_url(settings.database_url)
     options = {"store_lock_timeout": settings.store_lock_timeout_seconds}
-    if url.get_backend_name() == "sqlite":
-        engine = create_engine(url, execution_options=options, **kwargs)
-        engine.dialect.statement_compiler = HintedSQLiteCompiler
-        _install_sqlite_hooks(engine, settings.sqlite_synchronous)
-        database = sqlite_path(settings)
-        if database is not None:
-            _turns[engine] = shared_turn(turn_path(database))
-            _ringers[engine] = doorbells.Ringer(doorbells.directory_for(database))
-            if not url.query.get("uri"):  # a URI names its own file and open mode
-                storefile.guard(engine, database)
-    else:
-        engine = create_engine(url, isolation_level="READ COMMITTED", execution_options=options, **kwargs)
-        _ping_when_idle(engine)
+    engine = drivers.for_url(url).make_engine(url, settings, options, **kwargs)
     event.listen(engine, "before_cursor_execute", _count_statement)
     return engine
-
-
-def _ping_when_idle(engine: Engine) -> None:
-    """Check a pooled connection with a round trip only when it comes back to work after
-    `PING_AFTER_IDLE_SECONDS` in the pool; a dead one is replaced before the caller sees it. A connection in
-    steady use goes unchecked (a ping at every checkout was one round trip in every transaction): if the
-    server dropped it meanwhile, `transact` runs the transaction again on a new one (`_attempt`)."""
-
-    @event.listens_for(engine, "checkin")
-    def _note_idle(_dbapi_connection: Any, record: Any) -> None:
-        record.info[_IDLE_SINCE] = time.monotonic()
-
-    @event.listens_for(engine, "checkout")
-    def _ping_if_idle(dbapi_connection: Any, record: Any, _proxy: Any) -> None:
-        idle_since = record.info.get(_IDLE_SINCE)
-        if idle_since is None or time.monotonic() - idle_since < PING_AFTER_IDLE_SECONDS:
-            return
-        try:
-            engine.dialect.do_ping(dbapi_connection)
-        except Exception as exc:
-            raise DisconnectionError(f"a pooled connection failed its ping: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -261,10 +224,17 @@ def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> li
     values = {**statement.defaults, **params} if statement.defaults else params
     _announce(conn, statement.sql, values, many=False)
     with _as_sqlalchemys(conn, statement.sql, values):
-        if conn.dialect.name == "sqlite":
-            return driver.execute(statement.sql, values).fetchall()  # type: ignore[union-attr]
-        cursor = driver.execute(statement.sql, values, prepare=statement.prepared)  # type: ignore[union-attr]
-        return cursor.fetchall() if cursor.description is not None else []
+        return drivers.of(conn).execute(driver, statement.sql, values, prepared=statement.prepared)
+
+
+def run(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """`direct` of `statement` (Core or `text`), compiled once for the database `conn` is connected to."""
+    return direct(conn, _compiled(statement, conn.dialect.name), params)
+
+
+@functools.lru_cache(maxsize=256)
+def _compiled(statement: ClauseElement, dialect: str) -> Direct:
+    return Direct.of(statement, dialect=dialect)
 
 
 def direct_in(
@@ -356,26 +326,13 @@ def _count_statement(conn: Connection, *_args: Any) -> None:
         _held_to_one[conn] = 1
 
 
-def _install_sqlite_hooks(engine: Engine, synchronous: str) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Stop pysqlite from issuing its own (deferred) BEGIN; `_on_begin` issues ours.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA synchronous={synchronous}")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=0")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # On the driver's connection: SQLAlchemy's execution layer would double what a BEGIN costs inside
-        # the write turn. Its errors are SQLAlchemy's all the same, so `transact` retries a busy lock.
-        sql = f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'IMMEDIATE')}"
-        _announce(conn, sql, (), many=False)
-        with _as_sqlalchemys(conn, sql, ()):
-            conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
+def begin_directly(conn: Connection, sql: str) -> None:
+    """Send `sql` (a BEGIN) on `conn`'s driver connection, below SQLAlchemy's execution layer, which would
+    double what a BEGIN costs inside the write turn; its errors are SQLAlchemy's all the same, so `transact`
+    retries a busy lock."""
+    _announce(conn, sql, (), many=False)
+    with _as_sqlalchemys(conn, sql, ()):
+        conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
 
 # The write turn of each SQLite file engine, and what rings its relays after a commit that added outbox
@@ -384,16 +341,25 @@ _turns: weakref.WeakKeyDictionary[Engine, WriteTurn] = weakref.WeakKeyDictionary
 _ringers: weakref.WeakKeyDictionary[Engine, doorbells.Ringer] = weakref.WeakKeyDictionary()
 
 
+def take_turns(engine: Engine, turn: WriteTurn) -> None:
+    """Every write transaction of `engine` takes a turn of `turn` first."""
+    _turns[engine] = turn
+
+
+def ring_after_commits(engine: Engine, ringer: doorbells.Ringer) -> None:
+    """After every write transaction of `engine` that added outbox rows, `ringer` rings the relays."""
+    _ringers[engine] = ringer
+
+
 def turn_path(database: Path) -> Path:
     """The file writers on one host take write turns on, beside the database."""
     return database.with_name(f"{database.name}-write-turn")
 
 
 def sqlite_path(settings: Settings) -> Path | None:
+    """The file the store lives in, or None (a server, an in-memory database)."""
     url = make_url(settings.database_url)
-    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
-        return None
-    return Path(url.database)
+    return drivers.for_url(url).file(url)
 
 
 def _is_retryable(exc: DBAPIError) -> bool:
@@ -431,7 +397,7 @@ def transact_one(
     sent (`SecondStatement`): the first has already committed. A connection lost during the statement is
     not run again, since the statement may have committed (`StoreUnavailable`, as for a COMMIT lost on
     the way). On SQLite, `transact`."""
-    return _run(engine, fn, args, kwargs, write=True, one=engine.dialect.name == "postgresql")
+    return _run(engine, fn, args, kwargs, write=True, one=drivers.of(engine).commits_one_statement)
 
 
 def read(
@@ -453,7 +419,7 @@ def read_one(
     """`read` for a read of one statement. On PostgreSQL it runs in autocommit: one round trip where BEGIN,
     the statement and COMMIT take three. A second statement is refused before it is sent
     (`SecondStatement`); a connection lost on the way is read again on a new one. On SQLite, `read`."""
-    return _run(engine, fn, args, kwargs, write=False, one=engine.dialect.name == "postgresql")
+    return _run(engine, fn, args, kwargs, write=False, one=drivers.of(engine).commits_one_statement)
 
 
 def _run(
@@ -604,8 +570,9 @@ def _attempt(
             conn.execution_options(isolation_level="AUTOCOMMIT")
             with _one_statement(conn):
                 return _reconnecting(fn, conn, *args, **kwargs), None, []
-        if engine.dialect.name == "sqlite":
-            conn = conn.execution_options(sqlite_begin="DEFERRED")
+        options = drivers.of(engine).read_options
+        if options:
+            conn = conn.execution_options(**options)
         with conn.begin():
             return _reconnecting(fn, conn, *args, **kwargs), None, []
     doorbells.forget(conn)

@@ -16,9 +16,6 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Float,
-    Integer,
-    String,
-    Text,
     and_,
     bindparam,
     case,
@@ -31,14 +28,13 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 
 from outbox_bridge.core.backoff import Backoff
-from outbox_bridge.jobstore import db, events, outbox
+from outbox_bridge.jobstore import drivers, events, outbox
 from outbox_bridge.jobstore.decisions import STORAGE_FAULT, Decision, decide_completion, decide_failure
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Job, dumps
-from outbox_bridge.jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
+from outbox_bridge.jobstore.schema import attempts, jobs, state_in
 from outbox_bridge.jobstore.states import HELD, State
 
 # Hot statements are built once with bound parameters: building a statement costs far more than running it.
@@ -48,10 +44,10 @@ _IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
 
 def _fence(job_id: Any, epoch: Any, now: Any) -> ColumnElement[bool]:
     """The guard on every worker write: this epoch, still running, lease alive, deadline not passed."""
-    return and_(jobs.c.id == job_id, jobs.c.epoch == epoch, _still_held(now))
+    return and_(jobs.c.id == job_id, jobs.c.epoch == epoch, still_held(now))
 
 
-def _still_held(now: Any) -> ColumnElement[bool]:
+def still_held(now: Any) -> ColumnElement[bool]:
     return and_(
         state_in(HELD),
         jobs.c.lease_expires_at > now,
@@ -61,7 +57,7 @@ def _still_held(now: Any) -> ColumnElement[bool]:
 
 _FENCE = _fence(bindparam("b_id"), bindparam("b_epoch"), _NOW)
 # The same guard for many (job id, epoch) pairs at once.
-_FENCES = and_(tuple_(jobs.c.id, jobs.c.epoch).in_(bindparam("b_fences", expanding=True)), _still_held(_NOW))
+FENCES = and_(tuple_(jobs.c.id, jobs.c.epoch).in_(bindparam("b_fences", expanding=True)), still_held(_NOW))
 
 
 def _fenced(job_id: str, epoch: int, now: float, **more: Any) -> dict[str, Any]:
@@ -133,7 +129,7 @@ def _state_case(outcome: dict[State, ColumnElement[bool]]) -> ColumnElement[str]
     return case(*((when, state.value) for state, when in named), else_=otherwise.value)
 
 
-def _complete_statement(guard: ColumnElement[bool], attempt_id: Any) -> Any:
+def complete_statement(guard: ColumnElement[bool], attempt_id: Any) -> Any:
     # Cancel-versus-complete is `decide_completion`; the statement only applies what it says.
     outcome = _outcomes(
         decide_completion,
@@ -158,53 +154,17 @@ def _complete_statement(guard: ColumnElement[bool], attempt_id: Any) -> Any:
     )
 
 
-_COMPLETE = _complete_statement(_FENCE, bindparam("b_attempt"))
+_COMPLETE = complete_statement(_FENCE, bindparam("b_attempt"))
 # Many at once: each job's own fence, and the result pointer names the attempt of the fenced epoch.
-_ATTEMPT_OF_EPOCH = (
+ATTEMPT_OF_EPOCH = (
     select(attempts.c.id)
     .where(attempts.c.job_id == jobs.c.id, attempts.c.epoch == jobs.c.epoch)
     .scalar_subquery()
 )
-# SQLite: the fences' job ids once more, as a plain `IN` the primary key's index looks up (a tuple `IN` it
-# cannot: it walked the jobs running under a live lease instead; `jobstore.schema.SQLITE_JOBS_BY_ID`).
-_COMPLETE_MANY = _complete_statement(
-    and_(jobs.c.id.in_(bindparam("b_fence_ids", expanding=True)), _FENCES), _ATTEMPT_OF_EPOCH
-).with_hint(SQLITE_JOBS_BY_ID, dialect_name="sqlite")
-# PostgreSQL: the same, and the attempts it ends, in one statement run below SQLAlchemy (`db.direct`): one
-# round trip where the two statements took two. Each completion is a row of `_FINISHING`.
-_FINISHING = (
-    select(
-        func.unnest(
-            bindparam("b_jobs", type_=ARRAY(String)),
-            bindparam("b_epochs", type_=ARRAY(Integer)),
-            bindparam("b_attempts", type_=ARRAY(String)),
-            bindparam("b_outputs", type_=ARRAY(Text)),
-        )
-        .table_valued("job_id", "epoch", "attempt_id", "output")
-        .render_derived(name="finishing")
-    )
-).cte("finishing")
-_COMPLETED = _complete_statement(
-    and_(jobs.c.id == _FINISHING.c.job_id, jobs.c.epoch == _FINISHING.c.epoch, _still_held(_NOW)),
-    _ATTEMPT_OF_EPOCH,
-).cte("completed")
-_ENDED = (
-    update(attempts)
-    .where(attempts.c.id == _FINISHING.c.attempt_id, _FINISHING.c.job_id == _COMPLETED.c.id)
-    .values(
-        outcome=_COMPLETED.c.state,
-        ended_at=_NOW,
-        output=_FINISHING.c.output,
-        error_code=None,
-        error_message=None,
-    )
-    .cte("ended")
-)
-_COMPLETE_MANY_PG = db.Direct.of(select(_COMPLETED).add_cte(_ENDED), prepared=True)
 
 
 class _Completed(NamedTuple):
-    """A row of `_COMPLETE_MANY_PG` or `_COMPLETE_MANY`: the job's new state, then `events.COLUMNS`."""
+    """A row of a driver's `complete_many`: the job's new state, then `events.COLUMNS`."""
 
     state: str
     id: str
@@ -248,41 +208,13 @@ def complete_many(conn: Connection, completions: Sequence[Completion], now: floa
     that attempt; the others are not disturbed."""
     if not completions:
         return []
-    if conn.dialect.name == "postgresql":
-        return _complete_many_at_once(conn, completions, now)
-    fences = [(c.job_id, c.epoch) for c in completions]
-    completed = db.direct_in(conn, _COMPLETE_MANY, {"b_now": now}, "b_fences", fences, firsts="b_fence_ids")
-    rows = [_Completed(*row) for row in completed]
-    states = {row.id: State(row.state) for row in rows}
-    ended = [
-        _ended(c.attempt_id, states[c.job_id].value, now, output=c.output)
-        for c in completions
-        if c.job_id in states
-    ]
-    if ended:
-        db.direct_many(conn, _END_ATTEMPT_SQLITE, ended)
-    events.note(conn, (events.of_row(row.state, row) for row in rows))
-    return [states.get(c.job_id) for c in completions]
-
-
-def _complete_many_at_once(
-    conn: Connection, completions: Sequence[Completion], now: float
-) -> list[State | None]:
-    params = {
-        "b_now": now,
-        "b_jobs": [c.job_id for c in completions],
-        "b_epochs": [c.epoch for c in completions],
-        "b_attempts": [c.attempt_id for c in completions],
-        "b_outputs": [None if c.output is None else dumps(c.output) for c in completions],
-    }
-    rows = [_Completed(*row) for row in db.direct(conn, _COMPLETE_MANY_PG, params)]
+    rows = [_Completed(*row) for row in drivers.of(conn).complete_many(conn, completions, now)]
     events.note(conn, (events.of_row(row.state, row) for row in rows))
     states = {row.id: State(row.state) for row in rows}
     return [states.get(c.job_id) for c in completions]
 
 
 _FENCED_ROW = select(jobs).where(_FENCE)
-_FENCED_ROW_FOR_UPDATE = _FENCED_ROW.with_for_update()
 
 
 def fail(
@@ -303,7 +235,7 @@ def fail(
     lease is lost. A `STORAGE_FAULT` (the worker's storage failed, not the job) is refunded to the job's
     budget and counted against its own (`decide_failure`). The job keeps `message`, which its tenant sees;
     the attempt's record keeps `detail` when given, for the operator."""
-    query = _FENCED_ROW_FOR_UPDATE if conn.dialect.name == "postgresql" else _FENCED_ROW
+    query = drivers.of(conn).locking(_FENCED_ROW)
     row = conn.execute(query, _fenced(job_id, epoch, now)).mappings().first()
     if row is None:
         raise Fenced(job_id, epoch)
@@ -402,7 +334,7 @@ def release(conn: Connection, job_id: str, epoch: int, attempt_id: str, now: flo
 
 # The attempts' bookkeeping: each attempt row ends once, with the outcome of the write that ended it.
 
-_END_ATTEMPT = (
+END_ATTEMPT = (
     update(attempts)
     .where(attempts.c.id == bindparam("b_attempt"))
     .values(
@@ -415,9 +347,6 @@ _END_ATTEMPT = (
 )
 
 
-_END_ATTEMPT_SQLITE = db.Direct.of(_END_ATTEMPT, dialect="sqlite")
-
-
 def _end_attempt(
     conn: Connection,
     attempt_id: str,
@@ -428,10 +357,10 @@ def _end_attempt(
     code: str | None = None,
     message: str | None = None,
 ) -> None:
-    conn.execute(_END_ATTEMPT, _ended(attempt_id, outcome, now, output=output, code=code, message=message))
+    conn.execute(END_ATTEMPT, ended(attempt_id, outcome, now, output=output, code=code, message=message))
 
 
-def _ended(
+def ended(
     attempt_id: str,
     outcome: str,
     now: float,

@@ -10,21 +10,15 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring  # how `dumps` encodes a string
 from typing import Any
 
-from sqlalchemy import Connection, Engine, String, bindparam, func, insert, literal, select
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, Engine, bindparam, select
 
 from outbox_bridge.core.entropy import random_bytes
-from outbox_bridge.jobstore import db, doorbells, events, outbox
-from outbox_bridge.jobstore.db import Retry
+from outbox_bridge.jobstore import db, drivers, events
 from outbox_bridge.jobstore.errors import IdempotencyConflict
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Job, dumps
 from outbox_bridge.jobstore.schedule import Schedule, available_from
-from outbox_bridge.jobstore.schema import JOB_COLUMNS, jobs
-from outbox_bridge.jobstore.schema import outbox as outbox_table
+from outbox_bridge.jobstore.schema import jobs
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry.logs import JobEvent, job_event
 from outbox_bridge.telemetry.tracing import trace_id_of
@@ -163,7 +157,7 @@ def accept_prepared(conn: Connection, prepared: Sequence[Prepared]) -> list[Acce
     """`accept` of each `prepare`d request, in order, in the caller's transaction. A conflicting key is that
     request's outcome alone (nothing is written for it); a key twice in one batch is accepted once, as two
     accepts one after the other would be. The new jobs and their outbox rows are written with one multi-row
-    insert each (`_take_keys`), on PostgreSQL with one statement for both (`_take_keys_announced`)."""
+    insert each, or one statement for both (`Driver.insert_jobs`)."""
     return _outcomes(conn, prepared, take_keys(conn, prepared))
 
 
@@ -172,12 +166,11 @@ def accept_committed(
 ) -> list[Accepted | IdempotencyConflict]:
     """`accept_prepared` of what `requests()` returns, committed; `requests` is called once the transaction
     holds its write turn (a caller may top up its batch there), and again if the transaction runs again.
-    On PostgreSQL the writes are one statement that commits by itself (`db.transact_one`: one round trip
-    where BEGIN, the statement and COMMIT take three); a key that was already taken (the request again, or
-    a conflict) is then read in a transaction of its own. The job that holds it had committed before the
-    statement skipped it, so the read finds it as the same transaction's next statement would have."""
-    if engine.dialect.name != "postgresql":
-        return db.transact(engine, lambda conn: accept_prepared(conn, requests()))
+    Where the driver writes the jobs and their outbox rows in one statement, it commits by itself
+    (`db.transact_one`: one round trip where BEGIN, the statement and COMMIT take three). A key that was
+    already taken (the request again, or a conflict) is then read in a transaction of its own: the job that
+    holds it had committed before the write skipped it, so the read finds it as the same transaction's next
+    statement would have."""
     taken: list[Prepared] = []
 
     def take(conn: Connection) -> set[str]:
@@ -191,16 +184,9 @@ def accept_committed(
 
 
 def take_keys(conn: Connection, prepared: Sequence[Prepared]) -> set[str]:
-    """Write the job and outbox rows of each request whose key is new, and note their `accepted` events, in
-    the caller's transaction; the ids of the jobs written. One statement on PostgreSQL."""
-    rows = [p.row for p in prepared]
-    if conn.dialect.name == "postgresql":
-        created = _take_keys_announced(conn, rows)
-    else:
-        created = _take_keys(conn, rows)
-        outbox.add_accepted(
-            conn, rows if len(created) == len(rows) else [r for r in rows if r["id"] in created]
-        )
+    """Write the job and outbox rows of each request whose key is new (`Driver.insert_jobs`), and note their
+    `accepted` events, in the caller's transaction; the ids of the jobs written."""
+    created = drivers.of(conn).insert_jobs(conn, [p.row for p in prepared])
     events.note(conn, (p.event for p in prepared if p.row["id"] in created))
     return created
 
@@ -263,41 +249,6 @@ def _job_row(
     }  # fmt: skip
 
 
-def _take_keys(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
-    """SQLite: insert the job rows whose tenant + key is free, below SQLAlchemy (`db.direct_many`); the
-    ids of those inserted. When the driver counts every row inserted (the common case), that is all of
-    them; otherwise one indexed lookup of our ids says which (a key taken before, or twice in this batch,
-    skipped its row). When a concurrent accept of the same key wins, ours fails on the unique key and the
-    transaction runs again."""
-    if not rows:
-        return set()
-    try:
-        inserted = db.direct_many(conn, _INSERT_NEW_KEY_SQLITE, rows)
-    except IntegrityError as exc:  # read the winner's row on the rerun
-        raise Retry("idempotency key raced") from exc
-    ids = [row["id"] for row in rows]
-    if inserted == len(rows):
-        return set(ids)
-    return {str(r[0]) for r in db.direct_in(conn, _IDS_PRESENT, {}, "b_ids", ids)}
-
-
-def _take_keys_announced(conn: Connection, rows: Sequence[dict[str, Any]]) -> set[str]:
-    """PostgreSQL: `_take_keys` and the new jobs' outbox rows in one statement, run below SQLAlchemy
-    (`db.direct`); the ids of the jobs inserted. An accept of a key another uncommitted transaction is
-    inserting waits for it, then skips the key if it committed (the caller reads the winner's row) or
-    inserts it if it rolled back."""
-    if not rows:
-        return set()
-    params = {f"b_{name}": [row[name] for row in rows] for name in JOB_COLUMNS}
-    try:
-        created = {str(row[0]) for row in db.direct(conn, _ACCEPT_PG, params)}
-    except IntegrityError as exc:  # read the winner's row on the rerun
-        raise Retry("idempotency key raced") from exc
-    if created:
-        doorbells.note_outbox_row(conn, min(row["available_at"] for row in rows if row["id"] in created))
-    return created
-
-
 def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) -> Accepted:
     existing = _find_by_key(conn, tenant, operation_key)
     assert existing is not None, "the key was found taken in this transaction"
@@ -306,51 +257,6 @@ def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) ->
     return Accepted(existing, created=False)
 
 
-_INSERT_NEW_KEY_SQLITE = db.Direct.of(
-    sqlite_insert(jobs)
-    .values({name: bindparam(name) for name in JOB_COLUMNS})
-    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"]),
-    dialect="sqlite",
-)
-_IDS_PRESENT = select(jobs.c.id).where(jobs.c.id.in_(bindparam("b_ids", expanding=True)))
-
-
-def _array_of(type_: Any) -> ARRAY[Any]:
-    return ARRAY(String() if isinstance(type_, String) else type_)
-
-
-# PostgreSQL: the job rows arrive as one array per column, the inserted ones are announced in the same
-# statement (their outbox rows take the job's tenant and priority, as `outbox.add_accepted` writes them).
-# An array of `varchar(n)` would truncate a longer value without a word (an explicit cast does), so the
-# arrays are of unbounded strings and the insert into the column itself refuses it.
-_ACCEPTING = (
-    func.unnest(*(bindparam(f"b_{column.name}", type_=_array_of(column.type)) for column in jobs.c))
-    .table_valued(*JOB_COLUMNS)
-    .render_derived(name="accepting")
-)
-_INSERTED = (
-    postgresql_insert(jobs)
-    .from_select(list(JOB_COLUMNS), select(_ACCEPTING))
-    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
-    .returning(jobs.c.id, jobs.c.created_at, jobs.c.available_at, jobs.c.tenant, jobs.c.priority)
-    .cte("inserted")
-)
-_ANNOUNCED = (
-    insert(outbox_table)
-    .from_select(
-        ["job_id", "created_at", "available_at", "publish_attempts", "tenant", "priority"],
-        select(
-            _INSERTED.c.id,
-            _INSERTED.c.created_at,
-            _INSERTED.c.available_at,
-            literal(0),
-            _INSERTED.c.tenant,
-            _INSERTED.c.priority,
-        ),
-    )
-    .cte("announced")
-)
-_ACCEPT_PG = db.Direct.of(select(_INSERTED.c.id).add_cte(_ANNOUNCED), prepared=True)
 _BY_KEY = select(jobs).where(
     jobs.c.tenant == bindparam("b_tenant"), jobs.c.operation_key == bindparam("b_key")
 )

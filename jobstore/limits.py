@@ -47,11 +47,10 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
-    text,
     update,
 )
 
-from outbox_bridge.jobstore import outbox
+from outbox_bridge.jobstore import drivers, outbox
 from outbox_bridge.jobstore.schema import jobs, kind_rates
 from outbox_bridge.jobstore.schema import outbox as outbox_rows
 from outbox_bridge.jobstore.states import State
@@ -120,7 +119,6 @@ class Decision:
     held: dict[str, Held] = field(default_factory=dict)
 
 
-_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 # Advisory lock spaces: apart from the tenants' (`tenantcap`) and from each other.
 _KIND_SPACE, _KEY_SPACE = 0x6B69, 0x6B65
 _RUNNING_KINDS = (
@@ -425,10 +423,9 @@ def held_counts(conn: Connection) -> list[HeldCount]:
 
 
 def _lock(conn: Connection, keys: Sequence[tuple[int, str]]) -> None:
-    if conn.dialect.name != "postgresql":
-        return
-    for space, name in sorted(keys):
-        conn.execute(_LOCK, {"space": space, "key": zlib.crc32(name.encode()) - 2**31})
+    drivers.of(conn).lock_keys(
+        conn, ((space, zlib.crc32(name.encode()) - 2**31) for space, name in sorted(keys))
+    )
 
 
 def _running_kinds(conn: Connection, kinds: Collection[str]) -> Counter[str]:

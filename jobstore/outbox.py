@@ -76,33 +76,6 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -
     doorbells.note_outbox_row(conn, min(at for _, at, _ in deliveries))
 
 
-# SQLite's accept (PostgreSQL's writes these rows in its one statement, `intake._ACCEPT_PG`).
-_INSERT_ACCEPTED = db.Direct.of(
-    insert(outbox).values(
-        {c: bindparam(c) for c in ("job_id", "created_at", "available_at", "tenant", "priority")}
-        | {"publish_attempts": 0}
-    ),
-    dialect="sqlite",
-)
-
-
-def add_accepted(conn: Connection, job_rows: Sequence[Mapping[str, Any]]) -> None:
-    """`add` for jobs being accepted in this transaction on SQLite, from their rows (id, tenant, priority,
-    available at, created at), in one call into the driver."""
-    if not job_rows:
-        return
-    db.direct_many(
-        conn,
-        _INSERT_ACCEPTED,
-        [
-            {"job_id": row["id"], "created_at": row["created_at"], "available_at": row["available_at"],
-             "tenant": row["tenant"], "priority": row["priority"]}
-            for row in job_rows
-        ],
-    )  # fmt: skip
-    doorbells.note_outbox_row(conn, min(row["available_at"] for row in job_rows))
-
-
 def drop_pending(conn: Connection, job_id: str) -> None:
     """Forget unpublished deliveries of a job that no longer needs one (claimed directly, or cancelled)."""
     conn.execute(_DROP_PENDING, {"b_job": job_id})
@@ -160,7 +133,6 @@ _FAIR = (
     .order_by(_RANKED.c.priority, _RANKED.c.turn, _RANKED.c.id)
     .limit(bindparam("b_limit"))
 )
-_ORDERED_SQLITE = db.Direct.of(_ORDERED, dialect="sqlite")
 _JOB_IDS: BindParameter[str] = bindparam("b_job_ids", expanding=True)
 
 
@@ -177,11 +149,7 @@ def due_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0) 
     when there are no more than `limit`; else by priority, then a turn per tenant, then age. With a
     `tenant_cap` (`TENANT_MAX_RUNNING`), a tenant gets no more rows than it may start jobs now: the rest wait
     here, not in the queue, where a consumer could only hand them back."""
-    params = {"b_now": now, "b_limit": limit + 1}
-    if conn.dialect.name == "postgresql":
-        rows = [(int(r[0]), str(r[1])) for r in conn.execute(_ORDERED, params)]
-    else:
-        rows = [(int(r[0]), str(r[1])) for r in db.direct(conn, _ORDERED_SQLITE, params)]
+    rows = [(int(r[0]), str(r[1])) for r in db.run(conn, _ORDERED, {"b_now": now, "b_limit": limit + 1})]
     if len(rows) > limit and _several_tenants(conn):
         rows = [(int(r[0]), str(r[1])) for r in conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit})]
     if tenant_cap:
@@ -214,11 +182,10 @@ def _within_cap(conn: Connection, rows: list[tuple[int, str]], cap: int) -> list
     return [row for row in rows if str(row[0]) in admitted]
 
 
-# The job's tenant, kind and trace context for its `published` event: in the mark's own statement on
-# PostgreSQL (`jobstore.relayrole`), by `_by_job` on SQLite (a correlated subquery in SQLite's RETURNING
-# cannot use an index: 3.40 scans `jobs` for every row returned).
+# The job's tenant, kind and trace context for its `published` event: in the mark's own statement
+# (`EVENT_FACTS_RETURNED`), or read by job id after it (`event_facts`), as the driver chooses.
 _EVENT_COLUMNS = (jobs.c.tenant, jobs.c.kind, jobs.c.traceparent)
-# A PostgreSQL mark's RETURNING: each marked row's job id, then its job's columns for the event
+# A mark's RETURNING: each marked row's job id, then its job's columns for the event
 # (`note_published_rows`).
 EVENT_FACTS_RETURNED = (
     outbox.c.job_id,
@@ -227,7 +194,7 @@ EVENT_FACTS_RETURNED = (
 _EVENT_FACTS = select(jobs.c.id, *_EVENT_COLUMNS).where(jobs.c.id.in_(_JOB_IDS))
 
 
-def _event_facts(conn: Connection, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
+def event_facts(conn: Connection, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
     """(job id, tenant, kind, trace context) of each of `job_ids`, for its `published` event."""
     found = _by_job(conn, _EVENT_FACTS, job_ids)
     return [(job_id, *found.get(job_id, (None, None, None))) for job_id in job_ids]
@@ -246,12 +213,6 @@ def note_published_rows(conn: Connection, rows: Sequence[Sequence[Any]]) -> int:
     return len(rows)
 
 
-def note_published(conn: Connection, job_ids: Sequence[str]) -> None:
-    """The `published` event of each of `job_ids`, marked in the caller's transaction by another path
-    (`jobstore.relayrole` on SQLite)."""
-    note_published_rows(conn, _event_facts(conn, job_ids))
-
-
 def prune_published(conn: Connection, *, older_than: float, limit: int = 5000) -> int:
     """Delete rows published before `older_than`, at most `limit` at a time."""
     ids = select(outbox.c.id).where(outbox.c.published_at < older_than).limit(limit)
@@ -261,7 +222,6 @@ def prune_published(conn: Connection, *, older_than: float, limit: int = 5000) -
 
 _EARLIEST = select(func.min(outbox.c.available_at)).where(outbox.c.published_at.is_(None))
 _NEXT_DUE = _EARLIEST.where(outbox.c.available_at > _NOW)
-_NEXT_DUE_SQLITE = db.Direct.of(_NEXT_DUE, dialect="sqlite")
 
 
 def earliest_unpublished(conn: Connection) -> float | None:
@@ -273,10 +233,7 @@ def earliest_unpublished(conn: Connection) -> float | None:
 def next_due(conn: Connection, now: float) -> float | None:
     """When the earliest unpublished row that is not due at `now` comes due (a delayed job's, a retry's),
     or None: a relay that leased everything due sets its timer for it."""
-    if conn.dialect.name == "sqlite":
-        due = db.direct(conn, _NEXT_DUE_SQLITE, {"b_now": now})[0][0]
-    else:
-        due = conn.execute(_NEXT_DUE, {"b_now": now}).scalar()
+    due = db.run(conn, _NEXT_DUE, {"b_now": now})[0][0]
     return None if due is None else float(due)
 
 

@@ -23,15 +23,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    ARRAY,
     BindParameter,
     ColumnElement,
     Connection,
     Engine,
     Float,
-    Integer,
     Update,
-    any_,
     bindparam,
     exists,
     select,
@@ -39,17 +36,15 @@ from sqlalchemy import (
     update,
 )
 
-from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore import db, drivers
 from outbox_bridge.jobstore.outbox import (
-    EVENT_FACTS_RETURNED,
     Lease,
     due_order,
     earliest_unpublished,
     next_due,
-    note_published,
     note_published_rows,
 )
-from outbox_bridge.jobstore.schema import SQLITE_BY_ROWID, jobs, outbox, relay_role
+from outbox_bridge.jobstore.schema import jobs, outbox, relay_role
 
 NAME = "relay"
 _NOW = bindparam("b_now", type_=Float)
@@ -162,54 +157,20 @@ def due(
     return lease, next_due(conn, now) if len(rows) < limit else None
 
 
-# PostgreSQL: the walk of `outbox.due_order` (locking nothing, leaving out the rows the holder has
-# published and not yet written back), the rows' trace context and `next_due`, in one statement. It reads
-# nothing (`serves` false) when more rows are due than the read takes and they belong to several tenants:
-# that read needs the fair ranking, and `due` runs it after this one. The rows left out are a hashed
-# `NOT IN`: `id <> ALL(...)` compared each row walked with every one of them (a relay's window holds up to
-# 1,000): 30-60 ms a read behind a backlog, 120-220 ms once the prepared statement's generic plan took over.
-_DUE_IN_ONE = db.Direct.of(
-    text("""
-WITH due AS (
-    SELECT id, job_id, tenant, priority FROM outbox
-    WHERE published_at IS NULL AND available_at <= :b_now
-      AND id NOT IN (SELECT unnest(CAST(:b_exclude AS bigint[])))
-    ORDER BY priority, id
-    LIMIT :b_walk
-), walk AS (
-    SELECT count(*) <= :b_limit
-        OR (SELECT min(tenant) FROM outbox WHERE published_at IS NULL)
-            = (SELECT max(tenant) FROM outbox WHERE published_at IS NULL) AS serves
-    FROM due
-), chosen AS (
-    SELECT id, job_id, priority, tenant FROM due WHERE (SELECT serves FROM walk) ORDER BY priority, id
-    LIMIT :b_limit
-)
-SELECT walk.serves,
-    (SELECT min(available_at) FROM outbox WHERE published_at IS NULL AND available_at > :b_now) AS next_due,
-    chosen.id, chosen.job_id, chosen.priority, chosen.tenant,
-    (SELECT traceparent FROM jobs WHERE jobs.id = chosen.job_id) AS traceparent
-FROM walk LEFT JOIN chosen ON true
-ORDER BY chosen.priority, chosen.id
-"""),
-    prepared=True,
-)
-
-
 def due_at_once(
     conn: Connection, token: str, *, now: float, limit: int, exclude: Collection[int] = ()
 ) -> tuple[Lease, float | None] | None:
-    """PostgreSQL, without a tenant cap: `due` in one statement, which can run on its own (`db.read_one`),
-    or None when more rows are due than the read takes and they belong to several tenants (`due` then
-    ranks them)."""
-    params = {"b_now": now, "b_limit": limit, "b_walk": limit + 1, "b_exclude": list(exclude)}
-    return _walked_in_one(token, db.direct(conn, _DUE_IN_ONE, params), limit)
+    """Where the driver reads the due rows at once (`Driver.reads_due_at_once`), without a tenant cap: `due`
+    in one statement, which can run on its own (`db.read_one`), or None when more rows are due than the read
+    takes and they belong to several tenants (`due` then ranks them)."""
+    returned = drivers.of(conn).read_due_at_once(conn, now=now, limit=limit, exclude=list(exclude))
+    return _walked_in_one(token, returned, limit)
 
 
 def _walked_in_one(
     token: str, returned: Sequence[Sequence[Any]], limit: int
 ) -> tuple[Lease, float | None] | None:
-    """The rows `_DUE_IN_ONE` returned as a `Lease` under `token`, with `next_due` when it found fewer than
+    """The rows the read at once returned as a `Lease` under `token`, with `next_due` when it found fewer than
     `limit`; None when the walk's order did not serve. Each row returned: serves, next_due, then a row's
     id, job id, priority, tenant and trace context (all null when it found none)."""
     serves, due = returned[0][:2]
@@ -236,10 +197,10 @@ def read(
     idle: bool = False,
 ) -> tuple[Lease | None, float | None]:
     """The holder's read of up to `limit` due rows, leaving out `exclude` (`due`), in a read of its own. On
-    PostgreSQL without a `tenant_cap`, one statement that runs on its own (`due_at_once`: one round trip).
-    On SQLite, when the outbox looked empty last time (`idle`), one look at the earliest row comes first:
-    (None, when it comes due) while nothing is due."""
-    if engine.dialect.name == "postgresql" and not tenant_cap:
+    a database read at once, without a `tenant_cap`, one statement that runs on its own (`due_at_once`: one
+    round trip). Otherwise, when the outbox looked empty last time (`idle`), one look at the earliest row
+    comes first: (None, when it comes due) while nothing is due."""
+    if drivers.of(engine).reads_due_at_once and not tenant_cap:
         found = db.read_one(engine, due_at_once, token, now=now, limit=limit, exclude=exclude)
         if found is not None:
             return found
@@ -263,33 +224,24 @@ def _due_unless_idle(
     return due(conn, token, now=now, limit=limit, exclude=exclude, tenant_cap=tenant_cap)
 
 
-def _mark(rows: ColumnElement[bool]) -> Update:
+def marking(rows: ColumnElement[bool]) -> Update:
+    """The mark of the unpublished outbox rows `rows` picks as published, while the role's token
+    (`b_token`) holds at `b_now`; each driver adds what it returns (`Driver.mark_published`)."""
     return (
         update(outbox)
-        .with_hint(SQLITE_BY_ROWID, dialect_name="sqlite")
         .where(rows, outbox.c.published_at.is_(None), _HELD)
         .values(published_at=_NOW, publish_attempts=outbox.c.publish_attempts + 1)
     )
 
 
-_MARK = _mark(outbox.c.id.in_(_IDS)).returning(outbox.c.job_id)
-# PostgreSQL: the job's tenant, kind and trace context for its `published` event in the same statement.
-_MARK_PG = db.Direct.of(
-    _mark(outbox.c.id == any_(bindparam("b_ids", type_=ARRAY(Integer)))).returning(*EVENT_FACTS_RETURNED)
-)
-
-
 def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float) -> int:
-    """Mark confirmed rows published, while `token` holds the role. Returns how many changed. One statement
-    on PostgreSQL."""
+    """Mark confirmed rows published, while `token` holds the role, with a `published` event for each.
+    Returns how many changed."""
     if not ids:
         return 0
-    params = {"b_token": token, "b_now": now}
-    if conn.dialect.name == "postgresql":
-        return note_published_rows(conn, db.direct(conn, _MARK_PG, params | {"b_ids": list(ids)}))
-    marked = [str(r[0]) for r in db.direct_in(conn, _MARK, params, "b_ids", ids)]
-    note_published(conn, marked)
-    return len(marked)
+    return note_published_rows(
+        conn, drivers.of(conn).mark_published(conn, {"b_token": token, "b_now": now}, ids)
+    )
 
 
 _HOLD_BACK = (

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
+
+from outbox_bridge.jobstore import drivers
 
 log = logging.getLogger(__name__)
 
@@ -33,28 +35,17 @@ MIN_INTERVAL_SECONDS = 10.0
 # runs it has leases to settle, and the next sweep tries again.
 LOCK_TIMEOUT = "200ms"
 
-_STALE = text(
-    "SELECT relname FROM pg_stat_user_tables"
-    " WHERE relid = ANY(CAST(:tables AS regclass[]))"
-    " AND n_mod_since_analyze > GREATEST(:min_changed, :fraction * n_live_tup)"
-    " AND COALESCE(GREATEST(last_analyze, last_autoanalyze), '-infinity')"
-    " < now() - make_interval(secs => :min_interval)"
-)
-
 
 def stale(engine: Engine, min_interval: float = MIN_INTERVAL_SECONDS) -> list[str]:
     """The store tables whose rows changed enough since their last ANALYZE, which was at least
-    `min_interval` seconds ago (none on SQLite)."""
-    if engine.dialect.name != "postgresql":
-        return []
+    `min_interval` seconds ago (none where the database keeps no such statistics)."""
     params = {
         "tables": list(TABLES),
         "min_changed": MIN_CHANGED,
         "fraction": CHANGED_FRACTION,
         "min_interval": min_interval,
     }
-    with engine.connect() as conn:
-        return sorted(str(name) for name in conn.execute(_STALE, params).scalars())
+    return drivers.of(engine).stale_tables(engine, params)
 
 
 def refresh(engine: Engine, min_interval: float = MIN_INTERVAL_SECONDS) -> list[str]:
@@ -69,8 +60,7 @@ def refresh(engine: Engine, min_interval: float = MIN_INTERVAL_SECONDS) -> list[
     for table in tables:
         try:
             with engine.begin() as conn:
-                conn.execute(text(f"SET LOCAL lock_timeout = '{LOCK_TIMEOUT}'"))
-                conn.execute(text(f"ANALYZE {table}"))
+                drivers.of(conn).analyze(conn, table, lock_timeout=LOCK_TIMEOUT)
         except SQLAlchemyError as exc:
             log.debug("ANALYZE %s postponed: %s", table, exc)
             continue

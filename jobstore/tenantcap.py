@@ -15,8 +15,9 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam, func, select, text
+from sqlalchemy import Connection, bindparam, func, select
 
+from outbox_bridge.jobstore import drivers
 from outbox_bridge.jobstore.schema import jobs
 from outbox_bridge.jobstore.states import State
 
@@ -43,7 +44,6 @@ RUNNING_BY_TENANT = _RUNNING_ALL.subquery("running")
 _TENANT_RANGE = select(
     select(func.min(jobs.c.tenant)).scalar_subquery(), select(func.max(jobs.c.tenant)).scalar_subquery()
 )
-_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 
 
 def running(conn: Connection, tenants: Collection[str] | None = None) -> Counter[str]:
@@ -85,13 +85,10 @@ class Share:
 
 
 def lock(conn: Connection, tenants: Iterable[str]) -> None:
-    """On PostgreSQL, wait for and take this transaction's advisory lock on each tenant, in sorted order.
-    SQLite needs none: its write transactions run one at a time."""
-    if conn.dialect.name != "postgresql":
-        return
-    for tenant in sorted(set(tenants)):
-        key = zlib.crc32(tenant.encode()) - 2**31  # a stable signed 32-bit key
-        conn.execute(_LOCK, {"space": _LOCK_SPACE, "key": key})
+    """Wait for and take this transaction's lock on each tenant, in sorted order (where the database needs
+    one: SQLite's write transactions run one at a time)."""
+    keys = (zlib.crc32(tenant.encode()) - 2**31 for tenant in sorted(set(tenants)))  # stable signed 32-bit
+    drivers.of(conn).lock_keys(conn, ((_LOCK_SPACE, key) for key in keys))
 
 
 def admit(

@@ -17,11 +17,10 @@ import math
 import threading
 import weakref
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.orm import Session
 
 from outbox_bridge.api.auth import NAME_RULE, is_valid_name
@@ -34,7 +33,7 @@ from outbox_bridge.client.job import Job
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.registry import load as load_kinds
-from outbox_bridge.jobstore import doorbells, events, intake, migrate
+from outbox_bridge.jobstore import doorbells, drivers, events, intake, migrate
 from outbox_bridge.jobstore.errors import IdempotencyConflict
 from outbox_bridge.telemetry.logs import emit
 
@@ -142,13 +141,9 @@ def _check_store(connection: Connection) -> None:
     engine = connection.engine
     if engine in _checked:
         return
-    if engine.dialect.name == "sqlite":
-        mode = connection.execute(text("PRAGMA journal_mode")).scalar()
-        if str(mode).lower() != "wal":
-            raise StoreMismatch(
-                f"the SQLite database is in {mode} journal mode; the store runs in WAL mode "
-                "(`outbox-bridge db init` sets it, and every connection the store opens uses it)"
-            )
+    unfit = drivers.of(engine).check(connection)
+    if unfit is not None:
+        raise StoreMismatch(unfit)
     current, head = migrate.revision_of(connection), migrate.head_revision()
     if current != head:
         raise StoreMismatch(
@@ -198,7 +193,6 @@ def _listen(engine: Engine) -> None:
 
 
 def _ringer(engine: Engine) -> doorbells.Ringer | None:
-    """What rings the relays of a SQLite file store; None elsewhere (PostgreSQL's trigger notifies)."""
-    if engine.dialect.name != "sqlite" or engine.url.database in (None, "", ":memory:"):
-        return None
-    return doorbells.Ringer(doorbells.directory_for(Path(engine.url.database)))
+    """What rings the relays after the caller's commit: a SQLite file store's doorbell; None where the
+    database announces new rows itself (PostgreSQL's trigger notifies)."""
+    return drivers.of(engine).ringer(engine)

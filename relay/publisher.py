@@ -39,7 +39,7 @@ from outbox_bridge.broker.connection import BROKER_ERRORS, BrokerNodes, broker_a
 from outbox_bridge.core import clock, faults
 from outbox_bridge.core.backoff import compute_backoff
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, relayrole
+from outbox_bridge.jobstore import db, drivers, relayrole
 from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.relay import ledger, schedules
 from outbox_bridge.relay.ahead import PublishAhead
@@ -278,7 +278,7 @@ class Relay(LoopWork):
         token = self._role_token
         if token is None or not self._holds_role():
             return  # a standby: the holder publishes; `_on_role` leases once this relay holds the role
-        if self.settings.is_postgresql:  # a round trip to a server, which may hang: not on the loop
+        if drivers.of(self.engine).over_network:  # a round trip to a server, which may hang: not on the loop
             read = partial(
                 ledger.read_due,
                 self.engine,

@@ -18,7 +18,7 @@ from pika.adapters.select_connection import IOLoop, PollEvents
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, doorbells
+from outbox_bridge.jobstore import db, doorbells, drivers
 from outbox_bridge.jobstore.notifications import Listener, ListenerLost
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class Wakeups:
         directory = doorbells.directory_for(database) if database else None
         self._doorbell = doorbells.Doorbell.open(directory) if directory else None
         self._ringer = doorbells.Ringer(directory) if directory and self._doorbell else None
-        self._postgres = settings.is_postgresql
+        self._notified = drivers.for_url(settings.database_url).notifies
         self._listener: Listener | None = None
         self._ioloop = ioloop
         self._wake = wake
@@ -60,7 +60,7 @@ class Wakeups:
         self._started = True
         if self._doorbell is not None:
             self._ioloop.add_handler(self._doorbell.fileno(), self._on_ring, PollEvents.READ)
-        elif self._postgres:
+        elif self._notified:
             self._listen()
 
     def stop(self) -> None:

@@ -22,6 +22,7 @@ from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, operator, relayrole, sweeper
+from outbox_bridge.jobstore.drivers import postgresql as postgresql_driver
 from outbox_bridge.jobstore.errors import Fenced, IdempotencyConflict
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.schema import attempts, jobs
@@ -336,7 +337,7 @@ def test_a_connection_dropped_while_in_the_pool_is_replaced_and_the_transaction_
 def test_a_connection_back_from_idle_is_pinged_and_replaced_before_use(
     pg_engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(db, "PING_AFTER_IDLE_SECONDS", 0.0)
+    monkeypatch.setattr(postgresql_driver, "PING_AFTER_IDLE_SECONDS", 0.0)
     pg_engine.pool.dispose()
     _terminate_backend_of_next_connection(pg_engine)
     runs: list[int] = []

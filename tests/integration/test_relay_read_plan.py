@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 from outbox_bridge.jobstore import db, relayrole
+from outbox_bridge.jobstore.drivers import postgresql as postgresql_driver
 from tests.support.store import new_jobs
 
 pytestmark = pytest.mark.databases("postgresql")
@@ -39,7 +40,7 @@ def backlog(engine: Engine) -> list[int]:
 
 def plan(engine: Engine, mode: str, exclude: list[int]) -> str:
     """EXPLAIN of the read as the relay prepares it, under `plan_cache_mode = mode`."""
-    sql = relayrole._DUE_IN_ONE.sql
+    sql = postgresql_driver.DUE_AT_ONCE.sql
     for number, name in enumerate(("b_now", "b_limit", "b_walk", "b_exclude"), start=1):
         sql = sql.replace(f"%({name})s", f"${number}")
     with engine.connect() as conn:

@@ -12,21 +12,26 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from outbox_bridge.jobstore import claiming, db, fenced, migrate, outbox, relayrole
+from outbox_bridge.jobstore import claiming, db, migrate, outbox
+from outbox_bridge.jobstore.drivers import sqlite as driver
 from tests.conftest import sqlite_settings
 
 PLANS = {
     "claim by ids": (
-        claiming._statements(None).many,
+        claiming._claim_many(None),
         "b_ids",
         "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
     ),
     "claim by ids, guarded by limits": (
-        claiming._statements(("export",)).many,
+        claiming._claim_many(("export",)),
         "b_ids",
         "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
     ),
-    "relay role's mark": (relayrole._MARK, "b_ids", "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)"),
+    "relay role's mark": (
+        driver.MARK_PUBLISHED,
+        "b_ids",
+        "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)",
+    ),
     "pending rows dropped by job": (
         outbox._DROP_PENDING_MANY,
         "b_jobs",
@@ -54,7 +59,7 @@ def sqlite(tmp_path: Path) -> Iterator[Engine]:
 
 
 def test_a_completion_looks_each_fenced_job_up(sqlite: Engine) -> None:
-    sql = db._compiled_in(fenced._COMPLETE_MANY, "sqlite", "b_fences", 12, False, "b_fence_ids").sql
+    sql = db._compiled_in(driver.COMPLETE_MANY, "sqlite", "b_fences", 12, False, "b_fence_ids").sql
     assert plan(sqlite, sql)[0] == "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"
 
 
@@ -66,7 +71,9 @@ def test_a_statement_by_ids_looks_each_id_up(sqlite: Engine, name: str) -> None:
 
 
 def test_the_relay_walks_due_rows_in_order_on_their_index_without_sorting(sqlite: Engine) -> None:
-    assert plan(sqlite, outbox._ORDERED_SQLITE.sql) == ["SCAN outbox USING INDEX ix_outbox_due_priority_id"]
+    assert plan(sqlite, db.Direct.of(outbox._ORDERED, dialect="sqlite").sql) == [
+        "SCAN outbox USING INDEX ix_outbox_due_priority_id"
+    ]
 
 
 def test_the_relays_tenant_check_seeks_the_due_tenants_index(sqlite: Engine) -> None:

@@ -1,0 +1,171 @@
+"""One driver per database: what the store does differently on SQLite and on PostgreSQL, behind one interface.
+
+Everything else in `jobstore` is shared and written once: the states and their decisions, the guards every
+write runs under, the priorities and the tenants' turns, the flow limits. A driver holds the rest: how an
+engine is made and a statement is sent, how rows are locked, how a new job, a claim and a completion are
+written (in one statement where the database can write several tables in one, as PostgreSQL can), how the
+relay reads and marks the outbox, and how a process hears that outbox rows were committed.
+
+A driver is chosen by the database's name (`of`, `for_url`) and loaded the first time a store of its
+database is used, so that a process on SQLite never loads PostgreSQL's statements, and the reverse. The
+store's test suite runs every test on both drivers (`tests/support/store.py`).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import Connection, Engine, Select
+from sqlalchemy.engine import URL, make_url
+
+if TYPE_CHECKING:
+    from outbox_bridge.core.settings import Settings
+    from outbox_bridge.jobstore.bells import Bell
+    from outbox_bridge.jobstore.doorbells import Ringer
+    from outbox_bridge.jobstore.fenced import Completion
+
+# The databases a store can live in, by SQLAlchemy's name for them, and the module of each one's driver.
+DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql"}
+
+
+class UnknownDatabase(ValueError):
+    """A database URL names a database the store has no driver for."""
+
+
+class Driver:
+    """The store's operations whose statements differ between databases. Each method is implemented by both
+    drivers; a driver's module holds its statements, named, beside the methods that run them."""
+
+    name: ClassVar[str]
+    # A statement sent on its own commits by itself (one round trip where BEGIN, the statement and COMMIT
+    # take three): `db.transact_one` and `db.read_one` use it; where false they are `transact` and `read`.
+    commits_one_statement: ClassVar[bool]
+    # The store is a server: a call may wait on the network, so an event loop hands it to a thread.
+    over_network: ClassVar[bool]
+    # Committed outbox rows are announced by the database itself (a trigger's NOTIFY), to listeners.
+    notifies: ClassVar[bool]
+    # The relay reads its due rows, their trace context and the next due time in one statement
+    # (`read_due_at_once`).
+    reads_due_at_once: ClassVar[bool]
+    # The execution options of a read transaction.
+    read_options: ClassVar[Mapping[str, Any]]
+
+    # --- engines and statements ----------------------------------------------------------------------
+
+    def make_engine(self, url: URL, settings: Settings, options: dict[str, Any], **kwargs: Any) -> Engine:
+        """An engine for `url`; nothing is created on disk."""
+        raise NotImplementedError
+
+    def file(self, url: URL) -> Path | None:
+        """The file the database lives in, or None (a server, an in-memory database)."""
+        raise NotImplementedError
+
+    def execute(
+        self, driver_connection: Any, sql: str, values: Any, *, prepared: bool
+    ) -> list[tuple[Any, ...]]:
+        """Run `sql` on the database driver's own connection; its rows (none for a statement that returns
+        none). A `prepared` statement is parsed and planned once per connection where the database can."""
+        raise NotImplementedError
+
+    def check(self, conn: Connection) -> str | None:
+        """Why this database cannot hold the store as the store's processes open it, or None."""
+        raise NotImplementedError
+
+    # --- hearing of new outbox rows --------------------------------------------------------------------
+
+    def bell(self, settings: Settings, role: str) -> Bell | None:
+        """What a process listens on, as `role`, to hear that outbox rows were committed; None where there
+        is none (the caller polls)."""
+        raise NotImplementedError
+
+    def ringer(self, engine: Engine) -> Ringer | None:
+        """What a writer outside the store's transactions rings after its commit added outbox rows; None
+        where the database announces them itself."""
+        raise NotImplementedError
+
+    # --- locks ---------------------------------------------------------------------------------------
+
+    def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
+        """`query`, locking the rows it reads until the transaction ends (with `skip_locked`, leaving out
+        those another transaction holds)."""
+        raise NotImplementedError
+
+    def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
+        """Wait for and take this transaction's lock on each (space, key), in the order given."""
+        raise NotImplementedError
+
+    # --- the path every job takes --------------------------------------------------------------------
+
+    def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
+        """Insert the job rows whose tenant + idempotency key is free, and an outbox row for each; the ids
+        of the jobs inserted. A key a concurrent transaction took first is `db.Retry`."""
+        raise NotImplementedError
+
+    def claim(
+        self,
+        conn: Connection,
+        statement: Any,
+        params: Mapping[str, Any],
+        attempt_ids: Mapping[str, str],
+        *,
+        drop_pending: bool,
+    ) -> tuple[list[tuple[Any, ...]], set[str]]:
+        """Run the claim `statement` (an UPDATE of the jobs named by its `b_ids`, returning what a claim
+        returns) for the jobs `attempt_ids` names; with `drop_pending`, the jobs' pending outbox rows are
+        dropped too. The rows it returned, and the ids of the jobs whose first attempt row (under its id in
+        `attempt_ids`) it also wrote."""
+        raise NotImplementedError
+
+    def complete_many(
+        self, conn: Connection, completions: Sequence[Completion], now: float
+    ) -> list[tuple[Any, ...]]:
+        """Commit each completion under its own fence: the job (`fenced.complete_statement`) and the attempt
+        that ended. A row per job completed: its new state, then `events.COLUMNS`."""
+        raise NotImplementedError
+
+    def read_due_at_once(
+        self, conn: Connection, *, now: float, limit: int, exclude: Sequence[int]
+    ) -> list[tuple[Any, ...]]:
+        """The relay's read in one statement (where `reads_due_at_once`): `relayrole.due_at_once`."""
+        raise NotImplementedError
+
+    def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
+        """Mark the outbox rows `ids` published while the role's token holds (`params`); for each row marked,
+        its job's id, tenant, kind and trace context (`outbox.EVENT_FACTS_RETURNED`)."""
+        raise NotImplementedError
+
+    # --- upkeep --------------------------------------------------------------------------------------
+
+    def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
+        """The store tables whose planner statistics went stale (`jobstore.statistics`)."""
+        raise NotImplementedError
+
+    def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
+        """Gather `table`'s planner statistics, waiting at most `lock_timeout` for its lock."""
+        raise NotImplementedError
+
+
+@functools.cache
+def named(name: str) -> Driver:
+    """The driver of the database SQLAlchemy calls `name`."""
+    module = DRIVERS.get(name)
+    if module is None:
+        raise UnknownDatabase(
+            f"no store driver for {name!r} databases: the store runs on {', '.join(DRIVERS)}"
+        )
+    driver: Driver = importlib.import_module(f"{__name__}.{module}").DRIVER
+    return driver
+
+
+def of(bind: Connection | Engine) -> Driver:
+    """The driver of the database `bind` is connected to."""
+    return named(bind.dialect.name)
+
+
+def for_url(url: str | URL) -> Driver:
+    """The driver of the database `url` names."""
+    return named(make_url(url).get_backend_name())

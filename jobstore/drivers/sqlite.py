@@ -1,0 +1,242 @@
+"""The SQLite driver: a store in one file, written by one transaction at a time.
+
+Engines open the file in WAL mode with `synchronous=FULL` by default, foreign keys on, and a real `BEGIN
+IMMEDIATE` for every write transaction (pysqlite's own BEGIN handling is switched off, per SQLAlchemy's
+documented recipe); writers take turns (`jobstore.turns`) and the store retries the lock errors that remain
+(`jobstore.db`). A statement writes one table, so an accept, a claim and a completion are each a few
+statements in one transaction. Processes on the host hear of new outbox rows through the doorbell beside the
+file (`jobstore.doorbells`), rung after the commit.
+
+The hot statements name the index SQLite is to use (`INDEXED BY`; `jobstore.schema` says why):
+`tests/integration/test_sqlite_plans.py` checks each plan on a new store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import Connection, Engine, Select, and_, bindparam, create_engine, event, insert, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import IntegrityError
+
+from outbox_bridge.jobstore import db, doorbells, fenced, outbox, relayrole, storefile
+from outbox_bridge.jobstore.drivers import Driver
+from outbox_bridge.jobstore.schema import JOB_COLUMNS, SQLITE_BY_ROWID, SQLITE_JOBS_BY_ID, attempts, jobs
+from outbox_bridge.jobstore.schema import outbox as outbox_table
+from outbox_bridge.jobstore.turns import shared_turn
+
+if TYPE_CHECKING:
+    from outbox_bridge.core.settings import Settings
+    from outbox_bridge.jobstore.bells import Bell
+    from outbox_bridge.jobstore.fenced import Completion
+
+# --- the statements ---------------------------------------------------------------------------------------
+
+# A new job, unless its tenant + key is taken.
+INSERT_JOB = db.Direct.of(
+    sqlite_insert(jobs)
+    .values({name: bindparam(name) for name in JOB_COLUMNS})
+    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"]),
+    dialect="sqlite",
+)
+# Which of the ids given are jobs (a batch whose inserts the driver did not all count).
+JOBS_PRESENT = select(jobs.c.id).where(jobs.c.id.in_(bindparam("b_ids", expanding=True)))
+# A new job's outbox row, with its job's tenant and priority.
+INSERT_OUTBOX_ROW = db.Direct.of(
+    insert(outbox_table).values(
+        {c: bindparam(c) for c in ("job_id", "created_at", "available_at", "tenant", "priority")}
+        | {"publish_attempts": 0}
+    ),
+    dialect="sqlite",
+)
+# An attempt row.
+_ATTEMPT_ROW = ("id", "job_id", "epoch", "worker", "started_at", "outcome")
+INSERT_ATTEMPT = db.Direct.of(
+    insert(attempts).values({c: bindparam(c) for c in _ATTEMPT_ROW}), dialect="sqlite"
+)
+# The completion of jobs under their fences, given twice: as a tuple `IN` of (job id, epoch), and their ids
+# as a plain `IN`, which the primary key's index looks up (a tuple `IN` it cannot: it walked the jobs
+# running under a live lease instead).
+COMPLETE_MANY = fenced.complete_statement(
+    and_(jobs.c.id.in_(bindparam("b_fence_ids", expanding=True)), fenced.FENCES), fenced.ATTEMPT_OF_EPOCH
+).with_hint(SQLITE_JOBS_BY_ID)
+# An attempt ended (`fenced.ended` gives its values).
+END_ATTEMPT = db.Direct.of(fenced.END_ATTEMPT, dialect="sqlite")
+# Confirmed outbox rows marked published while the relay role's token holds, by their rowids.
+MARK_PUBLISHED = (
+    relayrole.marking(outbox_table.c.id.in_(bindparam("b_ids", expanding=True)))
+    .with_hint(SQLITE_BY_ROWID)
+    .returning(outbox_table.c.job_id)
+)
+
+
+class SQLiteDriver(Driver):
+    name: ClassVar[str] = "sqlite"
+    commits_one_statement: ClassVar[bool] = False
+    over_network: ClassVar[bool] = False
+    notifies: ClassVar[bool] = False
+    reads_due_at_once: ClassVar[bool] = False
+    # A read takes no write lock: its BEGIN is deferred.
+    read_options: ClassVar[Mapping[str, Any]] = {"sqlite_begin": "DEFERRED"}
+
+    def make_engine(self, url: URL, settings: Settings, options: dict[str, Any], **kwargs: Any) -> Engine:
+        engine = create_engine(url, execution_options=options, **kwargs)
+        engine.dialect.statement_compiler = db.HintedSQLiteCompiler
+        _install_hooks(engine, settings.sqlite_synchronous)
+        database = self.file(url)
+        if database is not None:
+            db.take_turns(engine, shared_turn(db.turn_path(database)))
+            db.ring_after_commits(engine, doorbells.Ringer(doorbells.directory_for(database)))
+            if not url.query.get("uri"):  # a URI names its own file and open mode
+                storefile.guard(engine, database)
+        return engine
+
+    def file(self, url: URL) -> Path | None:
+        if not url.database or url.database == ":memory:":
+            return None
+        return Path(url.database)
+
+    def execute(
+        self, driver_connection: Any, sql: str, values: Any, *, prepared: bool
+    ) -> list[tuple[Any, ...]]:
+        # sqlite3 keeps every statement it ran prepared in its connection's cache.
+        return driver_connection.execute(sql, values).fetchall()
+
+    def check(self, conn: Connection) -> str | None:
+        mode = str(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
+        if mode.lower() == "wal":
+            return None
+        return (
+            f"the SQLite database is in {mode} journal mode; the store runs in WAL mode "
+            "(`outbox-bridge db init` sets it, and every connection the store opens uses it)"
+        )
+
+    def bell(self, settings: Settings, role: str) -> Bell | None:
+        database = db.sqlite_path(settings)
+        return (
+            None
+            if database is None
+            else doorbells.Doorbell.open(doorbells.directory_for(database), role=role)
+        )
+
+    def ringer(self, engine: Engine) -> doorbells.Ringer | None:
+        database = self.file(engine.url)
+        return None if database is None else doorbells.Ringer(doorbells.directory_for(database))
+
+    def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
+        return query  # a write transaction holds the whole database already
+
+    def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
+        return None  # write transactions run one at a time
+
+    def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
+        """The job rows below SQLAlchemy (`db.direct_many`). When the driver counts every row inserted (the
+        common case), that is all of them; otherwise one indexed lookup of our ids says which (a key taken
+        before, or twice in this batch, skipped its row). When a concurrent accept of the same key wins,
+        ours fails on the unique key."""
+        if not rows:
+            return set()
+        try:
+            inserted = db.direct_many(conn, INSERT_JOB, rows)
+        except IntegrityError as exc:  # read the winner's row on the rerun
+            raise db.Retry("idempotency key raced") from exc
+        ids = [row["id"] for row in rows]
+        created = set(ids) if inserted == len(rows) else {
+            str(r[0]) for r in db.direct_in(conn, JOBS_PRESENT, {}, "b_ids", ids)
+        }  # fmt: skip
+        new = rows if len(created) == len(rows) else [r for r in rows if r["id"] in created]
+        if new:
+            announced = [
+                {"job_id": row["id"], "created_at": row["created_at"], "available_at": row["available_at"],
+                 "tenant": row["tenant"], "priority": row["priority"]}
+                for row in new
+            ]  # fmt: skip
+            db.direct_many(conn, INSERT_OUTBOX_ROW, announced)
+            doorbells.note_outbox_row(conn, min(row["available_at"] for row in new))
+        return created
+
+    def claim(
+        self,
+        conn: Connection,
+        statement: Any,
+        params: Mapping[str, Any],
+        attempt_ids: Mapping[str, str],
+        *,
+        drop_pending: bool,
+    ) -> tuple[list[tuple[Any, ...]], set[str]]:
+        rows = db.direct_in(conn, statement, params, "b_ids", list(attempt_ids))
+        if drop_pending:
+            outbox.drop_pending_many(conn, [str(row[0]) for row in rows])
+        first = [row for row in rows if row[1] == 1]
+        if first:
+            started, worker = params["b_now"], params["b_worker"]
+            db.direct_many(
+                conn,
+                INSERT_ATTEMPT,
+                [
+                    {"id": attempt_ids[row[0]], "job_id": row[0], "epoch": 1, "worker": worker,
+                     "started_at": started, "outcome": "running"}
+                    for row in first
+                ],
+            )  # fmt: skip
+        return rows, {str(row[0]) for row in first}
+
+    def complete_many(
+        self, conn: Connection, completions: Sequence[Completion], now: float
+    ) -> list[tuple[Any, ...]]:
+        """The jobs in one statement (their fences as a tuple `IN`, and their ids once more as a plain `IN`
+        the primary key's index looks up), then the attempts in one call into the driver."""
+        fences = [(c.job_id, c.epoch) for c in completions]
+        rows = db.direct_in(conn, COMPLETE_MANY, {"b_now": now}, "b_fences", fences, firsts="b_fence_ids")
+        states = {str(row[1]): str(row[0]) for row in rows}
+        ended = [
+            fenced.ended(c.attempt_id, states[c.job_id], now, output=c.output)
+            for c in completions
+            if c.job_id in states
+        ]
+        if ended:
+            db.direct_many(conn, END_ATTEMPT, ended)
+        return rows
+
+    def read_due_at_once(
+        self, conn: Connection, *, now: float, limit: int, exclude: Sequence[int]
+    ) -> list[tuple[Any, ...]]:
+        raise NotImplementedError("SQLite reads the due rows in steps (`relayrole.due`)")
+
+    def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
+        """The mark returns the job ids alone, and their events' facts are read after it by job id: a
+        correlated subquery in SQLite's RETURNING cannot use an index (3.40 scans `jobs` for every row
+        returned)."""
+        marked = [str(r[0]) for r in db.direct_in(conn, MARK_PUBLISHED, params, "b_ids", ids)]
+        return outbox.event_facts(conn, marked)
+
+    def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
+        return []  # SQLite's planner keeps no statistics the store relies on
+
+    def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
+        conn.exec_driver_sql(f"ANALYZE {table}")
+
+
+def _install_hooks(engine: Engine, synchronous: str) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Stop pysqlite from issuing its own (deferred) BEGIN; `_on_begin` issues ours.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA synchronous={synchronous}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA busy_timeout=0")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # On the driver's connection: SQLAlchemy's execution layer would double what a BEGIN costs inside
+        # the write turn. Its errors are SQLAlchemy's all the same, so `transact` retries a busy lock.
+        db.begin_directly(conn, f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'IMMEDIATE')}")
+
+
+DRIVER = SQLiteDriver()
