@@ -119,14 +119,16 @@ def _accept_many(
     schedule: Schedule | None = None,
 ) -> list[str]:
     max_attempts = run.deployment.settings.max_attempts
-    request = {
+    request: dict[str, Any] = {
         "tenant": tenant, "owner": "bench", "kind": kind, "payload": payload, "priority": rank,
         "schedule": schedule,
     }  # fmt: skip
-    accepted = intake.accept_many(
+    accepted = intake.accept_prepared(
         conn,
         [
-            request | {"operation_key": uuid.uuid4().hex, "now": clock.now(), "max_attempts": max_attempts}
+            intake.prepare(
+                **request, operation_key=uuid.uuid4().hex, now=clock.now(), max_attempts=max_attempts
+            )
             for _ in range(count)
         ],
     )

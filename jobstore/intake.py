@@ -118,13 +118,13 @@ def accept(
     The `traceparent` is stored with a new job and is no part of the request's identity: a retry under
     another trace is the same request, and the job keeps its first trace. `schedule_name` names the
     schedule that makes the job for one of its slots (`jobstore.schedules`), under the slot's own key."""
-    request = {
-        "tenant": tenant, "owner": owner, "kind": kind, "payload": payload, "operation_key": operation_key,
-        "now": now, "max_attempts": max_attempts, "deadline_seconds": deadline_seconds, "schedule": schedule,
-        "traceparent": traceparent, "priority": priority, "schedule_name": schedule_name,
-        "concurrency_key": concurrency_key,
-    }  # fmt: skip
-    (outcome,) = accept_many(conn, [request])
+    request = prepare(
+        tenant=tenant, owner=owner, kind=kind, payload=payload, operation_key=operation_key, now=now,
+        max_attempts=max_attempts, deadline_seconds=deadline_seconds, schedule=schedule,
+        traceparent=traceparent, priority=priority, schedule_name=schedule_name,
+        concurrency_key=concurrency_key,
+    )  # fmt: skip
+    (outcome,) = accept_prepared(conn, [request])
     if isinstance(outcome, IdempotencyConflict):
         raise outcome
     return outcome
@@ -145,12 +145,6 @@ def prepare(*, payload: dict[str, Any], **fields: Any) -> Prepared:
     row = _job_row(payload=payload, **fields)
     job = Job.made(row | {"payload": payload, "priority": Priority(row["priority"]), "state": State.QUEUED})
     return Prepared(row, Accepted(job, created=True), _accepted(row))
-
-
-def accept_many(conn: Connection, requests: Sequence[dict[str, Any]]) -> list[Accepted | IdempotencyConflict]:
-    """`accept` for each request (its keyword arguments), in order, in the caller's transaction
-    (`accept_prepared`)."""
-    return accept_prepared(conn, [prepare(**request) for request in requests])
 
 
 def accept_prepared(conn: Connection, prepared: Sequence[Prepared]) -> list[Accepted | IdempotencyConflict]:

@@ -417,6 +417,6 @@ def test_an_accept_with_a_value_too_long_for_its_column_is_refused_and_writes_no
     fine = base | {"tenant": "t", "operation_key": "fine"}
     too_long = base | {"tenant": "t" * 256, "operation_key": "long"}
     with pytest.raises(DataError, match="too long"):
-        db.transact(pg_engine, intake.accept_many, [fine, too_long])
+        db.transact(pg_engine, intake.accept_prepared, [intake.prepare(**fine), intake.prepare(**too_long)])
     assert all_rows(pg_engine, jobs) == []
     assert all_rows(pg_engine, outbox_table) == []

@@ -213,5 +213,5 @@ def test_a_committed_batch_of_new_keys_is_one_statement_on_postgresql(
 
 
 def test_an_empty_batch_writes_nothing(engine: Engine) -> None:
-    assert db.transact(engine, intake.accept_many, []) == []
+    assert db.transact(engine, intake.accept_prepared, []) == []
     assert count(engine, jobs) == count(engine, outbox) == 0
