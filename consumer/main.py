@@ -55,11 +55,16 @@ class Consumer:
         self.keeper = LeaseKeeper(engine, settings)
         budget = ClaimBudget(concurrency, settings.consumer_prefetch)
         self.link = DeliveryLink(settings, budget.prefetch, self._offer)
+        self.degraded = DegradedMode(settings, self.link.down_for)
         self.pipeline = Pipeline(
-            engine, settings, self.keeper, self.link, concurrency=concurrency, worker=name, budget=budget
-        )
-        self.degraded = DegradedMode(
-            engine, settings, self.link, self.pipeline, concurrency=concurrency, worker=name
+            engine,
+            settings,
+            self.keeper,
+            self.link,
+            concurrency=concurrency,
+            worker=name,
+            budget=budget,
+            degraded=self.degraded,
         )
         self._runner_detail = runner_detail(self.keeper, concurrency, name)
         self.heartbeat = Heartbeat(engine, settings, "consumer", self._detail)
@@ -77,7 +82,6 @@ class Consumer:
         self.keeper.start()
         self.pipeline.start()
         self.link.start()
-        self.degraded.start()
         self.heartbeat.start()
         return self
 
@@ -96,7 +100,6 @@ class Consumer:
     # What `worker.shutdown.drain` asks of this mode.
 
     def stop_taking_work(self) -> None:
-        self.degraded.stop()
         self.link.stop_consuming()
         self.pipeline.stop_claiming()
 

@@ -7,6 +7,9 @@ deliveries acked. A refused claim (finished, leased by a live worker, waiting ou
 the sweeper, of a paused kind, or unknown) is acked without running: it is a duplicate, a retry whose own
 outbox row delivers it later, or a job that resuming its kind announces again.
 
+While the broker has been unreachable for long (`consumer.degraded`), a round also claims due jobs from the
+jobs table, up to the room its deliveries leave, in the same transaction.
+
 A round takes, once its transaction holds the write lock, whatever arrived while it waited for its turn.
 While jobs are short, a consumer claims more jobs than it has threads (`worker.budget`), so a round
 commits and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a
@@ -28,6 +31,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
+from outbox_bridge.consumer.degraded import DegradedMode
 from outbox_bridge.consumer.link import Delivery
 from outbox_bridge.consumer.rounds import Round, take_in_order, write_round
 from outbox_bridge.core import faults
@@ -45,7 +49,8 @@ from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
 from outbox_bridge.worker.handback import Handback, hand_back_all
 from outbox_bridge.worker.inbox import STOP, take_batch, take_waiting
 from outbox_bridge.worker.lease import Held, LeaseKeeper
-from outbox_bridge.worker.patience import retry_while_unavailable
+from outbox_bridge.worker.polling import claim_due
+from outbox_bridge.worker.retry import retry_while_unavailable
 from outbox_bridge.worker.runners import Finished, Runners, Running
 from outbox_bridge.worker.share import TenantShare
 
@@ -90,7 +95,8 @@ class Pipeline:
     fences and claims the deliveries' jobs, all in ONE transaction, and only after that commit acks the
     committed and the refused deliveries and hands the claimed jobs to the workers. The process's other
     writes are few and small: the lease keeper's renewals, a running job's checkpoints and hand-backs
-    (runner threads), and degraded mode's claims (`consumer.degraded`) while the broker is gone.
+    (runner threads). While `degraded` mode is on (the broker gone for long), each round also claims due
+    jobs from the table, up to the room its deliveries leave.
 
     Promises: a delivery is acked only after its job's outcome is committed or its claim was refused, or
     once the store has the job under a lease that runs out (an outcome the store would not take: the
@@ -108,8 +114,10 @@ class Pipeline:
         concurrency: int,
         worker: str,
         budget: ClaimBudget | None = None,
+        degraded: DegradedMode | None = None,
     ) -> None:
         self._engine = engine
+        self.degraded = degraded
         self._settings = settings
         self._limits = Limits.of(settings)
         self._acker = acker
@@ -169,30 +177,46 @@ class Pipeline:
     # Writing.
 
     def _write_loop(self) -> None:
-        while (batch := take_batch(self._inbox, timeout=self._patience())) is not None:
+        while (batch := take_batch(self._inbox, timeout=self._wait_seconds())) is not None:
             with self._round:
                 finished = self._absorb(batch)
                 if not self._accepting:
                     self._requeue_waiting()
                 if self._runners.give_back_due:
                     self._give_back_waiting()
-                claimable = self._room() > 0 and bool(self._waiting)
-                if finished or claimable:
-                    self._run_round(Round(finished))
+                from_table = self._from_table()
+                room = self._room()
+                from_table = from_table and room > 0
+                if finished or (room > 0 and bool(self._waiting)) or from_table:
+                    self._run_round(Round(finished, from_table=from_table))
 
     def _absorb(self, batch: list[Any]) -> list[Finished]:
         """Deliveries join the waiting ones; returns the finished outcomes."""
         self._waiting.extend(item for item in batch if isinstance(item, Delivery))
         return [item for item in batch if isinstance(item, Finished)]
 
-    def _patience(self) -> float | None:
+    def _from_table(self) -> bool:
+        """Whether the next round claims from the jobs table too (degraded mode)."""
+        return self._accepting and self.degraded is not None and self.degraded.check()
+
+    def _wait_seconds(self) -> float | None:
         """How long the writer may wait for the next item: a pause before deliveries that could be claimed
-        now are tried (again), or (while claiming ahead) a moment, to notice a job that runs long."""
+        now are tried (again), or (while claiming ahead) a moment, to notice a job that runs long; no longer
+        than degraded mode's next look at the broker link or the table."""
         if self._runners.give_back_due:
             return 0.0
         if self._waiting and self._room() > 0:
-            return compute_backoff(self._failed_rounds, base=RETRY_FIRST_PAUSE, cap=RETRY_MAX_PAUSE)
-        return AHEAD_SECONDS if self._bursting else None
+            wait: float | None = compute_backoff(
+                self._failed_rounds, base=RETRY_FIRST_PAUSE, cap=RETRY_MAX_PAUSE
+            )
+        else:
+            wait = AHEAD_SECONDS if self._bursting else None
+        degraded = self.degraded
+        look = degraded.wait_seconds() if degraded is not None else None
+        # While degraded, a full process waits for a job to finish, as it would for deliveries.
+        if degraded is not None and look is not None and (not degraded.active or self._room() > 0):
+            wait = look if wait is None else min(wait, look)
+        return wait
 
     def _run_round(self, round_: Round) -> None:
         try:
@@ -211,6 +235,8 @@ class Pipeline:
             self._run_round(Round([finished], topped_up=True))
         for delivery in round_.deliveries:
             self._run_round(Round([], [delivery], topped_up=True))
+        if round_.from_table and self.degraded is not None:
+            self.degraded.took(0)  # what the table held is looked for again after the idle pause
 
     def _give_up(self, round_: Round) -> None:
         """A member the store fails to take even alone. Its outcome is acked and its job left to its lease
@@ -261,14 +287,21 @@ class Pipeline:
             room = self._room()
             claimed = self._runners.claimed()
             running = Counter(held.claim.tenant for held in claimed)
-            share = self._share.held(conn, running, self._bursting) if room and self._waiting else None
-            round_.deliveries = take_in_order(self._waiting, room, running, share.most if share else None)
+            wanted = room and (self._waiting or round_.from_table)
+            round_.share = self._share.held(conn, running, self._bursting) if wanted else None
+            most = round_.share.most if round_.share else None
+            round_.deliveries = take_in_order(self._waiting, room, running, most)
+            round_.table_room = room - len(round_.deliveries) if round_.from_table else 0
         job_ids = [d.job_id for d in round_.deliveries]
         lease = self._settings.lease_seconds
         cap = self._settings.tenant_max_running
-        return write_round(
+        states, claims = write_round(
             conn, round_.finished, job_ids, self._worker, lease, self._backoff, cap, self._limits
         )
+        table: list[Claim] = []
+        if round_.table_room > 0:
+            table = claim_due(conn, self._worker, lease, round_.table_room, cap, round_.share, self._limits)
+        return states, claims, table
 
     def _write_round(self, round_: Round) -> None:
         written = self._patiently(self._in_transaction, round_)
@@ -277,13 +310,17 @@ class Pipeline:
             self._failed_rounds += 1
             self._end(round_.finished)
             self._waiting.extendleft(reversed(round_.deliveries))  # tried again in the next round
+            if round_.from_table and self.degraded is not None:
+                self.degraded.took(0)
             return
         self._failed_rounds = 0
-        states, claims = written
+        states, claims, table = written
         if round_.finished:
             faults.hit("consumer.after_commit")
             self._committed(round_.finished, states)
         self._claimed(round_.deliveries, claims)
+        if round_.from_table:
+            self._claimed_from_table(table)
 
     def _committed(self, finished: list[Finished], states: list[State | None]) -> None:
         fenced = sum(state is None for state in states)
@@ -310,6 +347,14 @@ class Pipeline:
         if deliveries:
             self._count(claim_rounds=1, claimed=len(deliveries) - len(refused), refused=len(refused))
         self._acker.ack(refused)
+
+    def _claimed_from_table(self, claims: list[Claim]) -> None:
+        """Degraded mode's claims: run without a delivery (the run continues the stored trace context)."""
+        for claim in claims:
+            faults.hit("consumer.after_claim")
+            self.begin(claim, None)
+        assert self.degraded is not None
+        self.degraded.took(len(claims))
 
     def _end(self, finished: Sequence[Finished]) -> None:
         """Forget the jobs and ack their deliveries: the store has each outcome, or the job under a lease

@@ -16,6 +16,7 @@ from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import claiming
 from outbox_bridge.jobstore.limits import NONE, Limits
 from outbox_bridge.jobstore.states import State
+from outbox_bridge.jobstore.tenantcap import Share
 from outbox_bridge.worker.commit import commit_outcomes
 from outbox_bridge.worker.runners import Finished
 
@@ -23,11 +24,15 @@ from outbox_bridge.worker.runners import Finished
 @dataclass
 class Round:
     """What one round writes. `topped_up` once it has taken what arrived while it waited for its turn (a
-    rerun of its transaction writes the same round)."""
+    rerun of its transaction writes the same round). With `from_table` (degraded mode) it also claims up
+    to `table_room` due jobs from the jobs table, within the process's `TENANT_SHARE` (`share`)."""
 
     finished: list[Finished] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     topped_up: bool = False
+    from_table: bool = False
+    table_room: int = 0
+    share: Share | None = None
 
     @property
     def size(self) -> int:

@@ -1,6 +1,6 @@
-"""Claiming from the jobs table: the polling baseline's path, and the consumer's while the broker is down.
-Each claims within `TENANT_MAX_RUNNING` (`tenant_cap`), the claiming process's `TENANT_SHARE` (`share`) and
-the deployment's flow limits (`limits`)."""
+"""Claiming from the jobs table: the polling baseline's path, and the consumer's while the broker is down
+(degraded mode). Each claims within `TENANT_MAX_RUNNING` (`tenant_cap`), the claiming process's
+`TENANT_SHARE` (`share`) and the deployment's flow limits (`limits`)."""
 
 from __future__ import annotations
 
@@ -11,21 +11,6 @@ from outbox_bridge.jobstore import claiming
 from outbox_bridge.jobstore.limits import NONE, Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.tenantcap import Share
-
-
-def claim_next(
-    conn: Connection,
-    worker: str,
-    lease_seconds: float,
-    tenant_cap: int = 0,
-    share: Share | None = None,
-    limits: Limits = NONE,
-) -> Claim | None:
-    """`claiming.claim_next` at the time the transaction runs (a retried transaction reads the clock
-    again)."""
-    return claiming.claim_next(
-        conn, worker, clock.now(), lease_seconds, tenant_cap=tenant_cap, share=share, limits=limits
-    )
 
 
 def claim_due(
