@@ -1,6 +1,6 @@
 """Idle claiming threads woken by commits instead of waiting out their poll pause.
 
-A baseline worker process listens on the store's doorbell (`jobstore.bells`: the socket beside a SQLite
+A baseline worker process listens on the store's doorbell (`Driver.listen`: the socket beside a SQLite
 file, LISTEN on PostgreSQL). When a commit announces rows that are due, the process's claimer is nudged to
 claim at once; rows announced for later nudge it when they come due. A claimer that is never nudged still
 polls at its idle pause, so a bell that is missing or lost costs latency, never work.
@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore.bells import Bell, open_bell
+from outbox_bridge.jobstore import drivers
+from outbox_bridge.jobstore.drivers import Notifications
 from outbox_bridge.jobstore.notifications import ListenerLost
 
 log = logging.getLogger(__name__)
@@ -34,7 +35,7 @@ class Listening:
         self._settings = settings
         self._nudge = nudge
         self._stopping = stopping
-        self._bell: Bell | None = None
+        self._bell: Notifications | None = None
         self._due_at = math.inf
         self._thread = threading.Thread(target=self._loop, name="bell-listener", daemon=True)
 
@@ -61,7 +62,7 @@ class Listening:
             self._close()
 
     def _open(self) -> bool:
-        self._bell = open_bell(self._settings, role="baseline")
+        self._bell = drivers.for_url(self._settings.database_url).listen(self._settings, role="baseline")
         if self._bell is not None:
             self._nudge()  # rows committed while nobody listened were announced to no one
         return self._bell is not None

@@ -52,7 +52,7 @@ def measure(settings: Settings, rounds: int, gap: float) -> dict[str, float]:
         (lease, _), took = _timed(relayrole.read, engine, token, now=clock.now(), limit=10)
         times["read"].append(took)
         ids = [row_id for row_id, _ in lease.rows] if lease is not None else []
-        # As the relay writes a group of confirms back (`relay.ledger.write_settlement`).
+        # As the relay writes a group of confirms back (`relay.ledger.write_results`).
         _, took = _timed(db.transact_one, engine, relayrole.mark_published, token, ids, clock.now())
         times["mark"].append(took)
         _, took = _timed(relayrole.read, engine, token, now=clock.now(), limit=10)

@@ -164,12 +164,10 @@ def due_at_once(
     in one statement, which can run on its own (`db.read_one`), or None when more rows are due than the read
     takes and they belong to several tenants (`due` then ranks them)."""
     returned = drivers.of(conn).read_due_at_once(conn, now=now, limit=limit, exclude=list(exclude))
-    return _walked_in_one(token, returned, limit)
+    return _lease_of(token, returned, limit)
 
 
-def _walked_in_one(
-    token: str, returned: Sequence[Sequence[Any]], limit: int
-) -> tuple[Lease, float | None] | None:
+def _lease_of(token: str, returned: Sequence[Sequence[Any]], limit: int) -> tuple[Lease, float | None] | None:
     """The rows the read at once returned as a `Lease` under `token`, with `next_due` when it found fewer than
     `limit`; None when the walk's order did not serve. Each row returned: serves, next_due, then a row's
     id, job id, priority, tenant and trace context (all null when it found none)."""
@@ -205,10 +203,10 @@ def read(
         if found is not None:
             return found
         idle = False  # rows are due: more than one read takes, of several tenants
-    return db.read(engine, _due_unless_idle, token, now, limit, exclude, tenant_cap, idle)
+    return db.read(engine, _read_due, token, now, limit, exclude, tenant_cap, idle)
 
 
-def _due_unless_idle(
+def _read_due(
     conn: Connection,
     token: str,
     now: float,

@@ -1,10 +1,10 @@
 """The relay's side of the store: read due outbox rows under the relay role, and write what the broker said
 about them.
 
-Confirms are grouped: every verdict that arrived while the previous write was running goes into the next
-`Settlement`, written in one transaction, so the relay writes once per group rather than once per message.
-The holder of the relay role takes no lease on rows (`read_due`, `jobstore.relayrole`): its settlements are
-its only writes."""
+Confirms are grouped: every confirmation that arrived while the previous write was running goes into the
+next `PublishResults`, written in one transaction, so the relay writes once per group rather than once per
+message. The holder of the relay role takes no lease on rows (`read_due`, `jobstore.relayrole`): the
+results are its only writes."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _count(bucket: dict[str, list[int]]) -> int:
 
 
 @dataclass
-class Settlement:
+class PublishResults:
     """What the broker said about rows read under the relay role, by the role's token: confirmed ones to
     mark published, refused ones (nacked, returned) to hold back a little, unsent ones (never confirmed, or
     read after the channel was gone) that need no write: they are still due."""
@@ -54,7 +54,7 @@ class Settlement:
     def add_unsent(self, sent: Iterable[Sent]) -> None:
         _add(self.unsent, sent)
 
-    def merge(self, other: Settlement) -> None:
+    def merge(self, other: PublishResults) -> None:
         for mine, theirs in (
             (self.confirmed, other.confirmed),
             (self.refused, other.refused),
@@ -74,15 +74,15 @@ class Settlement:
 
 @dataclass(frozen=True)
 class Settled:
-    """What one settlement changed. `stale` confirmed rows were no longer ours to mark (the relay role had
-    passed on), so another relay publishes or has published them."""
+    """What one write of results changed. `stale` confirmed rows were no longer ours to mark (the relay role
+    had passed on), so another relay publishes or has published them."""
 
     marked: int
     stale: int
     released: int
 
 
-def settle(conn: Connection, batch: Settlement, *, now: float) -> Settled:
+def settle(conn: Connection, batch: PublishResults, *, now: float) -> Settled:
     """Write what the broker said, in the caller's transaction, while each row's token holds the relay
     role: confirmed rows are marked published and refused ones held back; unsent ones need no write (they
     are still due). A relay whose role has passed on writes nothing."""
@@ -105,9 +105,9 @@ class Leased:
     next_due: float | None = None
 
 
-def write_settlement(engine: Engine, batch: Settlement, *, now: float) -> Settled:
+def write_results(engine: Engine, batch: PublishResults, *, now: float) -> Settled:
     """`settle` under the relay role in a transaction of its own; of one statement, committing by itself on
-    PostgreSQL, when the batch holds one kind of verdict under one token (the usual batch: confirms). A
+    PostgreSQL, when the batch holds one kind of confirmation under one token (the usual batch: confirms). A
     batch of unsent rows only takes no transaction (they are still due)."""
     if not batch.confirmed and not batch.refused:
         return Settled(marked=0, stale=0, released=_count(batch.unsent))

@@ -1,7 +1,7 @@
 """One connection to the broker with one confirm-mode channel, driven by the relay's pika IOLoop.
 
 The link declares the topology, publishes leased rows as persistent, mandatory messages, and reports back
-to its owner: `ready` once it can publish, a `Verdict` per confirm, and `down` exactly once when the
+to its owner: `ready` once it can publish, a `Confirmation` per confirm, and `down` exactly once when the
 connection fails to open or closes, with the messages that were still unconfirmed."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from outbox_bridge.broker import topology
 from outbox_bridge.broker.message import CONTENT_TYPE, JobMessage, order_headers, trace_headers
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore.outbox import Lease
-from outbox_bridge.relay.window import ConfirmWindow, Sent, Verdict
+from outbox_bridge.relay.window import Confirmation, ConfirmWindow, Sent
 from outbox_bridge.telemetry import tracing
 
 log = logging.getLogger("relay.link")
@@ -29,7 +29,7 @@ log = logging.getLogger("relay.link")
 class LinkEvents(Protocol):
     def on_ready(self, link: BrokerLink) -> None: ...
 
-    def on_verdict(self, link: BrokerLink, verdict: Verdict) -> None: ...
+    def on_confirmation(self, link: BrokerLink, confirmation: Confirmation) -> None: ...
 
     def on_down(self, link: BrokerLink, reason: str, unconfirmed: tuple[Sent, ...]) -> None: ...
 
@@ -157,8 +157,8 @@ class BrokerLink:
     def _on_confirm(self, frame: pika.frame.Method) -> None:
         method = frame.method
         acked = isinstance(method, Basic.Ack)
-        verdict = self.window.confirm(method.delivery_tag, multiple=method.multiple, acked=acked)
-        self._events.on_verdict(self, verdict)
+        confirmation = self.window.confirm(method.delivery_tag, multiple=method.multiple, acked=acked)
+        self._events.on_confirmation(self, confirmation)
 
     def _on_return(
         self, _channel: Channel, method: Basic.Return, properties: pika.BasicProperties, _body: bytes

@@ -42,16 +42,16 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, drivers, relayrole
 from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.relay import ledger, schedules
-from outbox_bridge.relay.ahead import PublishAhead
+from outbox_bridge.relay.backpressure import Backpressure
 from outbox_bridge.relay.deadletters import Checked, DeadLetterCheck
 from outbox_bridge.relay.housekeeping import Housekept, sweep_and_prune
-from outbox_bridge.relay.ledger import Settled, Settlement
+from outbox_bridge.relay.ledger import PublishResults, Settled
 from outbox_bridge.relay.link import BrokerLink
 from outbox_bridge.relay.loop import LoopWork
 from outbox_bridge.relay.tally import Progress, Tally
 from outbox_bridge.relay.wake import Wakeups
 from outbox_bridge.relay.webhook_sender import WebhookSender
-from outbox_bridge.relay.window import Sent, Verdict
+from outbox_bridge.relay.window import Confirmation, Sent
 from outbox_bridge.telemetry.instruments import BROKER_RECONNECTS
 from outbox_bridge.worker.retention import OutputSweep, Retained, retain
 
@@ -97,7 +97,7 @@ class Relay(LoopWork):
         self._untried: list[pika.URLParameters] = []
         self._link: BrokerLink | None = None
         self._ready = False
-        self._pending = Settlement()
+        self._pending = PublishResults()
         # The last lease found fewer rows than asked: only a ring, a due timer or the poll leases again.
         self._drained = True
         # A ring said rows are due: the next lease skips its look first (and one running leases again).
@@ -115,7 +115,7 @@ class Relay(LoopWork):
         # Reads of the due rows that failed in a row: their retry pause grows with these alone, not with the
         # failures of the relay's other store work (a store back after a restart is read again at once).
         self._lease_failures = 0
-        self._ahead = PublishAhead(settings.publish_ahead, settings.relay_batch_size)
+        self._backpressure = Backpressure(settings.publish_ahead, settings.relay_batch_size)
         self._failures = 0
         self._stop_requested = False
         self._stopping = False
@@ -227,7 +227,7 @@ class Relay(LoopWork):
         if link is not self._link:
             return
         was_ready, self._link, self._ready = self._ready, None, False
-        self._ahead.forget()
+        self._backpressure.forget()
         self._pending.add_unsent(unconfirmed)
         self._settle()
         if self._stopping:
@@ -269,11 +269,11 @@ class Relay(LoopWork):
         if room < self._refill_at:
             self._drained = False  # the window is full: the next confirms lease again
             return
-        ahead = self._ahead.room()
-        if ahead is None:  # the queue holds enough: the outbox keeps the rest, in its order
+        room_ahead = self._backpressure.room()
+        if room_ahead is None:  # the queue holds enough: the outbox keeps the rest, in its order
             self._hold(link)
             return
-        limit = min(self.settings.relay_batch_size, room, ahead)
+        limit = min(self.settings.relay_batch_size, room, room_ahead)
         idle, self._rung = self._drained and not self._rung, False
         token = self._role_token
         if token is None or not self._holds_role():
@@ -311,21 +311,21 @@ class Relay(LoopWork):
     def _hold(self, link: BrokerLink) -> None:
         """Read the queue's depth (at once, unless it was read within the last poll) and lease when there
         is room."""
-        if self._ahead.reading:
+        if self._backpressure.reading:
             return
-        self._later("depth", self._ahead.reading_delay(), partial(self._read_depth, link))
+        self._later("depth", self._backpressure.reading_delay(), partial(self._read_depth, link))
 
     def _read_depth(self, link: BrokerLink) -> None:
-        if link is not self._link or self._stopping or self._ahead.reading:
+        if link is not self._link or self._stopping or self._backpressure.reading:
             return
-        self._ahead.begin_reading(len(link.window))
+        self._backpressure.begin_reading(len(link.window))
         if not link.read_depth(partial(self._on_depth, link)):
-            self._ahead.forget()
+            self._backpressure.forget()
 
     def _on_depth(self, link: BrokerLink, ready: int) -> None:
         if link is not self._link:
             return
-        self._ahead.read(ready)
+        self._backpressure.read(ready)
         self._lease_more()
 
     def _on_lease_failed(self) -> None:
@@ -360,7 +360,7 @@ class Relay(LoopWork):
             unsent = [Sent(outbox_id, lease.token) for outbox_id, _ in lease.rows]
         else:
             unsent = link.publish(lease)
-            self._ahead.published(len(lease.rows) - len(unsent))
+            self._backpressure.published(len(lease.rows) - len(unsent))
             self.peak_unconfirmed = max(self.peak_unconfirmed, len(link.window))
         self.tally.sent += len(lease.rows) - len(unsent)
         self._unsettled.update(outbox_id for outbox_id, _ in lease.rows)
@@ -368,15 +368,15 @@ class Relay(LoopWork):
             self._pending.add_unsent(unsent)
             self._settle()
 
-    def on_verdict(self, link: BrokerLink, verdict: Verdict) -> None:
+    def on_confirmation(self, link: BrokerLink, confirmation: Confirmation) -> None:
         if link is not self._link:
             return
-        self._pending.add_confirmed(verdict.confirmed)
-        self._pending.add_refused(verdict.refused)
-        self.tally.confirmed += len(verdict.confirmed)
-        self.tally.refused += len(verdict.refused)
+        self._pending.add_confirmed(confirmation.confirmed)
+        self._pending.add_refused(confirmation.refused)
+        self.tally.confirmed += len(confirmation.confirmed)
+        self.tally.refused += len(confirmation.refused)
         if (
-            verdict.refused
+            confirmation.refused
             or self._stopping
             or self._pending.confirmed_count >= self.settings.relay_batch_size
         ):
@@ -388,29 +388,29 @@ class Relay(LoopWork):
         elif not self._drained:
             self._lease_more()
 
-    # -- writing verdicts back -----------------------------------------------------------------------------
+    # -- writing confirmations back ---------------------------------------------------------------------
 
     def _settle(self) -> None:
-        """Write every verdict gathered so far in one transaction, unless a write is already running (its
-        completion starts the next one, so verdicts group while SQLite is busy)."""
+        """Write every confirmation gathered so far in one transaction, unless a write is already running (its
+        completion starts the next one, so confirmations group while SQLite is busy)."""
         if "settle" in self._busy or not self._pending:
             return
         self._cancel("settle")
-        batch, self._pending = self._pending, Settlement()
+        batch, self._pending = self._pending, PublishResults()
         self._in_store(
             "settle",
-            partial(self._write_settlement, batch),
+            partial(self._write_results, batch),
             then=partial(self._on_written, batch),
             on_error=partial(self._on_settle_failed, batch),
         )
 
-    def _write_settlement(self, batch: Settlement) -> Settled:
+    def _write_results(self, batch: PublishResults) -> Settled:
         """On a store thread. The fault point sits between the broker's confirm and the mark."""
         if batch.confirmed:
             faults.hit("relay.after_publish")
-        return ledger.write_settlement(self.engine, batch, now=clock.now())
+        return ledger.write_results(self.engine, batch, now=clock.now())
 
-    def _on_written(self, batch: Settlement, settled: Settled) -> None:
+    def _on_written(self, batch: PublishResults, settled: Settled) -> None:
         # Written back (or no longer this relay's to write): a read may find them again.
         for bucket in (batch.confirmed, batch.refused, batch.unsent):
             for ids in bucket.values():
@@ -437,7 +437,7 @@ class Relay(LoopWork):
         elif self._pending:
             self._later("settle", SETTLE_DELAY_SECONDS, self._settle)
 
-    def _on_settle_failed(self, batch: Settlement) -> None:
+    def _on_settle_failed(self, batch: PublishResults) -> None:
         batch.merge(self._pending)
         self._pending = batch
         self._later("settle", SETTLE_RETRY_SECONDS, self._settle)

@@ -26,7 +26,7 @@ class Sent:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Confirmation:
     """What a confirm settled: rows the broker took, and rows it refused (nacked or returned)."""
 
     confirmed: tuple[Sent, ...]
@@ -60,7 +60,7 @@ class ConfirmWindow:
         """The broker could not route this row's message; its coming ack does not count."""
         self._returned.add(outbox_id)
 
-    def confirm(self, delivery_tag: int, *, multiple: bool, acked: bool) -> Verdict:
+    def confirm(self, delivery_tag: int, *, multiple: bool, acked: bool) -> Confirmation:
         """Settle `delivery_tag` (and every earlier tag when `multiple`). Tags already settled are ignored."""
         settled = self._take_through(delivery_tag) if multiple else self._take_one(delivery_tag)
         confirmed: list[Sent] = []
@@ -72,7 +72,7 @@ class ConfirmWindow:
         now = time.monotonic()
         for sent in confirmed:
             PUBLISH_TO_CONFIRM.observe(now - sent.sent_at)
-        return Verdict(tuple(confirmed), tuple(refused))
+        return Confirmation(tuple(confirmed), tuple(refused))
 
     def abandon(self) -> tuple[Sent, ...]:
         """Forget every unconfirmed message (the channel is gone: its confirms will never come)."""

@@ -17,19 +17,31 @@ import functools
 import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from sqlalchemy import Connection, Engine, Select
 from sqlalchemy.engine import URL, make_url
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-    from outbox_bridge.jobstore.bells import Bell
     from outbox_bridge.jobstore.doorbells import Ringer
     from outbox_bridge.jobstore.fenced import Completion
 
 # The databases a store can live in, by SQLAlchemy's name for them, and the module of each one's driver.
 DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql"}
+
+
+class Notifications(Protocol):
+    """What a process listens on to hear that outbox rows were committed (`Driver.listen`): the socket beside
+    a SQLite file (`jobstore.doorbells`) or a connection listening on PostgreSQL (`jobstore.notifications`).
+    Its `fileno()` turns readable when one arrives."""
+
+    def fileno(self) -> int: ...
+
+    def take(self) -> float | None:
+        """The earliest due time announced since the last call, or None; `ListenerLost` when it broke."""
+
+    def close(self) -> None: ...
 
 
 class UnknownDatabase(ValueError):
@@ -77,9 +89,9 @@ class Driver:
 
     # --- hearing of new outbox rows --------------------------------------------------------------------
 
-    def bell(self, settings: Settings, role: str) -> Bell | None:
-        """What a process listens on, as `role`, to hear that outbox rows were committed; None where there
-        is none (the caller polls)."""
+    def listen(self, settings: Settings, role: str) -> Notifications | None:
+        """Listen, as `role`, for outbox rows being committed; None where that cannot be done (an in-memory
+        store, a directory that cannot be written, a PostgreSQL that does not answer): the caller polls."""
         raise NotImplementedError
 
     def ringer(self, engine: Engine) -> Ringer | None:

@@ -45,7 +45,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, IntegrityError
 
 from outbox_bridge.jobstore import db, doorbells, fenced, relayrole
-from outbox_bridge.jobstore.drivers import Driver
+from outbox_bridge.jobstore.drivers import Driver, Notifications
 from outbox_bridge.jobstore.notifications import Listener
 from outbox_bridge.jobstore.outbox import EVENT_FACTS_RETURNED
 from outbox_bridge.jobstore.records import dumps
@@ -54,7 +54,6 @@ from outbox_bridge.jobstore.schema import outbox as outbox_table
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-    from outbox_bridge.jobstore.bells import Bell
     from outbox_bridge.jobstore.fenced import Completion
 
 # A pooled connection back from the pool after this long idle is pinged before it is used.
@@ -251,7 +250,7 @@ class PostgreSQLDriver(Driver):
     def check(self, conn: Connection) -> str | None:
         return None
 
-    def bell(self, settings: Settings, role: str) -> Bell | None:
+    def listen(self, settings: Settings, role: str) -> Notifications | None:
         return Listener.open(settings.database_url, role=role)
 
     def ringer(self, engine: Engine) -> doorbells.Ringer | None:

@@ -23,14 +23,13 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 
 from outbox_bridge.jobstore import db, doorbells, fenced, outbox, relayrole, storefile
-from outbox_bridge.jobstore.drivers import Driver
+from outbox_bridge.jobstore.drivers import Driver, Notifications
 from outbox_bridge.jobstore.schema import JOB_COLUMNS, SQLITE_BY_ROWID, SQLITE_JOBS_BY_ID, attempts, jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from outbox_bridge.jobstore.turns import shared_turn
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-    from outbox_bridge.jobstore.bells import Bell
     from outbox_bridge.jobstore.fenced import Completion
 
 # --- the statements ---------------------------------------------------------------------------------------
@@ -114,7 +113,7 @@ class SQLiteDriver(Driver):
             "(`outbox-bridge db init` sets it, and every connection the store opens uses it)"
         )
 
-    def bell(self, settings: Settings, role: str) -> Bell | None:
+    def listen(self, settings: Settings, role: str) -> Notifications | None:
         database = db.sqlite_path(settings)
         return (
             None

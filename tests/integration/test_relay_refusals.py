@@ -81,13 +81,13 @@ def test_a_relay_whose_role_passed_on_cannot_mark_rows(engine: Engine, clock: Fa
     current, _ = db.read(engine, relayrole.due, "new", now=clock.now(), limit=10)
     assert [row for row, _ in current.rows] == [row for row, _ in stale.rows]
 
-    late = ledger.Settlement()
+    late = ledger.PublishResults()
     late.add_confirmed(Sent(row, "old") for row, _ in stale.rows)
     settled = db.transact(engine, ledger.settle, late, now=clock.now())
     assert (settled.marked, settled.stale) == (0, 4)
     assert unpublished(engine) == 4
 
-    owner = ledger.Settlement()
+    owner = ledger.PublishResults()
     owner.add_confirmed(Sent(row, "new") for row, _ in current.rows)
     assert db.transact(engine, ledger.settle, owner, now=clock.now()).marked == 4
 

@@ -23,9 +23,9 @@ def test_delivery_tags_count_from_one_in_publish_order() -> None:
 
 def test_a_multiple_ack_confirms_every_tag_up_to_it() -> None:
     window = _window(5)
-    verdict = window.confirm(3, multiple=True, acked=True)
-    assert _ids(verdict.confirmed) == [1, 2, 3]
-    assert verdict.refused == ()
+    confirmation = window.confirm(3, multiple=True, acked=True)
+    assert _ids(confirmation.confirmed) == [1, 2, 3]
+    assert confirmation.refused == ()
     assert len(window) == 2
 
 
@@ -38,17 +38,17 @@ def test_single_confirms_may_arrive_out_of_order() -> None:
 
 def test_a_nack_refuses_its_rows() -> None:
     window = _window(4)
-    verdict = window.confirm(2, multiple=True, acked=False)
-    assert _ids(verdict.refused) == [1, 2]
-    assert verdict.confirmed == ()
+    confirmation = window.confirm(2, multiple=True, acked=False)
+    assert _ids(confirmation.refused) == [1, 2]
+    assert confirmation.confirmed == ()
 
 
 def test_a_returned_message_is_refused_even_though_the_broker_acks_it() -> None:
     window = _window(3)
     window.returned(2)
-    verdict = window.confirm(3, multiple=True, acked=True)
-    assert _ids(verdict.confirmed) == [1, 3]
-    assert _ids(verdict.refused) == [2]
+    confirmation = window.confirm(3, multiple=True, acked=True)
+    assert _ids(confirmation.confirmed) == [1, 3]
+    assert _ids(confirmation.refused) == [2]
 
 
 def test_a_return_is_forgotten_once_its_confirm_settled_it() -> None:

@@ -39,7 +39,7 @@ RATE_GAP_SECONDS = 1.0
 SMOOTHING = 0.3
 
 
-class PublishAhead:
+class Backpressure:
     """The relay's count of the messages waiting in the queue. Only the IOLoop's thread touches it."""
 
     def __init__(self, cap: int, batch: int) -> None:

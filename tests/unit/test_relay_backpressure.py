@@ -1,17 +1,17 @@
-"""The relay's count of what waits in the queue (`relay.ahead.PublishAhead`): it publishes nothing before
-its first reading, never past its limit, lowers the limit to about `AHEAD_SECONDS` of the consumers' rate,
-and raises it again when the queue runs dry."""
+"""The relay's count of what waits in the queue (`relay.backpressure.Backpressure`): it publishes nothing
+before its first reading, never past its limit, lowers the limit to about `AHEAD_SECONDS` of the consumers'
+rate, and raises it again when the queue runs dry."""
 
 from __future__ import annotations
 
 import pytest
 
-from outbox_bridge.relay import ahead
-from outbox_bridge.relay.ahead import PublishAhead
+from outbox_bridge.relay import backpressure
+from outbox_bridge.relay.backpressure import Backpressure
 
 
 def test_nothing_is_published_before_the_first_reading_and_never_past_the_cap() -> None:
-    gauge = PublishAhead(cap=100, batch=500)
+    gauge = Backpressure(cap=100, batch=500)
     assert gauge.room() is None
     gauge.begin_reading()
     gauge.read(0)
@@ -24,15 +24,15 @@ def test_nothing_is_published_before_the_first_reading_and_never_past_the_cap() 
 
 
 def test_a_cap_of_zero_means_no_bound() -> None:
-    assert PublishAhead(cap=0, batch=500).room() == 500
+    assert Backpressure(cap=0, batch=500).room() == 500
 
 
 def test_the_limit_follows_the_consumers_rate_and_grows_again_when_the_queue_runs_dry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1000.0]
-    monkeypatch.setattr(ahead.time, "monotonic", lambda: now[0])
-    gauge = PublishAhead(cap=500, batch=500)
+    monkeypatch.setattr(backpressure.time, "monotonic", lambda: now[0])
+    gauge = Backpressure(cap=500, batch=500)
     gauge.begin_reading()
     gauge.read(500)
     for _ in range(20):  # the consumers take 16 messages every 0.1 s: 160/s
@@ -40,7 +40,7 @@ def test_the_limit_follows_the_consumers_rate_and_grows_again_when_the_queue_run
         gauge.begin_reading()
         gauge.read(max(0, 500 - 16))
         gauge.published(16)
-    assert 160 * ahead.AHEAD_SECONDS * 0.8 <= gauge.limit <= 160 * ahead.AHEAD_SECONDS * 1.2
+    assert 160 * backpressure.AHEAD_SECONDS * 0.8 <= gauge.limit <= 160 * backpressure.AHEAD_SECONDS * 1.2
     low = gauge.limit
     for _ in range(4):  # dry at every reading for longer than AHEAD_SECONDS, messages published between
         gauge.published(low)
@@ -52,7 +52,7 @@ def test_the_limit_follows_the_consumers_rate_and_grows_again_when_the_queue_run
 
 def _clocked(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     now = [1000.0]
-    monkeypatch.setattr(ahead.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(backpressure.time, "monotonic", lambda: now[0])
     return now
 
 
@@ -60,7 +60,7 @@ def test_a_queue_emptied_by_the_consumers_prefetch_does_not_open_the_window(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = _clocked(monkeypatch)
-    gauge = PublishAhead(cap=500, batch=500)
+    gauge = Backpressure(cap=500, batch=500)
     gauge.begin_reading()
     gauge.read(0)
     start = gauge.limit
@@ -82,7 +82,7 @@ def test_a_queue_emptied_by_the_consumers_prefetch_does_not_open_the_window(
     now[0] += 0.02
     gauge.begin_reading()
     gauge.read(start - 29)  # slow jobs: with the prefetch full, one goes in 20 ms (50/s)
-    assert gauge.limit == ahead.FLOOR, "the measured rate, not the prefetch, sets the window"
+    assert gauge.limit == backpressure.FLOOR, "the measured rate, not the prefetch, sets the window"
     assert gauge.room() is None
 
 
@@ -90,17 +90,17 @@ def test_an_empty_queue_with_nothing_published_says_nothing_of_the_consumers(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = _clocked(monkeypatch)
-    gauge = PublishAhead(cap=500, batch=500)
+    gauge = Backpressure(cap=500, batch=500)
     for _ in range(5):
         now[0] += 0.02
         gauge.begin_reading()
         gauge.read(0)
-    assert gauge.limit == ahead.START
+    assert gauge.limit == backpressure.START
 
 
 def test_a_rate_read_before_a_quiet_spell_is_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
     now = _clocked(monkeypatch)
-    gauge = PublishAhead(cap=500, batch=500)
+    gauge = Backpressure(cap=500, batch=500)
     gauge.begin_reading()
     gauge.read(0)
     for _ in range(200):  # noop jobs: the queue runs dry at every reading, the window opens to the cap
@@ -109,6 +109,6 @@ def test_a_rate_read_before_a_quiet_spell_is_forgotten(monkeypatch: pytest.Monke
         gauge.begin_reading()
         gauge.read(0)
     assert gauge.limit == 500
-    now[0] += ahead.RATE_GAP_SECONDS  # quiet; then a backlog of slow jobs arrives
-    assert gauge.limit == ahead.START
-    assert gauge.room() == ahead.START
+    now[0] += backpressure.RATE_GAP_SECONDS  # quiet; then a backlog of slow jobs arrives
+    assert gauge.limit == backpressure.START
+    assert gauge.room() == backpressure.START
