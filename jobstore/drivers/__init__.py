@@ -9,17 +9,23 @@ relay reads and marks the outbox, and how a process hears that outbox rows were 
 A driver is chosen by the database's name (`of`, `for_url`) and loaded the first time a store of its
 database is used, so that a process on SQLite never loads PostgreSQL's statements, and the reverse. The
 store's test suite runs every test on both drivers (`tests/support/store.py`).
+
+What each driver sends, statement by statement, is written out in `jobstore/drivers/sql/<driver>.sql`, as
+the database receives it (`rendered`; `python -m outbox_bridge.jobstore.drivers` writes the files again, and
+a test fails when they no longer match the code).
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
+import re
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from sqlalchemy import Connection, Engine, Select
+from sqlalchemy import ClauseElement, Connection, Engine, Select
 from sqlalchemy.engine import URL, make_url
 
 if TYPE_CHECKING:
@@ -150,6 +156,27 @@ class Driver:
         its job's id, tenant, kind and trace context (`outbox.EVENT_FACTS_RETURNED`)."""
         raise NotImplementedError
 
+    # --- what it sends --------------------------------------------------------------------------------
+
+    def statements(self) -> dict[str, str]:
+        """The driver's named statements (the upper-case names of its module, and `shared_statements`), by
+        name, as its database receives them."""
+        from outbox_bridge.jobstore import db  # (db uses the drivers)
+
+        named: dict[str, str] = {}
+        for name, value in [*vars(sys.modules[type(self).__module__]).items(), *self.shared_statements()]:
+            if not name.isupper():
+                continue
+            if isinstance(value, ClauseElement):
+                value = db.Direct.of(value, dialect=self.name)
+            if isinstance(value, db.Direct):
+                named[name] = _with_literals(value.sql, value.defaults)
+        return named
+
+    def shared_statements(self) -> list[tuple[str, Any]]:
+        """The store's shared statements this driver runs as they are, by a name for the listing."""
+        return []
+
     # --- upkeep --------------------------------------------------------------------------------------
 
     def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
@@ -159,6 +186,29 @@ class Driver:
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
         """Gather `table`'s planner statistics, waiting at most `lock_timeout` for its lock."""
         raise NotImplementedError
+
+
+def _with_literals(sql: str, defaults: Mapping[str, Any]) -> str:
+    """`sql` with the values of its literals (`db.Direct.defaults`) in place of their placeholders."""
+    for name, value in defaults.items():
+        if value is None:
+            continue
+        literal = repr(value).lower() if isinstance(value, bool) else repr(value)
+        sql = re.sub(rf"%\({name}\)s|:{name}\b", literal.replace("\\", "\\\\"), sql)
+    return sql
+
+
+def rendered(driver: Driver) -> str:
+    """`driver.statements()` as one SQL file, a statement per name."""
+    head = (
+        f"-- The statements the {driver.name} driver sends, as the database receives them. Written\n"
+        "-- by `python -m outbox_bridge.jobstore.drivers` from the code; do not edit.\n"
+        "-- `(__[POSTCOMPILE_x])` is a list of values, sent with one placeholder per value.\n"
+    )
+    body = "".join(
+        f"\n-- name: {name}\n{sql.strip()};\n" for name, sql in sorted(driver.statements().items())
+    )
+    return head + "\n".join(line.rstrip() for line in body.split("\n"))
 
 
 @functools.cache

@@ -314,6 +314,12 @@ class PostgreSQLDriver(Driver):
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
         return db.direct(conn, MARK_PUBLISHED, {**params, "b_ids": list(ids)})
 
+    def shared_statements(self) -> list[tuple[str, Any]]:
+        from outbox_bridge.jobstore import claiming  # (claiming uses the drivers)
+
+        many, due = claim_statements(claiming._claim_many(None))
+        return [("CLAIM", many), ("CLAIM_DUE", due)]
+
     def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
         with engine.connect() as conn:
             return sorted(str(name) for name in conn.execute(STALE_TABLES, params).scalars())

@@ -212,6 +212,16 @@ class SQLiteDriver(Driver):
         marked = [str(r[0]) for r in db.direct_in(conn, MARK_PUBLISHED, params, "b_ids", ids)]
         return outbox.event_facts(conn, marked)
 
+    def shared_statements(self) -> list[tuple[str, Any]]:
+        from outbox_bridge.jobstore import claiming  # (claiming uses the drivers)
+
+        return [
+            ("CLAIM", claiming._claim_many(None)),
+            ("DROP_PENDING", outbox._DROP_PENDING_MANY),
+            ("RELAY_READ_ORDER", outbox._ORDERED),
+            ("RELAY_READ_ROWS", relayrole._ROWS),
+        ]
+
     def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
         return []  # SQLite's planner keeps no statistics the store relies on
 
