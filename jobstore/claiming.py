@@ -31,7 +31,7 @@ from outbox_bridge.jobstore.intake import new_attempt_id
 from outbox_bridge.jobstore.limits import NONE as NO_LIMITS
 from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
-from outbox_bridge.jobstore.schema import SQLITE_JOBS_BY_ID, attempts, jobs, state_in
+from outbox_bridge.jobstore.schema import attempts, jobs, state_in
 from outbox_bridge.jobstore.states import CLAIM, HELD, TERMINAL, State
 
 
@@ -134,7 +134,7 @@ def _claim_many(limited: tuple[str, ...] | None) -> Any:
     a limit concerns (`limits.unlimited`; `()`: none but concurrency keys), anything claimable when None.
     Built once per guard: a process has one set of limits. Its driver runs it (`Driver.claim`)."""
     which = jobs.c.id.in_(_IDS) if limited is None else and_(jobs.c.id.in_(_IDS), flow.unlimited(limited))
-    return _claim_statement(which).with_hint(SQLITE_JOBS_BY_ID, dialect_name="sqlite")
+    return _claim_statement(which)
 
 
 def _attempt_row(claim: Claim, now: float) -> dict[str, Any]:

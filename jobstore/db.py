@@ -182,8 +182,8 @@ def _placeholder(compiled: SQLCompiler, name: str) -> Any:
 
 class HintedSQLiteCompiler(SQLiteCompiler):
     """SQLAlchemy's SQLite compiler leaves a statement's table hints out; this one writes each after its
-    table's name, where SQLite reads `INDEXED BY <index>` and `NOT INDEXED` (`jobstore.schema` says why the
-    hot statements name their index)."""
+    table's name, where SQLite reads `INDEXED BY <index>` and `NOT INDEXED` (`jobstore.drivers.sqlite` says
+    why the hot statements name their index)."""
 
     def get_from_hint_text(self, table: Any, text: str | None) -> str | None:
         return text
@@ -228,13 +228,14 @@ def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> li
 
 
 def run(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-    """`direct` of `statement` (Core or `text`), compiled once for the database `conn` is connected to."""
+    """`direct` of `statement` (Core or `text`), compiled once for the database `conn` is connected to, as
+    its driver adapts it (`Driver.adapted`)."""
     return direct(conn, _compiled(statement, conn.dialect.name), params)
 
 
 @functools.lru_cache(maxsize=256)
 def _compiled(statement: ClauseElement, dialect: str) -> Direct:
-    return Direct.of(statement, dialect=dialect)
+    return Direct.of(drivers.named(dialect).adapted(statement), dialect=dialect)
 
 
 def direct_in(
@@ -278,7 +279,8 @@ def _compiled_in(
     statement: ClauseElement, dialect: str, name: str, count: int, prepared: bool, firsts: str | None = None
 ) -> Direct:
     expanding = {name: count} if firsts is None else {name: count, firsts: count}
-    return Direct.of(statement, prepared=prepared, expanding=expanding, dialect=dialect)
+    adapted = drivers.named(dialect).adapted(statement)
+    return Direct.of(adapted, prepared=prepared, expanding=expanding, dialect=dialect)
 
 
 def direct_many(conn: Connection, statement: Direct, rows: Sequence[Mapping[str, Any]]) -> int:

@@ -38,17 +38,13 @@ _INSERT_FOR_JOB = insert(outbox).values(
 
 
 def _drop_pending(of_jobs: ColumnElement[bool]) -> Any:
-    """The unpublished rows of the jobs `of_jobs` picks, deleted; on SQLite found through the job id's
-    index (`jobstore.schema.SQLITE_JOBS_BY_ID` says why it is named)."""
-    return (
-        delete(outbox)
-        .with_hint("INDEXED BY ix_outbox_job_id", dialect_name="sqlite")
-        .where(of_jobs, outbox.c.published_at.is_(None))
-    )
+    """The unpublished rows of the jobs `of_jobs` picks, deleted."""
+    return delete(outbox).where(of_jobs, outbox.c.published_at.is_(None))
 
 
-_DROP_PENDING = _drop_pending(outbox.c.job_id == bindparam("b_job"))
-_DROP_PENDING_MANY = _drop_pending(outbox.c.job_id.in_(bindparam("b_jobs", expanding=True)))
+# Run through `db` (`db.run`, `db.direct_in`), so that a driver may adapt them (`Driver.adapted`).
+DROP_PENDING = _drop_pending(outbox.c.job_id == bindparam("b_job"))
+DROP_PENDING_MANY = _drop_pending(outbox.c.job_id.in_(bindparam("b_jobs", expanding=True)))
 _NOW = bindparam("b_now", type_=Float)
 
 
@@ -78,13 +74,13 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -
 
 def drop_pending(conn: Connection, job_id: str) -> None:
     """Forget unpublished deliveries of a job that no longer needs one (claimed directly, or cancelled)."""
-    conn.execute(_DROP_PENDING, {"b_job": job_id})
+    db.run(conn, DROP_PENDING, {"b_job": job_id})
 
 
 def drop_pending_many(conn: Connection, job_ids: Sequence[str]) -> None:
     """`drop_pending` for each of `job_ids`, in one statement."""
     if job_ids:
-        conn.execute(_DROP_PENDING_MANY, {"b_jobs": list(job_ids)})
+        db.direct_in(conn, DROP_PENDING_MANY, {}, "b_jobs", job_ids)
 
 
 @dataclass(frozen=True)
@@ -106,9 +102,8 @@ _DUE = and_(outbox.c.published_at.is_(None), outbox.c.available_at <= _NOW)
 # (`available_at + 0`: so that SQLite walks that index in order, not the (published_at, available_at) one's
 # range followed by a sort of what it finds.)
 _DUE_WALKED = and_(outbox.c.published_at.is_(None), outbox.c.available_at + 0 <= _NOW)
-_ORDERED = (
+DUE_IN_ORDER = (
     select(outbox.c.id, outbox.c.tenant)
-    .with_hint(outbox, "INDEXED BY ix_outbox_due_priority_id", dialect_name="sqlite")
     .where(_DUE_WALKED)
     .order_by(outbox.c.priority, outbox.c.id)
     .limit(bindparam("b_limit"))
@@ -149,7 +144,7 @@ def due_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0) 
     when there are no more than `limit`; else by priority, then a turn per tenant, then age. With a
     `tenant_cap` (`TENANT_MAX_RUNNING`), a tenant gets no more rows than it may start jobs now: the rest wait
     here, not in the queue, where a consumer could only hand them back."""
-    rows = [(int(r[0]), str(r[1])) for r in db.run(conn, _ORDERED, {"b_now": now, "b_limit": limit + 1})]
+    rows = [(int(r[0]), str(r[1])) for r in db.run(conn, DUE_IN_ORDER, {"b_now": now, "b_limit": limit + 1})]
     if len(rows) > limit and _several_tenants(conn):
         rows = [(int(r[0]), str(r[1])) for r in conn.execute(_FAIR, {"b_now": now, "b_limit": 2 * limit})]
     if tenant_cap:
@@ -157,22 +152,22 @@ def due_order(conn: Connection, *, now: float, limit: int, tenant_cap: int = 0) 
     return [row_id for row_id, _ in rows[:limit]]
 
 
-def _unpublished_tenant(extreme: Any) -> Any:
-    """`extreme` (`func.min` or `func.max`) of the unpublished rows' tenants: one seek of their index."""
-    return (
-        select(extreme(outbox.c.tenant))
-        .with_hint(outbox, "INDEXED BY ix_outbox_due_tenant", dialect_name="sqlite")
-        .where(outbox.c.published_at.is_(None))
-        .scalar_subquery()
-    )
+def tenant_range(hint: str | None = None) -> Select[Any]:
+    """The lowest and the highest tenant of the unpublished rows: two seeks of their tenant index (one
+    tenant's backlog has no turns to rank). A driver names the index for its database with `hint`."""
+
+    def extreme(of: Any) -> Any:
+        query = select(of(outbox.c.tenant)).where(outbox.c.published_at.is_(None))
+        return (query if hint is None else query.with_hint(outbox, hint)).scalar_subquery()
+
+    return select(extreme(func.min), extreme(func.max))
 
 
-# Two seeks of the unpublished rows' tenant index: one tenant's backlog has no turns to rank.
-_TENANT_RANGE = select(_unpublished_tenant(func.min), _unpublished_tenant(func.max))
+TENANT_RANGE = tenant_range()
 
 
 def _several_tenants(conn: Connection) -> bool:
-    lowest, highest = conn.execute(_TENANT_RANGE).one()
+    [(lowest, highest)] = db.run(conn, TENANT_RANGE, {})
     return bool(lowest != highest)
 
 

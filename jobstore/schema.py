@@ -151,16 +151,6 @@ outbox = Table(
     sqlite_autoincrement=True,
 )
 
-# SQLite chooses a statement's index from the statistics ANALYZE leaves in `sqlite_stat1`, and a store has
-# none (nothing runs ANALYZE; run on a new store it would describe empty tables). Without them SQLite takes an
-# equality on an indexed column for more selective than a list of ids: a claim of 16 jobs by id walked every
-# queued job through a state index, the relay's mark every unpublished row, and its read sorted every due
-# row, each costing in proportion to the backlog. Those statements name their index for SQLite instead
-# (`with_hint(..., dialect_name="sqlite")`, rendered by `db.HintedSQLiteCompiler`; PostgreSQL keeps
-# statistics of its own); `tests/integration/test_sqlite_plans.py` checks each plan on a new store.
-SQLITE_JOBS_BY_ID = "INDEXED BY sqlite_autoindex_jobs_1"  # the index of the primary key, `jobs.id`
-SQLITE_BY_ROWID = "NOT INDEXED"  # an INTEGER PRIMARY KEY (`outbox.id`) is still looked up by its rowid
-
 
 # What an operator did to a job, who did it (the operator token's `sub` on the dashboard, the OS user for the
 # command line) and when, with their note. Written in the transaction of the move it records.

@@ -156,6 +156,11 @@ class Driver:
         its job's id, tenant, kind and trace context (`outbox.EVENT_FACTS_RETURNED`)."""
         raise NotImplementedError
 
+    def adapted(self, statement: Any) -> Any:
+        """A shared statement (one the store's modules run through `db.run` or `db.direct_in`) as this
+        driver sends it: the same, or with what its database needs added."""
+        return statement
+
     # --- what it sends --------------------------------------------------------------------------------
 
     def statements(self) -> dict[str, str]:

@@ -7,12 +7,19 @@ documented recipe); writers take turns (`jobstore.turns`) and the store retries 
 statements in one transaction. Processes on the host hear of new outbox rows through the doorbell beside the
 file (`jobstore.doorbells`), rung after the commit.
 
-The hot statements name the index SQLite is to use (`INDEXED BY`; `jobstore.schema` says why):
-`tests/integration/test_sqlite_plans.py` checks each plan on a new store.
+The hot statements name the index SQLite is to use. SQLite chooses a statement's index from the statistics
+ANALYZE leaves in `sqlite_stat1`, and a store has none (nothing runs ANALYZE; run on a new store it would
+describe empty tables). Without them SQLite takes an equality on an indexed column for more selective than a
+list of ids: a claim of 16 jobs by id walked every queued job through a state index, the relay's mark every
+unpublished row, and its read sorted every due row, each costing in proportion to the backlog. So the
+driver names the index of each (`INDEXED BY`, `NOT INDEXED`, rendered by `db.HintedSQLiteCompiler`), its own
+statements and the shared ones it adapts (`SQLiteDriver.adapted`); `tests/integration/test_sqlite_plans.py`
+checks each plan on a new store.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -24,13 +31,16 @@ from sqlalchemy.exc import IntegrityError
 
 from outbox_bridge.jobstore import db, doorbells, fenced, outbox, relayrole, storefile
 from outbox_bridge.jobstore.drivers import Driver, Notifications
-from outbox_bridge.jobstore.schema import JOB_COLUMNS, SQLITE_BY_ROWID, SQLITE_JOBS_BY_ID, attempts, jobs
+from outbox_bridge.jobstore.schema import JOB_COLUMNS, attempts, jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from outbox_bridge.jobstore.turns import shared_turn
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
     from outbox_bridge.jobstore.fenced import Completion
+
+JOBS_BY_ID = "INDEXED BY sqlite_autoindex_jobs_1"  # the index of the primary key, `jobs.id`
+BY_ROWID = "NOT INDEXED"  # an INTEGER PRIMARY KEY (`outbox.id`) is still looked up by its rowid
 
 # --- the statements ---------------------------------------------------------------------------------------
 
@@ -61,15 +71,34 @@ INSERT_ATTEMPT = db.Direct.of(
 # running under a live lease instead).
 COMPLETE_MANY = fenced.complete_statement(
     and_(jobs.c.id.in_(bindparam("b_fence_ids", expanding=True)), fenced.FENCES), fenced.ATTEMPT_OF_EPOCH
-).with_hint(SQLITE_JOBS_BY_ID)
+).with_hint(JOBS_BY_ID)
 # An attempt ended (`fenced.ended` gives its values).
 END_ATTEMPT = db.Direct.of(fenced.END_ATTEMPT, dialect="sqlite")
 # Confirmed outbox rows marked published while the relay role's token holds, by their rowids.
 MARK_PUBLISHED = (
     relayrole.marking(outbox_table.c.id.in_(bindparam("b_ids", expanding=True)))
-    .with_hint(SQLITE_BY_ROWID)
+    .with_hint(BY_ROWID)
     .returning(outbox_table.c.job_id)
 )
+
+
+# The shared statements this driver sends with their index named.
+DROP_PENDING = outbox.DROP_PENDING.with_hint("INDEXED BY ix_outbox_job_id")
+DROP_PENDING_MANY = outbox.DROP_PENDING_MANY.with_hint("INDEXED BY ix_outbox_job_id")
+DUE_IN_ORDER = outbox.DUE_IN_ORDER.with_hint(outbox_table, "INDEXED BY ix_outbox_due_priority_id")
+TENANT_RANGE = outbox.tenant_range("INDEXED BY ix_outbox_due_tenant")
+_ADAPTED = {
+    id(outbox.DROP_PENDING): DROP_PENDING,
+    id(outbox.DROP_PENDING_MANY): DROP_PENDING_MANY,
+    id(outbox.DUE_IN_ORDER): DUE_IN_ORDER,
+    id(outbox.TENANT_RANGE): TENANT_RANGE,
+}
+
+
+@functools.cache
+def claiming(claim: Any) -> Any:
+    """A claim of jobs by id (`claiming`), looking each id up by the primary key."""
+    return claim.with_hint(JOBS_BY_ID)
 
 
 class SQLiteDriver(Driver):
@@ -166,7 +195,7 @@ class SQLiteDriver(Driver):
         *,
         drop_pending: bool,
     ) -> tuple[list[tuple[Any, ...]], set[str]]:
-        rows = db.direct_in(conn, statement, params, "b_ids", list(attempt_ids))
+        rows = db.direct_in(conn, claiming(statement), params, "b_ids", list(attempt_ids))
         if drop_pending:
             outbox.drop_pending_many(conn, [str(row[0]) for row in rows])
         first = [row for row in rows if row[1] == 1]
@@ -212,15 +241,13 @@ class SQLiteDriver(Driver):
         marked = [str(r[0]) for r in db.direct_in(conn, MARK_PUBLISHED, params, "b_ids", ids)]
         return outbox.event_facts(conn, marked)
 
-    def shared_statements(self) -> list[tuple[str, Any]]:
-        from outbox_bridge.jobstore import claiming  # (claiming uses the drivers)
+    def adapted(self, statement: Any) -> Any:
+        return _ADAPTED.get(id(statement), statement)
 
-        return [
-            ("CLAIM", claiming._claim_many(None)),
-            ("DROP_PENDING", outbox._DROP_PENDING_MANY),
-            ("RELAY_READ_ORDER", outbox._ORDERED),
-            ("RELAY_READ_ROWS", relayrole._ROWS),
-        ]
+    def shared_statements(self) -> list[tuple[str, Any]]:
+        from outbox_bridge.jobstore import claiming as claims  # (claiming uses the drivers)
+
+        return [("CLAIM", claiming(claims._claim_many(None))), ("RELAY_READ_ROWS", relayrole._ROWS)]
 
     def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
         return []  # SQLite's planner keeps no statistics the store relies on

@@ -1,6 +1,6 @@
 """The hot statements that pick rows by id use the index they name on SQLite, whose planner has no statistics
 on a store (nothing runs ANALYZE): without the names, a claim by id walked every queued job, the relay's mark
-every unpublished row and its read sorted every due row (`jobstore.schema`, `SQLITE_JOBS_BY_ID`)."""
+every unpublished row and its read sorted every due row (`jobstore.drivers.sqlite`)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from outbox_bridge.jobstore import claiming, db, migrate, outbox
+from outbox_bridge.jobstore import claiming, db, migrate
 from outbox_bridge.jobstore.drivers import sqlite as driver
 from tests.conftest import sqlite_settings
 
 PLANS = {
     "claim by ids": (
-        claiming._claim_many(None),
+        driver.claiming(claiming._claim_many(None)),
         "b_ids",
         "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
     ),
     "claim by ids, guarded by limits": (
-        claiming._claim_many(("export",)),
+        driver.claiming(claiming._claim_many(("export",))),
         "b_ids",
         "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
     ),
@@ -33,7 +33,7 @@ PLANS = {
         "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)",
     ),
     "pending rows dropped by job": (
-        outbox._DROP_PENDING_MANY,
+        driver.DROP_PENDING_MANY,
         "b_jobs",
         "SEARCH outbox USING INDEX ix_outbox_job_id (job_id=?)",
     ),
@@ -71,13 +71,13 @@ def test_a_statement_by_ids_looks_each_id_up(sqlite: Engine, name: str) -> None:
 
 
 def test_the_relay_walks_due_rows_in_order_on_their_index_without_sorting(sqlite: Engine) -> None:
-    assert plan(sqlite, db.Direct.of(outbox._ORDERED, dialect="sqlite").sql) == [
+    assert plan(sqlite, db.Direct.of(driver.DUE_IN_ORDER, dialect="sqlite").sql) == [
         "SCAN outbox USING INDEX ix_outbox_due_priority_id"
     ]
 
 
 def test_the_relays_tenant_check_seeks_the_due_tenants_index(sqlite: Engine) -> None:
     with sqlite.connect() as conn:
-        sql = str(outbox._TENANT_RANGE.compile(dialect=conn.dialect))
+        sql = str(driver.TENANT_RANGE.compile(dialect=conn.dialect))
     steps = plan(sqlite, sql)
     assert steps.count("SEARCH outbox USING INDEX ix_outbox_due_tenant") == 2, steps

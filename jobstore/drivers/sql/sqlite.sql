@@ -12,7 +12,16 @@ FROM attempts
 WHERE attempts.job_id = jobs.id AND attempts.epoch = jobs.epoch) END, error_code=CASE WHEN (jobs.cancel_requested = 1 AND NOT (jobs.external_epoch IS NOT NULL AND jobs.external_epoch = jobs.epoch)) THEN 'cancelled' ELSE NULL END, error_message=CASE WHEN (jobs.cancel_requested = 1 AND NOT (jobs.external_epoch IS NOT NULL AND jobs.external_epoch = jobs.epoch)) THEN 'cancelled before the result was committed' ELSE NULL END, updated_at=:b_now, finished_at=:b_now WHERE jobs.id IN (__[POSTCOMPILE_b_fence_ids]) AND (jobs.id, jobs.epoch) IN (__[POSTCOMPILE_b_fences]) AND jobs.state = 'running' AND jobs.lease_expires_at > :b_now AND (jobs.deadline_at IS NULL OR jobs.deadline_at > :b_now) RETURNING state, id, tenant, kind, epoch, attempts, traceparent;
 
 -- name: DROP_PENDING
+DELETE FROM outbox INDEXED BY ix_outbox_job_id WHERE outbox.job_id = :b_job AND outbox.published_at IS NULL;
+
+-- name: DROP_PENDING_MANY
 DELETE FROM outbox INDEXED BY ix_outbox_job_id WHERE outbox.job_id IN (__[POSTCOMPILE_b_jobs]) AND outbox.published_at IS NULL;
+
+-- name: DUE_IN_ORDER
+SELECT outbox.id, outbox.tenant
+FROM outbox INDEXED BY ix_outbox_due_priority_id
+WHERE outbox.published_at IS NULL AND outbox.available_at + 0 <= :b_now ORDER BY outbox.priority, outbox.id
+ LIMIT :b_limit OFFSET 0;
 
 -- name: END_ATTEMPT
 UPDATE attempts SET ended_at=:b_now, outcome=:b_outcome, output=:b_output, error_code=:b_code, error_message=:b_message WHERE attempts.id = :b_attempt;
@@ -36,13 +45,14 @@ UPDATE outbox NOT INDEXED SET published_at=:b_now, publish_attempts=(outbox.publ
 FROM relay_role
 WHERE relay_role.name = 'relay' AND relay_role.token = :b_token AND relay_role.expires_at > :b_now)) RETURNING job_id;
 
--- name: RELAY_READ_ORDER
-SELECT outbox.id, outbox.tenant
-FROM outbox INDEXED BY ix_outbox_due_priority_id
-WHERE outbox.published_at IS NULL AND outbox.available_at + 0 <= :b_now ORDER BY outbox.priority, outbox.id
- LIMIT :b_limit OFFSET 0;
-
 -- name: RELAY_READ_ROWS
 SELECT outbox.id, outbox.job_id, outbox.priority, outbox.tenant, jobs.traceparent
 FROM outbox JOIN jobs ON jobs.id = outbox.job_id
 WHERE outbox.id IN (__[POSTCOMPILE_b_ids]);
+
+-- name: TENANT_RANGE
+SELECT (SELECT min(outbox.tenant) AS min_1
+FROM outbox INDEXED BY ix_outbox_due_tenant
+WHERE outbox.published_at IS NULL) AS anon_1, (SELECT max(outbox.tenant) AS max_1
+FROM outbox INDEXED BY ix_outbox_due_tenant
+WHERE outbox.published_at IS NULL) AS anon_2;
