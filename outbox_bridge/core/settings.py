@@ -356,10 +356,6 @@ class Settings(BaseSettings):
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
 
-    @property
-    def is_postgresql(self) -> bool:
-        return self.database_url.startswith("postgresql")
-
 
 _PER = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
