@@ -143,9 +143,9 @@ class Direct:
     """A statement compiled once to the driver's own SQL (`%(name)s` placeholders for psycopg, `:name` for
     sqlite3), with the values of the literals it holds; `direct` runs it. On PostgreSQL a `prepared` one
     is parsed and planned once per connection: only for a statement that has one good plan whatever its
-    parameters (after five runs PostgreSQL may keep a generic plan, and the claim's walked the state index
-    instead of the ids: the start p50 at 200 jobs/s doubled). The others are planned at every run, for
-    their parameters. sqlite3 keeps every statement it ran prepared in its connection's cache."""
+    parameters (after five runs PostgreSQL may keep a generic plan, and one that walks a state index instead
+    of the ids given costs in proportion to the backlog: `docs/scaling.md`). The others are planned at every
+    run, for their parameters. sqlite3 keeps every statement it ran prepared in its connection's cache."""
 
     sql: str
     defaults: dict[str, Any]
@@ -216,10 +216,9 @@ def expanded(name: str, values: Sequence[Any]) -> dict[str, Any]:
 def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run `statement` on `conn`'s driver connection, in its transaction, below SQLAlchemy's execution
     layer; its rows, as tuples (none for a statement that returns none). For the statements of the path
-    every job takes, where SQLAlchemy's layer costs more than the statement: on PostgreSQL about 0.45 ms
-    of client CPU per statement on a cold, lightly loaded host, on SQLite 0.05-0.1 ms, all of it inside
-    the write turn. Its errors are SQLAlchemy's, as `conn.execute` raises them, and a lost connection is
-    invalidated, so `transact` treats both alike."""
+    every job takes, where SQLAlchemy's layer costs more client CPU than the statement, inside the write
+    turn (`docs/scaling.md` has the figures). Its errors are SQLAlchemy's, as `conn.execute` raises them,
+    and a lost connection is invalidated, so `transact` treats both alike."""
     driver = conn.connection.driver_connection
     values = {**statement.defaults, **params} if statement.defaults else params
     _announce(conn, statement.sql, values, many=False)
@@ -266,8 +265,8 @@ def padded_count(count: int) -> int:
     """The size of list a statement with `count` values in an expanding `IN` is compiled for: `count` up to
     8, then rounded up to a quarter of its power of two (9-16 in steps of 2, 17-32 in steps of 4, ...), so
     at most a fifth of the values repeat. Each size is a statement of its own for SQLAlchemy to compile
-    (a millisecond or more: in a burst, when the batches take new sizes, a fifth of a consumer's CPU went
-    to compiling) and for the driver to prepare; rounded, a statement has four sizes per doubling."""
+    (which costs far more than running it: in a burst, new sizes kept a consumer compiling) and for the
+    driver to prepare; rounded, a statement has four sizes per doubling."""
     if count <= 8:
         return count
     step = 1 << ((count - 1).bit_length() - 3)

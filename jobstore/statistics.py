@@ -9,8 +9,8 @@ pending row, so each claim costs in proportion to the backlog until the next ANA
 `docs/scaling.md`). The sweepers (the relay's housekeeping, a baseline worker's sweep loop) call `refresh`
 every sweep, so a table is analyzed within about a sweep interval of changing that much, and at most once
 every `MIN_INTERVAL_SECONDS` (whoever ran the last ANALYZE: PostgreSQL keeps its time): a burst's first
-few hundred rows bring fresh counts, and the ANALYZEs after them do not run every sweep while it lasts
-(each took 80 ms of the server's CPU behind a 5,000-job burst here, three times in four seconds).
+few hundred rows bring fresh counts, and the ANALYZEs after them, each a cost to the server, do not run
+every sweep while it lasts (`docs/scaling.md` has the figures).
 
 SQLite keeps no such counts unless asked to, and plans these statements by their indexes alone."""
 

@@ -174,8 +174,8 @@ COMPLETE_MANY = db.Direct.of(select(_COMPLETED).add_cte(_ENDED), prepared=True)
 # published and not yet written back), the rows' trace context and the next due time. It reads nothing
 # (`serves` false) when more rows are due than the read takes and they belong to several tenants: that read
 # needs the fair ranking (`relayrole.due`). The rows left out are a hashed `NOT IN`: `id <> ALL(...)`
-# compared each row walked with every one of them (a relay's window holds up to 1,000): 30-60 ms a read
-# behind a backlog, 120-220 ms once the prepared statement's generic plan took over.
+# compared each row walked with every one of them (a relay's window holds up to 1,000), a cost that grew
+# with the backlog and more once the prepared statement's generic plan took over.
 DUE_AT_ONCE = db.Direct.of(
     text("""
 WITH due AS (
