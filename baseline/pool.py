@@ -125,7 +125,7 @@ class ClaimPool:
         self._round = threading.Lock()
         # Whether the process listens on its store's bell now (`baseline.listening`); set by the process.
         self.bell_open: Callable[[], bool] = lambda: False
-        self.tally = OutcomeCounts()
+        self.counts = OutcomeCounts()
         self._claimer = threading.Thread(target=self._claim_loop, name="claimer", daemon=True)
 
     @property
@@ -277,7 +277,7 @@ class ClaimPool:
             self._runners.forget(finished.running)
             discard_uncommitted(self._settings, finished.running.claim, finished.outcome, state)
             name = _outcome_name(finished.running.held, state)
-            self.tally.add(name)
+            self.counts.add(name)
             if name == "fenced":
                 FENCED_WRITES.inc()
 
@@ -290,7 +290,7 @@ class ClaimPool:
                 log.info(
                     "job %s epoch %d: claimed while stopping: %s", claim.job_id, claim.epoch, result.value
                 )
-                self.tally.add(result.value)
+                self.counts.add(result.value)
                 continue
             self._runners.begin(claim)
 

@@ -74,7 +74,7 @@ class BaselineProcess:
         self.sweeper.join(timeout=1.0)
         self.listening.join(timeout=1.5)
         self.heartbeat.stop()
-        counts = self.pool.tally.snapshot()
+        counts = self.pool.counts.snapshot()
         log.info("stopped: %d job(s) run (%s); exit %d", sum(counts.values()), listed(counts) or "none", code)
         return code
 

@@ -43,12 +43,12 @@ from outbox_bridge.jobstore import db, drivers, relayrole
 from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.relay import ledger, schedules
 from outbox_bridge.relay.backpressure import Backpressure
+from outbox_bridge.relay.counts import Progress, RelayCounts
 from outbox_bridge.relay.deadletters import Checked, DeadLetterCheck
 from outbox_bridge.relay.housekeeping import Housekept, sweep_and_prune
 from outbox_bridge.relay.ledger import PublishResults, Settled
 from outbox_bridge.relay.link import BrokerLink
 from outbox_bridge.relay.loop import LoopWork
-from outbox_bridge.relay.tally import Progress, Tally
 from outbox_bridge.relay.wake import Wakeups
 from outbox_bridge.relay.webhook_sender import WebhookSender
 from outbox_bridge.relay.window import Confirmation, Sent
@@ -85,7 +85,7 @@ class Relay(LoopWork):
         super().__init__()
         self.settings = settings
         self.engine = engine
-        self.tally = Tally()
+        self.counts = RelayCounts()
         self.clean_exit = True
         # The most messages that were unconfirmed at once.
         self.peak_unconfirmed = 0
@@ -119,7 +119,7 @@ class Relay(LoopWork):
         self._failures = 0
         self._stop_requested = False
         self._stopping = False
-        self._progress = Progress(self.tally)
+        self._progress = Progress(self.counts)
         self._dead_letters = DeadLetterCheck(settings, engine)
         self._output_sweep = OutputSweep()
         # Completion webhooks: sent by the role's holder only, on threads of their own.
@@ -127,7 +127,7 @@ class Relay(LoopWork):
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
-    def run(self) -> Tally:
+    def run(self) -> RelayCounts:
         """Publish until `request_stop`; returns what was done."""
         log.info(
             "relay starting: broker %s, exchange %r, window %d, batch %d",
@@ -157,8 +157,8 @@ class Relay(LoopWork):
             self.ioloop.close()
             self._give_up_role()
         self._report()
-        log.info("relay stopped (%s): %s", "clean" if self.clean_exit else "forced", self.tally.line())
-        return self.tally
+        log.info("relay stopped (%s): %s", "clean" if self.clean_exit else "forced", self.counts.line())
+        return self.counts
 
     def _serve(self) -> None:
         """Run the loop until it is stopped. pika can raise out of the loop from inside a connection it is
@@ -362,7 +362,7 @@ class Relay(LoopWork):
             unsent = link.publish(lease)
             self._backpressure.published(len(lease.rows) - len(unsent))
             self.peak_unconfirmed = max(self.peak_unconfirmed, len(link.window))
-        self.tally.sent += len(lease.rows) - len(unsent)
+        self.counts.sent += len(lease.rows) - len(unsent)
         self._unsettled.update(outbox_id for outbox_id, _ in lease.rows)
         if unsent:
             self._pending.add_unsent(unsent)
@@ -373,8 +373,8 @@ class Relay(LoopWork):
             return
         self._pending.add_confirmed(confirmation.confirmed)
         self._pending.add_refused(confirmation.refused)
-        self.tally.confirmed += len(confirmation.confirmed)
-        self.tally.refused += len(confirmation.refused)
+        self.counts.confirmed += len(confirmation.confirmed)
+        self.counts.refused += len(confirmation.refused)
         if (
             confirmation.refused
             or self._stopping
@@ -421,9 +421,9 @@ class Relay(LoopWork):
         self._on_settled(settled)
 
     def _on_settled(self, settled: Settled) -> None:
-        self.tally.marked += settled.marked
-        self.tally.stale += settled.stale
-        self.tally.released += settled.released
+        self.counts.marked += settled.marked
+        self.counts.stale += settled.stale
+        self.counts.released += settled.released
         if settled.released:  # no ring announces rows this relay gave back itself
             self._wakeups.due_at(clock.now() + ledger.REFUSED_RETRY_SECONDS)
         if settled.stale:

@@ -1,10 +1,12 @@
-"""When the relay leases again: at once when a writer's commit rings its doorbell with rows due now, on a
-timer for rows announced to come due later, and on a slow poll for rows nobody announced.
+"""When the relay leases again: at once when a writer's commit announces rows due now, on a timer for rows
+announced to come due later, and on a slow poll for rows nobody announced.
 
-The doorbell is a Unix socket beside a SQLite file (`jobstore.doorbells`) or, on PostgreSQL, a listening
-connection (`jobstore.notifications`). Without one (a directory the relay cannot write, a store it cannot
-listen on) the relay polls at `relay_poll_seconds`; a PostgreSQL listener that is lost is opened again
-every `RELISTEN_SECONDS`, and the relay leases once when it is back, for what it may have missed."""
+The relay listens where its store's driver says (`Driver.listen`): a Unix socket beside a SQLite file that
+writers ring after their commit (`jobstore.doorbells`), or a listening connection to PostgreSQL, whose
+trigger notifies (`jobstore.notifications`). Without one (a directory the relay cannot write, a store it
+cannot listen on) the relay polls at `relay_poll_seconds`. Where the database notifies, a listener that is
+lost, or could not be opened, is opened again every `RELISTEN_SECONDS`, and the relay leases once when it
+is back, for what it may have missed."""
 
 from __future__ import annotations
 
@@ -18,8 +20,9 @@ from pika.adapters.select_connection import IOLoop, PollEvents
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, doorbells, drivers
-from outbox_bridge.jobstore.notifications import Listener, ListenerLost
+from outbox_bridge.jobstore import drivers
+from outbox_bridge.jobstore.drivers import Notifications
+from outbox_bridge.jobstore.notifications import ListenerLost
 
 log = logging.getLogger(__name__)
 
@@ -30,16 +33,12 @@ RELISTEN_SECONDS = 5.0
 
 
 class Wakeups:
-    """The relay's doorbell, on the relay's IOLoop: `wake()` runs on the loop when rows come due."""
+    """What the relay listens on, on the relay's IOLoop: `wake()` runs on the loop when rows come due."""
 
     def __init__(self, settings: Settings, ioloop: IOLoop, wake: Callable[[], None]) -> None:
         self._settings = settings
-        database = db.sqlite_path(settings)
-        directory = doorbells.directory_for(database) if database else None
-        self._doorbell = doorbells.Doorbell.open(directory) if directory else None
-        self._ringer = doorbells.Ringer(directory) if directory and self._doorbell else None
-        self._notified = drivers.for_url(settings.database_url).notifies
-        self._listener: Listener | None = None
+        self._driver = drivers.for_url(settings.database_url)
+        self._listener: Notifications | None = None
         self._ioloop = ioloop
         self._wake = wake
         self._timer: Any = None
@@ -54,26 +53,19 @@ class Wakeups:
 
     @property
     def listening(self) -> bool:
-        return self._doorbell is not None or self._listener is not None
+        return self._listener is not None
 
     def start(self) -> None:
         self._started = True
-        if self._doorbell is not None:
-            self._ioloop.add_handler(self._doorbell.fileno(), self._on_ring, PollEvents.READ)
-        elif self._notified:
-            self._listen()
+        self._listen()
 
     def stop(self) -> None:
-        """Stop listening and remove the doorbell; writers stop ringing it."""
+        """Stop listening (a SQLite doorbell is removed: writers stop ringing it)."""
         self._started = False
         self._cancel_timer()
         if self._relisten is not None:
             self._ioloop.remove_timeout(self._relisten)
             self._relisten = None
-        if self._doorbell is not None:
-            self._ioloop.remove_handler(self._doorbell.fileno())
-            self._doorbell.close()
-            self._doorbell = None
         self._stop_listening()
 
     def due_at(self, at: float) -> None:
@@ -88,21 +80,14 @@ class Wakeups:
         self._timer_at = at
         self._timer = self._ioloop.call_later(delay, self._on_timer)
 
-    def _on_ring(self, _fd: int, _events: int) -> None:
-        assert self._doorbell is not None
-        due = self._doorbell.take()
-        if due is not None:
-            self.due_at(due)
-
-    # PostgreSQL: a listening connection, opened again when lost.
-
     def _listen(self) -> None:
         self._relisten = None
         if not self._started:
             return
-        self._listener = Listener.open(self._settings.database_url)
+        self._listener = self._driver.listen(self._settings, role="relay")
         if self._listener is None:
-            self._relisten = self._ioloop.call_later(RELISTEN_SECONDS, self._listen)
+            if self._driver.notifies:  # a server that may answer again
+                self._relisten = self._ioloop.call_later(RELISTEN_SECONDS, self._listen)
             return
         self._ioloop.add_handler(self._listener.fileno(), self._on_notified, PollEvents.READ)
         self._wake()  # rows committed while nobody listened were announced to no one
@@ -127,8 +112,9 @@ class Wakeups:
     def _stop_listening(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
-            # A connection that failed has had its socket closed by libpq already: the poller has forgotten
-            # it, and only pika's own bookkeeping needs clearing (its unregister then fails: harmless).
+            # A PostgreSQL connection that failed has had its socket closed by libpq already: the poller has
+            # forgotten it, and only pika's own bookkeeping needs clearing (its unregister then fails:
+            # harmless).
             with contextlib.suppress(OSError):
                 self._ioloop.remove_handler(listener.fileno())
             listener.close()

@@ -282,7 +282,7 @@ def test_workers_outlast_a_store_locked_past_its_timeout(
     engine.dispose()
     assert "store unavailable, pausing claims" in caplog.text
     assert "database is locked" not in caplog.text
-    assert process.pool.tally.snapshot() == {"succeeded": 1}
+    assert process.pool.counts.snapshot() == {"succeeded": 1}
 
 
 def test_a_handed_back_job_is_queued_again_with_its_attempt_uncounted(
@@ -340,7 +340,7 @@ def test_stopping_waits_for_an_external_call_in_flight_to_finish(tmp_path: Path)
     engine.dispose()
     assert stopped == [0]
     assert job_row(engine, job_id).state is State.SUCCEEDED
-    assert process.pool.tally.snapshot() == {"succeeded": 1}
+    assert process.pool.counts.snapshot() == {"succeeded": 1}
 
 
 def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
@@ -376,7 +376,7 @@ def test_the_worker_sweeps_a_lease_that_no_claim_may_take(
         )
         assert process.shutdown() == 0
     assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["lost"]
-    assert process.pool.tally.snapshot() == {}
+    assert process.pool.counts.snapshot() == {}
 
 
 def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_once(

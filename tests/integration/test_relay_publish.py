@@ -66,7 +66,7 @@ def test_rows_stay_unpublished_until_the_broker_confirms_them(
             assert unpublished(engine) == 50
             time.sleep(0.5)
             assert unpublished(engine) == 50
-            assert relay.tally.confirmed == 0
+            assert relay.counts.confirmed == 0
             proxy.resume()
             wait_for(lambda: unpublished(engine) == 0, 15, what="rows marked after their confirms")
     assert broker.count() == 50
@@ -90,5 +90,5 @@ def test_a_window_of_unconfirmed_messages_publishes_thousands_of_rows_in_few_tra
     )
     assert relay.peak_unconfirmed >= settings.relay_batch_size
     assert writes < rows / 20
-    assert relay.tally.marked == rows
+    assert relay.counts.marked == rows
     assert broker.count() == rows

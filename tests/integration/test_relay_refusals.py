@@ -45,11 +45,11 @@ def test_a_returned_message_leaves_its_row_pending_until_a_queue_is_bound(
         wait_for(lambda: relay.connected, 15, what="relay connected")
         broker.channel.queue_unbind(settings.queue, settings.exchange, routing_key=ROUTING_KEY)
         seed_jobs(engine, 3)
-        wait_for(lambda: relay.tally.released >= 3, 15, what="returned rows released")
+        wait_for(lambda: relay.counts.released >= 3, 15, what="returned rows released")
         rows = outbox_rows(engine)
         assert [r.published_at for r in rows] == [None, None, None]
         assert all(r.publish_attempts >= 1 for r in rows)
-        assert relay.tally.marked == 0
+        assert relay.counts.marked == 0
         broker.channel.queue_bind(settings.queue, settings.exchange, routing_key=ROUTING_KEY)
         wait_for(lambda: unpublished(engine) == 0, 15, what="rows published once routable")
     assert broker.count() == 3
@@ -62,12 +62,12 @@ def test_a_nacked_message_leaves_its_row_pending(settings: Settings, engine: Eng
     broker.declare_queue(overflow, {"x-max-length": 5, "x-overflow": "reject-publish"})
     seed_jobs(engine, 20)
     with running_relay(settings, engine) as relay:
-        wait_for(lambda: relay.tally.released >= 15, 15, what="nacked rows released")
+        wait_for(lambda: relay.counts.released >= 15, 15, what="nacked rows released")
         # The nacked rows come due again, and are nacked again.
-        wait_for(lambda: relay.tally.refused >= 30, 15, what="nacked rows published and nacked again")
+        wait_for(lambda: relay.counts.refused >= 30, 15, what="nacked rows published and nacked again")
         rows = outbox_rows(engine)
         assert [r.id for r in rows if r.published_at is not None] == [r.id for r in rows[:5]]
-        assert relay.tally.marked == 5
+        assert relay.counts.marked == 5
         broker.channel.queue_delete(overflow)
         wait_for(lambda: unpublished(engine) == 0, 15, what="rows published once the broker takes them")
 
@@ -119,8 +119,8 @@ def test_a_relay_whose_lease_was_taken_over_marks_nothing(
                 wait_for(lambda: unpublished(engine) == 0, 15, what="the second relay took over")
             marked_by_second = [(r.published_at, r.publish_attempts) for r in outbox_rows(engine)]
             proxy.resume()
-            wait_for(lambda: first.tally.stale == 10, 15, what="the first relay's late confirms")
-            assert first.tally.marked == 0
-    assert second.tally.marked == 10
+            wait_for(lambda: first.counts.stale == 10, 15, what="the first relay's late confirms")
+            assert first.counts.marked == 0
+    assert second.counts.marked == 10
     assert [(r.published_at, r.publish_attempts) for r in outbox_rows(engine)] == marked_by_second
     assert broker.count() == 20  # both published: the consumer absorbs the duplicate

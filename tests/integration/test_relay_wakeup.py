@@ -77,7 +77,7 @@ def test_a_row_announced_for_later_is_published_when_it_comes_due(
         time.sleep(0.6)
         assert unpublished(engine) == 1, "published before it came due"
         wait_for(lambda: unpublished(engine) == 0, POLL / 2, interval=0.01, what="the due row published")
-        wait_for(lambda: relay.tally.marked == 2, 5, what="the relay counted both rows")
+        wait_for(lambda: relay.counts.marked == 2, 5, what="the relay counted both rows")
     assert clock.now() >= due
     assert len(broker.take_all(quiet_seconds=0.5)) == 2
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass, fields, replace
 
 
 @dataclass
-class Tally:
-    """Counts since the relay started: messages sent, broker verdicts, and rows written back."""
+class RelayCounts:
+    """Counts since the relay started: messages sent, broker confirmations, and rows written back."""
 
     sent: int = 0
     confirmed: int = 0
@@ -17,8 +17,8 @@ class Tally:
     stale: int = 0
     released: int = 0
 
-    def minus(self, other: Tally) -> Tally:
-        return Tally(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
+    def minus(self, other: RelayCounts) -> RelayCounts:
+        return RelayCounts(**{f.name: getattr(self, f.name) - getattr(other, f.name) for f in fields(self)})
 
     def line(self) -> str:
         return ", ".join(f"{f.name} {getattr(self, f.name)}" for f in fields(self))
@@ -28,19 +28,19 @@ class Tally:
 
 
 class Progress:
-    """Turns a running tally into one report per interval, and none while nothing happens."""
+    """Turns a running count into one report per interval, and none while nothing happens."""
 
-    def __init__(self, tally: Tally) -> None:
-        self._tally = tally
+    def __init__(self, counts: RelayCounts) -> None:
+        self._counts = counts
         self._since = time.monotonic()
-        self._before = replace(tally)
+        self._before = replace(counts)
 
     def report(self) -> str | None:
         """The line for what happened since the last report, or None if nothing did."""
         now = time.monotonic()
-        delta = self._tally.minus(self._before)
+        delta = self._counts.minus(self._before)
         elapsed = max(now - self._since, 1e-9)
-        self._since, self._before = now, replace(self._tally)
+        self._since, self._before = now, replace(self._counts)
         if delta.idle():
             return None
         rate = delta.marked / elapsed
