@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Connection, Engine, func, select
 
 from outbox_bridge.api.auth import issue_token
 from outbox_bridge.core.settings import DEV_AUTH_SECRET, Settings
@@ -49,11 +49,16 @@ def start_api(
 
 
 def counts(engine: Engine) -> tuple[int, int]:
-    with engine.connect() as conn:
+    """The rows of jobs and outbox, read as the store reads (`db.read`: on SQLite a deferred BEGIN, which
+    takes no write lock, so a write of the api's own, its heartbeat's, cannot make the read fail)."""
+
+    def read(conn: Connection) -> tuple[int, int]:
         return (
             conn.execute(select(func.count()).select_from(jobs)).scalar_one(),
             conn.execute(select(func.count()).select_from(outbox)).scalar_one(),
         )
+
+    return db.read(engine, read)
 
 
 def headers(settings: Settings, key: str) -> dict[str, str]:
@@ -95,8 +100,7 @@ def test_a_kill_between_commit_and_response_loses_the_answer_not_the_job(
     restarted = start_api(settings, tmp_path, started, "api-restarted")
     retry = httpx.post(f"{restarted}/jobs", json=body, headers=headers(settings, "retry-me"), timeout=30)
     assert retry.status_code == 202
-    with engine.connect() as conn:
-        committed_id = conn.execute(select(jobs.c.id)).scalar_one()
+    committed_id = db.read(engine, lambda conn: conn.execute(select(jobs.c.id)).scalar_one())
     assert retry.json()["id"] == committed_id
     assert retry.headers["location"] == f"/jobs/{committed_id}"
     assert counts(engine) == (1, 1)
