@@ -48,10 +48,10 @@ from outbox_bridge.telemetry.instruments import FENCED_WRITES
 from outbox_bridge.worker.attempt import discard_uncommitted
 from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
 from outbox_bridge.worker.commit import backoff_of, commit_outcomes
-from outbox_bridge.worker.handback import Handback, hand_back, hand_back_all
 from outbox_bridge.worker.inbox import STOP, take_batch
 from outbox_bridge.worker.lease import Held, LeaseKeeper
 from outbox_bridge.worker.polling import any_due, claim_due
+from outbox_bridge.worker.release import Release, release, release_all
 from outbox_bridge.worker.runners import Finished, Runners
 from outbox_bridge.worker.share import TenantShare
 
@@ -162,10 +162,10 @@ class ClaimPool:
         until `urgent()`; whether none is left."""
         return self._runners.wait_idle(timeout, urgent)
 
-    def hand_back_held(self) -> Counter[Handback]:
-        """Give back every job still held (`worker.handback.hand_back_all`): a released job's running
+    def release_held(self) -> Counter[Release]:
+        """Give back every job still held (`worker.release.release_all`): a released job's running
         attempt stops at its next check, and one not started yet does not start; neither writes anything."""
-        return hand_back_all(self._engine, self._keeper.held())
+        return release_all(self._engine, self._keeper.held())
 
     def close(self, timeout: float = 5.0) -> None:
         """End the threads once the outcomes already finished are committed."""
@@ -286,7 +286,7 @@ class ClaimPool:
         them back at once."""
         for claim in claims:
             if self._stopping.is_set():
-                result = hand_back(self._engine, claim)
+                result = release(self._engine, claim)
                 log.info(
                     "job %s epoch %d: claimed while stopping: %s", claim.job_id, claim.epoch, result.value
                 )
@@ -308,4 +308,4 @@ def _id(finished: Finished) -> str:
 def _outcome_name(held: Held, state: State | None) -> str:
     if state is not None:
         return state.value
-    return Handback.RELEASED.value if held.handed_back else "fenced"
+    return Release.RELEASED.value if held.handed_back else "fenced"

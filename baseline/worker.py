@@ -26,11 +26,11 @@ from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.heartbeats import Heartbeat
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.telemetry import tracing
-from outbox_bridge.worker.handback import Handback
 from outbox_bridge.worker.heartbeat import runner_detail
 from outbox_bridge.worker.lease import LeaseKeeper
 from outbox_bridge.worker.metrics import serve_metrics
 from outbox_bridge.worker.process import run_until_signalled
+from outbox_bridge.worker.release import Release
 from outbox_bridge.worker.shutdown import drain, listed
 
 log = logging.getLogger(__name__)
@@ -86,8 +86,8 @@ class BaselineProcess:
     def wait_idle(self, timeout: float, urgent: Callable[[], bool]) -> bool:
         return self.pool.wait_idle(timeout, urgent)
 
-    def hand_back(self) -> Counter[Handback]:
-        return self.pool.hand_back_held()
+    def release_held(self) -> Counter[Release]:
+        return self.pool.release_held()
 
     def running_claims(self) -> list[Claim]:
         return [held.claim for held in self.keeper.held() if not held.lost]

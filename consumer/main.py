@@ -31,11 +31,11 @@ from outbox_bridge.jobstore.heartbeats import Heartbeat
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.telemetry import tracing
 from outbox_bridge.worker.budget import ClaimBudget
-from outbox_bridge.worker.handback import Handback
 from outbox_bridge.worker.heartbeat import runner_detail
 from outbox_bridge.worker.lease import LeaseKeeper
 from outbox_bridge.worker.metrics import serve_metrics
 from outbox_bridge.worker.process import run_until_signalled
+from outbox_bridge.worker.release import Release
 from outbox_bridge.worker.shutdown import drain
 
 log = logging.getLogger(__name__)
@@ -106,8 +106,8 @@ class Consumer:
     def wait_idle(self, timeout: float, urgent: Callable[[], bool]) -> bool:
         return self.pipeline.wait_idle(timeout, urgent)
 
-    def hand_back(self) -> Counter[Handback]:
-        return self.pipeline.hand_back()
+    def release_held(self) -> Counter[Release]:
+        return self.pipeline.release_held()
 
     def running_claims(self) -> list[Claim]:
         return [running.claim for running in self.pipeline.running()]

@@ -46,10 +46,10 @@ from outbox_bridge.telemetry import instruments
 from outbox_bridge.telemetry.instruments import DELIVERIES, FENCED_WRITES
 from outbox_bridge.worker.attempt import discard_uncommitted
 from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
-from outbox_bridge.worker.handback import Handback, hand_back_all
 from outbox_bridge.worker.inbox import STOP, take_batch, take_waiting
 from outbox_bridge.worker.lease import Held, LeaseKeeper
 from outbox_bridge.worker.polling import claim_due
+from outbox_bridge.worker.release import Release, release_all
 from outbox_bridge.worker.retry import retry_while_unavailable
 from outbox_bridge.worker.runners import Finished, Runners, Running
 from outbox_bridge.worker.share import TenantShare
@@ -383,8 +383,8 @@ class Pipeline:
         `urgent()`; False if some still run then."""
         return self._runners.wait_idle(timeout, urgent)
 
-    def hand_back(self) -> Counter[Handback]:
-        """Give every job still running back to the queue (`worker.handback`: queued again with a new
+    def release_held(self) -> Counter[Release]:
+        """Give every job still running back to the queue (`worker.release`: queued again with a new
         outbox row) and ack the delivery of each one released. Returns what became of them: a job not
         released (its external effect started, or its lease is already gone) runs on, to be finished."""
         released: list[Delivery] = []
@@ -394,7 +394,7 @@ class Pipeline:
             if running is not None and self._runners.forget(running) and running.delivery is not None:
                 released.append(running.delivery)
 
-        handed = hand_back_all(self._engine, [running.held for running in self.running()], forget)
+        handed = release_all(self._engine, [running.held for running in self.running()], forget)
         self._acker.ack(released)
         return handed
 

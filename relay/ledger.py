@@ -73,7 +73,7 @@ class PublishResults:
 
 
 @dataclass(frozen=True)
-class Settled:
+class WrittenBack:
     """What one write of results changed. `stale` confirmed rows were no longer ours to mark (the relay role
     had passed on), so another relay publishes or has published them."""
 
@@ -82,7 +82,7 @@ class Settled:
     released: int
 
 
-def settle(conn: Connection, batch: PublishResults, *, now: float) -> Settled:
+def settle(conn: Connection, batch: PublishResults, *, now: float) -> WrittenBack:
     """Write what the broker said, in the caller's transaction, while each row's token holds the relay
     role: confirmed rows are marked published and refused ones held back; unsent ones need no write (they
     are still due). A relay whose role has passed on writes nothing."""
@@ -93,7 +93,7 @@ def settle(conn: Connection, batch: PublishResults, *, now: float) -> Settled:
         for token, ids in batch.refused.items()
     )
     released += _count(batch.unsent)
-    return Settled(marked=marked, stale=batch.confirmed_count - marked, released=released)
+    return WrittenBack(marked=marked, stale=batch.confirmed_count - marked, released=released)
 
 
 @dataclass(frozen=True)
@@ -105,12 +105,12 @@ class Leased:
     next_due: float | None = None
 
 
-def write_results(engine: Engine, batch: PublishResults, *, now: float) -> Settled:
+def write_results(engine: Engine, batch: PublishResults, *, now: float) -> WrittenBack:
     """`settle` under the relay role in a transaction of its own; of one statement, committing by itself on
     PostgreSQL, when the batch holds one kind of confirmation under one token (the usual batch: confirms). A
     batch of unsent rows only takes no transaction (they are still due)."""
     if not batch.confirmed and not batch.refused:
-        return Settled(marked=0, stale=0, released=_count(batch.unsent))
+        return WrittenBack(marked=0, stale=0, released=_count(batch.unsent))
     one = len(batch.confirmed) + len(batch.refused) == 1
     return (db.transact_one if one else db.transact)(engine, settle, batch, now=now)
 

@@ -67,10 +67,10 @@ class LoopWork:
         self._busy.add(name)
         future = self._store.submit(work)
 
-        def handback(done: Future[Any]) -> None:
+        def back_on_loop(done: Future[Any]) -> None:
             self.ioloop.add_callback_threadsafe(partial(self._store_done, name, done, then, on_error))
 
-        future.add_done_callback(handback)
+        future.add_done_callback(back_on_loop)
 
     def _store_done(
         self,

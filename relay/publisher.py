@@ -46,7 +46,7 @@ from outbox_bridge.relay.backpressure import Backpressure
 from outbox_bridge.relay.counts import Progress, RelayCounts
 from outbox_bridge.relay.deadletters import Checked, DeadLetterCheck
 from outbox_bridge.relay.housekeeping import Housekept, sweep_and_prune
-from outbox_bridge.relay.ledger import PublishResults, Settled
+from outbox_bridge.relay.ledger import PublishResults, WrittenBack
 from outbox_bridge.relay.link import BrokerLink
 from outbox_bridge.relay.loop import LoopWork
 from outbox_bridge.relay.wake import Wakeups
@@ -404,13 +404,13 @@ class Relay(LoopWork):
             on_error=partial(self._on_settle_failed, batch),
         )
 
-    def _write_results(self, batch: PublishResults) -> Settled:
+    def _write_results(self, batch: PublishResults) -> WrittenBack:
         """On a store thread. The fault point sits between the broker's confirm and the mark."""
         if batch.confirmed:
             faults.hit("relay.after_publish")
         return ledger.write_results(self.engine, batch, now=clock.now())
 
-    def _on_written(self, batch: PublishResults, settled: Settled) -> None:
+    def _on_written(self, batch: PublishResults, settled: WrittenBack) -> None:
         # Written back (or no longer this relay's to write): a read may find them again.
         for bucket in (batch.confirmed, batch.refused, batch.unsent):
             for ids in bucket.values():
@@ -420,7 +420,7 @@ class Relay(LoopWork):
             self._lease_more()
         self._on_settled(settled)
 
-    def _on_settled(self, settled: Settled) -> None:
+    def _on_settled(self, settled: WrittenBack) -> None:
         self.counts.marked += settled.marked
         self.counts.stale += settled.stale
         self.counts.released += settled.released
@@ -465,7 +465,7 @@ class Relay(LoopWork):
                     "no broker connection" if link is None or not self._ready else "confirms stopped coming",
                 )
                 token, self._role_token, self._role_until = self._role_token, None, 0.0
-                self._in_store("role", partial(self._hand_back, token), then=lambda _: None)
+                self._in_store("role", partial(self._release_role, token), then=lambda _: None)
             return
         if self._role_token is not None and self._role_until - clock.now() > ROLE_RENEW_SECONDS:
             return
@@ -516,9 +516,9 @@ class Relay(LoopWork):
         """Hand the role back as the relay stops, so a standby takes it at its next look."""
         token, self._role_token = self._role_token, None
         if token is not None:
-            self._hand_back(token)
+            self._release_role(token)
 
-    def _hand_back(self, token: str) -> None:
+    def _release_role(self, token: str) -> None:
         try:
             db.transact(self.engine, relayrole.give_up, token)
         except Exception as exc:  # the role then expires by itself

@@ -27,7 +27,7 @@ class Held:
     claim: Claim
     cancel_requested: bool = False
     lost: bool = False
-    # Being given back, or given back, to the store by a stopping worker (`worker.handback`): an attempt
+    # Being given back, or given back, to the store by a stopping worker (`worker.release`): an attempt
     # fenced out meanwhile was released, not lost.
     handed_back: bool = False
     # When its lease was last taken or renewed (monotonic seconds).

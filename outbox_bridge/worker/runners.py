@@ -20,8 +20,8 @@ from outbox_bridge.handlers.base import JobError
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.worker.attempt import AttemptOutcome, StoreContext, run_attempt
 from outbox_bridge.worker.budget import ClaimBudget
-from outbox_bridge.worker.handback import hand_back_all
 from outbox_bridge.worker.lease import Held, LeaseKeeper
+from outbox_bridge.worker.release import release_all
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ class Runners:
 
     def give_back_waiting(self) -> list[Running]:
         """Claiming ahead stopped: give back every claimed job still waiting for a thread but one per idle
-        thread (`worker.handback`: queued again, its attempt not counted, a new outbox row), so that a
+        thread (`worker.release`: queued again, its attempt not counted, a new outbox row), so that a
         worker with a thread free runs it instead of it waiting here behind long jobs. Returns those given
         back (forgotten here); a job the store does not release waits for a thread here again. Call it
         outside any transaction of this process's."""
@@ -195,7 +195,7 @@ class Runners:
             if self.forget(running):
                 released.append(running)
 
-        handed = hand_back_all(self._engine, [running.held for running in waiting], forget)
+        handed = release_all(self._engine, [running.held for running in waiting], forget)
         self._resume([running for running in waiting if running.claim.attempt_id in by_attempt])
         log.info("claiming ahead stopped: %d waiting jobs given back (%s)", len(released), dict(handed))
         return released

@@ -15,8 +15,8 @@ from typing import Protocol
 
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore.records import Claim
-from outbox_bridge.worker.handback import Handback
 from outbox_bridge.worker.process import EXIT_CLEAN, EXIT_LEFT_JOBS
+from outbox_bridge.worker.release import Release
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +34,8 @@ class Drainable(Protocol):
         """Wait for the running jobs to end, at most `timeout` seconds or until `urgent()`; whether they
         did."""
 
-    def hand_back(self) -> Counter[Handback]:
-        """Give back every job still running (`worker.handback.hand_back_all`); what became of them."""
+    def release_held(self) -> Counter[Release]:
+        """Give back every job still running (`worker.release.release_all`); what became of them."""
 
     def running_claims(self) -> list[Claim]:
         """The jobs still running here under a lease this process holds."""
@@ -52,17 +52,17 @@ def drain(mode: Drainable, settings: Settings, urgent: Callable[[], bool] = _nev
     mode.stop_taking_work()
     log.info("stopping: no new claims; up to %.1fs for %d running job(s)", grace, len(mode.running_claims()))
     if not mode.wait_idle(grace, urgent):
-        _hand_back(mode, settings, urgent)
+        _release_held(mode, settings, urgent)
     left = mode.running_claims()
     for claim in left:
         log.error("job %s epoch %d left running: its lease will expire", claim.job_id, claim.epoch)
     return EXIT_LEFT_JOBS if left else EXIT_CLEAN
 
 
-def _hand_back(mode: Drainable, settings: Settings, urgent: Callable[[], bool]) -> None:
-    handed = mode.hand_back()
+def _release_held(mode: Drainable, settings: Settings, urgent: Callable[[], bool]) -> None:
+    handed = mode.release_held()
     log.info("grace period over: handed back %s", listed({k.value: n for k, n in handed.items()}) or "none")
-    kept = handed.total() - handed[Handback.RELEASED]
+    kept = handed.total() - handed[Release.RELEASED]
     wait = RELEASE_SETTLE_SECONDS
     if kept:
         wait = max(settings.shutdown_grace_seconds, settings.lease_seconds)
@@ -70,7 +70,7 @@ def _hand_back(mode: Drainable, settings: Settings, urgent: Callable[[], bool]) 
             "waiting up to %.1fs for %d job(s) not handed back (%d with an external effect in flight)",
             wait,
             kept,
-            handed[Handback.MUST_FINISH],
+            handed[Release.MUST_FINISH],
         )
     mode.wait_idle(wait, urgent)
 

@@ -33,7 +33,7 @@ from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.jobstore.turns import WriteTurn
 from outbox_bridge.worker import budget
-from outbox_bridge.worker.handback import Handback, hand_back
+from outbox_bridge.worker.release import Release, release
 from outbox_bridge.worker.shutdown import RELEASE_SETTLE_SECONDS
 from tests.conftest import make_settings
 from tests.support.invariants import check_invariants
@@ -291,7 +291,7 @@ def test_a_handed_back_job_is_queued_again_with_its_attempt_uncounted(
     job_id = new_job(engine)
     taken = claim(engine)
 
-    assert hand_back(engine, taken) is Handback.RELEASED
+    assert release(engine, taken) is Release.RELEASED
     released = job_row(engine, job_id)
     assert (released.state, released.attempts, released.epoch, released.lease_owner) == (
         State.QUEUED,
@@ -309,7 +309,7 @@ def test_a_job_whose_external_effect_started_cannot_be_handed_back(
     taken = claim(engine)
     db.transact(engine, fenced.mark_external_started, job_id, taken.epoch, taken.attempt_id, clock.now())
 
-    assert hand_back(engine, taken) is Handback.MUST_FINISH
+    assert release(engine, taken) is Release.MUST_FINISH
     assert (job_row(engine, job_id).state, job_row(engine, job_id).attempts) == (State.RUNNING, 1)
 
 
@@ -318,7 +318,7 @@ def test_a_finished_job_is_no_longer_held_and_stays_finished(settings: Settings,
     taken = claim(engine)
     db.transact(engine, fenced.complete, job_id, taken.epoch, taken.attempt_id, {"ok": True}, clock.now())
 
-    assert hand_back(engine, taken) is Handback.NOT_HELD
+    assert release(engine, taken) is Release.NOT_HELD
     assert job_row(engine, job_id).state is State.SUCCEEDED
 
 

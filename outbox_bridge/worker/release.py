@@ -19,7 +19,7 @@ from outbox_bridge.worker.lease import Held
 log = logging.getLogger(__name__)
 
 
-class Handback(StrEnum):
+class Release(StrEnum):
     """What became of a job a stopping worker tried to give back."""
 
     RELEASED = "released"  # queued again, available now, its attempt not counted
@@ -28,7 +28,7 @@ class Handback(StrEnum):
     UNREACHABLE = "unreachable"  # the store did not answer: its lease runs out and a sweeper takes it back
 
 
-def hand_back(engine: Engine, claim: Claim) -> Handback:
+def release(engine: Engine, claim: Claim) -> Release:
     """Release `claim` through `fenced.release` under its fence. Only RELEASED means the caller must stop the
     attempt; on MUST_FINISH it must let the attempt finish and commit."""
     try:
@@ -37,36 +37,36 @@ def hand_back(engine: Engine, claim: Claim) -> Handback:
         return _why_refused(engine, claim)
     except db.StoreUnavailable as exc:
         log.warning("job %s epoch %d: could not release it: %s", claim.job_id, claim.epoch, exc)
-        return Handback.UNREACHABLE
-    return Handback.RELEASED
+        return Release.UNREACHABLE
+    return Release.RELEASED
 
 
-def _why_refused(engine: Engine, claim: Claim) -> Handback:
+def _why_refused(engine: Engine, claim: Claim) -> Release:
     try:
         job = db.read(engine, queries.get_job, claim.job_id)
     except db.StoreUnavailable:
-        return Handback.UNREACHABLE
+        return Release.UNREACHABLE
     ours = job is not None and job.state is State.RUNNING and job.epoch == claim.epoch
     if ours and job is not None and job.external_epoch == claim.epoch:
-        return Handback.MUST_FINISH
-    return Handback.NOT_HELD
+        return Release.MUST_FINISH
+    return Release.NOT_HELD
 
 
 def _nothing(_held: Held) -> None:
     return None
 
 
-def hand_back_all(
+def release_all(
     engine: Engine, held: Iterable[Held], on_released: Callable[[Held], None] = _nothing
-) -> Counter[Handback]:
-    """Give back each held job (`hand_back`) and count what became of them. A released job is marked lost,
+) -> Counter[Release]:
+    """Give back each held job (`release`) and count what became of them. A released job is marked lost,
     so its running attempt stops at its next check and what it returns is fenced out; then
     `on_released(held)`. A job not released keeps running: the caller lets it finish."""
-    results: Counter[Handback] = Counter()
+    results: Counter[Release] = Counter()
     for one in held:
         one.handed_back = True  # before the release: an attempt fenced out by it knows why
-        result = hand_back(engine, one.claim)
-        if result is Handback.RELEASED:
+        result = release(engine, one.claim)
+        if result is Release.RELEASED:
             one.lost = True
             on_released(one)
         else:
