@@ -25,7 +25,7 @@ from sqlalchemy import (
     update,
 )
 
-from outbox_bridge.jobstore import drivers, events, fenced, outbox, pausing, queries, tenantcap
+from outbox_bridge.jobstore import db, drivers, events, fenced, outbox, pausing, queries, tenantcap
 from outbox_bridge.jobstore import limits as flow
 from outbox_bridge.jobstore.intake import new_attempt_id
 from outbox_bridge.jobstore.limits import NONE as NO_LIMITS
@@ -126,6 +126,10 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
 
 _CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
 _INSERT_ATTEMPT = insert(attempts)
+# The same with each column a bound parameter, for `db.run_many` (one call into the driver for many rows).
+_INSERT_ATTEMPTS = insert(attempts).values(
+    {c: bindparam(c) for c in ("id", "job_id", "epoch", "worker", "started_at", "outcome")}
+)
 
 
 @functools.cache
@@ -249,7 +253,7 @@ def _take_many(
     events.note(conn, (events.of_claim("claimed", claim) for claim in taken))
     unwritten = [claim for claim in taken if claim.job_id not in written]
     if unwritten:
-        conn.execute(_INSERT_ATTEMPT, [_attempt_row(claim, now) for claim in unwritten])
+        db.run_many(conn, _INSERT_ATTEMPTS, [_attempt_row(claim, now) for claim in unwritten])
     return {claim.job_id: claim for claim in taken}
 
 

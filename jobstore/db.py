@@ -282,6 +282,11 @@ def _compiled_in(
     return Direct.of(adapted, prepared=prepared, expanding=expanding, dialect=dialect)
 
 
+def run_many(conn: Connection, statement: ClauseElement, rows: Sequence[Mapping[str, Any]]) -> int:
+    """`direct_many` of `statement` (Core), compiled once for the database `conn` is connected to."""
+    return direct_many(conn, _compiled(statement, conn.dialect.name), rows)
+
+
 def direct_many(conn: Connection, statement: Direct, rows: Sequence[Mapping[str, Any]]) -> int:
     """`direct` of a statement that returns nothing, once for each of `rows` (one call into the driver);
     the number of rows it changed in all."""
