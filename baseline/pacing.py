@@ -1,8 +1,10 @@
-"""How often an idle poller asks the store again, and how periodic loops avoid running in lockstep."""
+"""How often an idle baseline worker looks at the jobs table, and how periodic loops avoid running in
+lockstep."""
 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 from outbox_bridge.core.backoff import Backoff, Streak
 
@@ -24,3 +26,37 @@ def idle_pauses(rng: random.Random | None = None) -> Streak:
     `reset()` when a poll finds work. Every pause is jittered, so processes that went idle together drift
     apart instead of polling the store at the same instants."""
     return Streak(Backoff(FIRST_IDLE_PAUSE, MAX_IDLE_PAUSE, rng))
+
+
+class Polling:
+    """The baseline's table source for its store writer (`worker.writer.TableSource`): every round claims
+    from the table. After a round that filled its room, the next follows at once (more may be due); after
+    one that found fewer due jobs than room, the idle pause, doubling on each empty look; while the
+    process listens on its store's notifications (`bell_open`, `baseline.listening`), at the longest pause
+    at once, since each commit of due jobs wakes the writer and cuts any wait short. What no commit
+    announces (a lease that ran out, a tenant back under its cap) is left to that pause. A look its pause
+    started reads whether any job is due before it takes the write lock (`reads_first`)."""
+
+    active = True
+    reads_first = True
+
+    def __init__(
+        self, bell_open: Callable[[], bool] = lambda: False, rng: random.Random | None = None
+    ) -> None:
+        self.bell_open = bell_open
+        self._pauses = idle_pauses(rng)
+        self._pause = 0.0
+
+    def check(self) -> bool:
+        return True
+
+    def took(self, count: int, room: int) -> None:
+        if count and count >= room:
+            self._pause = 0.0
+            return
+        if count:
+            self._pauses.reset()
+        self._pause = self._pauses.at_cap() if self.bell_open() else self._pauses.failed()
+
+    def wait_seconds(self) -> float | None:
+        return self._pause

@@ -1,7 +1,8 @@
 """`outbox-bridge worker`: one process of the SQLite-only baseline.
 
-It runs one claimer and `concurrency` runner threads (see `baseline.pool`), one lease keeper that renews
-every lease the process holds, and one lease sweeper. SIGTERM or SIGINT stops it as `worker.shutdown`
+It runs one store writer and `concurrency` runner threads (`worker.writer`, claiming from the jobs table as
+`baseline.pacing.Polling` paces it), one lease keeper that renews every lease the process holds, and one
+lease sweeper. SIGTERM or SIGINT stops it as `worker.shutdown`
 says, like a consumer: no new claims at once, running jobs get `shutdown_grace_seconds` to finish, what is
 still held after that is released, and the process exits 0. A job whose external effect has started cannot
 be released and is waited for a while longer; if it still has not finished, the process exits 1 and the
@@ -10,6 +11,8 @@ job's expired lease is settled by a sweeper. A second signal cuts the waiting sh
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -18,7 +21,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import make_url
 
 from outbox_bridge.baseline.listening import Listening
-from outbox_bridge.baseline.pool import ClaimPool
+from outbox_bridge.baseline.pacing import Polling
 from outbox_bridge.baseline.sweep_loop import SweepLoop
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.registry import accepted
@@ -32,8 +35,14 @@ from outbox_bridge.worker.metrics import serve_metrics
 from outbox_bridge.worker.process import run_until_signalled
 from outbox_bridge.worker.release import Release
 from outbox_bridge.worker.shutdown import drain, listed
+from outbox_bridge.worker.writer import StoreWriter
 
 log = logging.getLogger(__name__)
+
+
+def worker_name() -> str:
+    """The name leases are held under: host and process id."""
+    return f"baseline@{socket.gethostname()}:{os.getpid()}"
 
 
 class BaselineProcess:
@@ -43,22 +52,25 @@ class BaselineProcess:
         self.settings = settings
         self.stopping = threading.Event()
         self.keeper = LeaseKeeper(engine, settings)
-        self.pool = ClaimPool(
+        self.polling = Polling()
+        self.writer = StoreWriter(
             engine,
             settings,
             self.keeper,
             concurrency=concurrency,
-            stopping=self.stopping,
+            worker=worker_name(),
+            role="worker",
+            table=self.polling,
         )
         self.sweeper = SweepLoop(engine, settings, self.stopping)
-        self.listening = Listening(settings, self.pool.nudge, self.stopping)
-        self.pool.bell_open = lambda: self.listening.listening
-        detail = runner_detail(self.keeper, concurrency, self.pool.worker)
+        self.listening = Listening(settings, self.writer.nudge, self.stopping)
+        self.polling.bell_open = lambda: self.listening.listening
+        detail = runner_detail(self.keeper, concurrency, self.writer.worker)
         self.heartbeat = Heartbeat(engine, settings, "worker", detail)
 
     def start(self) -> BaselineProcess:
         self.keeper.start()
-        self.pool.start()
+        self.writer.start()
         self.sweeper.start()
         self.listening.start()
         self.heartbeat.start()
@@ -69,25 +81,26 @@ class BaselineProcess:
         sweeper. Returns the exit code: 0 when nothing was left running, else 1 (such a job's lease runs out
         and a sweeper settles it as `unknown`)."""
         code = drain(self, self.settings, urgent)
-        self.pool.close()
+        self.writer.close()
         self.keeper.stop()
         self.sweeper.join(timeout=1.0)
         self.listening.join(timeout=1.5)
         self.heartbeat.stop()
-        counts = self.pool.counts.snapshot()
+        counts = self.writer.counts.outcomes()
         log.info("stopped: %d job(s) run (%s); exit %d", sum(counts.values()), listed(counts) or "none", code)
         return code
 
     # What `worker.shutdown.drain` asks of this mode.
 
     def stop_taking_work(self) -> None:
-        self.pool.stop_claiming()
+        self.stopping.set()
+        self.writer.stop_claiming()
 
     def wait_idle(self, timeout: float, urgent: Callable[[], bool]) -> bool:
-        return self.pool.wait_idle(timeout, urgent)
+        return self.writer.wait_idle(timeout, urgent)
 
     def release_held(self) -> Counter[Release]:
-        return self.pool.release_held()
+        return self.writer.release_held()
 
     def running_claims(self) -> list[Claim]:
         return [held.claim for held in self.keeper.held() if not held.lost]

@@ -4,7 +4,7 @@ The choice: a consumer that has not been able to reach the broker for longer tha
 `DEGRADED_AFTER_SECONDS` (default 30; 0 turns degraded mode off) claims due jobs straight from the jobs
 table, as the SQLite-only baseline does, up to its room, backing off between rounds that find none (20 ms
 doubling to 1 s). The moment its connection is back it stops, and takes work from the broker again. The
-claims are written by the consumer's own store writer, in its rounds (`consumer.pipeline`): the claim, the
+claims are written by the consumer's own store writer, in its rounds (`worker.writer`): the claim, the
 fence, the lease and the commit are the same, so a job is still run by one worker at a time, and
 deliveries published for a job claimed this way are absorbed as duplicates later. While the broker is
 reachable the consumer never reads the jobs table.
@@ -29,7 +29,10 @@ IDLE_MAX_PAUSE = 1.0
 class DegradedMode:
     """Whether the consumer claims from the jobs table now: once the broker has been unreachable
     (`down_for`, seconds) for longer than `settings.degraded_after_seconds`, never when that is 0. The store
-    writer asks before each round (`check`) and reports what the table gave it (`took`)."""
+    writer asks before each round (`check`) and reports what the table gave it (`took`): the consumer's
+    `worker.writer.TableSource`."""
+
+    reads_first = False  # its rounds follow the pause that a round claiming nothing starts
 
     def __init__(self, settings: Settings, down_for: Callable[[], float]) -> None:
         self._after = settings.degraded_after_seconds
@@ -61,8 +64,8 @@ class DegradedMode:
         self.active = degraded
         return degraded
 
-    def took(self, count: int) -> None:
-        """A round claimed `count` jobs from the table."""
+    def took(self, count: int, room: int) -> None:
+        """A round claimed `count` jobs from the table (with `room` for more)."""
         self.claimed += count
         self._pause = 0.0 if count else self._idle.failed()
         if count:

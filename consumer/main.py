@@ -1,8 +1,8 @@
 """`outbox-bridge consumer --concurrency N`: RabbitMQ delivery -> claim -> run -> commit -> ack.
 
-One broker connection on its own thread (`consumer.link`), N worker threads with a claimer and a group
-committer (`consumer.pipeline`), one lease keeper renewing every lease the process holds, and degraded
-mode for long broker outages (`consumer.degraded`).
+One broker connection on its own thread (`consumer.link`), N runner threads and one store writer that
+claims and group-commits (`worker.writer`), one lease keeper renewing every lease the process holds, and
+degraded mode for long broker outages (`consumer.degraded`).
 
 On SIGTERM or SIGINT it stops as `worker.shutdown` says, like a baseline worker: stop consuming, let
 running jobs finish within `shutdown_grace_seconds`, release the rest (queued again for another worker),
@@ -24,7 +24,6 @@ from sqlalchemy import Engine
 
 from outbox_bridge.consumer.degraded import DegradedMode
 from outbox_bridge.consumer.link import Delivery, DeliveryLink
-from outbox_bridge.consumer.pipeline import Pipeline
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.heartbeats import Heartbeat
@@ -37,6 +36,7 @@ from outbox_bridge.worker.metrics import serve_metrics
 from outbox_bridge.worker.process import run_until_signalled
 from outbox_bridge.worker.release import Release
 from outbox_bridge.worker.shutdown import drain
+from outbox_bridge.worker.writer import StoreWriter
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +56,16 @@ class Consumer:
         budget = ClaimBudget(concurrency, settings.consumer_prefetch)
         self.link = DeliveryLink(settings, budget.prefetch, self._offer)
         self.degraded = DegradedMode(settings, self.link.down_for)
-        self.pipeline = Pipeline(
+        self.writer = StoreWriter(
             engine,
             settings,
             self.keeper,
-            self.link,
             concurrency=concurrency,
             worker=name,
+            role="consumer",
+            acker=self.link,
+            table=self.degraded,
             budget=budget,
-            degraded=self.degraded,
         )
         self._runner_detail = runner_detail(self.keeper, concurrency, name)
         self.heartbeat = Heartbeat(engine, settings, "consumer", self._detail)
@@ -76,41 +77,41 @@ class Consumer:
         return self._runner_detail() | ({"broker": node} if node is not None else {})
 
     def _offer(self, delivery: Delivery) -> None:
-        self.pipeline.offer(delivery)
+        self.writer.offer(delivery)
 
     def start(self) -> Consumer:
         self.keeper.start()
-        self.pipeline.start()
+        self.writer.start()
         self.link.start()
         self.heartbeat.start()
         return self
 
     def shutdown(self, urgent: Callable[[], bool] = lambda: False) -> int:
-        """Stop as `worker.shutdown.drain` says (cut short by `urgent()`), then close the pipeline, the
+        """Stop as `worker.shutdown.drain` says (cut short by `urgent()`), then close the store writer, the
         connection and the lease keeper. Returns the exit code: 0 when nothing was left running, else 1
         (such a job's lease runs out and the sweeper settles it)."""
         code = drain(self, self.settings, urgent)
-        self.pipeline.close()
+        self.writer.close()
         self.link.close()
         self.keeper.stop()
         self.heartbeat.stop()
-        log.info("stopped: %s; exit %d", dict(self.pipeline.counts), code)
+        log.info("stopped: %s; exit %d", self.writer.counts.snapshot(), code)
         return code
 
     # What `worker.shutdown.drain` asks of this mode.
 
     def stop_taking_work(self) -> None:
         self.link.stop_consuming()
-        self.pipeline.stop_claiming()
+        self.writer.stop_claiming()
 
     def wait_idle(self, timeout: float, urgent: Callable[[], bool]) -> bool:
-        return self.pipeline.wait_idle(timeout, urgent)
+        return self.writer.wait_idle(timeout, urgent)
 
     def release_held(self) -> Counter[Release]:
-        return self.pipeline.release_held()
+        return self.writer.release_held()
 
     def running_claims(self) -> list[Claim]:
-        return [running.claim for running in self.pipeline.running()]
+        return [running.claim for running in self.writer.running()]
 
 
 def run(settings: Settings, *, concurrency: int) -> int:

@@ -126,7 +126,7 @@ class Backpressure:
                 assert before is not None
                 taken = max(0, before - self._waiting) / gap
                 last = self._rate if self._rate is not None else self.limit / AHEAD_SECONDS
-                # At most doubling every AHEAD_SECONDS: a consumer that gives jobs back (`consumer.pipeline`)
+                # At most doubling every AHEAD_SECONDS: a consumer that gives jobs back (`worker.writer`)
                 # or reconnects takes a burst of deliveries that is no rate.
                 taken = min(taken, last * 2 ** (gap / AHEAD_SECONDS))
                 if self._measured or taken > last:

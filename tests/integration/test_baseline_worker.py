@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine
 
-from outbox_bridge.baseline import pacing, pool
+from outbox_bridge.baseline import pacing
 from outbox_bridge.baseline.pacing import FIRST_IDLE_PAUSE, MAX_IDLE_PAUSE, idle_pauses
 from outbox_bridge.baseline.worker import BaselineProcess
 from outbox_bridge.core import clock
@@ -32,7 +32,7 @@ from outbox_bridge.jobstore import claiming, db, fenced, migrate, queries
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.jobstore.turns import WriteTurn
-from outbox_bridge.worker import budget
+from outbox_bridge.worker import budget, writer
 from outbox_bridge.worker.release import Release, release
 from outbox_bridge.worker.shutdown import RELEASE_SETTLE_SECONDS
 from tests.conftest import make_settings
@@ -170,7 +170,7 @@ def test_an_idle_worker_is_woken_by_a_commit_instead_of_waiting_out_its_pause(
     monkeypatch.setattr(pacing, "MAX_IDLE_PAUSE", 10.0)
     with running(engine, settings) as process:
         wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
-        time.sleep(0.3)  # the claimer has polled once and is in its long pause
+        time.sleep(0.3)  # the writer has polled once and is in its long pause
         started = time.monotonic()
         job_id = new_job(engine, key="rung")
         wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job run")
@@ -273,16 +273,16 @@ def test_workers_outlast_a_store_locked_past_its_timeout(
         job_id = new_job(engine, now=clock.now() + 0.3)
         locker = sqlite3.connect(settings.database_url.removeprefix("sqlite:///"), isolation_level=None)
         locker.execute("BEGIN IMMEDIATE")
-        time.sleep(1.0)  # five store timeouts' worth: the claimer gives up at least once
+        time.sleep(1.0)  # five store timeouts' worth: the writer gives up at least once
         locker.execute("ROLLBACK")
         locker.close()
         wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job to succeed")
-        assert process.pool.running() == 3  # the claimer and both runners
+        assert process.writer.threads_alive() == 3  # the store writer and both runners
         assert process.shutdown() == 0
     engine.dispose()
     assert "store unavailable, pausing claims" in caplog.text
     assert "database is locked" not in caplog.text
-    assert process.pool.counts.snapshot() == {"succeeded": 1}
+    assert process.writer.counts.outcomes() == {"succeeded": 1}
 
 
 def test_a_handed_back_job_is_queued_again_with_its_attempt_uncounted(
@@ -340,7 +340,7 @@ def test_stopping_waits_for_an_external_call_in_flight_to_finish(tmp_path: Path)
     engine.dispose()
     assert stopped == [0]
     assert job_row(engine, job_id).state is State.SUCCEEDED
-    assert process.pool.counts.snapshot() == {"succeeded": 1}
+    assert process.writer.counts.outcomes() == {"succeeded": 1}
 
 
 def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
@@ -356,7 +356,7 @@ def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
     with provider_held(settings), running(engine, settings, concurrency=1) as process:
         wait_for(lambda: job_row(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
         assert process.shutdown() == 1
-    wait_for(lambda: process.pool.running() == 0, 10, what="the threads to end")
+    wait_for(lambda: process.writer.threads_alive() == 0, 10, what="the threads to end")
     engine.dispose()
     assert f"job {job_id} epoch 1: must_finish" in caplog.text
     assert f"job {job_id} epoch 1 left running" in caplog.text
@@ -376,7 +376,7 @@ def test_the_worker_sweeps_a_lease_that_no_claim_may_take(
         )
         assert process.shutdown() == 0
     assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["lost"]
-    assert process.pool.counts.snapshot() == {}
+    assert process.writer.counts.outcomes() == {}
 
 
 def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_once(
@@ -388,7 +388,7 @@ def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_on
     # Claiming ahead starts after 16 jobs in a row ran under half of `AHEAD_SECONDS`: at its 50 ms, one noop
     # held up 25 ms by a loaded machine (the suite's other processes) kept the worker from ever claiming
     # ahead. At 200 ms, a noop is short and a 0.5 s job long on any machine this suite runs on.
-    for module in (budget, pool):
+    for module in (budget, writer):
         monkeypatch.setattr(module, "AHEAD_SECONDS", 0.2)
     caplog.set_level(logging.INFO, logger="outbox_bridge.worker.runners")
     engine = db.make_engine(settings)

@@ -13,8 +13,6 @@ from sqlalchemy import Engine, select
 
 from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
-from outbox_bridge.consumer.pipeline import REFUSED_AS
-from outbox_bridge.consumer.rounds import claim_all
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.recurrence import CatchUp, Recurrence
 from outbox_bridge.core.settings import Settings
@@ -23,6 +21,8 @@ from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.schema import kind_actions, outbox
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry import instruments
+from outbox_bridge.worker.rounds import claim_all
+from outbox_bridge.worker.writer import REFUSED_AS
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job, publish_due
 
 EXPORT = {"rows": 3, "chunk": 3}

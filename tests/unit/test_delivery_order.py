@@ -1,4 +1,4 @@
-"""The order a consumer claims the deliveries it holds in (`consumer.rounds.take_in_order`): priority
+"""The order a consumer claims the deliveries it holds in (`worker.rounds.take_in_order`): priority
 first, then turns across tenants counting what each tenant runs here, then arrival; the rest stay in
 arrival order."""
 
@@ -9,7 +9,7 @@ from collections import Counter
 
 from outbox_bridge.broker.message import order_headers, order_of
 from outbox_bridge.consumer.link import Delivery
-from outbox_bridge.consumer.rounds import take_in_order
+from outbox_bridge.worker.rounds import take_in_order
 
 
 def held(*specs: tuple[str, int, str]) -> collections.deque[Delivery]:

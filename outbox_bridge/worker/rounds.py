@@ -1,5 +1,5 @@
-"""What one round of a consumer's store writer writes, in one transaction: the outcomes that finished,
-each under its own fence, then the claims of the deliveries it takes."""
+"""What one round of a process's store writer (`worker.writer`) writes, in one transaction: the outcomes
+that finished, each under its own fence, then the claims of the deliveries it takes."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import collections
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from sqlalchemy import Connection
 
-from outbox_bridge.consumer.link import Delivery
 from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import claiming
@@ -21,10 +21,27 @@ from outbox_bridge.worker.commit import commit_outcomes
 from outbox_bridge.worker.runners import Finished
 
 
+class Delivery(Protocol):
+    """A broker delivery as the writer sees it (`consumer.link.Delivery`): the job it names, and what held
+    deliveries are ordered by."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def priority(self) -> int: ...
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def traceparent(self) -> str | None: ...
+
+
 @dataclass
 class Round:
     """What one round writes. `topped_up` once it has taken what arrived while it waited for its turn (a
-    rerun of its transaction writes the same round). With `from_table` (degraded mode) it also claims up
+    rerun of its transaction writes the same round). With `from_table` it also claims up
     to `table_room` due jobs from the jobs table, within the process's `TENANT_SHARE` (`share`)."""
 
     finished: list[Finished] = field(default_factory=list)

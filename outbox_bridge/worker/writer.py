@@ -1,21 +1,30 @@
-"""Claim, run, commit, then ack: the consumer's work, on threads that never touch the broker connection.
+"""Claim, run, commit, then settle: the one claim-and-commit loop of every worker process, the consumer's
+and the baseline's, on a thread that never touches the broker connection.
 
-Deliveries are claimed in batches, run on a pool of worker threads, and their outcomes are group-committed:
-one store writer drains every outcome that finished and every delivery that arrived meanwhile and writes
-them all in one transaction (outcomes under their fences, then claims). Only after that commit are the
-deliveries acked. A refused claim (finished, leased by a live worker, waiting out a backoff, waiting for
-the sweeper, of a paused kind, or unknown) is acked without running: it is a duplicate, a retry whose own
-outbox row delivers it later, or a job that resuming its kind announces again.
-
-While the broker has been unreachable for long (`consumer.degraded`), a round also claims due jobs from the
-jobs table, up to the room its deliveries leave, in the same transaction.
+One store writer thread writes every claim and every outcome of its process. Each round it takes every
+outcome that finished and every delivery that arrived meanwhile, commits the outcomes under their fences,
+claims the delivered jobs and, while its table source says so, due jobs from the jobs table up to the room
+its deliveries leave, all in ONE transaction; only after that commit does it ack the committed and refused
+deliveries and hand the claimed jobs to the runner threads (`worker.runners`). A consumer's jobs come as
+broker deliveries, and from the table only in degraded mode (`consumer.degraded`); the baseline's come from
+the table alone (`baseline.pacing.Polling`). A refused claim (finished, leased by a live worker, waiting out a
+backoff, waiting for the sweeper, of a paused kind, or unknown) is acked without running: it is a duplicate,
+a retry whose own outbox row delivers it later, or a job that resuming its kind announces again.
 
 A round takes, once its transaction holds the write lock, whatever arrived while it waited for its turn.
-While jobs are short, a consumer claims more jobs than it has threads (`worker.budget`), so a round
-commits and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a
-later round. An outcome is never held back on a timer: the writer commits what has finished as soon as it
-is free, so outcomes gather into one round only while the store is busy with the round before (a group
+While jobs are short, a process claims more jobs than it has threads (`worker.budget`), so a round commits
+and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a later
+round. An outcome is never held back on a timer: the writer commits what has finished as soon as it is
+free, so outcomes gather into one round only while the store is busy with the round before (a group
 commit, as the api's), and a finished job is visible in the store one transaction after its code returned.
+
+A round the store cannot take (unavailable, busy past its timeout) is tried again, pausing 50 ms doubling
+to 1 s, for up to a lease's length; the first try of such a streak says so in the log, and so does the
+first that goes through. Past a lease's length its outcomes are left to their leases (the sweeper settles
+them; a late write would be fenced anyway).
+
+The other writes of a process are few and small, and made on the threads that need them: the lease
+keeper's renewals, and a running job's checkpoints and releases (runner threads).
 """
 
 from __future__ import annotations
@@ -31,9 +40,6 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from outbox_bridge.consumer.degraded import DegradedMode
-from outbox_bridge.consumer.link import Delivery
-from outbox_bridge.consumer.rounds import Round, take_in_order, write_round
 from outbox_bridge.core import faults
 from outbox_bridge.core.backoff import Backoff, compute_backoff
 from outbox_bridge.core.settings import Settings
@@ -48,9 +54,10 @@ from outbox_bridge.worker.attempt import discard_uncommitted
 from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
 from outbox_bridge.worker.inbox import STOP, take_batch, take_waiting
 from outbox_bridge.worker.lease import Held, LeaseKeeper
-from outbox_bridge.worker.polling import claim_due
+from outbox_bridge.worker.polling import any_due, claim_due
 from outbox_bridge.worker.release import Release, release_all
 from outbox_bridge.worker.retry import retry_while_unavailable
+from outbox_bridge.worker.rounds import Delivery, Round, take_in_order, write_round
 from outbox_bridge.worker.runners import Finished, Runners, Running
 from outbox_bridge.worker.share import TenantShare
 
@@ -62,6 +69,10 @@ RETRY_FIRST_PAUSE = 0.05
 RETRY_MAX_PAUSE = 1.0
 # A round's write transaction, while the store is unavailable, is tried again after this (doubling) pause.
 WRITE_RETRY_PAUSES = Backoff(0.05, 1.0)
+# While the store stays unavailable, the log says so again every this many tries.
+UNAVAILABLE_LOG_EVERY = 100
+# Put by `StoreWriter.nudge`: look at the table now (a commit announced due jobs, or the process stops).
+NUDGE: Any = object()
 # A refused claim's delivery, as `outbox_bridge_deliveries_total` counts it.
 REFUSED_AS = {
     Refusal.LEASED: instruments.LEASED_ELSEWHERE,
@@ -75,55 +86,139 @@ REFUSED_AS = {
 }
 
 
-def _say_retrying(exc: db.StoreUnavailable, pause: float) -> None:
-    log.warning("store unavailable, retrying in %.2fs: %s", pause, exc)
-
-
 class Acker(Protocol):
-    def ack(self, deliveries: Sequence[Delivery]) -> int: ...
+    """Where deliveries are settled (the consumer's broker link, which takes back its own deliveries)."""
 
-    def requeue(self, deliveries: Sequence[Delivery]) -> int: ...
+    def ack(self, deliveries: Sequence[Any]) -> int: ...
 
-    def reject(self, deliveries: Sequence[Delivery]) -> int: ...
+    def requeue(self, deliveries: Sequence[Any]) -> int: ...
+
+    def reject(self, deliveries: Sequence[Any]) -> int: ...
 
 
-class Pipeline:
-    """The store writer and the worker pool of one consumer process.
+class NoDeliveries:
+    """The `Acker` of a process whose jobs all come from the table: there is never a delivery to settle."""
 
-    One writer thread writes every claim and every outcome of the broker path: each round it takes every
-    outcome that finished and every delivery that arrived meanwhile, commits the outcomes under their
-    fences and claims the deliveries' jobs, all in ONE transaction, and only after that commit acks the
-    committed and the refused deliveries and hands the claimed jobs to the workers. The process's other
-    writes are few and small: the lease keeper's renewals, a running job's checkpoints and hand-backs
-    (runner threads). While `degraded` mode is on (the broker gone for long), each round also claims due
-    jobs from the table, up to the room its deliveries leave.
+    def ack(self, deliveries: Sequence[Any]) -> int:
+        return 0
+
+    requeue = reject = ack
+
+
+class TableSource(Protocol):
+    """When a process claims due jobs from the jobs table, and how often it looks."""
+
+    @property
+    def active(self) -> bool:
+        """Whether the last `check` said to claim from the table."""
+        ...
+
+    @property
+    def reads_first(self) -> bool:
+        """Whether a round that only looks at the table (woken by its pause, with nothing else to write)
+        first reads whether any job is due, and takes the write lock only if one is."""
+        ...
+
+    def check(self) -> bool:
+        """Whether the next round claims from the table."""
+        ...
+
+    def took(self, count: int, room: int) -> None:
+        """A round that claimed from the table with `room` claimed `count` jobs there."""
+        ...
+
+    def wait_seconds(self) -> float | None:
+        """How long the writer may wait for other work before it looks at the table again (None: it need
+        not look until something else wakes it)."""
+        ...
+
+
+class WriterCounts:
+    """What one writer did, safe to read from any thread: rounds, claims, refusals and jobs given back
+    (`add`), and what became of each job it ran (`outcomes`: a state's name, `fenced` or `released`)."""
+
+    def __init__(self) -> None:
+        self._counts: Counter[str] = Counter()
+        self._outcomes: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def add(self, **deltas: int) -> None:
+        with self._lock:
+            self._counts.update(deltas)
+
+    def ended(self, outcome: str) -> None:
+        with self._lock:
+            self._outcomes[outcome] += 1
+
+    def __getitem__(self, name: str) -> int:
+        with self._lock:
+            return self._counts[name]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(sorted(self._counts.items()))
+
+    def outcomes(self) -> dict[str, int]:
+        with self._lock:
+            return dict(sorted(self._outcomes.items()))
+
+
+class _Unavailable:
+    """A streak of tries that found the store unavailable, said in the log at its first try, every so often
+    after it (a removed store file fails every try at once), and once when the store answers again."""
+
+    def __init__(self) -> None:
+        self.tries = 0
+
+    def failed(self, exc: db.StoreUnavailable, pause: float = 0.0) -> None:
+        self.tries += 1
+        if self.tries == 1 or self.tries % UNAVAILABLE_LOG_EVERY == 0:
+            log.warning(
+                "store unavailable, pausing claims (%d tries in a row, next in %.2fs): %s",
+                self.tries,
+                pause,
+                exc,
+            )
+
+    def answered(self) -> None:
+        if self.tries:
+            log.info("the store answers again after %d tries", self.tries)
+            self.tries = 0
+
+
+class StoreWriter:
+    """The store writer and the runner threads of one worker process (module docstring).
 
     Promises: a delivery is acked only after its job's outcome is committed or its claim was refused, or
     once the store has the job under a lease that runs out (an outcome the store would not take: the
-    sweeper gives the job back to the queue with a new outbox row); every delivery is settled at most once;
-    and no delivery goes back to the queue while the consumer keeps running (`stop_claiming` gives back
-    what waits, for a consumer that stops). A delivery the store cannot claim at all is dead-lettered."""
+    sweeper gives the job back to the queue); every delivery is settled at most once; no delivery goes back
+    to the queue while the process keeps running (`stop_claiming` gives back what waits, for a process that
+    stops); no job starts after `stop_claiming` returns. A delivery the store cannot claim at all is
+    dead-lettered. Fault points `<role>.after_commit` and `<role>.after_claim` (`core.faults`) let the
+    end-to-end tests kill the process at those boundaries."""
 
     def __init__(
         self,
         engine: Engine,
         settings: Settings,
         keeper: LeaseKeeper,
-        acker: Acker,
         *,
         concurrency: int,
         worker: str,
+        role: str,
+        acker: Acker | None = None,
+        table: TableSource | None = None,
         budget: ClaimBudget | None = None,
-        degraded: DegradedMode | None = None,
     ) -> None:
         self._engine = engine
-        self.degraded = degraded
+        self.table = table
         self._settings = settings
         self._limits = Limits.of(settings)
-        self._acker = acker
+        self._acker: Acker = acker or NoDeliveries()
         self._worker = worker
+        self._role = role
         self._backoff = Backoff(settings.backoff_base_seconds, settings.backoff_max_seconds)
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Delivery | Finished | STOP
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Delivery | Finished | NUDGE | STOP
         self._budget = budget or ClaimBudget(concurrency)
         self._runners = Runners(
             engine, settings, keeper, self._budget, self._inbox.put, concurrency=concurrency
@@ -131,14 +226,19 @@ class Pipeline:
         self._share = TenantShare(settings.tenant_share, concurrency)
         self._bursting = False
         self._failed_rounds = 0  # rounds in a row the store took nothing from
+        self._unavailable = _Unavailable()
         self._waiting: collections.deque[Delivery] = collections.deque()  # delivered, not claimed yet
-        self._lock = threading.Lock()
         self._round = threading.Lock()
         self._accepting = True
-        self.counts: Counter[str] = Counter()
+        self.counts = WriterCounts()
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
 
-    def start(self) -> Pipeline:
+    @property
+    def worker(self) -> str:
+        """The name this writer's claims write as the lease owner."""
+        return self._worker
+
+    def start(self) -> StoreWriter:
         self._runners.start()
         self._writer.start()
         return self
@@ -147,8 +247,12 @@ class Pipeline:
         """Queue a delivery for claiming (called on the broker link's thread; never blocks)."""
         self._inbox.put(delivery)
 
+    def nudge(self) -> None:
+        """Look at the table now: a commit announced due jobs (safe from any thread)."""
+        self._inbox.put(NUDGE)
+
     def begin(self, claim: Claim, delivery: Delivery | None) -> Running:
-        """Hold the claimed job's lease and queue it for a worker thread; its run span continues the
+        """Hold the claimed job's lease and queue it for a runner thread; its run span continues the
         delivery's trace context (the stored one without a delivery)."""
         return self._runners.begin(claim, delivery, delivery.traceparent if delivery is not None else None)
 
@@ -159,20 +263,21 @@ class Pipeline:
     def running(self) -> list[Running]:
         return self._runners.claimed()
 
+    def threads_alive(self) -> int:
+        """How many of the writer and runner threads have not ended yet."""
+        return self._writer.is_alive() + self._runners.alive()
+
     def stop_claiming(self) -> None:
         """Claim nothing more: deliveries not yet claimed go back to the queue. Waits for a round in
         progress, so no job starts running after this returns."""
         self._accepting = False
+        self.nudge()
         with self._round:
             self._requeue_waiting()
 
     def _requeue_waiting(self) -> None:
         self._acker.requeue(list(self._waiting))
         self._waiting.clear()
-
-    def _count(self, **deltas: int) -> None:
-        with self._lock:
-            self.counts.update(deltas)
 
     # Writing.
 
@@ -184,25 +289,57 @@ class Pipeline:
                     self._requeue_waiting()
                 if self._runners.give_back_due:
                     self._give_back_waiting()
-                from_table = self._from_table()
                 room = self._room()
-                from_table = from_table and room > 0
+                from_table = self._from_table() and room > 0
+                if from_table and not batch and not finished and not self._waiting and not self._any_due():
+                    continue  # woken by its pause alone, and the table has nothing due
                 if finished or (room > 0 and bool(self._waiting)) or from_table:
                     self._run_round(Round(finished, from_table=from_table))
 
     def _absorb(self, batch: list[Any]) -> list[Finished]:
-        """Deliveries join the waiting ones; returns the finished outcomes."""
-        self._waiting.extend(item for item in batch if isinstance(item, Delivery))
-        return [item for item in batch if isinstance(item, Finished)]
+        """Deliveries join the waiting ones; returns the finished outcomes (a nudge only wakes the loop)."""
+        finished = [item for item in batch if isinstance(item, Finished)]
+        if len(finished) < len(batch):
+            self._waiting.extend(
+                item for item in batch if not isinstance(item, Finished) and item is not NUDGE
+            )
+        return finished
 
     def _from_table(self) -> bool:
-        """Whether the next round claims from the jobs table too (degraded mode)."""
-        return self._accepting and self.degraded is not None and self.degraded.check()
+        """Whether the next round claims from the jobs table too."""
+        return self._accepting and self.table is not None and self.table.check()
+
+    def _any_due(self) -> bool:
+        """Before a round its pause alone started (`TableSource.reads_first`): whether any job is due, read
+        without the write lock. Most such looks find nothing, and on SQLite every writer of the host would
+        wait behind an empty write transaction. A store that cannot be read counts as an empty look; any
+        other error leaves the decision to the round."""
+        assert self.table is not None
+        if not self.table.reads_first:
+            return True
+        try:
+            due = db.read(self._engine, self._any_due_in)
+        except db.StoreUnavailable as exc:
+            self._unavailable.failed(exc)
+            due = False
+        except Exception:  # a bug must not cost the process its writer: the round decides
+            log.exception("unexpected error reading whether any job is due")
+            return True
+        else:
+            self._unavailable.answered()
+        if not due:
+            self.table.took(0, self._room())
+        return due
+
+    def _any_due_in(self, conn: Connection) -> bool:
+        share = self._share.held(conn, Counter(self._runners.tenants()), self._bursting)
+        return any_due(conn, self._settings.tenant_max_running, share, self._limits)
 
     def _wait_seconds(self) -> float | None:
         """How long the writer may wait for the next item: a pause before deliveries that could be claimed
         now are tried (again), or (while claiming ahead) a moment, to notice a job that runs long; no longer
-        than degraded mode's next look at the broker link or the table."""
+        than the table source's next look, unless every room is taken (then it waits for a job to finish,
+        as it would for deliveries)."""
         if self._runners.give_back_due:
             return 0.0
         if self._waiting and self._room() > 0:
@@ -211,10 +348,9 @@ class Pipeline:
             )
         else:
             wait = AHEAD_SECONDS if self._bursting else None
-        degraded = self.degraded
-        look = degraded.wait_seconds() if degraded is not None else None
-        # While degraded, a full process waits for a job to finish, as it would for deliveries.
-        if degraded is not None and look is not None and (not degraded.active or self._room() > 0):
+        table = self.table
+        look = table.wait_seconds() if table is not None and self._accepting else None
+        if table is not None and look is not None and (not table.active or self._room() > 0):
             wait = look if wait is None else min(wait, look)
         return wait
 
@@ -235,8 +371,8 @@ class Pipeline:
             self._run_round(Round([finished], topped_up=True))
         for delivery in round_.deliveries:
             self._run_round(Round([], [delivery], topped_up=True))
-        if round_.from_table and self.degraded is not None:
-            self.degraded.took(0)  # what the table held is looked for again after the idle pause
+        if round_.from_table and self.table is not None:
+            self.table.took(0, round_.table_room)  # what the table held is looked for again after its pause
 
     def _give_up(self, round_: Round) -> None:
         """A member the store fails to take even alone. Its outcome is acked and its job left to its lease
@@ -253,29 +389,33 @@ class Pipeline:
         DELIVERIES.labels(instruments.DEAD_LETTERED).inc(len(round_.deliveries))
 
     def _room(self) -> int:
-        """How many more jobs this consumer may claim now, starting or stopping claiming ahead as the
+        """How many more jobs this process may claim now, starting or stopping claiming ahead as the
         budget says. Deliveries beyond the room wait here, unacked, for a later round."""
-        room = self._runners.room()
+        room = self._runners.room() if self._accepting else 0
         self._bursting = self._runners.bursting and self._accepting
         return room
 
     def _give_back_waiting(self) -> None:
         """Claiming ahead stopped (a job runs long): the jobs claimed here that still wait for a thread go
-        back to the store (`Runners.give_back_waiting`), so a consumer with a thread free runs them (the
-        relay publishes them again). Their deliveries wait here, unclaimed, with the others: claimed again
-        here in their order if no other consumer got to one first, else refused and acked.
+        back to the store (`Runners.give_back_waiting`), so a process with a thread free runs them (queued
+        again, the relay publishes them again). Their deliveries wait here, unclaimed, with the others:
+        claimed again here in their order if no other process got to one first, else refused and acked.
 
-        Only where order matters: when what this consumer holds (claimed or not) is all of one priority and
-        one tenant, no job waits behind another's, and giving back would only claim the same jobs again."""
+        Only where order matters or the table holds it: when this process holds deliveries alone, all of
+        one priority and one tenant, no job waits behind another's, and giving back would only claim the
+        same jobs again."""
         if not self._accepting or not self._several_orders():
             self._runners.give_back_due = False
             return
         released = self._runners.give_back_waiting()
         self._waiting.extend(running.delivery for running in released if running.delivery is not None)
-        self._count(shed=len(released))
+        self.counts.add(shed=len(released))
 
     def _several_orders(self) -> bool:
-        held = [*self._waiting, *(r.delivery for r in self._runners.claimed() if r.delivery is not None)]
+        claimed = self._runners.claimed()
+        if any(running.delivery is None for running in claimed):
+            return True  # claimed from the table: any process with a thread free claims it there, in order
+        held = [*self._waiting, *(running.delivery for running in claimed)]
         return len({(delivery.priority, delivery.tenant) for delivery in held}) > 1
 
     def _in_transaction(self, conn: Connection, round_: Round) -> Any:
@@ -310,27 +450,30 @@ class Pipeline:
             self._failed_rounds += 1
             self._end(round_.finished)
             self._waiting.extendleft(reversed(round_.deliveries))  # tried again in the next round
-            if round_.from_table and self.degraded is not None:
-                self.degraded.took(0)
+            if round_.from_table and self.table is not None:
+                self.table.took(0, round_.table_room)
             return
         self._failed_rounds = 0
         states, claims, table = written
         if round_.finished:
-            faults.hit("consumer.after_commit")
+            faults.hit(f"{self._role}.after_commit")
             self._committed(round_.finished, states)
         self._claimed(round_.deliveries, claims)
-        if round_.from_table:
+        if round_.from_table and self.table is not None:
             self._claimed_from_table(table)
+            self.table.took(len(table), round_.table_room)
 
     def _committed(self, finished: list[Finished], states: list[State | None]) -> None:
         fenced = sum(state is None for state in states)
-        self._count(commit_rounds=1, committed=len(finished) - fenced, fenced=fenced)
+        self.counts.add(commit_rounds=1, committed=len(finished) - fenced, fenced=fenced)
         FENCED_WRITES.inc(fenced)
         if fenced:
             log.info("%d of %d outcomes fenced out (a newer epoch or an expired lease)", fenced, len(states))
-        self._end(finished)
-        for f, state in zip(finished, states, strict=True):
+        held = self._end(finished)
+        for f, state, ours in zip(finished, states, held, strict=True):
             discard_uncommitted(self._settings, f.running.claim, f.outcome, state)
+            if ours:  # (a released job was counted as it was released)
+                self.counts.ended(_outcome_name(f.running.held, state))
 
     def _claimed(self, deliveries: list[Delivery], claims: list[claiming.ClaimResult]) -> None:
         refused = []
@@ -342,39 +485,43 @@ class Pipeline:
                 DELIVERIES.labels(REFUSED_AS[result.refusal]).inc()
                 continue
             DELIVERIES.labels(instruments.RAN).inc()
-            faults.hit("consumer.after_claim")
+            faults.hit(f"{self._role}.after_claim")
             self.begin(result.claim, delivery)
         if deliveries:
-            self._count(claim_rounds=1, claimed=len(deliveries) - len(refused), refused=len(refused))
+            self.counts.add(claim_rounds=1, claimed=len(deliveries) - len(refused), refused=len(refused))
         self._acker.ack(refused)
 
     def _claimed_from_table(self, claims: list[Claim]) -> None:
-        """Degraded mode's claims: run without a delivery (the run continues the stored trace context)."""
+        """Claims from the table: run without a delivery (the run continues the stored trace context)."""
         for claim in claims:
-            faults.hit("consumer.after_claim")
+            faults.hit(f"{self._role}.after_claim")
             self.begin(claim, None)
-        assert self.degraded is not None
-        self.degraded.took(len(claims))
+        if claims:
+            self.counts.add(table_claims=len(claims))
 
-    def _end(self, finished: Sequence[Finished]) -> None:
+    def _end(self, finished: Sequence[Finished]) -> list[bool]:
         """Forget the jobs and ack their deliveries: the store has each outcome, or the job under a lease
-        that is no longer renewed."""
-        deliveries = [f.running.delivery for f in finished if self._runners.forget(f.running)]
+        that is no longer renewed. Which of them were still held here (not released meanwhile)."""
+        held = [self._runners.forget(f.running) for f in finished]
+        deliveries = [f.running.delivery for f, ours in zip(finished, held, strict=True) if ours]
         self._acker.ack([d for d in deliveries if d is not None])
+        return held
 
     def _patiently(self, fn: Callable[..., T], *args: Any) -> T | None:
         """One write transaction, retried while the store is unavailable for up to a lease's length;
         None if it never went through."""
         try:
-            return retry_while_unavailable(
+            written = retry_while_unavailable(
                 partial(db.transact, self._engine, fn, *args),
                 give_up_after=self._settings.lease_seconds,
                 pauses=WRITE_RETRY_PAUSES,
-                on_retry=_say_retrying,
+                on_retry=self._unavailable.failed,
             )
         except db.StoreUnavailable as exc:
             log.error("store unavailable, giving up: %s", exc)
             return None
+        self._unavailable.answered()
+        return written
 
     # Shutting down.
 
@@ -391,8 +538,10 @@ class Pipeline:
 
         def forget(held: Held) -> None:
             running = self._runners.claimed_as(held.claim.attempt_id)
-            if running is not None and self._runners.forget(running) and running.delivery is not None:
-                released.append(running.delivery)
+            if running is not None and self._runners.forget(running):
+                self.counts.ended(Release.RELEASED.value)
+                if running.delivery is not None:
+                    released.append(running.delivery)
 
         handed = release_all(self._engine, [running.held for running in self.running()], forget)
         self._acker.ack(released)
@@ -403,3 +552,9 @@ class Pipeline:
         self._runners.stop()
         self._inbox.put(STOP)
         self._writer.join(timeout)
+
+
+def _outcome_name(held: Held, state: State | None) -> str:
+    if state is not None:
+        return state.value
+    return Release.RELEASED.value if held.handed_back else "fenced"
