@@ -38,7 +38,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import doorbells, drivers, events, storefile
+from outbox_bridge.jobstore import drivers, events, host_notify, storefile
 from outbox_bridge.jobstore.turns import WriteTurn
 from outbox_bridge.telemetry.instruments import STORE_WRITE_SECONDS
 from outbox_bridge.telemetry.logs import JobEvent, emit
@@ -341,10 +341,10 @@ def begin_directly(conn: Connection, sql: str) -> None:
         conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
 
-# The write turn of each SQLite file engine, and what rings its relays after a commit that added outbox
+# The write turn of each SQLite file engine, and what notifies its relays after a commit that added outbox
 # rows (neither for PostgreSQL or an in-memory database).
 _turns: weakref.WeakKeyDictionary[Engine, WriteTurn] = weakref.WeakKeyDictionary()
-_ringers: weakref.WeakKeyDictionary[Engine, doorbells.Ringer] = weakref.WeakKeyDictionary()
+_notifiers: weakref.WeakKeyDictionary[Engine, host_notify.Notifier] = weakref.WeakKeyDictionary()
 
 
 def take_turns(engine: Engine, turn: WriteTurn) -> None:
@@ -352,9 +352,9 @@ def take_turns(engine: Engine, turn: WriteTurn) -> None:
     _turns[engine] = turn
 
 
-def ring_after_commits(engine: Engine, ringer: doorbells.Ringer) -> None:
-    """After every write transaction of `engine` that added outbox rows, `ringer` rings the relays."""
-    _ringers[engine] = ringer
+def notify_after_commits(engine: Engine, notifier: host_notify.Notifier) -> None:
+    """After every write transaction of `engine` that added outbox rows, `notifier` notifies the relays."""
+    _notifiers[engine] = notifier
 
 
 def turn_path(database: Path) -> Path:
@@ -461,9 +461,9 @@ def _run(
             first.close()  # (again, if an attempt on it failed: closing is idempotent)
     if last is not first:
         last.close()
-    ringer = _ringers.get(engine)
-    if due is not None and ringer is not None:  # after the turn is given back: the relay's lease needs it
-        ringer.ring(due)
+    notifier = _notifiers.get(engine)
+    if due is not None and notifier is not None:  # after the turn is given back: the relay's lease needs it
+        notifier.notify(due)
     emit(committed)  # after the turn too: logging is no reason to keep other writers waiting
     return result
 
@@ -581,7 +581,7 @@ def _attempt(
             conn = conn.execution_options(**options)
         with conn.begin():
             return _reconnecting(fn, conn, *args, **kwargs), None, []
-    doorbells.forget(conn)
+    host_notify.forget(conn)
     events.forget(conn)
     if one:
         conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -592,4 +592,4 @@ def _attempt(
     if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
         conn.invalidate()
         raise Retry("the store's file was removed or replaced while a transaction committed to it")
-    return result, doorbells.noted(conn), events.committed(conn)
+    return result, host_notify.noted(conn), events.committed(conn)

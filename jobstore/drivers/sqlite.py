@@ -4,8 +4,8 @@ Engines open the file in WAL mode with `synchronous=FULL` by default, foreign ke
 IMMEDIATE` for every write transaction (pysqlite's own BEGIN handling is switched off, per SQLAlchemy's
 documented recipe); writers take turns (`jobstore.turns`) and the store retries the lock errors that remain
 (`jobstore.db`). A statement writes one table, so an accept, a claim and a completion are each a few
-statements in one transaction. Processes on the host hear of new outbox rows through the doorbell beside the
-file (`jobstore.doorbells`), rung after the commit.
+statements in one transaction. Processes on the host hear of new outbox rows through the notify sockets
+beside the file (`jobstore.host_notify`), notified after the commit.
 
 The hot statements name the index SQLite is to use. SQLite chooses a statement's index from the statistics
 ANALYZE leaves in `sqlite_stat1`, and a store has none (nothing runs ANALYZE; run on a new store it would
@@ -29,7 +29,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 
-from outbox_bridge.jobstore import db, doorbells, fenced, outbox, relayrole, storefile
+from outbox_bridge.jobstore import db, fenced, host_notify, outbox, relayrole, storefile
 from outbox_bridge.jobstore.drivers import Driver, Notifications
 from outbox_bridge.jobstore.schema import JOB_COLUMNS, attempts, jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
@@ -117,7 +117,7 @@ class SQLiteDriver(Driver):
         database = self.file(url)
         if database is not None:
             db.take_turns(engine, shared_turn(db.turn_path(database)))
-            db.ring_after_commits(engine, doorbells.Ringer(doorbells.directory_for(database)))
+            db.notify_after_commits(engine, host_notify.Notifier(host_notify.directory_for(database)))
             if not url.query.get("uri"):  # a URI names its own file and open mode
                 storefile.guard(engine, database)
         return engine
@@ -147,12 +147,12 @@ class SQLiteDriver(Driver):
         return (
             None
             if database is None
-            else doorbells.Doorbell.open(doorbells.directory_for(database), role=role)
+            else host_notify.NotifySocket.open(host_notify.directory_for(database), role=role)
         )
 
-    def ringer(self, engine: Engine) -> doorbells.Ringer | None:
+    def notifier(self, engine: Engine) -> host_notify.Notifier | None:
         database = self.file(engine.url)
-        return None if database is None else doorbells.Ringer(doorbells.directory_for(database))
+        return None if database is None else host_notify.Notifier(host_notify.directory_for(database))
 
     def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
         return query  # a write transaction holds the whole database already
@@ -183,7 +183,7 @@ class SQLiteDriver(Driver):
                 for row in new
             ]  # fmt: skip
             db.direct_many(conn, INSERT_OUTBOX_ROW, announced)
-            doorbells.note_outbox_row(conn, min(row["available_at"] for row in new))
+            host_notify.note_outbox_row(conn, min(row["available_at"] for row in new))
         return created
 
     def claim(

@@ -165,14 +165,14 @@ def test_a_killed_holder_frees_its_turn(tmp_path: Path) -> None:
 def test_an_idle_worker_is_woken_by_a_commit_instead_of_waiting_out_its_pause(
     settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Idle pauses of 5-10 s: only the bell can explain a job started within a second.
+    # Idle pauses of 5-10 s: only a notification can explain a job started within a second.
     monkeypatch.setattr(pacing, "FIRST_IDLE_PAUSE", 10.0)
     monkeypatch.setattr(pacing, "MAX_IDLE_PAUSE", 10.0)
     with running(engine, settings) as process:
-        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening for notifications")
         time.sleep(0.3)  # the claimer has polled once and is in its long pause
         started = time.monotonic()
-        job_id = new_job(engine, key="rung")
+        job_id = new_job(engine, key="notified")
         wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job run")
         took = time.monotonic() - started
         assert process.shutdown() == 0
@@ -180,12 +180,12 @@ def test_an_idle_worker_is_woken_by_a_commit_instead_of_waiting_out_its_pause(
 
 
 def test_a_listening_worker_does_not_poll_quickly_after_each_job(settings: Settings, engine: Engine) -> None:
-    # Each commit of a due job rings the bell, so quick polls after work would find nothing. Without a bell
-    # the pause after a round that took less than its room starts at about a millisecond and doubles: some
-    # six polls in each 100 ms gap (70 write transactions here where 31 are enough).
+    # Each commit of a due job notifies the worker, so quick polls after work would find nothing. Without a
+    # listener the pause after a round that took less than its room starts at about a millisecond and
+    # doubles: some six polls in each 100 ms gap (70 write transactions here where 31 are enough).
     jobs, gap = 10, 0.1
     with running(engine, settings, concurrency=2) as process:
-        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening for notifications")
         time.sleep(0.3)
         before, started = db.stats.snapshot()["write_transactions"], time.monotonic()
         job_ids = []
@@ -211,7 +211,7 @@ def test_an_idle_worker_polls_with_reads_not_write_transactions(settings: Settin
     # An idle poll finds nothing; on SQLite a write transaction for it would take the host's write lock
     # some fifteen times a second for nothing. A job that comes due is still taken at once.
     with running(engine, settings, concurrency=2) as process:
-        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening for notifications")
         time.sleep(0.3)
         before, started = db.stats.snapshot(), time.monotonic()
         time.sleep(1.0)
