@@ -1,12 +1,13 @@
 """Engines and transactions, on either database: each engine is made by its database's driver
 (`jobstore.drivers`), which also sends the statements run below SQLAlchemy (`direct`).
 
-A write transaction on SQLite queues for a write turn first (`jobstore.turns`: one per process, and a file
-lock beside the database shared by every process on the host), so the writer that begins normally finds the
-lock free and the others sleep in the kernel until it is their turn. SQLite's busy handler sleeps 1, 2, 5,
-10 ms and more between tries, so the driver disables it and `transact` retries the lock errors that remain
-(a program that takes no turns holds the lock) itself, with short, jittered, bounded waits; serialization
-failures and deadlocks on PostgreSQL are retried the same bounded way.
+A write transaction on SQLite first takes its place in the writer queue (`jobstore.writer_queue`: one per
+process, and a file lock beside the database shared by every process on the host), so the writer that
+begins normally finds the lock free and the others sleep in the kernel until they reach the head of the
+queue. SQLite's busy handler sleeps 1, 2, 5, 10 ms and more between tries, so the driver disables it and
+`transact` retries the lock errors that remain (a program that does not queue holds the lock) itself, with
+short, jittered, bounded waits; serialization failures and deadlocks on PostgreSQL are retried the same
+bounded way.
 
 A SQLite engine only ever uses the file its URL names now (`jobstore.storefile`): it never creates the
 file (only `migrate.init_schema` does), a pooled connection whose file was removed or replaced is opened
@@ -39,7 +40,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import drivers, events, host_notify, storefile
-from outbox_bridge.jobstore.turns import WriteTurn
+from outbox_bridge.jobstore.writer_queue import WriterQueue
 from outbox_bridge.telemetry.instruments import STORE_WRITE_SECONDS
 from outbox_bridge.telemetry.logs import JobEvent, emit
 
@@ -77,8 +78,8 @@ class StoreStats:
     retries: int = 0
     slow_lock_waits: int = 0
     lock_wait_seconds: float = 0.0
-    # Seconds from a writer's turn (or, without one, its first try) to the end of its transaction: the
-    # time it kept every other writer of the store waiting.
+    # Seconds from a writer reaching the head of the writer queue (or, without one, its first try) to the
+    # end of its transaction: the time it kept every other writer of the store waiting.
     write_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -216,9 +217,9 @@ def expanded(name: str, values: Sequence[Any]) -> dict[str, Any]:
 def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run `statement` on `conn`'s driver connection, in its transaction, below SQLAlchemy's execution
     layer; its rows, as tuples (none for a statement that returns none). For the statements of the path
-    every job takes, where SQLAlchemy's layer costs more client CPU than the statement, inside the write
-    turn (`docs/scaling.md` has the figures). Its errors are SQLAlchemy's, as `conn.execute` raises them,
-    and a lost connection is invalidated, so `transact` treats both alike."""
+    every job takes, where SQLAlchemy's layer costs more client CPU than the statement, at the head of the
+    writer queue (`docs/scaling.md` has the figures). Its errors are SQLAlchemy's, as `conn.execute` raises
+    them, and a lost connection is invalidated, so `transact` treats both alike."""
     driver = conn.connection.driver_connection
     values = {**statement.defaults, **params} if statement.defaults else params
     _announce(conn, statement.sql, values, many=False)
@@ -334,22 +335,22 @@ def _count_statement(conn: Connection, *_args: Any) -> None:
 
 def begin_directly(conn: Connection, sql: str) -> None:
     """Send `sql` (a BEGIN) on `conn`'s driver connection, below SQLAlchemy's execution layer, which would
-    double what a BEGIN costs inside the write turn; its errors are SQLAlchemy's all the same, so `transact`
-    retries a busy lock."""
+    double what a BEGIN costs at the head of the writer queue; its errors are SQLAlchemy's all the same, so
+    `transact` retries a busy lock."""
     _announce(conn, sql, (), many=False)
     with _as_sqlalchemys(conn, sql, ()):
         conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
 
-# The write turn of each SQLite file engine, and what notifies its relays after a commit that added outbox
+# The writer queue of each SQLite file engine, and what notifies its relays after a commit that added outbox
 # rows (neither for PostgreSQL or an in-memory database).
-_turns: weakref.WeakKeyDictionary[Engine, WriteTurn] = weakref.WeakKeyDictionary()
+_writer_queues: weakref.WeakKeyDictionary[Engine, WriterQueue] = weakref.WeakKeyDictionary()
 _notifiers: weakref.WeakKeyDictionary[Engine, host_notify.Notifier] = weakref.WeakKeyDictionary()
 
 
-def take_turns(engine: Engine, turn: WriteTurn) -> None:
-    """Every write transaction of `engine` takes a turn of `turn` first."""
-    _turns[engine] = turn
+def queue_writers(engine: Engine, queue: WriterQueue) -> None:
+    """Every write transaction of `engine` waits in `queue` first."""
+    _writer_queues[engine] = queue
 
 
 def notify_after_commits(engine: Engine, notifier: host_notify.Notifier) -> None:
@@ -357,8 +358,10 @@ def notify_after_commits(engine: Engine, notifier: host_notify.Notifier) -> None
     _notifiers[engine] = notifier
 
 
-def turn_path(database: Path) -> Path:
-    """The file writers on one host take write turns on, beside the database."""
+def writer_queue_path(database: Path) -> Path:
+    """The file the writers on one host queue on, beside the database."""
+    # `-write-turn`, the name it had before it was called the writer queue: processes running the earlier
+    # code lock the same file, so every writer on the host still waits in one queue.
     return database.with_name(f"{database.name}-write-turn")
 
 
@@ -384,8 +387,8 @@ def transact(
 ) -> T:
     """Run `fn(conn, ...)` in one write transaction and commit it.
 
-    On SQLite the transaction waits for its write turn first. Lock contention, serialization failures and
-    `Retry` roll the transaction back and run it again after a short jittered pause. Turn and retries
+    On SQLite the transaction waits in the writer queue first. Lock contention, serialization failures and
+    `Retry` roll the transaction back and run it again after a short jittered pause. The queue and retries
     together take at most `store_lock_timeout_seconds`; past that, `StoreUnavailable`.
     """
     return _run(engine, fn, args, kwargs, write=True)
@@ -433,16 +436,17 @@ def _run(
 ) -> T:
     timeout = float(engine.get_execution_options().get("store_lock_timeout", 5.0))
     started = time.monotonic()
-    turn = _turns.get(engine) if write else None
-    # The pool's checkout and checkin run outside the turn: they keep no other writer waiting (on a cold
-    # host, about a sixth of a one-row write transaction's turn). A connection that cannot be had here is
-    # asked for again inside the retries, which decide what its failure means.
+    queue = _writer_queues.get(engine) if write else None
+    # The pool's checkout and checkin run outside the queue: they keep no other writer waiting (on a cold
+    # host, about a sixth of the time a one-row write transaction holds the head of the queue). A
+    # connection that cannot be had here is asked for again inside the retries, which decide what its
+    # failure means.
     first = _checked_out(engine)
     try:
-        # A writer that does not get its turn in time goes ahead without it: SQLite's lock still decides,
-        # and a holder stuck outside its transaction (a stopped process) cannot stall everyone past the
-        # timeout.
-        took = turn is not None and not turn.held_here() and turn.acquire(timeout)
+        # A writer that does not reach the head of the queue in time goes ahead without it: SQLite's lock
+        # still decides, and a holder stuck outside its transaction (a stopped process) cannot stall
+        # everyone past the timeout.
+        took = queue is not None and not queue.held_here() and queue.acquire(timeout)
         writing_since = time.monotonic()
         try:
             result, due, committed, last = _retrying(
@@ -450,8 +454,8 @@ def _run(
             )
         finally:
             if took:
-                assert turn is not None
-                turn.release()
+                assert queue is not None
+                queue.release()
             if write:
                 held = time.monotonic() - writing_since
                 stats.add(write_seconds=held)
@@ -462,9 +466,9 @@ def _run(
     if last is not first:
         last.close()
     notifier = _notifiers.get(engine)
-    if due is not None and notifier is not None:  # after the turn is given back: the relay's lease needs it
+    if due is not None and notifier is not None:  # after leaving the queue: the relay's lease needs it
         notifier.notify(due)
-    emit(committed)  # after the turn too: logging is no reason to keep other writers waiting
+    emit(committed)  # after leaving it too: logging is no reason to keep other writers waiting
     return result
 
 
@@ -489,8 +493,8 @@ def _retrying(
 ) -> tuple[T, float | None, list[JobEvent], Connection]:
     """Attempts of the transaction until one commits (or the timeout): the first on `first`, each later
     one on a connection of its own (the one before may have been lost; a failed attempt's connection is
-    given back at once). With the connection it committed on, for the caller to give back after the
-    turn."""
+    given back at once). With the connection it committed on, for the caller to give back after leaving
+    the writer queue."""
     pauses = Streak(RETRY_PAUSES)
     conn = first
     while True:
