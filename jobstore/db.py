@@ -1,5 +1,8 @@
 """Engines and transactions, on either database: each engine is made by its database's driver
-(`jobstore.drivers`), which also sends the statements run below SQLAlchemy (`direct`).
+(`jobstore.drivers`), which also sends the statements run below SQLAlchemy (`direct`). Every statement an
+engine's connections send, through SQLAlchemy or below it, is seen once before it is sent, by the store's
+own observer: it counts it, holds `transact_one` to one statement, and tells whoever watches the engine
+(`watch_statements`).
 
 A write transaction on SQLite first takes its place in the writer queue (`jobstore.writer_queue`: one per
 process, and a file lock beside the database shared by every process on the host), so the writer that
@@ -26,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import psycopg
 from sqlalchemy import ClauseElement, Connection, Engine, event
@@ -135,7 +138,7 @@ def make_engine(settings: Settings, **kwargs: Any) -> Engine:
     url = make_url(settings.database_url)
     options = {"store_lock_timeout": settings.store_lock_timeout_seconds}
     engine = drivers.for_url(url).make_engine(url, settings, options, **kwargs)
-    event.listen(engine, "before_cursor_execute", _count_statement)
+    event.listen(engine, "before_cursor_execute", _sent_through_sqlalchemy)
     return engine
 
 
@@ -222,8 +225,8 @@ def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> li
     them, and a lost connection is invalidated, so `transact` treats both alike."""
     driver = conn.connection.driver_connection
     values = {**statement.defaults, **params} if statement.defaults else params
-    _announce(conn, statement.sql, values, many=False)
-    with _as_sqlalchemys(conn, statement.sql, values):
+    _sending(conn, statement.sql, values, many=False)
+    with _raised_as_sqlalchemy_would(conn, statement.sql, values):
         return drivers.of(conn).execute(driver, statement.sql, values, prepared=statement.prepared)
 
 
@@ -293,17 +296,21 @@ def direct_many(conn: Connection, statement: Direct, rows: Sequence[Mapping[str,
     the number of rows it changed in all."""
     driver = conn.connection.driver_connection
     values = [{**statement.defaults, **row} for row in rows] if statement.defaults else rows
-    _announce(conn, statement.sql, values, many=True)
-    with _as_sqlalchemys(conn, statement.sql, values):
+    _sending(conn, statement.sql, values, many=True)
+    with _raised_as_sqlalchemy_would(conn, statement.sql, values):
         cursor = driver.cursor()  # type: ignore[union-attr]
         cursor.executemany(statement.sql, values)
         return int(cursor.rowcount)
 
 
 @contextmanager
-def _as_sqlalchemys(conn: Connection, sql: str, values: Any) -> Iterator[None]:
-    """The driver's errors in the block raised as SQLAlchemy would raise them; a lost PostgreSQL
-    connection is invalidated (`transact` then runs the transaction again on a new one)."""
+def _raised_as_sqlalchemy_would(conn: Connection, sql: str, values: Any) -> Iterator[None]:
+    """The database driver's errors in the block raised as SQLAlchemy raises them for `conn.execute`: its
+    `DBAPIError` family (`OperationalError`, `IntegrityError`, ...), carrying the statement and the
+    driver's own error; a lost PostgreSQL connection is invalidated (`transact` then runs the transaction
+    again on a new one). Every store function runs on a SQLAlchemy `Connection`, often the caller's own
+    (`outbox_bridge.enqueue(conn, ...)`), so its callers and `transact`'s retries see one family of errors
+    whichever way a statement was sent."""
     try:
         yield
     except sqlite3.Error as exc:
@@ -318,28 +325,96 @@ def _as_sqlalchemys(conn: Connection, sql: str, values: Any) -> Iterator[None]:
         ) from exc
 
 
-def _announce(conn: Connection, sql: str, values: Any, *, many: bool) -> None:
-    """Tell the engine's `before_cursor_execute` listeners of a statement sent below SQLAlchemy, as
-    SQLAlchemy would: the statement count (`_count_statement`), and whoever reads what ran."""
-    conn.dispatch.before_cursor_execute(conn, None, sql, values, None, many)
+def begin_directly(conn: Connection, sql: str) -> None:
+    """Send `sql` (a BEGIN) on `conn`'s driver connection, below SQLAlchemy's execution layer, which would
+    double what a BEGIN costs at the head of the writer queue; its errors are SQLAlchemy's all the same, so
+    `transact` retries a busy lock."""
+    _sending(conn, sql, (), many=False)
+    with _raised_as_sqlalchemy_would(conn, sql, ()):
+        conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
 
-def _count_statement(conn: Connection, *_args: Any) -> None:
+# --- the statements an engine sends -----------------------------------------------------------------------
+#
+# Each statement a store engine's connections send is seen once, before it is sent, by `_sending`: those
+# SQLAlchemy executes through the one `before_cursor_execute` listener `make_engine` installs, those sent
+# below SQLAlchemy (`direct`, `direct_many`, `begin_directly`) by a call of their own.
+
+
+class Sent(NamedTuple):
+    """A statement as it is sent: its SQL as the database driver receives it, and its parameters (with
+    `many`, a sequence of parameter sets, the statement run once for each)."""
+
+    sql: str
+    parameters: Any
+    many: bool
+
+
+StatementWatcher = Callable[[Connection, Sent], None]
+
+_watchers: weakref.WeakKeyDictionary[Engine, tuple[StatementWatcher, ...]] = weakref.WeakKeyDictionary()
+_watchers_lock = threading.Lock()
+
+
+def watch_statements(engine: Engine, watcher: StatementWatcher) -> Callable[[], None]:
+    """Call `watcher(conn, sent)` for each statement sent on a connection of `engine` (made by
+    `make_engine`) from now on, whichever way it is sent, through SQLAlchemy or below it (`direct`): once,
+    before it is sent, in the sending thread; what it raises stops the statement. Returns what stops
+    watching."""
+    with _watchers_lock:
+        _watchers[engine] = (*_watchers.get(engine, ()), watcher)
+
+    def stop() -> None:
+        with _watchers_lock:
+            left = tuple(w for w in _watchers.get(engine, ()) if w is not watcher)
+            if left:
+                _watchers[engine] = left
+            else:
+                _watchers.pop(engine, None)
+
+    return stop
+
+
+@contextmanager
+def statements_seen(engine: Engine) -> Iterator[list[Sent]]:
+    """Every statement sent on `engine`'s connections within the block, in the order sent
+    (`watch_statements`)."""
+    seen: list[Sent] = []
+    stop = watch_statements(engine, lambda _conn, sent: seen.append(sent))
+    try:
+        yield seen
+    finally:
+        stop()
+
+
+def _sending(conn: Connection, sql: str, parameters: Any, *, many: bool) -> None:
+    """`conn` is about to send `sql`: count it (refused where `transact_one` allows no second statement),
+    then tell the engine's watchers."""
+    _count_statement(conn)
+    if _watchers:
+        watchers = _watchers.get(conn.engine)
+        if watchers:
+            sent = Sent(sql, parameters, many)
+            for watcher in watchers:
+                watcher(conn, sent)
+
+
+def _sent_through_sqlalchemy(
+    conn: Connection, _cursor: Any, statement: str, parameters: Any, _context: Any, executemany: bool
+) -> None:
+    """`_sending` of a statement SQLAlchemy executes (its `before_cursor_execute` event)."""
+    _sending(conn, statement, parameters, many=executemany)
+
+
+def _count_statement(conn: Connection) -> None:
+    """Count a statement `conn` sends; refuse it (`SecondStatement`) where `transact_one` holds the
+    transaction to one and one was sent already."""
     stats.add(statements=1)
     sent = _held_to_one.get(conn)
     if sent is not None:
         if sent:
             raise SecondStatement("a second statement in a transaction run by transact_one")
         _held_to_one[conn] = 1
-
-
-def begin_directly(conn: Connection, sql: str) -> None:
-    """Send `sql` (a BEGIN) on `conn`'s driver connection, below SQLAlchemy's execution layer, which would
-    double what a BEGIN costs at the head of the writer queue; its errors are SQLAlchemy's all the same, so
-    `transact` retries a busy lock."""
-    _announce(conn, sql, (), many=False)
-    with _as_sqlalchemys(conn, sql, ()):
-        conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
 
 # The writer queue of each SQLite file engine, and what notifies its relays after a commit that added outbox
