@@ -3,9 +3,9 @@
 SQLite has one writer at a time and, with `synchronous=FULL`, every commit waits for an fsync of the WAL: one
 transaction per request caps a process at a few hundred jobs a second. So the API's writes go through one
 writer thread that commits, in a single transaction, every job that arrived while the previous transaction
-was committing, and every job that arrived while it waited for its write turn (the batch is topped up once
-the transaction has begun). Each job still gets its job row and its outbox row in the same transaction, and
-each request is answered only after the transaction holding its job has committed.
+was committing, and every job that arrived while it waited in the writer queue (the batch is topped up
+once the transaction has begun). Each job still gets its job row and its outbox row in the same
+transaction, and each request is answered only after the transaction holding its job has committed.
 
 Under load the clients whose jobs one transaction committed send their next requests together, as their
 answers reach them, and the writer would start its next transaction with the first of them. So while
@@ -100,7 +100,7 @@ class GroupCommitter:
     async def accept(self, **fields: Any) -> intake.Accepted:
         """Accept one job (the keyword arguments of `intake.accept` without the connection); returns once the
         transaction holding it has committed. Raises what `intake.accept` or the store raised. Its rows are
-        built here, before the write turn (`intake.prepare`)."""
+        built here, before the writer queue (`intake.prepare`)."""
         try:
             request = intake.prepare(**fields)
         except Exception as exc:  # as a batch that failed on this request alone would answer it
@@ -196,7 +196,7 @@ class GroupCommitter:
         return outcomes
 
     def _topped_up(self, batch: list[_Pending], stop: list[bool]) -> list[intake.Prepared]:
-        """In the transaction, once it holds the write turn: add the requests that queued while it waited
+        """In the transaction, once it heads the writer queue: add the requests that queued while it waited
         (to `batch`, so a rerun keeps them); the requests to accept."""
         if not stop:
             more, stopped = self._take_waiting(self._max_batch - len(batch))

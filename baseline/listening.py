@@ -1,9 +1,9 @@
 """Idle claiming threads woken by commits instead of waiting out their poll pause.
 
-A baseline worker process listens on the store's doorbell (`Driver.listen`: the socket beside a SQLite
-file, LISTEN on PostgreSQL). When a commit announces rows that are due, the process's claimer is nudged to
-claim at once; rows announced for later nudge it when they come due. A claimer that is never nudged still
-polls at its idle pause, so a bell that is missing or lost costs latency, never work.
+A baseline worker process listens for the store's notifications (`Driver.listen`: the notify socket beside
+a SQLite file, LISTEN on PostgreSQL). When a commit announces rows that are due, the process's claimer is
+nudged to claim at once; rows announced for later nudge it when they come due. A claimer that is never
+nudged still polls at its idle pause, so a listener that is missing or lost costs latency, never work.
 """
 
 from __future__ import annotations
@@ -22,22 +22,22 @@ from outbox_bridge.jobstore.notifications import ListenerLost
 
 log = logging.getLogger(__name__)
 
-# How long the listening thread waits at most between looks at the stop flag (and, without a bell, between
-# attempts to open one).
+# How long the listening thread waits at most between looks at the stop flag (and, without a listener,
+# between attempts to open one).
 WATCH_SECONDS = 1.0
 REOPEN_SECONDS = 5.0
 
 
 class Listening:
-    """The thread that listens on the process's bell and calls `nudge()` when rows come due."""
+    """The thread that listens for the store's notifications and calls `nudge()` when rows come due."""
 
     def __init__(self, settings: Settings, nudge: Callable[[], None], stopping: threading.Event) -> None:
         self._settings = settings
         self._nudge = nudge
         self._stopping = stopping
-        self._bell: Notifications | None = None
+        self._listener: Notifications | None = None
         self._due_at = math.inf
-        self._thread = threading.Thread(target=self._loop, name="bell-listener", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="notify-listener", daemon=True)
 
     def start(self) -> Listening:
         self._thread.start()
@@ -45,8 +45,8 @@ class Listening:
 
     @property
     def listening(self) -> bool:
-        """A bell is open now (else idle threads only poll)."""
-        return self._bell is not None
+        """A listener is open now (else idle threads only poll)."""
+        return self._listener is not None
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -54,7 +54,7 @@ class Listening:
     def _loop(self) -> None:
         try:
             while not self._stopping.is_set():
-                if self._bell is None and not self._open():
+                if self._listener is None and not self._open():
                     self._stopping.wait(REOPEN_SECONDS)
                     continue
                 self._listen_once()
@@ -62,18 +62,18 @@ class Listening:
             self._close()
 
     def _open(self) -> bool:
-        self._bell = drivers.for_url(self._settings.database_url).listen(self._settings, role="baseline")
-        if self._bell is not None:
+        self._listener = drivers.for_url(self._settings.database_url).listen(self._settings, role="baseline")
+        if self._listener is not None:
             self._nudge()  # rows committed while nobody listened were announced to no one
-        return self._bell is not None
+        return self._listener is not None
 
     def _listen_once(self) -> None:
-        assert self._bell is not None
+        assert self._listener is not None
         timeout = min(WATCH_SECONDS, max(0.0, self._due_at - clock.now()))
-        readable, _, _ = select.select([self._bell], [], [], timeout)
+        readable, _, _ = select.select([self._listener], [], [], timeout)
         if readable:
             try:
-                due = self._bell.take()
+                due = self._listener.take()
             except ListenerLost as exc:
                 log.warning("lost the connection listening for committed jobs (%s): polling meanwhile", exc)
                 self._close()
@@ -85,6 +85,6 @@ class Listening:
             self._nudge()
 
     def _close(self) -> None:
-        bell, self._bell = self._bell, None
-        if bell is not None:
-            bell.close()
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()

@@ -1,11 +1,11 @@
 """Pausing a deployment's processes (SIGSTOP) without freezing one inside its write transaction.
 
-A process stopped while it holds SQLite's write turn or lock (a relay writing its marks, a consumer's
-round, a heartbeat) keeps them until it is resumed: every other writer, the api among them, waits for it,
-and a phase that measures the api alone would measure that wait. So `paused` stops the processes, checks
-that the store could be written by someone else (the turn file and SQLite's lock both free), and when it
-could not, resumes them, waits a moment and tries again. PostgreSQL has no store-wide write lock, so there
-the first stop stands.
+A process stopped while it heads SQLite's writer queue or holds its lock (a relay writing its marks, a
+consumer's round, a heartbeat) keeps them until it is resumed: every other writer, the api among them, waits
+for it, and a phase that measures the api alone would measure that wait. So `paused` stops the processes,
+checks that the store could be written by someone else (the writer queue's file and SQLite's lock both
+free), and when it could not, resumes them, waits a moment and tries again. PostgreSQL has no store-wide
+write lock, so there the first stop stands.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ LOCK_PROBE_SECONDS = 0.02
 
 @contextlib.contextmanager
 def paused(processes: Sequence[Service], settings: Settings) -> Iterator[int]:
-    """Stop `processes` at a moment none of them holds the store's write turn or lock, for the block;
-    resume them afterwards, whatever happens. Yields how many tries it took (TRIES + 1 when no try found
-    the store free: the processes are stopped all the same)."""
+    """Stop `processes` at a moment none of them heads the store's writer queue or holds its lock, for the
+    block; resume them afterwards, whatever happens. Yields how many tries it took (TRIES + 1 when no try
+    found the store free: the processes are stopped all the same)."""
     path = db.sqlite_path(settings)
     tries = 0
     try:
@@ -52,9 +52,9 @@ def paused(processes: Sequence[Service], settings: Settings) -> Iterator[int]:
 
 
 def writable(database: Path) -> bool:
-    """Whether a writer could begin on `database` now: nobody holds its write turn (`jobstore.turns`) or
-    SQLite's write lock."""
-    fd = os.open(db.turn_path(database), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    """Whether a writer could begin on `database` now: nobody heads its writer queue (`jobstore.writer_queue`)
+    or holds SQLite's write lock."""
+    fd = os.open(db.writer_queue_path(database), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

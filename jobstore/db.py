@@ -1,12 +1,16 @@
 """Engines and transactions, on either database: each engine is made by its database's driver
-(`jobstore.drivers`), which also sends the statements run below SQLAlchemy (`direct`).
+(`jobstore.drivers`), which also sends the statements run below SQLAlchemy (`direct`). Every statement an
+engine's connections send, through SQLAlchemy or below it, is seen once before it is sent, by the store's
+own observer: it counts it, holds `transact_one` to one statement, and tells whoever watches the engine
+(`watch_statements`).
 
-A write transaction on SQLite queues for a write turn first (`jobstore.turns`: one per process, and a file
-lock beside the database shared by every process on the host), so the writer that begins normally finds the
-lock free and the others sleep in the kernel until it is their turn. SQLite's busy handler sleeps 1, 2, 5,
-10 ms and more between tries, so the driver disables it and `transact` retries the lock errors that remain
-(a program that takes no turns holds the lock) itself, with short, jittered, bounded waits; serialization
-failures and deadlocks on PostgreSQL are retried the same bounded way.
+A write transaction on SQLite first takes its place in the writer queue (`jobstore.writer_queue`: one per
+process, and a file lock beside the database shared by every process on the host), so the writer that
+begins normally finds the lock free and the others sleep in the kernel until they reach the head of the
+queue. SQLite's busy handler sleeps 1, 2, 5, 10 ms and more between tries, so the driver disables it and
+`transact` retries the lock errors that remain (a program that does not queue holds the lock) itself, with
+short, jittered, bounded waits; serialization failures and deadlocks on PostgreSQL are retried the same
+bounded way.
 
 A SQLite engine only ever uses the file its URL names now (`jobstore.storefile`): it never creates the
 file (only `migrate.init_schema` does), a pooled connection whose file was removed or replaced is opened
@@ -25,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, Concatenate, NamedTuple, ParamSpec, TypeVar
 
 import psycopg
 from sqlalchemy import ClauseElement, Connection, Engine, event
@@ -38,8 +42,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import doorbells, drivers, events, storefile
-from outbox_bridge.jobstore.turns import WriteTurn
+from outbox_bridge.jobstore import drivers, events, host_notify, storefile
+from outbox_bridge.jobstore.writer_queue import WriterQueue
 from outbox_bridge.telemetry.instruments import STORE_WRITE_SECONDS
 from outbox_bridge.telemetry.logs import JobEvent, emit
 
@@ -77,8 +81,8 @@ class StoreStats:
     retries: int = 0
     slow_lock_waits: int = 0
     lock_wait_seconds: float = 0.0
-    # Seconds from a writer's turn (or, without one, its first try) to the end of its transaction: the
-    # time it kept every other writer of the store waiting.
+    # Seconds from a writer reaching the head of the writer queue (or, without one, its first try) to the
+    # end of its transaction: the time it kept every other writer of the store waiting.
     write_seconds: float = 0.0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -134,7 +138,7 @@ def make_engine(settings: Settings, **kwargs: Any) -> Engine:
     url = make_url(settings.database_url)
     options = {"store_lock_timeout": settings.store_lock_timeout_seconds}
     engine = drivers.for_url(url).make_engine(url, settings, options, **kwargs)
-    event.listen(engine, "before_cursor_execute", _count_statement)
+    event.listen(engine, "before_cursor_execute", _sent_through_sqlalchemy)
     return engine
 
 
@@ -216,13 +220,13 @@ def expanded(name: str, values: Sequence[Any]) -> dict[str, Any]:
 def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
     """Run `statement` on `conn`'s driver connection, in its transaction, below SQLAlchemy's execution
     layer; its rows, as tuples (none for a statement that returns none). For the statements of the path
-    every job takes, where SQLAlchemy's layer costs more client CPU than the statement, inside the write
-    turn (`docs/scaling.md` has the figures). Its errors are SQLAlchemy's, as `conn.execute` raises them,
-    and a lost connection is invalidated, so `transact` treats both alike."""
+    every job takes, where SQLAlchemy's layer costs more client CPU than the statement, at the head of the
+    writer queue (`docs/scaling.md` has the figures). Its errors are SQLAlchemy's, as `conn.execute` raises
+    them, and a lost connection is invalidated, so `transact` treats both alike."""
     driver = conn.connection.driver_connection
     values = {**statement.defaults, **params} if statement.defaults else params
-    _announce(conn, statement.sql, values, many=False)
-    with _as_sqlalchemys(conn, statement.sql, values):
+    _sending(conn, statement.sql, values, many=False)
+    with _raised_as_sqlalchemy_would(conn, statement.sql, values):
         return drivers.of(conn).execute(driver, statement.sql, values, prepared=statement.prepared)
 
 
@@ -292,17 +296,21 @@ def direct_many(conn: Connection, statement: Direct, rows: Sequence[Mapping[str,
     the number of rows it changed in all."""
     driver = conn.connection.driver_connection
     values = [{**statement.defaults, **row} for row in rows] if statement.defaults else rows
-    _announce(conn, statement.sql, values, many=True)
-    with _as_sqlalchemys(conn, statement.sql, values):
+    _sending(conn, statement.sql, values, many=True)
+    with _raised_as_sqlalchemy_would(conn, statement.sql, values):
         cursor = driver.cursor()  # type: ignore[union-attr]
         cursor.executemany(statement.sql, values)
         return int(cursor.rowcount)
 
 
 @contextmanager
-def _as_sqlalchemys(conn: Connection, sql: str, values: Any) -> Iterator[None]:
-    """The driver's errors in the block raised as SQLAlchemy would raise them; a lost PostgreSQL
-    connection is invalidated (`transact` then runs the transaction again on a new one)."""
+def _raised_as_sqlalchemy_would(conn: Connection, sql: str, values: Any) -> Iterator[None]:
+    """The database driver's errors in the block raised as SQLAlchemy raises them for `conn.execute`: its
+    `DBAPIError` family (`OperationalError`, `IntegrityError`, ...), carrying the statement and the
+    driver's own error; a lost PostgreSQL connection is invalidated (`transact` then runs the transaction
+    again on a new one). Every store function runs on a SQLAlchemy `Connection`, often the caller's own
+    (`outbox_bridge.enqueue(conn, ...)`), so its callers and `transact`'s retries see one family of errors
+    whichever way a statement was sent."""
     try:
         yield
     except sqlite3.Error as exc:
@@ -317,13 +325,90 @@ def _as_sqlalchemys(conn: Connection, sql: str, values: Any) -> Iterator[None]:
         ) from exc
 
 
-def _announce(conn: Connection, sql: str, values: Any, *, many: bool) -> None:
-    """Tell the engine's `before_cursor_execute` listeners of a statement sent below SQLAlchemy, as
-    SQLAlchemy would: the statement count (`_count_statement`), and whoever reads what ran."""
-    conn.dispatch.before_cursor_execute(conn, None, sql, values, None, many)
+def begin_directly(conn: Connection, sql: str) -> None:
+    """Send `sql` (a BEGIN) on `conn`'s driver connection, below SQLAlchemy's execution layer, which would
+    double what a BEGIN costs at the head of the writer queue; its errors are SQLAlchemy's all the same, so
+    `transact` retries a busy lock."""
+    _sending(conn, sql, (), many=False)
+    with _raised_as_sqlalchemy_would(conn, sql, ()):
+        conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
 
-def _count_statement(conn: Connection, *_args: Any) -> None:
+# --- the statements an engine sends -----------------------------------------------------------------------
+#
+# Each statement a store engine's connections send is seen once, before it is sent, by `_sending`: those
+# SQLAlchemy executes through the one `before_cursor_execute` listener `make_engine` installs, those sent
+# below SQLAlchemy (`direct`, `direct_many`, `begin_directly`) by a call of their own.
+
+
+class Sent(NamedTuple):
+    """A statement as it is sent: its SQL as the database driver receives it, and its parameters (with
+    `many`, a sequence of parameter sets, the statement run once for each)."""
+
+    sql: str
+    parameters: Any
+    many: bool
+
+
+StatementWatcher = Callable[[Connection, Sent], None]
+
+_watchers: weakref.WeakKeyDictionary[Engine, tuple[StatementWatcher, ...]] = weakref.WeakKeyDictionary()
+_watchers_lock = threading.Lock()
+
+
+def watch_statements(engine: Engine, watcher: StatementWatcher) -> Callable[[], None]:
+    """Call `watcher(conn, sent)` for each statement sent on a connection of `engine` (made by
+    `make_engine`) from now on, whichever way it is sent, through SQLAlchemy or below it (`direct`): once,
+    before it is sent, in the sending thread; what it raises stops the statement. Returns what stops
+    watching."""
+    with _watchers_lock:
+        _watchers[engine] = (*_watchers.get(engine, ()), watcher)
+
+    def stop() -> None:
+        with _watchers_lock:
+            left = tuple(w for w in _watchers.get(engine, ()) if w is not watcher)
+            if left:
+                _watchers[engine] = left
+            else:
+                _watchers.pop(engine, None)
+
+    return stop
+
+
+@contextmanager
+def statements_seen(engine: Engine) -> Iterator[list[Sent]]:
+    """Every statement sent on `engine`'s connections within the block, in the order sent
+    (`watch_statements`)."""
+    seen: list[Sent] = []
+    stop = watch_statements(engine, lambda _conn, sent: seen.append(sent))
+    try:
+        yield seen
+    finally:
+        stop()
+
+
+def _sending(conn: Connection, sql: str, parameters: Any, *, many: bool) -> None:
+    """`conn` is about to send `sql`: count it (refused where `transact_one` allows no second statement),
+    then tell the engine's watchers."""
+    _count_statement(conn)
+    if _watchers:
+        watchers = _watchers.get(conn.engine)
+        if watchers:
+            sent = Sent(sql, parameters, many)
+            for watcher in watchers:
+                watcher(conn, sent)
+
+
+def _sent_through_sqlalchemy(
+    conn: Connection, _cursor: Any, statement: str, parameters: Any, _context: Any, executemany: bool
+) -> None:
+    """`_sending` of a statement SQLAlchemy executes (its `before_cursor_execute` event)."""
+    _sending(conn, statement, parameters, many=executemany)
+
+
+def _count_statement(conn: Connection) -> None:
+    """Count a statement `conn` sends; refuse it (`SecondStatement`) where `transact_one` holds the
+    transaction to one and one was sent already."""
     stats.add(statements=1)
     sent = _held_to_one.get(conn)
     if sent is not None:
@@ -332,33 +417,26 @@ def _count_statement(conn: Connection, *_args: Any) -> None:
         _held_to_one[conn] = 1
 
 
-def begin_directly(conn: Connection, sql: str) -> None:
-    """Send `sql` (a BEGIN) on `conn`'s driver connection, below SQLAlchemy's execution layer, which would
-    double what a BEGIN costs inside the write turn; its errors are SQLAlchemy's all the same, so `transact`
-    retries a busy lock."""
-    _announce(conn, sql, (), many=False)
-    with _as_sqlalchemys(conn, sql, ()):
-        conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
-
-
-# The write turn of each SQLite file engine, and what rings its relays after a commit that added outbox
+# The writer queue of each SQLite file engine, and what notifies its relays after a commit that added outbox
 # rows (neither for PostgreSQL or an in-memory database).
-_turns: weakref.WeakKeyDictionary[Engine, WriteTurn] = weakref.WeakKeyDictionary()
-_ringers: weakref.WeakKeyDictionary[Engine, doorbells.Ringer] = weakref.WeakKeyDictionary()
+_writer_queues: weakref.WeakKeyDictionary[Engine, WriterQueue] = weakref.WeakKeyDictionary()
+_notifiers: weakref.WeakKeyDictionary[Engine, host_notify.Notifier] = weakref.WeakKeyDictionary()
 
 
-def take_turns(engine: Engine, turn: WriteTurn) -> None:
-    """Every write transaction of `engine` takes a turn of `turn` first."""
-    _turns[engine] = turn
+def queue_writers(engine: Engine, queue: WriterQueue) -> None:
+    """Every write transaction of `engine` waits in `queue` first."""
+    _writer_queues[engine] = queue
 
 
-def ring_after_commits(engine: Engine, ringer: doorbells.Ringer) -> None:
-    """After every write transaction of `engine` that added outbox rows, `ringer` rings the relays."""
-    _ringers[engine] = ringer
+def notify_after_commits(engine: Engine, notifier: host_notify.Notifier) -> None:
+    """After every write transaction of `engine` that added outbox rows, `notifier` notifies the relays."""
+    _notifiers[engine] = notifier
 
 
-def turn_path(database: Path) -> Path:
-    """The file writers on one host take write turns on, beside the database."""
+def writer_queue_path(database: Path) -> Path:
+    """The file the writers on one host queue on, beside the database."""
+    # `-write-turn`, the name it had before it was called the writer queue: processes running the earlier
+    # code lock the same file, so every writer on the host still waits in one queue.
     return database.with_name(f"{database.name}-write-turn")
 
 
@@ -384,8 +462,8 @@ def transact(
 ) -> T:
     """Run `fn(conn, ...)` in one write transaction and commit it.
 
-    On SQLite the transaction waits for its write turn first. Lock contention, serialization failures and
-    `Retry` roll the transaction back and run it again after a short jittered pause. Turn and retries
+    On SQLite the transaction waits in the writer queue first. Lock contention, serialization failures and
+    `Retry` roll the transaction back and run it again after a short jittered pause. The queue and retries
     together take at most `store_lock_timeout_seconds`; past that, `StoreUnavailable`.
     """
     return _run(engine, fn, args, kwargs, write=True)
@@ -433,16 +511,17 @@ def _run(
 ) -> T:
     timeout = float(engine.get_execution_options().get("store_lock_timeout", 5.0))
     started = time.monotonic()
-    turn = _turns.get(engine) if write else None
-    # The pool's checkout and checkin run outside the turn: they keep no other writer waiting (on a cold
-    # host, about a sixth of a one-row write transaction's turn). A connection that cannot be had here is
-    # asked for again inside the retries, which decide what its failure means.
+    queue = _writer_queues.get(engine) if write else None
+    # The pool's checkout and checkin run outside the queue: they keep no other writer waiting (on a cold
+    # host, about a sixth of the time a one-row write transaction holds the head of the queue). A
+    # connection that cannot be had here is asked for again inside the retries, which decide what its
+    # failure means.
     first = _checked_out(engine)
     try:
-        # A writer that does not get its turn in time goes ahead without it: SQLite's lock still decides,
-        # and a holder stuck outside its transaction (a stopped process) cannot stall everyone past the
-        # timeout.
-        took = turn is not None and not turn.held_here() and turn.acquire(timeout)
+        # A writer that does not reach the head of the queue in time goes ahead without it: SQLite's lock
+        # still decides, and a holder stuck outside its transaction (a stopped process) cannot stall
+        # everyone past the timeout.
+        took = queue is not None and not queue.held_here() and queue.acquire(timeout)
         writing_since = time.monotonic()
         try:
             result, due, committed, last = _retrying(
@@ -450,8 +529,8 @@ def _run(
             )
         finally:
             if took:
-                assert turn is not None
-                turn.release()
+                assert queue is not None
+                queue.release()
             if write:
                 held = time.monotonic() - writing_since
                 stats.add(write_seconds=held)
@@ -461,10 +540,10 @@ def _run(
             first.close()  # (again, if an attempt on it failed: closing is idempotent)
     if last is not first:
         last.close()
-    ringer = _ringers.get(engine)
-    if due is not None and ringer is not None:  # after the turn is given back: the relay's lease needs it
-        ringer.ring(due)
-    emit(committed)  # after the turn too: logging is no reason to keep other writers waiting
+    notifier = _notifiers.get(engine)
+    if due is not None and notifier is not None:  # after leaving the queue: the relay's lease needs it
+        notifier.notify(due)
+    emit(committed)  # after leaving it too: logging is no reason to keep other writers waiting
     return result
 
 
@@ -489,8 +568,8 @@ def _retrying(
 ) -> tuple[T, float | None, list[JobEvent], Connection]:
     """Attempts of the transaction until one commits (or the timeout): the first on `first`, each later
     one on a connection of its own (the one before may have been lost; a failed attempt's connection is
-    given back at once). With the connection it committed on, for the caller to give back after the
-    turn."""
+    given back at once). With the connection it committed on, for the caller to give back after leaving
+    the writer queue."""
     pauses = Streak(RETRY_PAUSES)
     conn = first
     while True:
@@ -581,7 +660,7 @@ def _attempt(
             conn = conn.execution_options(**options)
         with conn.begin():
             return _reconnecting(fn, conn, *args, **kwargs), None, []
-    doorbells.forget(conn)
+    host_notify.forget(conn)
     events.forget(conn)
     if one:
         conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -592,4 +671,4 @@ def _attempt(
     if not storefile.still_named(engine, conn):  # what it wrote is not in the store: run it again
         conn.invalidate()
         raise Retry("the store's file was removed or replaced while a transaction committed to it")
-    return result, doorbells.noted(conn), events.committed(conn)
+    return result, host_notify.noted(conn), events.committed(conn)

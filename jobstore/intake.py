@@ -132,8 +132,8 @@ def accept(
 
 @dataclass(frozen=True)
 class Prepared:
-    """An accept's rows and outcomes, built before its transaction (`prepare`), so the write turn holds
-    only the statements: the job row, its new job as accepted and its `accepted` event."""
+    """An accept's rows and outcomes, built before its transaction (`prepare`), so the head of the writer
+    queue holds only the statements: the job row, its new job as accepted and its `accepted` event."""
 
     row: dict[str, Any]
     accepted: Accepted
@@ -159,7 +159,7 @@ def accept_committed(
     engine: Engine, requests: Callable[[], Sequence[Prepared]]
 ) -> list[Accepted | IdempotencyConflict]:
     """`accept_prepared` of what `requests()` returns, committed; `requests` is called once the transaction
-    holds its write turn (a caller may top up its batch there), and again if the transaction runs again.
+    heads the writer queue (a caller may top up its batch there), and again if the transaction runs again.
     Where the driver writes the jobs and their outbox rows in one statement, it commits by itself
     (`db.transact_one`: one round trip where BEGIN, the statement and COMMIT take three). A key that was
     already taken (the request again, or a conflict) is then read in a transaction of its own: the job that

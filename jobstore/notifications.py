@@ -1,11 +1,11 @@
-"""The relays' doorbell on a PostgreSQL store: LISTEN/NOTIFY.
+"""Notifying the relays on a PostgreSQL store: LISTEN/NOTIFY.
 
 Every INSERT statement into `outbox` sends, from a trigger in the store (migration 0008), one `NOTIFY` on
 its schema's channel carrying the earliest `available_at` among the rows it added. PostgreSQL delivers it
 when, and only if, the transaction commits, to every session listening on that channel: each relay keeps
 one connection that listens (`Listener`), whose socket the relay's event loop watches like the SQLite
-doorbell's. So a relay on any host reads rows the moment they are committed instead of at its next poll,
-and no writer spends a statement on ringing.
+notify socket's. So a relay on any host reads rows the moment they are committed instead of at its next poll,
+and no writer spends a statement on notifying.
 
 A notification is a hint, never the truth: a relay whose listening connection is lost polls at
 `relay_poll_seconds` and listens again when it can; rows nobody announced are found by the slow poll.

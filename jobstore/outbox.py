@@ -22,7 +22,7 @@ from sqlalchemy import (
     select,
 )
 
-from outbox_bridge.jobstore import db, doorbells, events, tenantcap
+from outbox_bridge.jobstore import db, events, host_notify, tenantcap
 from outbox_bridge.jobstore.schema import jobs, outbox
 from outbox_bridge.telemetry.logs import job_event
 from outbox_bridge.telemetry.tracing import trace_id_of
@@ -49,13 +49,13 @@ _NOW = bindparam("b_now", type_=Float)
 
 
 def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> None:
-    """Queue a delivery of `job_id` that comes due at `available_at`; the relays are rung when the caller's
-    transaction commits (`jobstore.doorbells`)."""
+    """Queue a delivery of `job_id` that comes due at `available_at`; the relays are notified when the
+    caller's transaction commits (`jobstore.host_notify`)."""
     conn.execute(
         _INSERT_FOR_JOB,
         {"job_id": job_id, "created_at": now, "available_at": available_at, "publish_attempts": 0},
     )
-    doorbells.note_outbox_row(conn, available_at)
+    host_notify.note_outbox_row(conn, available_at)
 
 
 def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -> None:
@@ -69,7 +69,7 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -
             for job_id, at, now in deliveries
         ],
     )
-    doorbells.note_outbox_row(conn, min(at for _, at, _ in deliveries))
+    host_notify.note_outbox_row(conn, min(at for _, at, _ in deliveries))
 
 
 def drop_pending(conn: Connection, job_id: str) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, and_, case, delete, func, insert, literal, select
 
-from outbox_bridge.jobstore import doorbells
+from outbox_bridge.jobstore import host_notify
 from outbox_bridge.jobstore.schema import jobs, kind_actions, outbox, paused_kinds
 from outbox_bridge.jobstore.states import State
 
@@ -94,7 +94,7 @@ def announce_queued(conn: Connection, kind: str, now: float) -> int:
     columns = ["job_id", "created_at", "available_at", "publish_attempts", "tenant", "priority"]
     announced = len(conn.execute(insert(outbox).from_select(columns, rows).returning(outbox.c.id)).all())
     if announced:
-        doorbells.note_outbox_row(conn, now)
+        host_notify.note_outbox_row(conn, now)
     return announced
 
 

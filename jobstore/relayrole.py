@@ -1,7 +1,7 @@
 """The relay role: one relay at a time publishes the outbox, under a lease of the role itself.
 
 A relay leasing rows writes before every publish: one more write transaction on the path of every job,
-where the accept before it and the claim after it take one each (on SQLite a turn of its single write lock,
+where the accept before it and the claim after it take one each (on SQLite a hold of its single write lock,
 on PostgreSQL a commit that waits for its WAL flush). The holder of the role instead reads the due rows,
 publishes them, and writes only what the broker said, in groups: a confirmed row is marked published, a
 refused one is held back a little (`hold_back`), one never confirmed needs no write at all (it is still

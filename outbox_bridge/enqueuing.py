@@ -6,9 +6,10 @@ never commits; the relay publishes the job once the caller commits. It applies t
 `POST /jobs` (`api.submission`) and the same idempotency (`jobstore.intake`).
 
 After the commit the relays are told at once: on PostgreSQL by the outbox table's trigger (NOTIFY is sent
-at commit), on SQLite by a ring of their doorbells when the connection goes back to its engine's pool after
-the transaction committed (as `with engine.begin()` and a `Session` do). A connection kept open across
-several transactions is rung when it is returned; until then the relay finds the job by its own poll.
+at commit), on SQLite by a datagram to their notify sockets when the connection goes back to its engine's
+pool after the transaction committed (as `with engine.begin()` and a `Session` do). A connection kept
+open across several transactions notifies them when it is returned; until then the relay finds the job by
+its own poll.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from outbox_bridge.client.job import Job
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.registry import load as load_kinds
-from outbox_bridge.jobstore import doorbells, drivers, events, intake, migrate
+from outbox_bridge.jobstore import drivers, events, host_notify, intake, migrate
 from outbox_bridge.jobstore.errors import IdempotencyConflict
 from outbox_bridge.telemetry.logs import emit
 
@@ -163,14 +164,14 @@ def _hold_announcement(connection: Connection) -> None:
     """Move what `intake.accept` noted for the store's own transactions (the outbox row's due time, the
     `accepted` event) aside, to be announced after the caller's commit (`_listen`)."""
     pending = connection.info.setdefault(_PENDING, {"due": math.inf, "events": [], "committed": False})
-    due = doorbells.noted(connection)
+    due = host_notify.noted(connection)
     if due is not None:
         pending["due"] = min(pending["due"], due)
     pending["events"].extend(events.committed(connection))
 
 
 def _listen(engine: Engine) -> None:
-    ringer = _ringer(engine)
+    notifier = _notifier(engine)
 
     def committing(conn: Connection) -> None:
         if _PENDING in conn.info:
@@ -183,8 +184,8 @@ def _listen(engine: Engine) -> None:
         pending = record.info.pop(_PENDING, None)
         if not pending or not pending["committed"]:
             return
-        if ringer is not None and pending["due"] < math.inf:
-            ringer.ring(pending["due"])
+        if notifier is not None and pending["due"] < math.inf:
+            notifier.notify(pending["due"])
         emit(pending["events"])
 
     event.listen(engine, "commit", committing)
@@ -192,7 +193,7 @@ def _listen(engine: Engine) -> None:
     event.listen(engine.pool, "checkin", returned)
 
 
-def _ringer(engine: Engine) -> doorbells.Ringer | None:
-    """What rings the relays after the caller's commit: a SQLite file store's doorbell; None where the
-    database announces new rows itself (PostgreSQL's trigger notifies)."""
-    return drivers.of(engine).ringer(engine)
+def _notifier(engine: Engine) -> host_notify.Notifier | None:
+    """What notifies the relays after the caller's commit: a SQLite file store's notify sockets; None where
+    the database announces new rows itself (PostgreSQL's trigger notifies)."""
+    return drivers.of(engine).notifier(engine)

@@ -10,7 +10,7 @@ The promises:
 - a row is marked published only after the broker confirmed its message, and only under the role's token
   it was published under (a relay whose role was taken over marks nothing);
 - at most `relay_window` messages are unconfirmed at a time; confirms are written in groups;
-- a writer that commits outbox rows rings the relay (`relay.wake`), which reads them at once; polling only
+- a writer that commits outbox rows notifies the relay (`relay.wake`), which reads them at once; polling only
   finds rows nobody announced;
 - a nacked or returned message leaves its row pending (due again after a short delay); a connection lost
   with unconfirmed messages leaves their rows due at once;
@@ -98,11 +98,13 @@ class Relay(LoopWork):
         self._link: BrokerLink | None = None
         self._ready = False
         self._pending = PublishResults()
-        # The last lease found fewer rows than asked: only a ring, a due timer or the poll leases again.
+        # The last lease found fewer rows than asked: only a notification, a due timer or the poll leases
+        # again.
         self._drained = True
-        # A ring said rows are due: the next lease skips its look first (and one running leases again).
-        self._rung = False
-        self._wakeups = Wakeups(settings, self.ioloop, self._on_rung)
+        # A notification said rows are due: the next lease skips its look first (and one running leases
+        # again).
+        self._notified = False
+        self._wakeups = Wakeups(settings, self.ioloop, self._on_notified)
         self._refill_at = max(1, min(settings.relay_batch_size, settings.relay_window) // 2)
         # Confirms are written on their own, beside the reads (`_settle`): a mark written with a read would
         # delay the read's rows by its time.
@@ -274,7 +276,7 @@ class Relay(LoopWork):
             self._hold(link)
             return
         limit = min(self.settings.relay_batch_size, room, room_ahead)
-        idle, self._rung = self._drained and not self._rung, False
+        idle, self._notified = self._drained and not self._notified, False
         token = self._role_token
         if token is None or not self._holds_role():
             return  # a standby: the holder publishes; `_on_role` leases once this relay holds the role
@@ -341,14 +343,14 @@ class Relay(LoopWork):
         self._drained = len(rows) < limit
         if leased.next_due is not None:  # a delayed row: leased when it comes due, not at a later poll
             self._wakeups.due_at(leased.next_due)
-        if self._drained and not self._rung:
+        if self._drained and not self._notified:
             self._later("poll", self._wakeups.poll_seconds, self._lease_more)
         else:
             self._lease_more()
 
-    def _on_rung(self) -> None:
+    def _on_notified(self) -> None:
         """A writer committed rows that are due: lease now (or again, once the running lease is back)."""
-        self._rung = True
+        self._notified = True
         self._cancel("poll")
         self._lease_more()
 
@@ -424,7 +426,7 @@ class Relay(LoopWork):
         self.counts.marked += settled.marked
         self.counts.stale += settled.stale
         self.counts.released += settled.released
-        if settled.released:  # no ring announces rows this relay gave back itself
+        if settled.released:  # no notification announces rows this relay gave back itself
             self._wakeups.due_at(clock.now() + ledger.REFUSED_RETRY_SECONDS)
         if settled.stale:
             log.warning(

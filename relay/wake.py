@@ -2,7 +2,7 @@
 announced to come due later, and on a slow poll for rows nobody announced.
 
 The relay listens where its store's driver says (`Driver.listen`): a Unix socket beside a SQLite file that
-writers ring after their commit (`jobstore.doorbells`), or a listening connection to PostgreSQL, whose
+writers notify after their commit (`jobstore.host_notify`), or a listening connection to PostgreSQL, whose
 trigger notifies (`jobstore.notifications`). Without one (a directory the relay cannot write, a store it
 cannot listen on) the relay polls at `relay_poll_seconds`. Where the database notifies, a listener that is
 lost, or could not be opened, is opened again every `RELISTEN_SECONDS`, and the relay leases once when it
@@ -26,8 +26,8 @@ from outbox_bridge.jobstore.notifications import ListenerLost
 
 log = logging.getLogger(__name__)
 
-# With a doorbell, the poll only finds rows no ring announced: written by a program that does not ring, or
-# left by a relay whose lease on them ran out.
+# With a notify socket, the poll only finds rows no notification announced: written by a program that does
+# not notify, or left by a relay whose lease on them ran out.
 FALLBACK_POLL_SECONDS = 1.0
 RELISTEN_SECONDS = 5.0
 
@@ -60,7 +60,7 @@ class Wakeups:
         self._listen()
 
     def stop(self) -> None:
-        """Stop listening (a SQLite doorbell is removed: writers stop ringing it)."""
+        """Stop listening (a SQLite notify socket is removed: writers stop notifying it)."""
         self._started = False
         self._cancel_timer()
         if self._relisten is not None:

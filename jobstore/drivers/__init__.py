@@ -30,8 +30,8 @@ from sqlalchemy.engine import URL, make_url
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-    from outbox_bridge.jobstore.doorbells import Ringer
     from outbox_bridge.jobstore.fenced import Completion
+    from outbox_bridge.jobstore.host_notify import Notifier
 
 # The databases a store can live in, by SQLAlchemy's name for them, and the module of each one's driver.
 DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql"}
@@ -39,7 +39,7 @@ DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql"}
 
 class Notifications(Protocol):
     """What a process listens on to hear that outbox rows were committed (`Driver.listen`): the socket beside
-    a SQLite file (`jobstore.doorbells`) or a connection listening on PostgreSQL (`jobstore.notifications`).
+    a SQLite file (`jobstore.host_notify`) or a connection listening on PostgreSQL (`jobstore.notifications`).
     Its `fileno()` turns readable when one arrives."""
 
     def fileno(self) -> int: ...
@@ -100,8 +100,8 @@ class Driver:
         store, a directory that cannot be written, a PostgreSQL that does not answer): the caller polls."""
         raise NotImplementedError
 
-    def ringer(self, engine: Engine) -> Ringer | None:
-        """What a writer outside the store's transactions rings after its commit added outbox rows; None
+    def notifier(self, engine: Engine) -> Notifier | None:
+        """What a writer outside the store's transactions notifies after its commit added outbox rows; None
         where the database announces them itself."""
         raise NotImplementedError
 

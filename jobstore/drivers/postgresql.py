@@ -44,7 +44,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, IntegrityError
 
-from outbox_bridge.jobstore import db, doorbells, fenced, relayrole
+from outbox_bridge.jobstore import db, fenced, host_notify, relayrole
 from outbox_bridge.jobstore.drivers import Driver, Notifications
 from outbox_bridge.jobstore.notifications import Listener
 from outbox_bridge.jobstore.outbox import EVENT_FACTS_RETURNED
@@ -253,7 +253,7 @@ class PostgreSQLDriver(Driver):
     def listen(self, settings: Settings, role: str) -> Notifications | None:
         return Listener.open(settings.database_url, role=role)
 
-    def ringer(self, engine: Engine) -> doorbells.Ringer | None:
+    def notifier(self, engine: Engine) -> host_notify.Notifier | None:
         return None  # the store's trigger notifies
 
     def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
@@ -274,7 +274,8 @@ class PostgreSQLDriver(Driver):
         except IntegrityError as exc:  # read the winner's row on the rerun
             raise db.Retry("idempotency key raced") from exc
         if created:
-            doorbells.note_outbox_row(conn, min(row["available_at"] for row in rows if row["id"] in created))
+            due = min(row["available_at"] for row in rows if row["id"] in created)
+            host_notify.note_outbox_row(conn, due)
         return created
 
     def claim(

@@ -2,10 +2,10 @@
 
 Engines open the file in WAL mode with `synchronous=FULL` by default, foreign keys on, and a real `BEGIN
 IMMEDIATE` for every write transaction (pysqlite's own BEGIN handling is switched off, per SQLAlchemy's
-documented recipe); writers take turns (`jobstore.turns`) and the store retries the lock errors that remain
+documented recipe); writers queue (`jobstore.writer_queue`) and the store retries the lock errors that remain
 (`jobstore.db`). A statement writes one table, so an accept, a claim and a completion are each a few
-statements in one transaction. Processes on the host hear of new outbox rows through the doorbell beside the
-file (`jobstore.doorbells`), rung after the commit.
+statements in one transaction. Processes on the host hear of new outbox rows through the notify sockets
+beside the file (`jobstore.host_notify`), notified after the commit.
 
 The hot statements name the index SQLite is to use. SQLite chooses a statement's index from the statistics
 ANALYZE leaves in `sqlite_stat1`, and a store has none (nothing runs ANALYZE; run on a new store it would
@@ -29,11 +29,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import IntegrityError
 
-from outbox_bridge.jobstore import db, doorbells, fenced, outbox, relayrole, storefile
+from outbox_bridge.jobstore import db, fenced, host_notify, outbox, relayrole, storefile
 from outbox_bridge.jobstore.drivers import Driver, Notifications
 from outbox_bridge.jobstore.schema import JOB_COLUMNS, attempts, jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
-from outbox_bridge.jobstore.turns import shared_turn
+from outbox_bridge.jobstore.writer_queue import shared_writer_queue
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
@@ -116,8 +116,8 @@ class SQLiteDriver(Driver):
         _install_hooks(engine, settings.sqlite_synchronous)
         database = self.file(url)
         if database is not None:
-            db.take_turns(engine, shared_turn(db.turn_path(database)))
-            db.ring_after_commits(engine, doorbells.Ringer(doorbells.directory_for(database)))
+            db.queue_writers(engine, shared_writer_queue(db.writer_queue_path(database)))
+            db.notify_after_commits(engine, host_notify.Notifier(host_notify.directory_for(database)))
             if not url.query.get("uri"):  # a URI names its own file and open mode
                 storefile.guard(engine, database)
         return engine
@@ -147,12 +147,12 @@ class SQLiteDriver(Driver):
         return (
             None
             if database is None
-            else doorbells.Doorbell.open(doorbells.directory_for(database), role=role)
+            else host_notify.NotifySocket.open(host_notify.directory_for(database), role=role)
         )
 
-    def ringer(self, engine: Engine) -> doorbells.Ringer | None:
+    def notifier(self, engine: Engine) -> host_notify.Notifier | None:
         database = self.file(engine.url)
-        return None if database is None else doorbells.Ringer(doorbells.directory_for(database))
+        return None if database is None else host_notify.Notifier(host_notify.directory_for(database))
 
     def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
         return query  # a write transaction holds the whole database already
@@ -183,7 +183,7 @@ class SQLiteDriver(Driver):
                 for row in new
             ]  # fmt: skip
             db.direct_many(conn, INSERT_OUTBOX_ROW, announced)
-            doorbells.note_outbox_row(conn, min(row["available_at"] for row in new))
+            host_notify.note_outbox_row(conn, min(row["available_at"] for row in new))
         return created
 
     def claim(
@@ -270,8 +270,9 @@ def _install_hooks(engine: Engine, synchronous: str) -> None:
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        # On the driver's connection: SQLAlchemy's execution layer would double what a BEGIN costs inside
-        # the write turn. Its errors are SQLAlchemy's all the same, so `transact` retries a busy lock.
+        # On the driver's connection: SQLAlchemy's execution layer would double what a BEGIN costs at the
+        # head of the writer queue. Its errors are SQLAlchemy's all the same, so `transact` retries a busy
+        # lock.
         db.begin_directly(conn, f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'IMMEDIATE')}")
 
 

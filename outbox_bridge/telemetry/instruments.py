@@ -52,7 +52,8 @@ PUBLISH_TO_CONFIRM = Histogram(
 )
 STORE_WRITE_SECONDS = Histogram(
     "outbox_bridge_store_write_seconds",
-    "A write transaction, from its write turn (or first try) to its end: the time it held other writers.",
+    "A write transaction, from the head of the writer queue (or first try) to its end: the time it held "
+    "other writers.",
     buckets=STORE_BUCKETS,
     registry=None,
 )

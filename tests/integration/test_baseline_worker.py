@@ -31,7 +31,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import claiming, db, fenced, migrate, queries
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.jobstore.turns import WriteTurn
+from outbox_bridge.jobstore.writer_queue import WriterQueue
 from outbox_bridge.worker import budget, writer
 from outbox_bridge.worker.release import Release, release
 from outbox_bridge.worker.shutdown import RELEASE_SETTLE_SECONDS
@@ -96,33 +96,34 @@ def test_idle_pauses_of_two_processes_drift_apart() -> None:
     assert [one.failed() for _ in range(8)] != [other.failed() for _ in range(8)]
 
 
-def hold_turn(turn: WriteTurn, seconds: float, spans: list[tuple[float, float]]) -> None:
-    with turn.taken() as had:
+def hold_head(queue: WriterQueue, seconds: float, spans: list[tuple[float, float]]) -> None:
+    with queue.taken() as had:
         assert had
         began = time.monotonic()
         time.sleep(seconds)
         spans.append((began, time.monotonic()))
 
 
-def test_write_turns_on_one_file_never_overlap(tmp_path: Path) -> None:
-    turns = [WriteTurn(tmp_path / "turn", timeout=5.0) for _ in range(3)]
+def test_writer_queues_on_one_file_never_let_two_heads_overlap(tmp_path: Path) -> None:
+    queues = [WriterQueue(tmp_path / "queue", timeout=5.0) for _ in range(3)]
     spans: list[tuple[float, float]] = []
     holders = [
-        threading.Thread(target=hold_turn, args=(turn, 0.1, spans)) for turn in turns for _ in range(2)
+        threading.Thread(target=hold_head, args=(queue, 0.1, spans)) for queue in queues for _ in range(2)
     ]
     for holder in holders:
         holder.start()
     for holder in holders:
         holder.join(10)
-    for turn in turns:
-        turn.close()
+    for queue in queues:
+        queue.close()
     assert len(spans) == 6
     ordered = sorted(spans)
     assert all(earlier[1] <= later[0] for earlier, later in itertools.pairwise(ordered))
 
 
-def test_waiting_for_a_turn_gives_up_after_its_timeout(tmp_path: Path) -> None:
-    holder, waiter = WriteTurn(tmp_path / "turn", timeout=5.0), WriteTurn(tmp_path / "turn", timeout=0.2)
+def test_waiting_in_the_writer_queue_gives_up_after_its_timeout(tmp_path: Path) -> None:
+    path = tmp_path / "queue"
+    holder, waiter = WriterQueue(path, timeout=5.0), WriterQueue(path, timeout=0.2)
     with holder.taken():
         began = time.monotonic()
         with waiter.taken() as had:
@@ -135,8 +136,8 @@ def test_waiting_for_a_turn_gives_up_after_its_timeout(tmp_path: Path) -> None:
     waiter.close()
 
 
-def test_a_killed_holder_frees_its_turn(tmp_path: Path) -> None:
-    path = tmp_path / "turn"
+def test_a_killed_head_of_the_writer_queue_frees_its_place(tmp_path: Path) -> None:
+    path = tmp_path / "queue"
     script = (
         "import fcntl, os, sys, time\n"
         f"fd = os.open({str(path)!r}, os.O_RDWR | os.O_CREAT)\n"
@@ -147,14 +148,14 @@ def test_a_killed_holder_frees_its_turn(tmp_path: Path) -> None:
     other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         assert other.stdout is not None and other.stdout.readline() == "held\n"
-        turn = WriteTurn(path, timeout=0.2)
-        with turn.taken() as had:
+        queue = WriterQueue(path, timeout=0.2)
+        with queue.taken() as had:
             assert not had
         other.kill()
         other.wait(10)
-        with turn.taken() as had:
+        with queue.taken() as had:
             assert had
-        turn.close()
+        queue.close()
     finally:
         other.kill()
         other.wait(10)
@@ -165,14 +166,14 @@ def test_a_killed_holder_frees_its_turn(tmp_path: Path) -> None:
 def test_an_idle_worker_is_woken_by_a_commit_instead_of_waiting_out_its_pause(
     settings: Settings, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Idle pauses of 5-10 s: only the bell can explain a job started within a second.
+    # Idle pauses of 5-10 s: only a notification can explain a job started within a second.
     monkeypatch.setattr(pacing, "FIRST_IDLE_PAUSE", 10.0)
     monkeypatch.setattr(pacing, "MAX_IDLE_PAUSE", 10.0)
     with running(engine, settings) as process:
-        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening for notifications")
         time.sleep(0.3)  # the writer has polled once and is in its long pause
         started = time.monotonic()
-        job_id = new_job(engine, key="rung")
+        job_id = new_job(engine, key="notified")
         wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job run")
         took = time.monotonic() - started
         assert process.shutdown() == 0
@@ -180,12 +181,12 @@ def test_an_idle_worker_is_woken_by_a_commit_instead_of_waiting_out_its_pause(
 
 
 def test_a_listening_worker_does_not_poll_quickly_after_each_job(settings: Settings, engine: Engine) -> None:
-    # Each commit of a due job rings the bell, so quick polls after work would find nothing. Without a bell
-    # the pause after a round that took less than its room starts at about a millisecond and doubles: some
-    # six polls in each 100 ms gap (70 write transactions here where 31 are enough).
+    # Each commit of a due job notifies the worker, so quick polls after work would find nothing. Without a
+    # listener the pause after a round that took less than its room starts at about a millisecond and
+    # doubles: some six polls in each 100 ms gap (70 write transactions here where 31 are enough).
     jobs, gap = 10, 0.1
     with running(engine, settings, concurrency=2) as process:
-        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening for notifications")
         time.sleep(0.3)
         before, started = db.stats.snapshot()["write_transactions"], time.monotonic()
         job_ids = []
@@ -211,7 +212,7 @@ def test_an_idle_worker_polls_with_reads_not_write_transactions(settings: Settin
     # An idle poll finds nothing; on SQLite a write transaction for it would take the host's write lock
     # some fifteen times a second for nothing. A job that comes due is still taken at once.
     with running(engine, settings, concurrency=2) as process:
-        wait_for(lambda: process.listening.listening, 10, what="the worker listening on its bell")
+        wait_for(lambda: process.listening.listening, 10, what="the worker listening for notifications")
         time.sleep(0.3)
         before, started = db.stats.snapshot(), time.monotonic()
         time.sleep(1.0)

@@ -115,13 +115,13 @@ def test_a_second_writer_cannot_start_its_body_until_the_first_commits(
     assert len(bodies_started) == 1, "the body ran while the other process held the lock"
     assert bodies_started[0] >= released_at
     assert seen_by_b == 1, "B's body started only after A committed, so it sees A's job"
-    # B waited for A's lock (queued for its write turn, see jobstore/turns.py, rather than retrying).
+    # B waited for A's lock (in the writer queue, see jobstore/writer_queue.py, rather than retrying).
     assert db.stats.snapshot()["lock_wait_seconds"] - waited_before >= HOLD / 2
     assert db.read(sqlite_engine, count_jobs) == 2
 
 
 def try_begin_immediate(database: Path) -> str:
-    """Ask SQLite itself for the write lock, from a connection that takes no write turns and does not wait."""
+    """Ask SQLite itself for the write lock, from a connection that does not queue and does not wait."""
     probe = sqlite3.connect(database, timeout=0, isolation_level=None)
     try:
         probe.execute("BEGIN IMMEDIATE")

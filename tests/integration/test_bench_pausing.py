@@ -1,5 +1,5 @@
 """`bench.pausing.paused`: the api-alone phase stops the other processes at a moment none of them holds
-the store's write turn or SQLite's write lock, so the api is not left waiting on a stopped writer."""
+the store's writer queue or SQLite's write lock, so the api is not left waiting on a stopped writer."""
 
 from __future__ import annotations
 
@@ -20,21 +20,21 @@ from outbox_bridge.launch.stack import Service
 
 pytestmark = pytest.mark.databases("sqlite")
 
-# Half of its time inside a write transaction: on SQLite's lock alone, or under the write turn's file lock.
+# Half of its time inside a write transaction: on SQLite's lock alone, or under the writer queue's file lock.
 HOLDER = """
 import fcntl, os, sqlite3, sys, time
-path, turn = sys.argv[1], sys.argv[2] == "turn"
+path, queued = sys.argv[1], sys.argv[2] == "queue"
 conn = sqlite3.connect(path, isolation_level=None)
 fd = os.open(path + "-write-turn", os.O_RDWR | os.O_CREAT)
 print("ready", flush=True)
 while True:
-    if turn:
+    if queued:
         fcntl.flock(fd, fcntl.LOCK_EX)
     conn.execute("BEGIN IMMEDIATE")
     conn.execute("INSERT INTO ticks VALUES (1)")
     time.sleep(0.05)
     conn.execute("COMMIT")
-    if turn:
+    if queued:
         fcntl.flock(fd, fcntl.LOCK_UN)
     time.sleep(0.05)
 """
@@ -46,7 +46,7 @@ def store(tmp_path: Path) -> Path:
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("CREATE TABLE ticks (n INTEGER)")
-    assert db.turn_path(path) == Path(f"{path}-write-turn")  # the holder's turn file is the store's
+    assert db.writer_queue_path(path) == Path(f"{path}-write-turn")  # the holder's queue file is the store's
     return path
 
 
@@ -55,7 +55,7 @@ def started(tmp_path: Path, *args: str) -> Service:
     return Service("holder", list(args), tmp_path / "holder.log", popen)
 
 
-@pytest.fixture(params=["lock", "turn"])
+@pytest.fixture(params=["lock", "queue"])
 def holder(request: pytest.FixtureRequest, store: Path, tmp_path: Path) -> Iterator[Service]:
     holder = started(tmp_path, HOLDER, str(store), request.param)
     popen = holder.popen
@@ -74,7 +74,7 @@ def test_a_writer_is_stopped_only_outside_its_transaction_and_runs_again_after(
         with pausing.paused([holder], on_store) as tries:
             assert 1 <= tries <= pausing.TRIES
             assert pausing._stopped(holder.pid)
-            assert pausing.writable(store), "stopped while holding the store's write turn or lock"
+            assert pausing.writable(store), "stopped while heading the writer queue or holding the lock"
         deadline = time.monotonic() + 5
         while pausing._stopped(holder.pid) and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 import outbox_bridge
 from outbox_bridge import enqueuing
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, doorbells, notifications
+from outbox_bridge.jobstore import db, host_notify, notifications
 from outbox_bridge.jobstore.schema import jobs, outbox
 from tests.support.store import job_row
 
@@ -185,20 +185,20 @@ def test_the_deployments_settings_are_read_from_the_environment(
 
 
 @pytest.mark.databases("sqlite")
-def test_on_sqlite_the_relays_doorbell_rings_after_the_commit_not_before(
+def test_on_sqlite_the_relays_are_notified_after_the_commit_not_before(
     app_engine: Engine, settings: Settings
 ) -> None:
     database = db.sqlite_path(settings)
     assert database is not None
-    bell = doorbells.Doorbell.open(doorbells.directory_for(database))
-    assert bell is not None
+    socket = host_notify.NotifySocket.open(host_notify.directory_for(database))
+    assert socket is not None
     try:
         with app_engine.begin() as conn:
             order_and_job(conn)
-            assert select.select([bell], [], [], 0.2)[0] == [], "rung before the commit"
-        assert select.select([bell], [], [], 5)[0] == [bell], "not rung after the commit"
+            assert select.select([socket], [], [], 0.2)[0] == [], "notified before the commit"
+        assert select.select([socket], [], [], 5)[0] == [socket], "not notified after the commit"
     finally:
-        bell.close()
+        socket.close()
 
 
 @pytest.mark.databases("postgresql")

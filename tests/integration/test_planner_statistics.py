@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, text
 
 from outbox_bridge.core import clock
 from outbox_bridge.jobstore import claiming, db, statistics
@@ -23,19 +23,11 @@ BACKLOG = 3000
 
 def walk_plan(engine: Engine) -> str:
     """The plan of the claim's walk of queued jobs, as `claiming._due_ids` runs it now."""
-    seen: list[tuple[str, Any]] = []
-
-    def note(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        if "ORDER BY jobs.priority" in statement:
-            seen.append((statement, parameters))
 
     def walk(conn: Connection) -> str:
-        event.listen(engine, "before_cursor_execute", note)
-        try:
+        with db.statements_seen(engine) as sent:
             claiming._due_ids(conn, clock.now(), 10)
-        finally:
-            event.remove(engine, "before_cursor_execute", note)
-        [(statement, parameters)] = seen
+        [(statement, parameters)] = [(s.sql, s.parameters) for s in sent if "ORDER BY jobs.priority" in s.sql]
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
         cursor.execute("EXPLAIN " + statement, parameters)
         return "\n".join(str(row[0]) for row in cursor.fetchall())

@@ -1,7 +1,7 @@
 """The statements a job's path runs read the jobs, outbox and attempts tables by index, never by a scan of
 the whole table: a scan costs time in proportion to the store's size (days of finished jobs, with retention)
-and holds SQLite's single write slot meanwhile. Every statement the hot path executes is captured from the
-engine and its plan read with `EXPLAIN QUERY PLAN`.
+and holds SQLite's single write slot meanwhile. Every statement the hot path sends is captured from the
+engine (`db.statements_seen`) and its plan read with `EXPLAIN QUERY PLAN`.
 
 A correlated subquery in an UPDATE's RETURNING clause, for example, reads as an index lookup but is planned
 as a scan of the subquery's table for every row returned (SQLite 3.40); this is what these tests catch."""
@@ -9,12 +9,10 @@ as a scan of the subquery's table for every row returned (SQLite 3.40); this is 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Sequence
 
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.clock import FakeClock
@@ -26,32 +24,19 @@ pytestmark = pytest.mark.databases("sqlite")
 BIG_TABLES = ("jobs", "outbox", "attempts")
 
 
-@contextmanager
-def statements(engine: Engine) -> Iterator[list[tuple[str, Any]]]:
-    """Every (statement, parameters) the engine executes within the block."""
-    seen: list[tuple[str, Any]] = []
-
-    def note(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-        seen.append((statement, parameters[0] if many else parameters))
-
-    event.listen(engine, "before_cursor_execute", note)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", note)
-
-
-def scans(engine: Engine, executed: list[tuple[str, Any]]) -> list[tuple[str, str]]:
-    """(statement, plan line) for each full scan of a big table among `executed`."""
+def scans(engine: Engine, executed: Sequence[db.Sent]) -> list[tuple[str, str]]:
+    """(statement, plan line) for each full scan of a big table among `executed` (a statement sent with
+    several parameter sets is planned with the first)."""
     path = engine.url.database
     assert path
     raw = sqlite3.connect(path)
     found = []
     try:
-        for statement, parameters in executed:
+        for statement, parameters, many in executed:
+            values = parameters[0] if many else parameters
             if not statement.lstrip().upper().startswith(("SELECT", "UPDATE", "INSERT", "DELETE", "WITH")):
                 continue
-            for row in raw.execute("EXPLAIN QUERY PLAN " + statement, parameters or ()):
+            for row in raw.execute("EXPLAIN QUERY PLAN " + statement, values or ()):
                 detail = str(row[3])
                 # A walk of a partial index of the unpublished rows, in its order, reads the backlog
                 # only, and stops at the statement's LIMIT: the relay's walk of the due rows is one.
@@ -67,7 +52,7 @@ def scans(engine: Engine, executed: list[tuple[str, Any]]) -> list[tuple[str, st
 def test_a_relay_reads_and_marks_rows_without_scanning_the_store(engine: Engine, clock: FakeClock) -> None:
     new_jobs(engine, 300)
     new_jobs(engine, 300, tenant="other")
-    with statements(engine) as executed:
+    with db.statements_seen(engine) as executed:
         for limit in (1, 50, 1000):  # one row; a backlog ranked across tenants; everything due
             assert publish_due(engine, limit=limit)
     assert scans(engine, executed) == []
@@ -75,7 +60,7 @@ def test_a_relay_reads_and_marks_rows_without_scanning_the_store(engine: Engine,
 
 def test_workers_claim_and_commit_without_scanning_the_store(engine: Engine, clock: FakeClock) -> None:
     job_ids = new_jobs(engine, 600)
-    with statements(engine) as executed:
+    with db.statements_seen(engine) as executed:
         held = db.transact(engine, claiming.claim_many, job_ids[:20], "w1", clock.now(), 30)
         claims = [result.claim for result in held if result.claim is not None]
         done = [fenced.Completion(c.job_id, c.epoch, c.attempt_id, {}) for c in claims]

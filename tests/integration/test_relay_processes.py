@@ -112,7 +112,7 @@ def test_a_holder_stopped_past_its_role_publishes_again_once_resumed(
         procs.wait_for(lambda: HOLDING in relay.output(), 20, what="the relay holds the role")
         relay.signal(signal.SIGSTOP)
         try:
-            seed_jobs(engine, 20)  # rung while stopped: the rings wait in its socket
+            seed_jobs(engine, 20)  # notified while stopped: the notifications wait in its socket
             time.sleep(ROLE_SECONDS + 1)  # its role runs out meanwhile
         finally:
             relay.signal(signal.SIGCONT)

@@ -1,10 +1,10 @@
-"""Relays woken by commits (relay/wake.py; jobstore/doorbells.py, and jobstore/notifications.py on
+"""Relays woken by commits (relay/wake.py; jobstore/host_notify.py, and jobstore/notifications.py on
 PostgreSQL) on a real store and a real RabbitMQ: a committed job is published without waiting for a poll, a
-row announced for later is published when it comes due (also one no ring announced to this relay, and one
-rung while a sooner one's timer was set: a lease that drains the due rows asks when the next comes due),
-and an idle relay with a doorbell barely reads the
-store. Also the SQLite doorbell itself: the earliest of several rings, no ring for a rolled-back
-transaction, and a killed relay's doorbell skipped and removed."""
+row announced for later is published when it comes due (also one no notification announced to this relay,
+and one notified while a sooner one's timer was set: a lease that drains the due rows asks when the next
+comes due), and an idle relay with a notify socket barely reads the store. Also SQLite's notify socket
+itself: the earliest of several notifications, none for a rolled-back transaction, and a killed relay's
+socket skipped and removed."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine, select
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, doorbells, intake, outbox, queries
+from outbox_bridge.jobstore import db, host_notify, intake, outbox, queries
 from outbox_bridge.jobstore.schedule import Schedule
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from tests.conftest import make_settings
@@ -27,7 +27,7 @@ from tests.support.procs import wait_for
 from tests.support.relay_harness import Broker, running_relay, unpublished
 from tests.support.store import new_job
 
-POLL = 5.0  # so long that only a ring can explain a quick publish
+POLL = 5.0  # so long that only a notification can explain a quick publish
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_a_committed_job_is_published_at_once_not_at_the_next_poll(
         wait_for(lambda: relay.connected, 15, what="relay connected")
         idle_relay_settled()
         started = time.monotonic()
-        new_job(engine, "rung")
+        new_job(engine, "notified")
         wait_for(lambda: unpublished(engine) == 0, 15, interval=0.005, what="the job published")
         took = time.monotonic() - started
     assert took < POLL / 2, f"published after {took:.2f}s: the relay waited for its poll"
@@ -84,7 +84,7 @@ def test_a_row_announced_for_later_is_published_when_it_comes_due(
 
 @pytest.mark.broker
 @pytest.mark.databases("sqlite")
-def test_an_idle_relay_with_a_doorbell_reads_the_store_about_once_a_second(
+def test_an_idle_relay_with_a_notify_socket_reads_the_store_about_once_a_second(
     tmp_path: Path, rabbitmq_url: str, engine: Engine, broker: Broker
 ) -> None:
     eager = make_settings(
@@ -97,39 +97,39 @@ def test_an_idle_relay_with_a_doorbell_reads_the_store_about_once_a_second(
         before = db.stats.snapshot()["statements"]
         time.sleep(3.0)
         statements = db.stats.snapshot()["statements"] - before
-    # A poll every 20 ms would be some 150 reads. With a doorbell, three reads a second at most: the
+    # A poll every 20 ms would be some 150 reads. With a notify socket, three reads a second at most: the
     # fallback poll of the outbox, and, for the relay role's holder, its looks for due schedule slots
     # (`relay.schedules.CHECK_SECONDS`) and due webhook deliveries (WEBHOOK_POLL_SECONDS), once a second each.
     assert statements <= 20
 
 
 @pytest.mark.databases("sqlite")
-def test_a_doorbell_reports_the_earliest_of_several_rings(tmp_path: Path) -> None:
-    doorbell = doorbells.Doorbell.open(tmp_path / "relays")
-    assert doorbell is not None
+def test_a_notify_socket_reports_the_earliest_of_several_notifications(tmp_path: Path) -> None:
+    notify_socket = host_notify.NotifySocket.open(tmp_path / "relays")
+    assert notify_socket is not None
     try:
-        assert doorbell.take() is None
-        ringer = doorbells.Ringer(tmp_path / "relays")
+        assert notify_socket.take() is None
+        notifier = host_notify.Notifier(tmp_path / "relays")
         for due in (30.0, 10.0, 20.0):
-            ringer.ring(due)
-        assert doorbell.take() == 10.0
-        assert doorbell.take() is None
+            notifier.notify(due)
+        assert notify_socket.take() == 10.0
+        assert notify_socket.take() is None
     finally:
-        doorbell.close()
+        notify_socket.close()
     assert os.listdir(tmp_path / "relays") == []
 
 
 @pytest.mark.databases("sqlite")
-def test_a_commit_that_adds_outbox_rows_rings_and_a_rolled_back_one_does_not(
+def test_a_commit_that_adds_outbox_rows_notifies_and_a_rolled_back_one_does_not(
     settings: Settings, engine: Engine
 ) -> None:
     database = db.sqlite_path(settings)
     assert database is not None
-    doorbell = doorbells.Doorbell.open(doorbells.directory_for(database))
-    assert doorbell is not None
+    notify_socket = host_notify.NotifySocket.open(host_notify.directory_for(database))
+    assert notify_socket is not None
     try:
-        job_id = new_job(engine, "rings")
-        assert doorbell.take() is not None
+        job_id = new_job(engine, "notifies")
+        assert notify_socket.take() is not None
 
         def add_then_fail(conn: Connection) -> None:
             outbox.add(conn, job_id, available_at=clock.now(), now=clock.now())
@@ -138,25 +138,25 @@ def test_a_commit_that_adds_outbox_rows_rings_and_a_rolled_back_one_does_not(
         with pytest.raises(RuntimeError):
             db.transact(engine, add_then_fail)
         db.transact(engine, lambda conn: queries.get_job(conn, job_id))
-        assert doorbell.take() is None, "a rolled-back or rowless transaction rang"
+        assert notify_socket.take() is None, "a rolled-back or rowless transaction notified"
     finally:
-        doorbell.close()
+        notify_socket.close()
 
 
 @pytest.mark.databases("sqlite")
-def test_a_killed_relays_doorbell_is_skipped_and_removed_by_the_next_relay(tmp_path: Path) -> None:
+def test_a_killed_relays_notify_socket_is_skipped_and_removed_by_the_next_relay(tmp_path: Path) -> None:
     directory = tmp_path / "relays"
     directory.mkdir()
     left = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     left.bind(str(directory / "relay-999999999"))
     left.close()  # the socket file stays, with nobody listening: as a SIGKILLed relay leaves it
-    doorbells.Ringer(directory).ring(1.0)  # refused, and not an error
-    doorbell = doorbells.Doorbell.open(directory)
-    assert doorbell is not None
+    host_notify.Notifier(directory).notify(1.0)  # refused, and not an error
+    notify_socket = host_notify.NotifySocket.open(directory)
+    assert notify_socket is not None
     try:
         assert os.listdir(directory) == [f"relay-{os.getpid()}"]
     finally:
-        doorbell.close()
+        notify_socket.close()
 
 
 def published_at(engine: Engine, job_id: str) -> float | None:
@@ -204,7 +204,7 @@ def test_a_relay_started_after_a_delayed_job_was_committed_publishes_it_when_it_
 
 
 @pytest.mark.broker
-def test_a_later_delayed_job_rung_while_a_sooner_one_waits_is_published_at_its_own_time(
+def test_a_later_delayed_job_notified_while_a_sooner_one_waits_is_published_at_its_own_time(
     settings: Settings, engine: Engine, broker: Broker
 ) -> None:
     with running_relay(settings, engine) as relay:

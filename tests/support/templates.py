@@ -12,9 +12,8 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine
 
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, migrate
@@ -58,19 +57,12 @@ class Templates:
         """The statements the migrations send to an empty schema, as one script. Recorded from the first
         test's own migration, which therefore runs for real."""
         if self._postgresql is None:
-            sent: list[str] = []
-
-            def record(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-                if _writes(statement):
-                    assert not parameters, f"a migration statement with parameters: {statement!r}"
-                    sent.append(statement)
-
-            event.listen(engine, "before_cursor_execute", record)
-            try:
+            with db.statements_seen(engine) as seen:
                 migrate.upgrade(engine)
-            finally:
-                event.remove(engine, "before_cursor_execute", record)
-            self._postgresql = ";\n".join(s.strip().rstrip(";") for s in sent) + ";"
+            sent = [s for s in seen if _writes(s.sql)]
+            for s in sent:
+                assert not s.parameters, f"a migration statement with parameters: {s.sql!r}"
+            self._postgresql = ";\n".join(s.sql.strip().rstrip(";") for s in sent) + ";"
             return "SELECT 1"  # this store is migrated already
         return self._postgresql
 

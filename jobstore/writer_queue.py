@@ -1,13 +1,15 @@
-"""Whose turn it is to write. SQLite admits one writer at a time and offers a writer that finds the lock taken
-only a sleeping retry (its busy handler sleeps 1, 2, 5, 10 ms and more; our own retry sleeps less, but
-still sleeps and burns CPU on every try). So every write transaction of `db.transact` first takes a turn:
-writers of one process queue on a mutex, and processes on one host queue in the kernel on an advisory
-`flock` of a file beside the database. The turn holder finds SQLite's lock free (unless a program that
-takes no turns holds it) and the next writer is woken the moment the turn is given back.
+"""The writer queue: the writers of one SQLite store wait in line for its write lock. SQLite admits one
+writer at a time and offers a writer that finds the lock taken only a sleeping retry (its busy handler sleeps
+1, 2, 5, 10 ms and more; our own retry sleeps less, but still sleeps and burns CPU on every try). So every
+write transaction of `db.transact` first takes its place in the writer queue: writers of one process queue
+on a mutex, and processes on one host queue in the kernel on an advisory `flock` of a file beside the
+database. The writer at the head of the queue finds SQLite's lock free (unless a program that does not
+queue holds it) and the next writer is woken the moment the head leaves the queue.
 
 WAL already requires every process using the database to run on the same host, so the file lock reaches all
-of them, and the kernel frees a crashed holder's turn with its process. Waiting is always bounded: a caller
-that does not get the turn within its timeout goes ahead without it (or gives up), as it would without turns.
+of them, and the kernel releases a crashed writer's place with its process. Waiting is always bounded: a
+caller that does not reach the head of the queue within its timeout goes ahead without it (or gives up), as
+it would without a queue.
 """
 
 from __future__ import annotations
@@ -25,12 +27,12 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# A helper thread with nothing to wait for ends after this long; the next contended turn starts another.
+# A helper thread with nothing to wait for ends after this long; the next contended wait starts another.
 HELPER_IDLE_SECONDS = 5.0
 
 
 class _Request:
-    """One wait for the shared turn, handed to the helper thread."""
+    """One wait for the head of the shared queue, handed to the helper thread."""
 
     __slots__ = ("abandoned", "granted")
 
@@ -40,38 +42,39 @@ class _Request:
         self.abandoned = False
 
 
-class WriteTurn:
-    """An exclusive turn, shared by this process's threads and, given a `path`, by every process that opens
-    the same path. `acquire` waits at most its timeout and says whether the caller got the turn.
+class WriterQueue:
+    """A queue for one exclusive hold, shared by this process's threads and, given a `path`, by every process
+    that opens the same path. `acquire` waits at most its timeout and says whether the caller reached the
+    head of the queue.
 
-    An uncontended turn is taken with a non-blocking `flock` by the caller itself. A contended one is waited
-    for by a helper thread with a blocking `flock`, so waiters sleep in the kernel until the turn is free
-    instead of polling; the caller only waits, with a timeout, for the helper to hand it over. A turn the
-    helper gets after its caller gave up is given back at once."""
+    With nobody ahead, the caller takes the head itself with a non-blocking `flock`. Otherwise a helper
+    thread waits for it with a blocking `flock`, so waiters sleep in the kernel until the head is free
+    instead of polling; the caller only waits, with a timeout, for the helper to hand it over. When the
+    helper reaches the head for a caller that gave up, it leaves at once."""
 
     def __init__(self, path: Path | None, timeout: float) -> None:
         self._path = path
         self._timeout = timeout
-        self._mutex = threading.Lock()  # one thread of this process holds or asks for the turn at a time
+        self._mutex = threading.Lock()  # one thread of this process holds or asks for the head at a time
         self._state = threading.Condition()
         self._requests: collections.deque[_Request] = collections.deque()
         self._unresolved = 0  # requests the helper has not granted or given back yet
         self._helper: threading.Thread | None = None
-        self._holder: int | None = None  # the thread holding the turn
+        self._holder: int | None = None  # the thread at the head of the queue
         self._closed = False
         self._fd: int | None = None
         self._pid = 0
         self._finalizer: weakref.finalize | None = None
 
-    # -- taking and giving back ------------------------------------------------------------------------
+    # -- reaching and leaving the head -----------------------------------------------------------------
 
     def held_here(self) -> bool:
-        """The calling thread holds the turn (a nested write must not wait for itself)."""
+        """The calling thread is at the head of the queue (a nested write must not wait for itself)."""
         return self._holder == threading.get_ident()
 
     def acquire(self, timeout: float) -> bool:
-        """Take the turn within `timeout` seconds; True when taken (give it back with `release`), False
-        when the wait ran out, in which case nothing is held."""
+        """Reach the head of the queue within `timeout` seconds; True when reached (leave it with
+        `release`), False when the wait ran out, in which case nothing is held."""
         deadline = time.monotonic() + timeout
         if not self._mutex.acquire(timeout=max(0.0, timeout)):
             return False
@@ -87,7 +90,7 @@ class WriteTurn:
         return True
 
     def release(self) -> None:
-        """Give the turn back; the next waiter, here or in another process, is woken at once."""
+        """Leave the head of the queue; the next waiter, here or in another process, is woken at once."""
         self._holder = None
         fd = self._fd
         try:
@@ -98,8 +101,8 @@ class WriteTurn:
 
     @contextmanager
     def taken(self) -> Iterator[bool]:
-        """Hold the turn for the block; yields False when the caller goes ahead without it (it waited the
-        turn's timeout)."""
+        """Hold the head of the queue for the block; yields False when the caller goes ahead without it (it
+        waited the queue's timeout)."""
         had = self.acquire(self._timeout)
         try:
             yield had
@@ -108,12 +111,12 @@ class WriteTurn:
                 self.release()
 
     def close(self) -> None:
-        """Close the file; later callers take turns only among this process's threads."""
+        """Close the file; later callers queue only among this process's threads."""
         with self._state:
             self._closed = True
             self._state.notify_all()
 
-    # -- the shared (file) turn ------------------------------------------------------------------------
+    # -- the shared (file) queue -----------------------------------------------------------------------
 
     def _take_shared(self, deadline: float) -> bool:
         fd = self._file()
@@ -147,7 +150,7 @@ class WriteTurn:
     def _ensure_helper(self) -> None:
         if self._helper is None or not self._helper.is_alive():
             self._helper = threading.Thread(target=_serve, args=(weakref.ref(self),), daemon=True)
-            self._helper.name = "write-turn"
+            self._helper.name = "writer-queue"
             self._helper.start()
 
     def _next_request(self) -> _Request | None:
@@ -192,51 +195,51 @@ class WriteTurn:
         return self._fd
 
 
-def _serve(ref: weakref.ReferenceType[WriteTurn]) -> None:
-    """The helper thread: block on the file lock for each request in turn. It holds its turn only weakly,
-    so a turn nobody uses any more is collected (and its file closed) after the helper's idle wait."""
+def _serve(ref: weakref.ReferenceType[WriterQueue]) -> None:
+    """The helper thread: block on the file lock for each request in order. It holds its queue only weakly,
+    so a queue nobody uses any more is collected (and its file closed) after the helper's idle wait."""
     while True:
-        turn = ref()
-        if turn is None:
+        queue = ref()
+        if queue is None:
             return
-        request = turn._next_request()
-        fd = turn._fd
+        request = queue._next_request()
+        fd = queue._fd
         if request is None or fd is None:
             return
         if request.abandoned:
-            with turn._state:
-                turn._unresolved -= 1
+            with queue._state:
+                queue._unresolved -= 1
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # without the helper, this process's threads still take turns among themselves
-            log.exception("shared write turns stopped")
-            turn._abandon_all()
-            turn.close()
+        except OSError:  # without the helper, this process's threads still queue among themselves
+            log.exception("the shared writer queue stopped")
+            queue._abandon_all()
+            queue.close()
             return
-        turn._grant(request, fd)
-        del turn
+        queue._grant(request, fd)
+        del queue
 
 
-_shared: weakref.WeakValueDictionary[tuple[int, str], WriteTurn] = weakref.WeakValueDictionary()
+_shared: weakref.WeakValueDictionary[tuple[int, str], WriterQueue] = weakref.WeakValueDictionary()
 _shared_lock = threading.Lock()
 
 
-def shared_turn(path: Path) -> WriteTurn:
-    """The one turn this process takes on `path` (every engine on one database shares it: two turns of
+def shared_writer_queue(path: Path) -> WriterQueue:
+    """The one queue this process joins on `path` (every engine on one database shares it: two queues of
     one process on one file would make its threads wait for each other in the kernel)."""
     key = (os.getpid(), str(path.resolve()))
     with _shared_lock:
-        turn = _shared.get(key)
-        if turn is None:
-            turn = WriteTurn(path, timeout=0.0)
-            _shared[key] = turn
-        return turn
+        queue = _shared.get(key)
+        if queue is None:
+            queue = WriterQueue(path, timeout=0.0)
+            _shared[key] = queue
+        return queue
 
 
 def _open(path: Path) -> int | None:
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        log.warning("no shared write turns (%s): only this process's threads take turns", exc)
+        log.warning("no shared writer queue (%s): only this process's threads queue", exc)
         return None

@@ -1,17 +1,20 @@
-"""Waking the relays when outbox rows are committed, instead of leaving them to poll.
+"""Notifying the relays on the host when outbox rows are committed, instead of leaving them to poll.
 
-A relay listens on a Unix datagram socket (its `Doorbell`) in a directory beside the SQLite file. After a
-write transaction that added outbox rows commits, `db.transact` rings every doorbell there (`Ringer`): one
-datagram carrying the earliest `available_at` among the rows it added, so a relay leases rows that are due
-at once and sets a timer for rows that come due later (a retry after its backoff).
+A relay listens on a Unix datagram socket (its `NotifySocket`) in a directory beside the SQLite file. After a
+write transaction that added outbox rows commits, `db.transact` notifies every socket there (`Notifier`):
+one datagram carrying the earliest `available_at` among the rows it added, so a relay leases rows that are
+due at once and sets a timer for rows that come due later (a retry after its backoff).
 
-Ringing never blocks a writer and never fails it: a full socket buffer means the relay is awake already,
-and a doorbell whose relay was killed refuses and is skipped. Relays still poll, rarely, for rows no ring
-announces (written by a program that does not ring, or whose relay's lease ran out). A PostgreSQL store's
-relays are woken by LISTEN/NOTIFY instead (`jobstore.notifications`), which reaches relays on every host.
+Notifying never blocks a writer and never fails it: a full socket buffer means the relay is awake already,
+and a socket whose relay was killed refuses and is skipped. Relays still poll, rarely, for rows no
+notification announces (written by a program that does not notify, or whose relay's lease ran out). A
+PostgreSQL store's relays are notified by LISTEN/NOTIFY instead (`jobstore.notifications`), which reaches
+relays on every host.
 
 Socket paths are limited to 108 bytes, so sockets are addressed through a descriptor of their directory
-(`/proc/self/fd/N/name`): the directory may sit as deep as the database does.
+(`/proc/self/fd/N/name`): the directory may sit as deep as the database does. The directory's name
+(`<db>-relays`) and the sockets' (`<role>-<pid>`) are what processes of earlier versions use too, so they
+and this version notify each other.
 """
 
 from __future__ import annotations
@@ -36,13 +39,13 @@ _DUE_KEY = "outbox_due"  # on the connection's info: the earliest available_at t
 
 
 def directory_for(database: Path) -> Path:
-    """Where the relays of the SQLite database at `database` keep their doorbells."""
+    """Where the relays of the SQLite database at `database` keep their notify sockets."""
     return database.with_name(f"{database.name}-relays")
 
 
 def note_outbox_row(conn: Connection, available_at: float) -> None:
     """Record, in the caller's transaction, that it adds an outbox row coming due at `available_at`; the
-    relays are rung once the transaction commits."""
+    relays are notified once the transaction commits."""
     info = conn.info
     info[_DUE_KEY] = min(available_at, info.get(_DUE_KEY, math.inf))
 
@@ -64,7 +67,7 @@ def noted(conn: Connection) -> float | None:
 
 
 class _Directory:
-    """The doorbell directory, opened as a descriptor so sockets in it have short addresses."""
+    """The notify sockets' directory, opened as a descriptor so sockets in it have short addresses."""
 
     def __init__(self, path: Path) -> None:
         path.mkdir(parents=True, exist_ok=True)
@@ -78,7 +81,7 @@ class _Directory:
         os.close(self.fd)
 
 
-_sender: socket.socket | None = None  # one unbound socket per process rings every doorbell
+_sender: socket.socket | None = None  # one unbound socket per process notifies every socket
 _sender_lock = threading.Lock()
 
 
@@ -92,8 +95,8 @@ def _sending_socket() -> socket.socket:
         return _sender
 
 
-class Ringer:
-    """Rings every doorbell in one directory. Thread-safe; the directory listing is read again only when
+class Notifier:
+    """Notifies every socket in one directory. Thread-safe; the directory listing is read again only when
     the directory changes (a relay started or stopped)."""
 
     def __init__(self, directory: Path) -> None:
@@ -103,7 +106,7 @@ class Ringer:
         self._seen: int | None = None  # the directory's mtime when it was listed
         self._lock = threading.Lock()
 
-    def ring(self, due: float) -> None:
+    def notify(self, due: float) -> None:
         """Tell every listening relay that rows coming due at `due` were committed. Never raises."""
         try:
             directory, names = self._listening()
@@ -126,8 +129,9 @@ class Ringer:
             return self._directory, self._names
 
 
-class Doorbell:
-    """One relay's socket in the doorbell directory. `fileno()` turns readable when a writer rang."""
+class NotifySocket:
+    """One relay's socket in the notify sockets' directory. `fileno()` turns readable when a writer
+    notified it."""
 
     def __init__(self, directory: _Directory, name: str, sock: socket.socket) -> None:
         self._directory = directory
@@ -135,13 +139,13 @@ class Doorbell:
         self._socket = sock
 
     @classmethod
-    def open(cls, path: Path, role: str = "relay") -> Doorbell | None:
+    def open(cls, path: Path, role: str = "relay") -> NotifySocket | None:
         """Listen in `path` (created if missing) as `role`; None when that is not possible (the process then
         polls)."""
         try:
             directory = _Directory(path)
         except OSError as exc:
-            log.warning("no doorbell in %s (%s): polling instead", path, exc)
+            log.warning("no notify socket in %s (%s): polling instead", path, exc)
             return None
         name = f"{role}-{os.getpid()}"
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
@@ -153,7 +157,7 @@ class Doorbell:
         except OSError as exc:
             sock.close()
             directory.close()
-            log.warning("no doorbell in %s (%s): polling instead", path, exc)
+            log.warning("no notify socket in %s (%s): polling instead", path, exc)
             return None
         _remove_stale(directory, keep=name)
         return cls(directory, name, sock)
@@ -166,7 +170,8 @@ class Doorbell:
         return self._socket.fileno()
 
     def take(self) -> float | None:
-        """Read every ring waiting; the earliest due time they announced, or None when there was none."""
+        """Read every notification waiting; the earliest due time they announced, or None when there was
+        none."""
         earliest: float | None = None
         while True:
             try:
@@ -179,7 +184,7 @@ class Doorbell:
             earliest = due if earliest is None else min(earliest, due)
 
     def close(self) -> None:
-        """Stop listening and remove the socket (writers stop ringing it)."""
+        """Stop listening and remove the socket (writers stop notifying it)."""
         with contextlib.suppress(OSError):
             os.unlink(self._name, dir_fd=self._directory.fd)
         self._socket.close()
@@ -187,7 +192,7 @@ class Doorbell:
 
 
 def _remove_stale(directory: _Directory, *, keep: str) -> None:
-    """Remove doorbells nobody listens on any more (their relay was killed): connecting to one is refused."""
+    """Remove sockets nobody listens on any more (their relay was killed): connecting to one is refused."""
     for name in os.listdir(directory.fd):
         if name == keep:
             continue

@@ -1,6 +1,6 @@
-"""Write turns (jobstore/turns.py) on a real SQLite file: writers of several processes queue for their turn
-instead of retrying SQLite's lock, a transaction still holds SQLite's lock from its BEGIN against writers
-that take no turns, and a turn holder that never gives its turn back delays a writer by at most the lock
+"""The writer queue (jobstore/writer_queue.py) on a real SQLite file: writers of several processes wait in
+the queue instead of retrying SQLite's lock, a transaction still holds SQLite's lock from its BEGIN against
+writers that do not queue, and a head of the queue that never leaves it delays a writer by at most the lock
 timeout."""
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from sqlalchemy import Connection, Engine, func, select
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, migrate
 from outbox_bridge.jobstore.schema import jobs
-from outbox_bridge.jobstore.turns import WriteTurn
+from outbox_bridge.jobstore.writer_queue import WriterQueue
 from tests.conftest import make_settings
 from tests.support.store import add_job
 
-# Write turns exist for SQLite's single write lock: these tests run on SQLite only.
+# The writer queue exists for SQLite's single write lock: these tests run on SQLite only.
 pytestmark = pytest.mark.databases("sqlite")
 
 WAIT = 30.0  # bound on every wait for another process or thread
@@ -60,7 +60,7 @@ def sqlite_engine(store_settings: Settings) -> Iterator[Engine]:
     engine.dispose()
 
 
-def test_writers_of_several_processes_queue_for_turns_and_never_retry(
+def test_writers_of_several_processes_wait_in_the_queue_and_never_retry(
     store_settings: Settings, sqlite_engine: Engine
 ) -> None:
     ctx = multiprocessing.get_context("spawn")
@@ -83,7 +83,7 @@ def test_writers_of_several_processes_queue_for_turns_and_never_retry(
     assert db.read(sqlite_engine, count_jobs) == WRITERS * WRITES
 
 
-def test_a_transaction_holds_sqlites_lock_from_its_begin_against_a_writer_that_takes_no_turn(
+def test_a_transaction_holds_sqlites_lock_from_its_begin_against_a_writer_that_does_not_queue(
     store_settings: Settings, sqlite_engine: Engine
 ) -> None:
     entered, release = threading.Event(), threading.Event()
@@ -108,7 +108,7 @@ def test_a_transaction_holds_sqlites_lock_from_its_begin_against_a_writer_that_t
         holder.join(WAIT)
 
 
-TURN_HOLDER = """
+QUEUE_HEAD = """
 import fcntl, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT)
 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -117,14 +117,16 @@ sys.stdin.readline()
 """
 
 
-def test_a_turn_never_given_back_delays_a_writer_by_at_most_the_lock_timeout(tmp_path: Path) -> None:
+def test_a_head_that_never_leaves_the_queue_delays_a_writer_by_at_most_the_lock_timeout(
+    tmp_path: Path,
+) -> None:
     settings = make_settings(tmp_path, store_lock_timeout_seconds=0.5)
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
     database = db.sqlite_path(settings)
     assert database is not None
     with subprocess.Popen(
-        [sys.executable, "-c", TURN_HOLDER, str(db.turn_path(database))],
+        [sys.executable, "-c", QUEUE_HEAD, str(db.writer_queue_path(database))],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -133,20 +135,21 @@ def test_a_turn_never_given_back_delays_a_writer_by_at_most_the_lock_timeout(tmp
         try:
             assert holder.stdout.readline() == "held\n"
             started = time.monotonic()
-            db.transact(engine, add_job, "behind-a-stuck-turn")
+            db.transact(engine, add_job, "behind-a-stuck-head")
             waited = time.monotonic() - started
         finally:
             holder.stdin.close()
             holder.wait(WAIT)
-    assert 0.5 <= waited < 3.0, "the writer went ahead without its turn once the timeout ran out"
+    assert 0.5 <= waited < 3.0, "the writer went ahead without the queue once the timeout ran out"
     assert db.read(engine, count_jobs) == 1
     engine.dispose()
 
 
-def test_a_turn_given_up_by_a_waiter_is_not_kept_from_the_next_one(tmp_path: Path) -> None:
-    holder, waiter = WriteTurn(tmp_path / "turn", timeout=5.0), WriteTurn(tmp_path / "turn", timeout=5.0)
+def test_a_place_given_up_by_a_waiter_is_not_kept_from_the_next_one(tmp_path: Path) -> None:
+    path = tmp_path / "queue"
+    holder, waiter = WriterQueue(path, timeout=5.0), WriterQueue(path, timeout=5.0)
     assert holder.acquire(1.0)
-    assert not waiter.acquire(0.1), "the turn was held elsewhere"
+    assert not waiter.acquire(0.1), "the head of the queue was held elsewhere"
     holder.release()
     # The waiter's helper may take the file lock for the abandoned request: it must give it straight back.
     assert waiter.acquire(5.0)
