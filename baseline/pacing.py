@@ -32,7 +32,7 @@ class Polling:
     """The baseline's table source for its store writer (`worker.writer.TableSource`): every round claims
     from the table. After a round that filled its room, the next follows at once (more may be due); after
     one that found fewer due jobs than room, the idle pause, doubling on each empty look; while the
-    process listens on its store's notifications (`bell_open`, `baseline.listening`), at the longest pause
+    process listens for its store's notifications (`listening`, `baseline.listening`), at the longest pause
     at once, since each commit of due jobs wakes the writer and cuts any wait short. What no commit
     announces (a lease that ran out, a tenant back under its cap) is left to that pause. A look its pause
     started reads whether any job is due before it takes the write lock (`reads_first`)."""
@@ -41,9 +41,9 @@ class Polling:
     reads_first = True
 
     def __init__(
-        self, bell_open: Callable[[], bool] = lambda: False, rng: random.Random | None = None
+        self, listening: Callable[[], bool] = lambda: False, rng: random.Random | None = None
     ) -> None:
-        self.bell_open = bell_open
+        self.listening = listening
         self._pauses = idle_pauses(rng)
         self._pause = 0.0
 
@@ -56,7 +56,7 @@ class Polling:
             return
         if count:
             self._pauses.reset()
-        self._pause = self._pauses.at_cap() if self.bell_open() else self._pauses.failed()
+        self._pause = self._pauses.at_cap() if self.listening() else self._pauses.failed()
 
     def wait_seconds(self) -> float | None:
         return self._pause

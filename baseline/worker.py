@@ -64,7 +64,7 @@ class BaselineProcess:
         )
         self.sweeper = SweepLoop(engine, settings, self.stopping)
         self.listening = Listening(settings, self.writer.nudge, self.stopping)
-        self.polling.bell_open = lambda: self.listening.listening
+        self.polling.listening = lambda: self.listening.listening
         detail = runner_detail(self.keeper, concurrency, self.writer.worker)
         self.heartbeat = Heartbeat(engine, settings, "worker", detail)
 

@@ -40,7 +40,7 @@ class Delivery(Protocol):
 
 @dataclass
 class Round:
-    """What one round writes. `topped_up` once it has taken what arrived while it waited for its turn (a
+    """What one round writes. `topped_up` once it has taken what arrived while it waited for the write lock (a
     rerun of its transaction writes the same round). With `from_table` it also claims up
     to `table_room` due jobs from the jobs table, within the process's `TENANT_SHARE` (`share`)."""
 
