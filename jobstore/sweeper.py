@@ -97,7 +97,7 @@ def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: 
     return len(ids)
 
 
-class DeadLetterVerdict(StrEnum):
+class DeadLetterOutcome(StrEnum):
     """What the store says about a job whose message was dead-lettered."""
 
     ANNOUNCED = "announced again"  # queued, nothing waiting to be published: it got a new outbox row
@@ -106,24 +106,24 @@ class DeadLetterVerdict(StrEnum):
     UNKNOWN = "unknown job"
 
 
-def settle_dead_letters(conn: Connection, job_ids: Sequence[str], now: float) -> dict[str, DeadLetterVerdict]:
+def settle_dead_letters(conn: Connection, job_ids: Sequence[str], now: float) -> dict[str, DeadLetterOutcome]:
     """For each job whose message was dead-lettered: a queued job with no outbox row waiting to be published
-    gets one, due when the job is; every other job needs nothing. Returns each job's verdict."""
+    gets one, due when the job is; every other job needs nothing. Returns what became of each job."""
     rows = conn.execute(
         select(jobs.c.id, jobs.c.state, jobs.c.available_at, _waiting_delivery().label("waiting")).where(
             jobs.c.id.in_(job_ids)
         )
     ).all()
-    verdicts = dict.fromkeys(job_ids, DeadLetterVerdict.UNKNOWN)
+    outcomes = dict.fromkeys(job_ids, DeadLetterOutcome.UNKNOWN)
     for job_id, state, available_at, waiting in rows:
         if state != State.QUEUED.value:
-            verdicts[job_id] = DeadLetterVerdict.NOT_QUEUED
+            outcomes[job_id] = DeadLetterOutcome.NOT_QUEUED
         elif waiting:
-            verdicts[job_id] = DeadLetterVerdict.ANNOUNCED_ALREADY
+            outcomes[job_id] = DeadLetterOutcome.ANNOUNCED_ALREADY
         else:
             outbox_rows.add(conn, job_id, available_at=max(now, available_at), now=now)
-            verdicts[job_id] = DeadLetterVerdict.ANNOUNCED
-    return verdicts
+            outcomes[job_id] = DeadLetterOutcome.ANNOUNCED
+    return outcomes
 
 
 def _waiting_delivery() -> Exists:

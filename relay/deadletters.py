@@ -41,14 +41,14 @@ CONNECT_TIMEOUT_SECONDS = 5.0
 class Checked:
     """What one check did with the messages it took from `jobs.dead`."""
 
-    verdicts: Counter[str] = field(default_factory=Counter)  # by `sweeper.DeadLetterVerdict` value
+    outcomes: Counter[str] = field(default_factory=Counter)  # by `sweeper.DeadLetterOutcome` value
     parked: int = 0  # undecodable: left in jobs.dead
     left: int = 0  # in jobs.dead when the check began, less what it settled (parked ones included)
 
     def line(self) -> str | None:
-        if not self.verdicts and not self.parked:
+        if not self.outcomes and not self.parked:
             return None
-        settled = ", ".join(f"{n} {verdict}" for verdict, n in sorted(self.verdicts.items()))
+        settled = ", ".join(f"{n} {outcome}" for outcome, n in sorted(self.outcomes.items()))
         parked = f"; {self.parked} undecodable left parked" if self.parked else ""
         return f"dead-lettered messages settled from the store: {settled or 'none'}{parked}; {self.left} left"
 
@@ -100,15 +100,15 @@ class DeadLetterCheck:
                 jobs[tag] = JobMessage.decode(body).job_id
             except UndecodableMessage:
                 undecodable.append(tag)
-        verdicts = {}
+        outcomes = {}
         if jobs:
             now = clock.now()
-            verdicts = db.transact(self._engine, sweeper.settle_dead_letters, sorted(set(jobs.values())), now)
+            outcomes = db.transact(self._engine, sweeper.settle_dead_letters, sorted(set(jobs.values())), now)
         for tag in jobs:
             channel.basic_ack(tag)
         for tag in undecodable:
             channel.basic_nack(tag, requeue=True)
-        counted = Counter(verdicts[job_id].value for job_id in jobs.values())
+        counted = Counter(outcomes[job_id].value for job_id in jobs.values())
         return Checked(counted, len(undecodable), held - len(jobs))
 
 

@@ -100,7 +100,7 @@ def test_each_dead_lettered_message_is_settled_from_the_store_and_only_undecodab
     finally:
         check.close()
 
-    assert dict(checked.verdicts) == {
+    assert dict(checked.outcomes) == {
         "announced again": 1,
         "already announced": 1,
         "not queued": 1,
@@ -111,7 +111,7 @@ def test_each_dead_lettered_message_is_settled_from_the_store_and_only_undecodab
     assert waiting_rows(engine, announced) == 1, "no second delivery for a job that already has one"
     assert waiting_rows(engine, finished) == 0
     assert db.read(engine, queries.get_job, finished).state is State.CANCELLED
-    assert all(not c.verdicts for c in later), "nothing but the undecodable one stayed"
+    assert all(not c.outcomes for c in later), "nothing but the undecodable one stayed"
     parked: list[bytes] = []
 
     def take_parked() -> bool:
