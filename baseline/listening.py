@@ -1,9 +1,10 @@
-"""Idle claiming threads woken by commits instead of waiting out their poll pause.
+"""An idle store writer woken by commits instead of waiting out its poll pause.
 
 A baseline worker process listens for the store's notifications (`Driver.listen`: the notify socket beside
-a SQLite file, LISTEN on PostgreSQL). When a commit announces rows that are due, the process's claimer is
-nudged to claim at once; rows announced for later nudge it when they come due. A claimer that is never
-nudged still polls at its idle pause, so a listener that is missing or lost costs latency, never work.
+a SQLite file, LISTEN on PostgreSQL). When a commit announces rows that are due, the process's store writer
+(`worker.writer`) is nudged to claim at once; rows announced for later nudge it when they come due. A
+writer that is never nudged still polls at its idle pause, so a listener that is missing or lost costs
+latency, never work.
 """
 
 from __future__ import annotations

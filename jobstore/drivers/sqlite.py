@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import Connection, Engine, Select, and_, bindparam, create_engine, event, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError
 
 from outbox_bridge.jobstore import db, fenced, host_notify, outbox, relayrole, storefile
@@ -114,10 +114,12 @@ class SQLiteDriver(Driver):
         engine = create_engine(url, execution_options=options, **kwargs)
         engine.dialect.statement_compiler = db.HintedSQLiteCompiler
         _install_hooks(engine, settings.sqlite_synchronous)
+        notifier = self.notifier(engine)
+        if notifier is not None:
+            db.notify_after_commits(engine, notifier)
         database = self.file(url)
         if database is not None:
             db.queue_writers(engine, shared_writer_queue(db.writer_queue_path(database)))
-            db.notify_after_commits(engine, host_notify.Notifier(host_notify.directory_for(database)))
             if not url.query.get("uri"):  # a URI names its own file and open mode
                 storefile.guard(engine, database)
         return engine
@@ -143,7 +145,7 @@ class SQLiteDriver(Driver):
         )
 
     def listen(self, settings: Settings, role: str) -> Notifications | None:
-        database = db.sqlite_path(settings)
+        database = self.file(make_url(settings.database_url))
         return (
             None
             if database is None
