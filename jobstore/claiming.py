@@ -124,8 +124,6 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
     )
 
 
-_CLAIM = _claim_statement(jobs.c.id == bindparam("b_id"))
-_INSERT_ATTEMPT = insert(attempts)
 # The same with each column a bound parameter, for `db.run_many` (one call into the driver for many rows).
 _INSERT_ATTEMPTS = insert(attempts).values(
     {c: bindparam(c) for c in ("id", "job_id", "epoch", "worker", "started_at", "outcome")}
@@ -147,19 +145,13 @@ def _attempt_row(claim: Claim, now: float) -> dict[str, Any]:
 
 
 def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds: float) -> ClaimResult:
-    """Take `job_id` for `worker`: epoch + 1, attempts + 1, a new lease and a new attempt row.
+    """Take `job_id` for `worker`: epoch + 1, attempts + 1, a new lease and a new attempt row (`claim_many`
+    of one job).
 
     Only a queued, available job of a kind not paused (or a running one whose lease expired with no external
     effect started) within its budget and deadline is taken; otherwise the result says why not."""
-    params = {"b_id": job_id, "b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
-    row = conn.execute(_CLAIM, params).first()
-    if row is None:
-        return _refusal(conn, job_id, now)
-    taken = _claim_of(row, new_attempt_id(), worker)
-    _lose_previous(conn, [taken], now)
-    events.note(conn, [events.of_claim("claimed", taken)])
-    conn.execute(_INSERT_ATTEMPT, _attempt_row(taken, now))
-    return ClaimResult(claim=taken, state=State.RUNNING)
+    [result] = claim_many(conn, [job_id], worker, now, lease_seconds)
+    return result
 
 
 def claim_many(
