@@ -154,7 +154,6 @@ def complete_statement(guard: ColumnElement[bool], attempt_id: Any) -> Any:
     )
 
 
-_COMPLETE = complete_statement(_FENCE, bindparam("b_attempt"))
 # Many at once: each job's own fence, and the result pointer names the attempt of the fenced epoch.
 ATTEMPT_OF_EPOCH = (
     select(attempts.c.id)
@@ -182,13 +181,10 @@ def complete(
     first, in which case the job ends `cancelled` and no result is published - except when this attempt had
     started an external effect, which cannot be taken back: then it ends `succeeded` (see
     `decide_completion`). `Fenced` if the lease is lost: nothing is written and the attempt's output never
-    becomes visible."""
-    row = conn.execute(_COMPLETE, _fenced(job_id, epoch, now, b_attempt=attempt_id)).first()
-    if row is None:
+    becomes visible. (`complete_many` of one attempt.)"""
+    [state] = complete_many(conn, [Completion(job_id, epoch, attempt_id, output)], now)
+    if state is None:
         raise Fenced(job_id, epoch)
-    state = State(row.state)
-    _end_attempt(conn, attempt_id, state.value, now, output=output)
-    events.note(conn, [events.of_row(state.value, row)])
     return state
 
 
