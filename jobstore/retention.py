@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, func, select
+from sqlalchemy import ColumnElement, Connection, and_, delete, select
 
 from outbox_bridge.jobstore.schema import attempts, jobs, state_in, webhook_deliveries
 from outbox_bridge.jobstore.states import PRUNABLE
@@ -41,11 +41,6 @@ def expired(conn: Connection, cutoff: float, *, limit: int = BATCH, after: str |
     if after is not None:
         query = query.where(jobs.c.id > after)
     return list(conn.execute(query).scalars())
-
-
-def count_expired(conn: Connection, cutoff: float) -> int:
-    """How many jobs the retention deletes at `cutoff`."""
-    return int(conn.execute(select(func.count()).where(_expired(cutoff))).scalar_one())
 
 
 def delete_expired(conn: Connection, job_ids: Collection[str], cutoff: float) -> list[str]:
