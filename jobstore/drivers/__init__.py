@@ -11,30 +11,45 @@ database is used, so that a process on SQLite never loads PostgreSQL's statement
 store's test suite runs every test on both drivers (`tests/support/store.py`).
 
 What each driver sends, statement by statement, is written out in `jobstore/drivers/sql/<driver>.sql`, as
-the database receives it (`rendered`; `python -m outbox_bridge.jobstore.drivers` writes the files again, and
-a test fails when they no longer match the code).
+the database receives it (`drivers.listing`), and what each store operation sends in
+`jobstore/drivers/sql/<driver>-operations.sql` (`drivers.recording`); `python -m
+outbox_bridge.jobstore.drivers` writes the files again, and tests fail when they no longer match the code.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib
-import re
-import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from sqlalchemy import ClauseElement, Connection, Engine, Select
+from sqlalchemy import Connection, Engine, Select
 from sqlalchemy.engine import URL, make_url
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-    from outbox_bridge.jobstore.fenced import Completion
     from outbox_bridge.jobstore.host_notify import Notifier
 
 # The databases a store can live in, by SQLAlchemy's name for them, and the module of each one's driver.
 DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql"}
+
+
+class Completion(Protocol):
+    """One attempt to complete, as `complete_many` takes it (`fenced.Completion`): its fence (job id,
+    epoch), its attempt and its output."""
+
+    @property
+    def job_id(self) -> str: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def attempt_id(self) -> str: ...
+
+    @property
+    def output(self) -> dict[str, Any]: ...
 
 
 class Notifications(Protocol):
@@ -163,23 +178,9 @@ class Driver:
 
     # --- what it sends --------------------------------------------------------------------------------
 
-    def statements(self) -> dict[str, str]:
-        """The driver's named statements (the upper-case names of its module, and `shared_statements`), by
-        name, as its database receives them."""
-        from outbox_bridge.jobstore import db  # (db uses the drivers)
-
-        named: dict[str, str] = {}
-        for name, value in [*vars(sys.modules[type(self).__module__]).items(), *self.shared_statements()]:
-            if not name.isupper():
-                continue
-            if isinstance(value, ClauseElement):
-                value = db.Direct.of(value, dialect=self.name)
-            if isinstance(value, db.Direct):
-                named[name] = _with_literals(value.sql, value.defaults)
-        return named
-
     def shared_statements(self) -> list[tuple[str, Any]]:
-        """The store's shared statements this driver runs as they are, by a name for the listing."""
+        """The store's shared statements this driver runs as they are, by a name for the listing
+        (`drivers.listing`)."""
         return []
 
     # --- upkeep --------------------------------------------------------------------------------------
@@ -191,29 +192,6 @@ class Driver:
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
         """Gather `table`'s planner statistics, waiting at most `lock_timeout` for its lock."""
         raise NotImplementedError
-
-
-def _with_literals(sql: str, defaults: Mapping[str, Any]) -> str:
-    """`sql` with the values of its literals (`db.Direct.defaults`) in place of their placeholders."""
-    for name, value in defaults.items():
-        if value is None:
-            continue
-        literal = repr(value).lower() if isinstance(value, bool) else repr(value)
-        sql = re.sub(rf"%\({name}\)s|:{name}\b", literal.replace("\\", "\\\\"), sql)
-    return sql
-
-
-def rendered(driver: Driver) -> str:
-    """`driver.statements()` as one SQL file, a statement per name."""
-    head = (
-        f"-- The statements the {driver.name} driver sends, as the database receives them. Written\n"
-        "-- by `python -m outbox_bridge.jobstore.drivers` from the code; do not edit.\n"
-        "-- `(__[POSTCOMPILE_x])` is a list of values, sent with one placeholder per value.\n"
-    )
-    body = "".join(
-        f"\n-- name: {name}\n{sql.strip()};\n" for name, sql in sorted(driver.statements().items())
-    )
-    return head + "\n".join(line.rstrip() for line in body.split("\n"))
 
 
 @functools.cache

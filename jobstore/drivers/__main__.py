@@ -15,7 +15,7 @@ from pathlib import Path
 
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, migrate
-from outbox_bridge.jobstore.drivers import DRIVERS, named, recording, rendered
+from outbox_bridge.jobstore.drivers import DRIVERS, listing, named, recording
 
 SQL = Path(__file__).with_name("sql")
 
@@ -47,5 +47,5 @@ if __name__ == "__main__":
     else:
         for name in DRIVERS:
             path = SQL / f"{name}.sql"
-            path.write_text(rendered(named(name)))
+            path.write_text(listing.rendered(named(name)))
             print(f"wrote {path}")

@@ -45,7 +45,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, IntegrityError
 
 from outbox_bridge.jobstore import db, fenced, host_notify, relayrole
-from outbox_bridge.jobstore.drivers import Driver, Notifications
+from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications
 from outbox_bridge.jobstore.notifications import Listener
 from outbox_bridge.jobstore.outbox import EVENT_FACTS_RETURNED
 from outbox_bridge.jobstore.records import dumps
@@ -54,7 +54,7 @@ from outbox_bridge.jobstore.schema import outbox as outbox_table
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-    from outbox_bridge.jobstore.fenced import Completion
+
 
 # A pooled connection back from the pool after this long idle is pinged before it is used.
 PING_AFTER_IDLE_SECONDS = 1.0

@@ -30,14 +30,14 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError
 
 from outbox_bridge.jobstore import db, fenced, host_notify, outbox, relayrole, storefile
-from outbox_bridge.jobstore.drivers import Driver, Notifications
+from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications
 from outbox_bridge.jobstore.schema import JOB_COLUMNS, attempts, jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from outbox_bridge.jobstore.writer_queue import shared_writer_queue
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-    from outbox_bridge.jobstore.fenced import Completion
+
 
 JOBS_BY_ID = "INDEXED BY sqlite_autoindex_jobs_1"  # the index of the primary key, `jobs.id`
 BY_ROWID = "NOT INDEXED"  # an INTEGER PRIMARY KEY (`outbox.id`) is still looked up by its rowid

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from outbox_bridge.jobstore import drivers
+from outbox_bridge.jobstore.drivers import listing
 
 SQL = Path(drivers.__file__).with_name("sql")
 
@@ -15,7 +16,7 @@ SQL = Path(drivers.__file__).with_name("sql")
 @pytest.mark.parametrize("name", sorted(drivers.DRIVERS))
 def test_the_written_statements_are_the_ones_the_driver_sends(name: str) -> None:
     written = (SQL / f"{name}.sql").read_text()
-    assert written == drivers.rendered(drivers.named(name)), (
+    assert written == listing.rendered(drivers.named(name)), (
         f"jobstore/drivers/sql/{name}.sql is out of date: run `python -m outbox_bridge.jobstore.drivers`"
     )
 
@@ -32,4 +33,4 @@ def test_every_statement_of_the_path_every_job_takes_is_written_out() -> None:
         },
         "postgresql": {"INSERT_JOBS", "CLAIM", "CLAIM_DUE", "COMPLETE_MANY", "DUE_AT_ONCE", "MARK_PUBLISHED"},
     }.items():
-        assert expected <= set(drivers.named(name).statements()), name
+        assert expected <= set(listing.statements(drivers.named(name))), name
