@@ -40,9 +40,9 @@ class Delivery(Protocol):
 
 @dataclass
 class Round:
-    """What one round writes. `topped_up` once it has taken what arrived while it waited for the write lock (a
-    rerun of its transaction writes the same round). With `from_table` it also claims up
-    to `table_room` due jobs from the jobs table, within the process's `TENANT_SHARE` (`share`)."""
+    """What one round writes. `topped_up` once it has taken what arrived while it waited for the write lock
+    (a rerun of its transaction writes the same round). With `from_table` it also claims up to `table_room`
+    due jobs from the jobs table, within the process's `TENANT_SHARE` (`share`)."""
 
     finished: list[Finished] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)

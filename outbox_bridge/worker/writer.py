@@ -11,7 +11,7 @@ the table alone (`baseline.pacing.Polling`). A refused claim (finished, leased b
 backoff, waiting for the sweeper, of a paused kind, or unknown) is acked without running: it is a duplicate,
 a retry whose own outbox row delivers it later, or a job that resuming its kind announces again.
 
-A round takes, once its transaction holds the write lock, whatever arrived while it waited for the write lock.
+A round takes, once its transaction holds the write lock, whatever arrived while it waited for it.
 While jobs are short, a process claims more jobs than it has threads (`worker.budget`), so a round commits
 and claims many at a time; deliveries beyond its claim limit wait, unclaimed and unacked, for a later
 round. An outcome is never held back on a timer: the writer commits what has finished as soon as it is
@@ -420,7 +420,7 @@ class StoreWriter:
 
     def _in_transaction(self, conn: Connection, round_: Round) -> Any:
         """The round's transaction, once it holds the write lock: first take what arrived while it waited
-        for the write lock (once: a rerun writes the same round), then write it."""
+        for it (once: a rerun writes the same round), then write it."""
         if not round_.topped_up:
             round_.topped_up = True
             round_.finished += self._absorb(take_waiting(self._inbox))
