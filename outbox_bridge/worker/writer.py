@@ -320,13 +320,13 @@ class StoreWriter:
         try:
             due = db.read(self._engine, self._any_due_in)
         except db.StoreUnavailable as exc:
-            self._unavailable.failed(exc)
-            due = False
+            self.table.took(0, self._room())
+            self._unavailable.failed(exc, self.table.wait_seconds() or 0.0)
+            return False
         except Exception:  # a bug must not cost the process its writer: the round decides
             log.exception("unexpected error reading whether any job is due")
             return True
-        else:
-            self._unavailable.answered()
+        self._unavailable.answered()
         if not due:
             self.table.took(0, self._room())
         return due
@@ -425,8 +425,7 @@ class StoreWriter:
             round_.topped_up = True
             round_.finished += self._absorb(take_waiting(self._inbox))
             room = self._room()
-            claimed = self._runners.claimed()
-            running = Counter(held.claim.tenant for held in claimed)
+            running = Counter(self._runners.tenants())
             wanted = room and (self._waiting or round_.from_table)
             round_.share = self._share.held(conn, running, self._bursting) if wanted else None
             most = round_.share.most if round_.share else None
@@ -496,8 +495,6 @@ class StoreWriter:
         for claim in claims:
             faults.hit(f"{self._role}.after_claim")
             self.begin(claim, None)
-        if claims:
-            self.counts.add(table_claims=len(claims))
 
     def _end(self, finished: Sequence[Finished]) -> list[bool]:
         """Forget the jobs and ack their deliveries: the store has each outcome, or the job under a lease
