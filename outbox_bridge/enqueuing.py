@@ -138,14 +138,19 @@ _checking = threading.Lock()
 
 def _check_store(connection: Connection) -> None:
     """`StoreMismatch` unless the connection's database is one the deployment writes to: at the code's
-    schema revision, and on SQLite in WAL mode. Checked once per engine."""
+    schema revision, and on SQLite in WAL mode. Checked once per engine, on a connection of its own: the
+    caller's transaction must not read before it writes, since on SQLite a deferred transaction that read
+    first fails its write at once ("database is locked") when another process committed in between."""
     engine = connection.engine
     if engine in _checked:
         return
-    unfit = drivers.of(engine).check(connection)
+    driver = drivers.of(engine)
+    with engine.connect().execution_options(**driver.read_options) as own:  # a read: no write lock
+        unfit = driver.check(own)
+        current = migrate.revision_of(own)
     if unfit is not None:
         raise StoreMismatch(unfit)
-    current, head = migrate.revision_of(connection), migrate.head_revision()
+    head = migrate.head_revision()
     if current != head:
         raise StoreMismatch(
             f"the store's schema is at {current or 'nothing (not initialised)'}, the code needs {head}: "

@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 import outbox_bridge
 from outbox_bridge import enqueuing
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, host_notify, notifications
+from outbox_bridge.jobstore import db, host_notify, migrate, notifications
 from outbox_bridge.jobstore.schema import jobs, outbox
-from tests.support.store import job_row
+from tests.support.store import job_row, new_job
 
 business = MetaData()
 orders = Table("team_orders", business, Column("id", Integer, primary_key=True), Column("item", String(50)))
@@ -241,3 +241,24 @@ def test_a_store_whose_schema_is_not_current_is_a_clear_error(settings: Settings
             outbox_bridge.enqueue(conn, "export", EXPORT, key="k", tenant="shop", owner="checkout")
     finally:
         own.dispose()
+
+
+@pytest.mark.databases("sqlite")
+def test_an_engines_first_enqueue_reads_nothing_in_the_callers_transaction_before_it_writes(
+    app_engine: Engine, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On SQLite a transaction that began by reading cannot write once another process committed after
+    # that read: its write fails at once with "database is locked". An engine's first enqueue checks the
+    # store (its schema revision); here another writer commits right after that check, as a busy
+    # deployment's processes do.
+    read_revision = migrate.revision_of
+
+    def then_another_commits(conn: Connection) -> str | None:
+        revision = read_revision(conn)
+        new_job(engine, key="meanwhile")
+        return revision
+
+    monkeypatch.setattr(migrate, "revision_of", then_another_commits)
+    with app_engine.begin() as conn, conn.begin_nested():  # a savepoint: a transaction SQLite began
+        job = outbox_bridge.enqueue(conn, "export", EXPORT, key="first", tenant="shop", owner="checkout")
+    assert job_row(engine, job.id).operation_key == "first"
