@@ -7,7 +7,8 @@ fresh Idempotency-Key (a Lua script written next to the run's logs):
   run, so only the api and the store work (stopped at a moment none of them holds the store's write lock,
   `bench.pausing`); the accepted jobs run after SIGCONT, and the phase ends when they have. Then as long a
   run of `GET /healthz` (the app's cheapest answer, through the same middleware; the other processes idle)
-  gives the rate the api's framework and server allow: `POST /jobs`'s rate is stated as a share of it.
+  gives the rate the api's framework and server allow: `POST /jobs`'s rate is stated as a share of it,
+  beside how the api's group commit carried the posts (`group_commit`).
 - `http_whole`: the whole deployment under the same load: 202s/s from wrk, and accepted-to-succeeded
   jobs/s from the store.
 
@@ -80,6 +81,7 @@ def http_api(run: Run) -> dict[str, Any]:
         # The api's CPU per job it accepted (ms), and the whole machine's while only the api and wrk ran.
         "api_cpu_ms_per_job": api_cpu,
         "machine": spent["machine"],
+        "group_commit": group_commit(spent["cost"], figures["accepted_per_second"]),
         "finished": finished,
         "pause_tries": tries,
         "healthz": healthz,
@@ -93,6 +95,22 @@ def api_cpu_per_job(by_process: dict[str, float]) -> float | None:
     the counters name `api-<pid>`). None when no api process reported."""
     found = [cpu for name, cpu in by_process.items() if name == "api" or name.startswith("api-")]
     return round(sum(found), 3) if found else None
+
+
+def group_commit(cost: dict[str, Any], per_second: float) -> dict[str, float | None]:
+    """How the api's group commit carried the jobs (only the api writes while the others are paused): jobs
+    per write transaction, how long each held the store (ms), and the share of the phase's seconds in which
+    one was writing (`per_second` jobs a second, each `write_ms_per_job`). Each client waits for the
+    transaction holding its job: when every client's request is in one, the api has nothing else to do."""
+    per_transaction = cost.get("write_transactions_per_job")
+    write_ms = cost.get("write_ms_per_job")
+    if not per_transaction or write_ms is None:
+        return {"jobs_per_transaction": None, "ms_per_transaction": None, "writing_share": None}
+    return {
+        "jobs_per_transaction": round(1 / per_transaction, 1),
+        "ms_per_transaction": round(write_ms / per_transaction, 3),
+        "writing_share": round(per_second * write_ms / 1000, 3),
+    }
 
 
 def http_whole(run: Run) -> dict[str, Any]:

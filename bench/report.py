@@ -141,6 +141,19 @@ def _wrk_cpu(run: Result) -> str:
     return f"{_num(api, 3)} / {_num(everything, 3)}"
 
 
+def _group_commit(run: Result) -> str:
+    """The api's group commit under wrk: jobs a transaction, ms each, and the share of the time one ran,
+    beside how busy the machine's cores were (`bench.loadgen.group_commit`)."""
+    found = figure(run, "http_api", "group_commit") or {}
+    if found.get("jobs_per_transaction") is None:
+        return "-"
+    busy = figure(run, "http_api", "machine", "busy_percent")
+    return (
+        f"{_num(found['jobs_per_transaction'], 1)} jobs; {_num(found['ms_per_transaction'], 2)} ms; "
+        f"{_num(100 * found['writing_share'])} % of the time; cores {_num(busy)} % busy"
+    )
+
+
 def _outage(run: Result) -> str:
     if run["mode"] != "broker" or figure(run, "outage") is None:
         return "-"
@@ -185,6 +198,11 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
     ("wrk, api alone: 202s/s (p50 / p99 ms)", lambda r: _wrk(r, "http_api")),
     ("wrk, api alone: GET /healthz answers/s (the 202s' share of it)", _of_healthz),
     ("wrk, api alone: CPU ms per job, api / whole machine (wrk's part too)", _wrk_cpu),
+    (
+        "wrk, api alone: a write transaction's jobs; how long it held the store; the share of the time one "
+        "was writing; the cores' busy share",
+        _group_commit,
+    ),
     ("wrk, whole deployment: 202s/s (p50 / p99 ms)", lambda r: _wrk(r, "http_whole")),
     (
         "wrk, whole deployment: jobs/s accepted-to-succeeded",

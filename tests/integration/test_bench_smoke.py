@@ -133,6 +133,11 @@ def _assert_run(run: dict[str, Any]) -> None:
             < phases["http_api"]["api_cpu_ms_per_job"]
             < phases["http_api"]["machine"]["cpu_seconds_per_1000_jobs"]["all"]
         )
+        # The api's group commit: one transaction holds several clients' jobs; the store's one writer slot
+        # is held for part of the phase, never for more than all of it.
+        grouped = phases["http_api"]["group_commit"]
+        assert grouped["jobs_per_transaction"] >= 1 and grouped["ms_per_transaction"] > 0, grouped
+        assert 0 < grouped["writing_share"] <= 1.05, grouped
 
 
 def _assert_wrk(*measured: dict[str, Any]) -> None:
