@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, func, select
 
-from outbox_bridge.jobstore.schema import jobs, outbox
-from outbox_bridge.jobstore.states import ACTIVE, TERMINAL, State
+from outbox_bridge.jobstore.schema import jobs, outbox, state_is
+from outbox_bridge.jobstore.states import TERMINAL, State
 
 if TYPE_CHECKING:
     import numpy as np
 
 TERMINAL_VALUES = [s.value for s in TERMINAL]
-ACTIVE_VALUES = sorted(s.value for s in ACTIVE)
 PERCENTILES = (50, 95, 99)
 
 
@@ -75,9 +74,14 @@ class StoreWatch:
         return Progress(succeeded, sum(counts.values()))
 
     def unfinished(self, tenant: str) -> int:
-        """How many jobs of `tenant` are still queued or running: a range of the (state, tenant) index that
-        shrinks as they finish, where counting the finished jobs reads every one of them."""
-        query = select(func.count()).where(jobs.c.state.in_(ACTIVE_VALUES), jobs.c.tenant == tenant)
+        """How many jobs of `tenant` are still queued or running: a range of the queued and of the running
+        jobs' tenant indexes, which shrink as they finish, where counting the finished jobs reads every one
+        of them."""
+        queued, running = (
+            select(func.count()).where(state_is(state), jobs.c.tenant == tenant).scalar_subquery()
+            for state in (State.QUEUED, State.RUNNING)
+        )
+        query = select(queued + running)
         with self.engine.connect() as conn:
             return int(conn.execute(query).scalar_one())
 
@@ -110,7 +114,7 @@ class StoreWatch:
         import numpy as np
 
         query = select(jobs.c.created_at, jobs.c.started_at, jobs.c.finished_at).where(
-            jobs.c.tenant == tenant, jobs.c.state == State.SUCCEEDED.value
+            jobs.c.tenant == tenant, state_is(State.SUCCEEDED)
         )
         with self.engine.connect() as conn:
             rows = np.array(conn.execute(query).all(), dtype=float).reshape(-1, 3)

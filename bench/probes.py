@@ -29,7 +29,7 @@ from outbox_bridge.jobstore import db, intake, queries
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.schedule import Schedule
-from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.schema import jobs, state_is
 from outbox_bridge.jobstore.states import State
 
 BACKLOG = 5000
@@ -93,7 +93,7 @@ def _probe(
 
 
 def _queued(conn: Connection, tenant: str) -> int:
-    query = select(func.count()).where(jobs.c.tenant == tenant, jobs.c.state == State.QUEUED.value)
+    query = select(func.count()).where(jobs.c.tenant == tenant, state_is(State.QUEUED))
     return int(conn.execute(query).scalar_one())
 
 

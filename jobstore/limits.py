@@ -51,7 +51,7 @@ from sqlalchemy import (
 )
 
 from outbox_bridge.jobstore import drivers, outbox
-from outbox_bridge.jobstore.schema import jobs, kind_rates
+from outbox_bridge.jobstore.schema import jobs, kind_rates, state_is
 from outbox_bridge.jobstore.schema import outbox as outbox_rows
 from outbox_bridge.jobstore.states import State
 
@@ -100,7 +100,7 @@ def unlimited(kinds: tuple[str, ...]) -> ColumnElement[bool]:
     if kinds:
         names: list[Any] = [literal_column("'" + kind.replace("'", "''") + "'") for kind in kinds]
         free = and_(free, jobs.c.kind.not_in(names))
-    return or_(jobs.c.state == State.RUNNING.value, free)
+    return or_(state_is(State.RUNNING), free)
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class Decision:
 _KIND_SPACE, _KEY_SPACE = 0x6B69, 0x6B65
 _RUNNING_KINDS = (
     select(jobs.c.kind, func.count())
-    .where(jobs.c.state == State.RUNNING.value, jobs.c.kind.in_(bindparam("b_kinds", expanding=True)))
+    .where(state_is(State.RUNNING), jobs.c.kind.in_(bindparam("b_kinds", expanding=True)))
     .group_by(jobs.c.kind)
 )
 _RUNNING_KEYS = (
@@ -131,7 +131,7 @@ _RUNNING_KEYS = (
     .where(
         jobs.c.tenant.in_(bindparam("b_tenants", expanding=True)),
         jobs.c.concurrency_key.in_(bindparam("b_keys", expanding=True)),
-        jobs.c.state == State.RUNNING.value,
+        state_is(State.RUNNING),
     )
     .group_by(jobs.c.tenant, jobs.c.concurrency_key)
 )
@@ -214,7 +214,7 @@ def hold(conn: Connection, decision: Decision, found: Sequence[Candidate], now: 
         if ids:
             conn.execute(
                 update(jobs)
-                .where(jobs.c.id.in_(ids), jobs.c.state == State.QUEUED.value)
+                .where(jobs.c.id.in_(ids), state_is(State.QUEUED))
                 .values(held_by=why.value, updated_at=now)
             )
     rated = sorted({c.kind for c in found if decision.held.get(c.job_id) is Held.RATE})
@@ -232,7 +232,7 @@ _HAS_TURN = (
     .where(
         jobs.c.held_by == Held.RATE.value,
         jobs.c.kind == bindparam("b_kind"),
-        jobs.c.state == State.QUEUED.value,
+        state_is(State.QUEUED),
         outbox_rows.c.published_at.is_(None),
     )
     .limit(1)
@@ -243,7 +243,7 @@ def _held_in_start_order(held: Held, *of: ColumnElement[bool]) -> Select[Any]:
     """The ids of the queued jobs `held` holds back that match `of`, in the order jobs start in."""
     return (
         select(jobs.c.id)
-        .where(jobs.c.held_by == held.value, *of, jobs.c.state == State.QUEUED.value)
+        .where(jobs.c.held_by == held.value, *of, state_is(State.QUEUED))
         .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
     )
 
@@ -323,7 +323,7 @@ def _with_room(
 
 _HELD_GROUPS = (
     select(jobs.c.held_by, jobs.c.kind, jobs.c.tenant, jobs.c.concurrency_key, func.count())
-    .where(jobs.c.held_by.is_not(None), jobs.c.state == State.QUEUED.value)
+    .where(jobs.c.held_by.is_not(None), state_is(State.QUEUED))
     .group_by(jobs.c.held_by, jobs.c.kind, jobs.c.tenant, jobs.c.concurrency_key)
 )
 
@@ -357,7 +357,7 @@ def _held_of(conn: Connection, kinds: Sequence[str]) -> Iterator[str]:
     """The rate-held jobs of `kinds` (whose rate was removed)."""
     if kinds:
         query = select(jobs.c.id).where(
-            jobs.c.held_by == Held.RATE.value, jobs.c.kind.in_(kinds), jobs.c.state == State.QUEUED.value
+            jobs.c.held_by == Held.RATE.value, jobs.c.kind.in_(kinds), state_is(State.QUEUED)
         )
         yield from conn.execute(query).scalars()
 
@@ -393,7 +393,7 @@ KEY_HAS_ROOM = or_(
     .where(
         _OTHER.c.tenant == jobs.c.tenant,
         _OTHER.c.concurrency_key == jobs.c.concurrency_key,
-        _OTHER.c.state == State.RUNNING.value,
+        _OTHER.c.state == literal_column("'running'"),
     )
     .scalar_subquery()
     < bindparam("b_key_max"),
@@ -411,7 +411,7 @@ class HeldCount:
 
 _HELD_COUNTS = (
     select(jobs.c.kind, jobs.c.held_by, func.count())
-    .where(jobs.c.held_by.is_not(None), jobs.c.state == State.QUEUED.value)
+    .where(jobs.c.held_by.is_not(None), state_is(State.QUEUED))
     .group_by(jobs.c.kind, jobs.c.held_by)
     .order_by(jobs.c.kind, jobs.c.held_by)
 )

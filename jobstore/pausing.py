@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, and_, case, delete, func, insert, literal, select
 
 from outbox_bridge.jobstore import host_notify
-from outbox_bridge.jobstore.schema import jobs, kind_actions, outbox, paused_kinds
+from outbox_bridge.jobstore.schema import jobs, kind_actions, outbox, paused_kinds, state_is
 from outbox_bridge.jobstore.states import State
 
 # The job at hand is not of a paused kind: a condition of the claim's statements (a subquery of a table of a
@@ -62,7 +62,7 @@ def paused(conn: Connection) -> list[PausedKind]:
     """The paused kinds, the longest paused first, each with its count of queued jobs."""
     queued = (
         select(func.count())
-        .where(jobs.c.state == State.QUEUED.value, jobs.c.kind == paused_kinds.c.kind)
+        .where(state_is(State.QUEUED), jobs.c.kind == paused_kinds.c.kind)
         .scalar_subquery()
     )
     rows = conn.execute(
@@ -85,7 +85,7 @@ def announce_queued(conn: Connection, kind: str, now: float) -> int:
     the job is (a delayed one at its start), written in the order the jobs start in, in one statement.
     Returns how many were announced."""
     due = case((jobs.c.available_at > now, jobs.c.available_at), else_=now)
-    waiting = and_(jobs.c.state == State.QUEUED.value, jobs.c.kind == kind, ~_PENDING)
+    waiting = and_(state_is(State.QUEUED), jobs.c.kind == kind, ~_PENDING)
     rows = (
         select(jobs.c.id, literal(now), due, literal(0), jobs.c.tenant, jobs.c.priority)
         .where(waiting)

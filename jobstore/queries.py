@@ -9,12 +9,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, and_, bindparam, func, or_, select
+from sqlalchemy import Connection, String, and_, bindparam, func, literal_column, or_, select, union_all
 
 from outbox_bridge.jobstore import pausing
 from outbox_bridge.jobstore.filters import JobFilter
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
-from outbox_bridge.jobstore.schema import attempts, jobs, operator_actions
+from outbox_bridge.jobstore.schema import FINISHED, attempts, jobs, operator_actions, state_is
 from outbox_bridge.jobstore.states import State
 
 
@@ -145,7 +145,7 @@ def committed_result(conn: Connection, job_id: str, *, tenant: str | None = None
     query = (
         select(attempts)
         .join(jobs, jobs.c.result_attempt_id == attempts.c.id)
-        .where(jobs.c.id == job_id, jobs.c.state == State.SUCCEEDED.value)
+        .where(jobs.c.id == job_id, state_is(State.SUCCEEDED))
     )
     if tenant is not None:
         query = query.where(jobs.c.tenant == tenant)
@@ -154,11 +154,16 @@ def committed_result(conn: Connection, job_id: str, *, tenant: str | None = None
 
 
 def counts_by_state(conn: Connection, *, tenant: str | None = None) -> dict[str, int]:
-    query = select(jobs.c.state, func.count()).group_by(jobs.c.state)
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
+    """How many jobs are in each state (of `tenant`'s, when given): the queued and the running jobs counted
+    in their own indexes, the finished ones in theirs, never a read of the whole table."""
+    of_tenant = [] if tenant is None else [jobs.c.tenant == tenant]
+    parts = [
+        select(literal_column(f"'{state.value}'", String), func.count()).where(state_is(state), *of_tenant)
+        for state in (State.QUEUED, State.RUNNING)
+    ]
+    finished = select(jobs.c.state, func.count()).where(FINISHED, *of_tenant).group_by(jobs.c.state)
     counts = {s.value: 0 for s in State}
-    counts.update({str(state): int(n) for state, n in conn.execute(query).all()})
+    counts.update({str(state): int(n) for state, n in conn.execute(union_all(*parts, finished)).all()})
     return counts
 
 
@@ -185,7 +190,7 @@ def due_queue(conn: Connection, now: float) -> DueQueue:
     available_at) index."""
     count, oldest = conn.execute(
         select(func.count(), func.min(jobs.c.available_at)).where(
-            jobs.c.state == State.QUEUED.value, jobs.c.available_at <= now, pausing.NOT_PAUSED
+            state_is(State.QUEUED), jobs.c.available_at <= now, pausing.NOT_PAUSED
         )
     ).one()
     age = 0.0 if oldest is None else max(0.0, now - float(oldest))
@@ -205,7 +210,7 @@ def leases_by_owner(conn: Connection) -> dict[str, Leases]:
     of the (state, lease_expires_at) index. What a process holds, counted from the store."""
     query = (
         select(jobs.c.lease_owner, func.count(), func.min(jobs.c.lease_expires_at))
-        .where(jobs.c.state == State.RUNNING.value, jobs.c.lease_owner.is_not(None))
+        .where(state_is(State.RUNNING), jobs.c.lease_owner.is_not(None))
         .group_by(jobs.c.lease_owner)
     )
     return {
@@ -220,7 +225,7 @@ def running_jobs_of(conn: Connection, owners: Sequence[str], *, limit: int) -> l
         return []
     query = (
         select(jobs)
-        .where(jobs.c.state == State.RUNNING.value, jobs.c.lease_owner.in_(sorted(owners)))
+        .where(state_is(State.RUNNING), jobs.c.lease_owner.in_(sorted(owners)))
         .order_by(jobs.c.lease_expires_at, jobs.c.id)
         .limit(limit)
     )

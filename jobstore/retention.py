@@ -16,7 +16,7 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, select
+from sqlalchemy import ColumnElement, Connection, and_, delete, select, tuple_
 
 from outbox_bridge.jobstore.schema import attempts, jobs, state_in, webhook_deliveries
 from outbox_bridge.jobstore.states import PRUNABLE
@@ -35,12 +35,20 @@ def _expired(cutoff: float) -> ColumnElement[bool]:
     return and_(state_in(PRUNABLE), jobs.c.finished_at < cutoff, ~pending)
 
 
-def expired(conn: Connection, cutoff: float, *, limit: int = BATCH, after: str | None = None) -> list[str]:
-    """Ids of up to `limit` jobs the retention deletes at `cutoff`, in id order, after the id `after`."""
-    query = select(jobs.c.id).where(_expired(cutoff)).order_by(jobs.c.id).limit(limit)
+def expired(
+    conn: Connection, cutoff: float, *, limit: int = BATCH, after: tuple[float, str] | None = None
+) -> list[tuple[float, str]]:
+    """(finish time, id) of up to `limit` jobs the retention deletes at `cutoff`, oldest first (read from
+    the finished jobs' index, `ix_jobs_finished_state_finished_at`), after the job `after` in that order."""
+    query = (
+        select(jobs.c.finished_at, jobs.c.id)
+        .where(_expired(cutoff))
+        .order_by(jobs.c.finished_at, jobs.c.id)
+        .limit(limit)
+    )
     if after is not None:
-        query = query.where(jobs.c.id > after)
-    return list(conn.execute(query).scalars())
+        query = query.where(tuple_(jobs.c.finished_at, jobs.c.id) > after)
+    return [(float(finished_at), str(job_id)) for finished_at, job_id in conn.execute(query).all()]
 
 
 def delete_expired(conn: Connection, job_ids: Collection[str], cutoff: float) -> list[str]:
@@ -55,7 +63,7 @@ def delete_expired(conn: Connection, job_ids: Collection[str], cutoff: float) ->
 
 def prune(conn: Connection, cutoff: float, *, limit: int = BATCH) -> list[str]:
     """Delete up to `limit` of the jobs the retention deletes at `cutoff`; returns their ids."""
-    return delete_expired(conn, expired(conn, cutoff, limit=limit), cutoff)
+    return delete_expired(conn, [job_id for _, job_id in expired(conn, cutoff, limit=limit)], cutoff)
 
 
 @dataclass(frozen=True)

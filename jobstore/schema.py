@@ -19,10 +19,12 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
+    literal_column,
     text,
 )
 
-from outbox_bridge.jobstore.states import State
+from outbox_bridge.jobstore.states import TERMINAL, State
 
 metadata = MetaData(
     naming_convention={
@@ -32,6 +34,16 @@ metadata = MetaData(
         "pk": "pk_%(table_name)s",
     }
 )
+
+
+def _only(condition: str) -> dict[str, Any]:
+    """A partial index's condition, the same on both databases."""
+    return {"postgresql_where": text(condition), "sqlite_where": text(condition)}
+
+
+_ONLY_QUEUED = _only("state = 'queued'")
+_ONLY_RUNNING = _only("state = 'running'")
+_ONLY_FINISHED = _only("finished_at IS NOT NULL")
 
 jobs = Table(
     "jobs",
@@ -78,23 +90,30 @@ jobs = Table(
     # Which limit (`jobstore.limits.Held`) held the queued job back at its last claim; null once claimed.
     Column("held_by", String(16)),
     UniqueConstraint("tenant", "operation_key", name="uq_jobs_tenant_operation_key"),
-    Index("ix_jobs_state_available_at", "state", "available_at"),
     Index("ix_jobs_tenant_created_at", "tenant", "created_at", "id"),
-    Index("ix_jobs_state_lease_expires_at", "state", "lease_expires_at"),
-    # The job retention's search: finished jobs past their retention (`jobstore.retention`).
-    Index("ix_jobs_state_finished_at", "state", "finished_at"),
+    # The indexes below hold the jobs of one state only (migration 0018 says why): a state change writes
+    # into the indexes of the state it enters, not into all of them. A query they serve names the state as
+    # a literal (`state_in`), so that its text implies the index's condition on both databases.
+    # The queued jobs by when they are due (the sweeper, the claim of due jobs).
+    Index("ix_jobs_queued_available_at", "available_at", **_ONLY_QUEUED),
     # The baseline's claim: queued jobs by priority, then age, walked in order.
-    Index("ix_jobs_state_priority_available_at", "state", "priority", "available_at"),
+    Index("ix_jobs_queued_priority_available_at", "priority", "available_at", **_ONLY_QUEUED),
     # Whether more than one tenant has queued jobs (the lowest and the highest name): two index seeks.
-    Index("ix_jobs_state_tenant", "state", "tenant"),
+    Index("ix_jobs_queued_tenant", "tenant", **_ONLY_QUEUED),
+    # The running jobs by when their lease runs out (the sweeper), and by tenant (`TENANT_MAX_RUNNING`).
+    Index("ix_jobs_running_lease_expires_at", "lease_expires_at", **_ONLY_RUNNING),
+    Index("ix_jobs_running_tenant", "tenant", **_ONLY_RUNNING),
+    # The finished jobs by state, then finish time: the job retention's search (`jobstore.retention`), the
+    # dead and unknown jobs an operator reads, counts by state. Only a finished job has a `finished_at`:
+    # `state_in` of finished states adds the index's condition to the query.
+    Index("ix_jobs_finished_state_finished_at", "state", "finished_at", **_ONLY_FINISHED),
     # The jobs a limit holds back, in the order they start in (`jobstore.limits.release`): few, or none.
     Index(
         "ix_jobs_held_kind_priority",
         "kind",
         "priority",
         "available_at",
-        postgresql_where=text("held_by IS NOT NULL"),
-        sqlite_where=text("held_by IS NOT NULL"),
+        **_only("held_by IS NOT NULL"),
     ),
     # The running jobs of one concurrency key (`jobstore.limits`): only keyed jobs are in it.
     Index(
@@ -102,8 +121,7 @@ jobs = Table(
         "tenant",
         "concurrency_key",
         "state",
-        postgresql_where=text("concurrency_key IS NOT NULL"),
-        sqlite_where=text("concurrency_key IS NOT NULL"),
+        **_only("concurrency_key IS NOT NULL"),
     ),
 )
 
@@ -125,10 +143,7 @@ attempts = Table(
     UniqueConstraint("job_id", "epoch", name="uq_attempts_job_id_epoch"),
 )
 
-_UNPUBLISHED_ONLY: dict[str, Any] = {
-    "postgresql_where": text("published_at IS NULL"),
-    "sqlite_where": text("published_at IS NULL"),
-}
+_UNPUBLISHED_ONLY = _only("published_at IS NULL")
 
 outbox = Table(
     "outbox",
@@ -369,7 +384,19 @@ JOB_COLUMNS = tuple(column.name for column in jobs.c)
 
 
 def state_in(states: Collection[State]) -> ColumnElement[bool]:
-    """The job's state is one of `states` (a `Move`'s sources): plain equality when there is one, so the
-    statement reads, and is planned, as a hand-written `state = 'queued'` would be."""
-    values = sorted(state.value for state in states)
-    return jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
+    """The job's state is one of `states` (a `Move`'s sources), written as literals: plain equality when
+    there is one, so the statement reads, and is planned, as a hand-written `state = 'queued'` would be. A
+    bound state would hide from the planner that the query only wants, say, queued jobs, and the indexes
+    of one state (`ix_jobs_queued_*`, `ix_jobs_running_*`) serve only a query whose text says so."""
+    values: list[ColumnElement[str]] = [literal_column(f"'{v}'") for v in sorted(s.value for s in states)]
+    named = jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
+    return and_(named, FINISHED) if states and all(state in TERMINAL for state in states) else named
+
+
+# What every finished job has, and only finished jobs have: the condition of the finished jobs' index.
+FINISHED = jobs.c.finished_at.is_not(None)
+
+
+def state_is(state: State) -> ColumnElement[bool]:
+    """The job is in `state`, a literal in the statement's text (`state_in`)."""
+    return state_in((state,))

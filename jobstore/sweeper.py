@@ -7,14 +7,14 @@ from collections import Counter
 from collections.abc import Sequence
 from enum import StrEnum
 
-from sqlalchemy import Connection, Exists, and_, or_, select, update
+from sqlalchemy import Connection, Exists, and_, or_, select, union_all, update
 
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import fenced, pausing
 from outbox_bridge.jobstore import outbox as outbox_rows
 from outbox_bridge.jobstore.decisions import Decision, decide_expired_lease
 from outbox_bridge.jobstore.records import Job
-from outbox_bridge.jobstore.schema import jobs, outbox, state_in
+from outbox_bridge.jobstore.schema import jobs, outbox, state_in, state_is
 from outbox_bridge.jobstore.states import EXPIRE_LEASE, EXPIRE_QUEUED, State
 
 
@@ -26,15 +26,16 @@ def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int 
         or_(jobs.c.lease_expires_at <= now, jobs.c.deadline_at <= now),
     )
     overdue_queued = and_(state_in(EXPIRE_QUEUED.sources), jobs.c.deadline_at <= now)
-    rows = conn.execute(
-        select(jobs).where(or_(overdue_running, overdue_queued)).order_by(jobs.c.id).limit(limit)
-    ).mappings()
-    for job in [Job.from_row(r) for r in rows]:
+    # The running jobs, then the queued ones, each read from its state's index in that index's order.
+    running = select(jobs).where(overdue_running).order_by(jobs.c.lease_expires_at).limit(limit).subquery()
+    queued = select(jobs).where(overdue_queued).order_by(jobs.c.available_at).limit(limit).subquery()
+    rows = conn.execute(union_all(select(running), select(queued))).mappings().all()[:limit]
+    for job in [Job.from_row(row) for row in rows]:
         decision = _decide(job, now, backoff)
         guard = and_(
             jobs.c.id == job.id,
             jobs.c.epoch == job.epoch,
-            jobs.c.state == job.state.value,
+            state_is(job.state),
             overdue_running if job.state is State.RUNNING else overdue_queued,
         )
         if fenced.apply_decision(conn, job, decision, now, guard=guard):
@@ -76,22 +77,20 @@ def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: 
     stale = (
         select(jobs.c.id)
         .where(
-            jobs.c.state == State.QUEUED.value,
+            state_is(State.QUEUED),
             jobs.c.available_at <= older_than,
             jobs.c.updated_at <= older_than,
             ~waiting,
             pausing.NOT_PAUSED,
             jobs.c.held_by.is_(None),  # a limit's own sweep announces those (`limits.release_held`)
         )
-        .order_by(jobs.c.id)
+        .order_by(jobs.c.available_at)
         .limit(limit)
     )
     ids = list(conn.execute(stale).scalars())
     if not ids:
         return 0
-    conn.execute(
-        update(jobs).where(jobs.c.id.in_(ids), jobs.c.state == State.QUEUED.value).values(updated_at=now)
-    )
+    conn.execute(update(jobs).where(jobs.c.id.in_(ids), state_is(State.QUEUED)).values(updated_at=now))
     for job_id in ids:
         outbox_rows.add(conn, job_id, available_at=now, now=now)
     return len(ids)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, bindparam, func, select
 
 from outbox_bridge.jobstore import drivers
-from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.schema import jobs, state_is
 from outbox_bridge.jobstore.states import State
 
 # A capped tenant's job a consumer was handed is delivered again this much later.
@@ -29,12 +29,12 @@ _LOCK_SPACE = 0x7465
 
 _RUNNING = (
     select(jobs.c.tenant, func.count())
-    .where(jobs.c.state == State.RUNNING.value, jobs.c.tenant.in_(bindparam("b_tenants", expanding=True)))
+    .where(state_is(State.RUNNING), jobs.c.tenant.in_(bindparam("b_tenants", expanding=True)))
     .group_by(jobs.c.tenant)
 )
 _RUNNING_ALL = (
     select(jobs.c.tenant, func.count().label("running"))
-    .where(jobs.c.state == State.RUNNING.value)
+    .where(state_is(State.RUNNING))
     .group_by(jobs.c.tenant)
 )
 # The running count per tenant as a subquery (`tenant`, `running`): what the fair turns of the relay's

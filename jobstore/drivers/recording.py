@@ -186,7 +186,11 @@ def record(engine: Engine) -> list[Operation]:
 
 def _unknown(conn: Connection, job_id: str) -> None:
     """Set up, not recorded: the job's outcome is unknown (a lease ran out after its effect started)."""
-    conn.execute(update(jobs).where(jobs.c.id == job_id).values(state=State.UNKNOWN.value, lease_owner=None))
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id)
+        .values(state=State.UNKNOWN.value, lease_owner=None, finished_at=T0)
+    )
 
 
 def rendered(database: str, operations: list[Operation]) -> str:

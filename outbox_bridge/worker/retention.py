@@ -66,10 +66,10 @@ def prune_finished(
 def preview_prune(engine: Engine, settings: Settings, cutoff: float) -> Pruned:
     """What `prune_finished` would delete at `cutoff` now; deletes nothing."""
     jobs = files = 0
-    after: str | None = None
+    after: tuple[float, str] | None = None
     while page := db.read(engine, retention.expired, cutoff, after=after):
         jobs += len(page)
-        files += sum(outputs.count_files(settings.results_dir / job_id) for job_id in page)
+        files += sum(outputs.count_files(settings.results_dir / job_id) for _, job_id in page)
         after = page[-1]
     return Pruned(jobs, files)
 

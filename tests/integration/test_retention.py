@@ -109,7 +109,7 @@ def test_a_job_requeued_and_running_after_it_was_chosen_is_not_deleted_nor_its_f
     cutoff = clock.now() - RETENTION
     racing, _ = lost(engine, settings, "racing", old)
     other = cancelled(engine, "other", old)
-    chosen = db.read(engine, retention.expired, cutoff)
+    chosen = [job_id for _, job_id in db.read(engine, retention.expired, cutoff)]
     assert set(chosen) == {racing, other}
     # Between the prune's choice and its delete, an operator requeues the dead job and a worker claims it.
     db.transact(engine, operator.requeue, racing, clock.now(), actor="tester")

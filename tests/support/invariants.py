@@ -125,9 +125,11 @@ def _allowed(executions: Allowed | Mapping[str, Allowed], job: Job) -> Collectio
 
 
 def _terminal(job: Job) -> list[str]:
-    if job.state in TERMINAL:
-        return []
-    return [f"job {job.id} is {job.state.value}, not terminal"]
+    if job.state not in TERMINAL:
+        return [f"job {job.id} is {job.state.value}, not terminal"]
+    if job.finished_at is None:  # the finished jobs' index holds only jobs with a finish time
+        return [f"job {job.id} is {job.state.value} without a finish time"]
+    return []
 
 
 def _one_result(job: Job, tried: list[Attempt], *, resolved: bool) -> list[str]:

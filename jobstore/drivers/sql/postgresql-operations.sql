@@ -56,8 +56,8 @@ WHERE jobs.id = outbox.job_id) AS anon_3;
 
 -- operation: claim by ids (claiming.claim_many)
 WITH taken AS
-(UPDATE jobs SET state=%(param_2)s::VARCHAR, epoch=(jobs.epoch + %(epoch_1)s::INTEGER), attempts=(jobs.attempts + %(attempts_1)s::INTEGER), lease_owner=%(b_worker)s::VARCHAR, lease_expires_at=%(b_lease_until)s, updated_at=%(b_now)s, started_at=coalesce(jobs.started_at, %(b_now)s), held_by=%(param_3)s::VARCHAR WHERE jobs.id IN (%(b_ids_1)s::VARCHAR, %(b_ids_2)s::VARCHAR, %(b_ids_3)s::VARCHAR) AND (jobs.state = %(state_1)s::VARCHAR OR jobs.concurrency_key IS NULL) AND (jobs.state = %(state_2)s::VARCHAR AND jobs.available_at <= %(b_now)s AND (jobs.kind NOT IN (SELECT paused_kinds.kind
-FROM paused_kinds)) OR jobs.state = %(state_3)s::VARCHAR AND jobs.lease_expires_at <= %(b_now)s AND (jobs.external_epoch IS NULL OR jobs.external_epoch != jobs.epoch)) AND jobs.attempts < jobs.max_attempts AND jobs.cancel_requested = false AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) RETURNING jobs.id, jobs.epoch, jobs.attempts, jobs.kind, jobs.payload, jobs.tenant, jobs.owner, jobs.operation_key, jobs.deadline_at, jobs.lease_expires_at, jobs.checkpoint, jobs.created_at, jobs.traceparent, jobs.concurrency_key),
+(UPDATE jobs SET state=%(param_2)s::VARCHAR, epoch=(jobs.epoch + %(epoch_1)s::INTEGER), attempts=(jobs.attempts + %(attempts_1)s::INTEGER), lease_owner=%(b_worker)s::VARCHAR, lease_expires_at=%(b_lease_until)s, updated_at=%(b_now)s, started_at=coalesce(jobs.started_at, %(b_now)s), held_by=%(param_3)s::VARCHAR WHERE jobs.id IN (%(b_ids_1)s::VARCHAR, %(b_ids_2)s::VARCHAR, %(b_ids_3)s::VARCHAR) AND (jobs.state = 'running' OR jobs.concurrency_key IS NULL) AND (jobs.state = 'queued' AND jobs.available_at <= %(b_now)s AND (jobs.kind NOT IN (SELECT paused_kinds.kind
+FROM paused_kinds)) OR jobs.state = 'running' AND jobs.lease_expires_at <= %(b_now)s AND (jobs.external_epoch IS NULL OR jobs.external_epoch != jobs.epoch)) AND jobs.attempts < jobs.max_attempts AND jobs.cancel_requested = false AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) RETURNING jobs.id, jobs.epoch, jobs.attempts, jobs.kind, jobs.payload, jobs.tenant, jobs.owner, jobs.operation_key, jobs.deadline_at, jobs.lease_expires_at, jobs.checkpoint, jobs.created_at, jobs.traceparent, jobs.concurrency_key),
 first_attempts AS
 (INSERT INTO attempts (id, job_id, epoch, worker, started_at, outcome) SELECT fresh.attempt_id AS attempt_id, taken.id AS id, taken.epoch AS epoch, %(b_worker)s AS anon_1, %(b_now)s AS anon_2, %(param_1)s::VARCHAR AS anon_3
 FROM taken JOIN unnest(%(b_attempt_jobs)s::VARCHAR[], %(b_attempt_ids)s::VARCHAR[]) AS fresh(job_id, attempt_id) ON taken.id = fresh.job_id
@@ -68,23 +68,23 @@ FROM taken;
 -- operation: claim due (claiming.claim_due)
 SELECT jobs.id
 FROM jobs
-WHERE jobs.state = %(state_1)s::VARCHAR AND jobs.lease_expires_at <= %(b_now)s AND (jobs.external_epoch IS NULL OR jobs.external_epoch != jobs.epoch) AND jobs.attempts < jobs.max_attempts AND jobs.cancel_requested = false AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) ORDER BY jobs.lease_expires_at
+WHERE jobs.state = 'running' AND jobs.lease_expires_at <= %(b_now)s AND (jobs.external_epoch IS NULL OR jobs.external_epoch != jobs.epoch) AND jobs.attempts < jobs.max_attempts AND jobs.cancel_requested = false AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) ORDER BY jobs.lease_expires_at
  LIMIT %(b_limit)s FOR UPDATE SKIP LOCKED;
 SELECT jobs.id
 FROM jobs
-WHERE jobs.state = %(state_1)s::VARCHAR AND jobs.available_at + %(available_at_1)s::INTEGER <= %(b_now)s AND (jobs.kind NOT IN (SELECT paused_kinds.kind
+WHERE jobs.state = 'queued' AND jobs.available_at + %(available_at_1)s::INTEGER <= %(b_now)s AND (jobs.kind NOT IN (SELECT paused_kinds.kind
 FROM paused_kinds)) AND (jobs.tenant NOT IN (NULL) OR (1 = 1)) AND (jobs.kind NOT IN (NULL) OR (1 = 1)) AND (jobs.concurrency_key IS NULL OR (SELECT count(*) AS count_1
 FROM jobs AS running_with_key
-WHERE running_with_key.tenant = jobs.tenant AND running_with_key.concurrency_key = jobs.concurrency_key AND running_with_key.state = %(state_2)s::VARCHAR) < %(b_key_max)s::INTEGER) AND jobs.attempts < jobs.max_attempts AND jobs.cancel_requested = false AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) ORDER BY jobs.priority, jobs.available_at
+WHERE running_with_key.tenant = jobs.tenant AND running_with_key.concurrency_key = jobs.concurrency_key AND running_with_key.state = 'running') < %(b_key_max)s::INTEGER) AND jobs.attempts < jobs.max_attempts AND jobs.cancel_requested = false AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) ORDER BY jobs.priority, jobs.available_at
  LIMIT %(b_limit)s FOR UPDATE SKIP LOCKED;
 SELECT (SELECT min(jobs.tenant) AS min_1
 FROM jobs
-WHERE jobs.state = %(state_1)s::VARCHAR) AS anon_1, (SELECT max(jobs.tenant) AS max_1
+WHERE jobs.state = 'queued') AS anon_1, (SELECT max(jobs.tenant) AS max_1
 FROM jobs
-WHERE jobs.state = %(state_2)s::VARCHAR) AS anon_2;
+WHERE jobs.state = 'queued') AS anon_2;
 WITH taken AS
-(UPDATE jobs SET state=%(param_2)s::VARCHAR, epoch=(jobs.epoch + %(epoch_1)s::INTEGER), attempts=(jobs.attempts + %(attempts_1)s::INTEGER), lease_owner=%(b_worker)s::VARCHAR, lease_expires_at=%(b_lease_until)s, updated_at=%(b_now)s, started_at=coalesce(jobs.started_at, %(b_now)s), held_by=%(param_3)s::VARCHAR WHERE jobs.id IN (%(b_ids_1)s::VARCHAR) AND (jobs.state = %(state_1)s::VARCHAR OR jobs.concurrency_key IS NULL) AND (jobs.state = %(state_2)s::VARCHAR AND jobs.available_at <= %(b_now)s AND (jobs.kind NOT IN (SELECT paused_kinds.kind
-FROM paused_kinds)) OR jobs.state = %(state_3)s::VARCHAR AND jobs.lease_expires_at <= %(b_now)s AND (jobs.external_epoch IS NULL OR jobs.external_epoch != jobs.epoch)) AND jobs.attempts < jobs.max_attempts AND jobs.cancel_requested = false AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) RETURNING jobs.id, jobs.epoch, jobs.attempts, jobs.kind, jobs.payload, jobs.tenant, jobs.owner, jobs.operation_key, jobs.deadline_at, jobs.lease_expires_at, jobs.checkpoint, jobs.created_at, jobs.traceparent, jobs.concurrency_key),
+(UPDATE jobs SET state=%(param_2)s::VARCHAR, epoch=(jobs.epoch + %(epoch_1)s::INTEGER), attempts=(jobs.attempts + %(attempts_1)s::INTEGER), lease_owner=%(b_worker)s::VARCHAR, lease_expires_at=%(b_lease_until)s, updated_at=%(b_now)s, started_at=coalesce(jobs.started_at, %(b_now)s), held_by=%(param_3)s::VARCHAR WHERE jobs.id IN (%(b_ids_1)s::VARCHAR) AND (jobs.state = 'running' OR jobs.concurrency_key IS NULL) AND (jobs.state = 'queued' AND jobs.available_at <= %(b_now)s AND (jobs.kind NOT IN (SELECT paused_kinds.kind
+FROM paused_kinds)) OR jobs.state = 'running' AND jobs.lease_expires_at <= %(b_now)s AND (jobs.external_epoch IS NULL OR jobs.external_epoch != jobs.epoch)) AND jobs.attempts < jobs.max_attempts AND jobs.cancel_requested = false AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) RETURNING jobs.id, jobs.epoch, jobs.attempts, jobs.kind, jobs.payload, jobs.tenant, jobs.owner, jobs.operation_key, jobs.deadline_at, jobs.lease_expires_at, jobs.checkpoint, jobs.created_at, jobs.traceparent, jobs.concurrency_key),
 first_attempts AS
 (INSERT INTO attempts (id, job_id, epoch, worker, started_at, outcome) SELECT fresh.attempt_id AS attempt_id, taken.id AS id, taken.epoch AS epoch, %(b_worker)s AS anon_1, %(b_now)s AS anon_2, %(param_1)s::VARCHAR AS anon_3
 FROM taken JOIN unnest(%(b_attempt_jobs)s::VARCHAR[], %(b_attempt_ids)s::VARCHAR[]) AS fresh(job_id, attempt_id) ON taken.id = fresh.job_id
@@ -96,7 +96,7 @@ FROM taken) AND outbox.published_at IS NULL)
 FROM taken;
 
 -- operation: renew a lease (fenced.renew_lease)
-UPDATE jobs SET lease_expires_at=%(b_lease_until)s, updated_at=%(b_now)s WHERE jobs.id = %(b_id)s::VARCHAR AND jobs.epoch = %(b_epoch)s::INTEGER AND jobs.state = %(state_1)s::VARCHAR AND jobs.lease_expires_at > %(b_now)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) RETURNING jobs.cancel_requested;
+UPDATE jobs SET lease_expires_at=%(b_lease_until)s, updated_at=%(b_now)s WHERE jobs.id = %(b_id)s::VARCHAR AND jobs.epoch = %(b_epoch)s::INTEGER AND jobs.state = 'running' AND jobs.lease_expires_at > %(b_now)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) RETURNING jobs.cancel_requested;
 
 -- operation: complete a round (fenced.complete_many)
 WITH finishing AS
@@ -105,7 +105,7 @@ FROM unnest(%(b_jobs)s::VARCHAR[], %(b_epochs)s::INTEGER[], %(b_attempts)s::VARC
 completed AS
 (UPDATE jobs SET state=CASE WHEN (jobs.cancel_requested = true AND NOT (jobs.external_epoch IS NOT NULL AND jobs.external_epoch = jobs.epoch)) THEN %(param_3)s::VARCHAR ELSE %(param_4)s::VARCHAR END, lease_owner=%(param_5)s::VARCHAR, lease_expires_at=%(param_6)s, result_attempt_id=CASE WHEN (jobs.cancel_requested = true AND NOT (jobs.external_epoch IS NOT NULL AND jobs.external_epoch = jobs.epoch)) THEN NULL ELSE (SELECT attempts.id
 FROM attempts
-WHERE attempts.job_id = jobs.id AND attempts.epoch = jobs.epoch) END, error_code=CASE WHEN (jobs.cancel_requested = true AND NOT (jobs.external_epoch IS NOT NULL AND jobs.external_epoch = jobs.epoch)) THEN %(param_7)s::VARCHAR ELSE NULL END, error_message=CASE WHEN (jobs.cancel_requested = true AND NOT (jobs.external_epoch IS NOT NULL AND jobs.external_epoch = jobs.epoch)) THEN %(param_8)s::VARCHAR ELSE NULL END, updated_at=%(b_now)s, finished_at=%(b_now)s FROM finishing WHERE jobs.id = finishing.job_id AND jobs.epoch = finishing.epoch AND jobs.state = %(state_1)s::VARCHAR AND jobs.lease_expires_at > %(b_now)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) RETURNING jobs.state, jobs.id, jobs.tenant, jobs.kind, jobs.epoch, jobs.attempts, jobs.traceparent),
+WHERE attempts.job_id = jobs.id AND attempts.epoch = jobs.epoch) END, error_code=CASE WHEN (jobs.cancel_requested = true AND NOT (jobs.external_epoch IS NOT NULL AND jobs.external_epoch = jobs.epoch)) THEN %(param_7)s::VARCHAR ELSE NULL END, error_message=CASE WHEN (jobs.cancel_requested = true AND NOT (jobs.external_epoch IS NOT NULL AND jobs.external_epoch = jobs.epoch)) THEN %(param_8)s::VARCHAR ELSE NULL END, updated_at=%(b_now)s, finished_at=%(b_now)s FROM finishing WHERE jobs.id = finishing.job_id AND jobs.epoch = finishing.epoch AND jobs.state = 'running' AND jobs.lease_expires_at > %(b_now)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) RETURNING jobs.state, jobs.id, jobs.tenant, jobs.kind, jobs.epoch, jobs.attempts, jobs.traceparent),
 ended AS
 (UPDATE attempts SET ended_at=%(b_now)s, outcome=completed.state, output=finishing.output, error_code=%(param_1)s::VARCHAR, error_message=%(param_2)s::VARCHAR FROM finishing, completed WHERE attempts.id = finishing.attempt_id AND completed.id = finishing.job_id)
  SELECT completed.state, completed.id, completed.tenant, completed.kind, completed.epoch, completed.attempts, completed.traceparent
@@ -114,12 +114,12 @@ FROM completed;
 -- operation: fail an attempt (fenced.fail)
 SELECT jobs.id, jobs.tenant, jobs.owner, jobs.operation_key, jobs.fingerprint, jobs.kind, jobs.payload, jobs.state, jobs.epoch, jobs.attempts, jobs.max_attempts, jobs.lease_owner, jobs.lease_expires_at, jobs.available_at, jobs.run_at, jobs.priority, jobs.deadline_at, jobs.cancel_requested, jobs.external_epoch, jobs.checkpoint, jobs.checkpoint_epoch, jobs.result_attempt_id, jobs.error_code, jobs.error_message, jobs.created_at, jobs.updated_at, jobs.started_at, jobs.finished_at, jobs.traceparent, jobs.schedule_name, jobs.concurrency_key, jobs.held_by
 FROM jobs
-WHERE jobs.id = %(b_id)s::VARCHAR AND jobs.epoch = %(b_epoch)s::INTEGER AND jobs.state = %(state_1)s::VARCHAR AND jobs.lease_expires_at > %(b_now)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) FOR UPDATE;
-UPDATE jobs SET state=%(state)s::VARCHAR, lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s, finished_at=%(finished_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.epoch = %(epoch_1)s::INTEGER AND jobs.state = %(state_1)s::VARCHAR AND jobs.lease_expires_at > %(lease_expires_at_1)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(deadline_at_1)s);
+WHERE jobs.id = %(b_id)s::VARCHAR AND jobs.epoch = %(b_epoch)s::INTEGER AND jobs.state = 'running' AND jobs.lease_expires_at > %(b_now)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(b_now)s) FOR UPDATE;
+UPDATE jobs SET state=%(state)s::VARCHAR, lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s, finished_at=%(finished_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.epoch = %(epoch_1)s::INTEGER AND jobs.state = 'running' AND jobs.lease_expires_at > %(lease_expires_at_1)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(deadline_at_1)s);
 UPDATE attempts SET ended_at=%(b_now)s, outcome=%(b_outcome)s::VARCHAR, output=%(b_output)s::VARCHAR, error_code=%(b_code)s::VARCHAR, error_message=%(b_message)s::VARCHAR WHERE attempts.id = %(b_attempt)s::VARCHAR;
 
 -- operation: release a job (fenced.release)
-UPDATE jobs SET state=CASE WHEN (jobs.cancel_requested = true) THEN %(param_1)s::VARCHAR ELSE %(param_2)s::VARCHAR END, attempts=(jobs.attempts - %(attempts_1)s::INTEGER), lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, available_at=%(available_at)s, error_code=CASE WHEN (jobs.cancel_requested = true) THEN %(param_3)s::VARCHAR ELSE jobs.error_code END, error_message=CASE WHEN (jobs.cancel_requested = true) THEN %(param_4)s::VARCHAR ELSE jobs.error_message END, updated_at=%(updated_at)s, finished_at=CASE WHEN (jobs.cancel_requested = true) THEN %(param_5)s ELSE NULL END WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.epoch = %(epoch_1)s::INTEGER AND jobs.state = %(state_1)s::VARCHAR AND jobs.lease_expires_at > %(lease_expires_at_1)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(deadline_at_1)s) AND (jobs.external_epoch IS NULL OR jobs.external_epoch != %(external_epoch_1)s::INTEGER) RETURNING jobs.state, jobs.id, jobs.tenant, jobs.kind, jobs.epoch, jobs.attempts, jobs.traceparent;
+UPDATE jobs SET state=CASE WHEN (jobs.cancel_requested = true) THEN %(param_1)s::VARCHAR ELSE %(param_2)s::VARCHAR END, attempts=(jobs.attempts - %(attempts_1)s::INTEGER), lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, available_at=%(available_at)s, error_code=CASE WHEN (jobs.cancel_requested = true) THEN %(param_3)s::VARCHAR ELSE jobs.error_code END, error_message=CASE WHEN (jobs.cancel_requested = true) THEN %(param_4)s::VARCHAR ELSE jobs.error_message END, updated_at=%(updated_at)s, finished_at=CASE WHEN (jobs.cancel_requested = true) THEN %(param_5)s ELSE NULL END WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.epoch = %(epoch_1)s::INTEGER AND jobs.state = 'running' AND jobs.lease_expires_at > %(lease_expires_at_1)s AND (jobs.deadline_at IS NULL OR jobs.deadline_at > %(deadline_at_1)s) AND (jobs.external_epoch IS NULL OR jobs.external_epoch != %(external_epoch_1)s::INTEGER) RETURNING jobs.state, jobs.id, jobs.tenant, jobs.kind, jobs.epoch, jobs.attempts, jobs.traceparent;
 INSERT INTO outbox (job_id, created_at, available_at, publish_attempts, priority, tenant) VALUES (%(job_id)s::VARCHAR, %(created_at)s, %(available_at)s, %(publish_attempts)s::INTEGER, (SELECT jobs.priority
 FROM jobs
 WHERE jobs.id = %(job_id)s::VARCHAR), (SELECT jobs.tenant
@@ -128,11 +128,16 @@ WHERE jobs.id = %(job_id)s::VARCHAR)) RETURNING outbox.id;
 UPDATE attempts SET ended_at=%(b_now)s, outcome=%(b_outcome)s::VARCHAR, output=%(b_output)s::VARCHAR, error_code=%(b_code)s::VARCHAR, error_message=%(b_message)s::VARCHAR WHERE attempts.id = %(b_attempt)s::VARCHAR;
 
 -- operation: sweep expired leases (sweeper.sweep_expired)
-SELECT jobs.id, jobs.tenant, jobs.owner, jobs.operation_key, jobs.fingerprint, jobs.kind, jobs.payload, jobs.state, jobs.epoch, jobs.attempts, jobs.max_attempts, jobs.lease_owner, jobs.lease_expires_at, jobs.available_at, jobs.run_at, jobs.priority, jobs.deadline_at, jobs.cancel_requested, jobs.external_epoch, jobs.checkpoint, jobs.checkpoint_epoch, jobs.result_attempt_id, jobs.error_code, jobs.error_message, jobs.created_at, jobs.updated_at, jobs.started_at, jobs.finished_at, jobs.traceparent, jobs.schedule_name, jobs.concurrency_key, jobs.held_by
+SELECT anon_1.id, anon_1.tenant, anon_1.owner, anon_1.operation_key, anon_1.fingerprint, anon_1.kind, anon_1.payload, anon_1.state, anon_1.epoch, anon_1.attempts, anon_1.max_attempts, anon_1.lease_owner, anon_1.lease_expires_at, anon_1.available_at, anon_1.run_at, anon_1.priority, anon_1.deadline_at, anon_1.cancel_requested, anon_1.external_epoch, anon_1.checkpoint, anon_1.checkpoint_epoch, anon_1.result_attempt_id, anon_1.error_code, anon_1.error_message, anon_1.created_at, anon_1.updated_at, anon_1.started_at, anon_1.finished_at, anon_1.traceparent, anon_1.schedule_name, anon_1.concurrency_key, anon_1.held_by
+FROM (SELECT jobs.id AS id, jobs.tenant AS tenant, jobs.owner AS owner, jobs.operation_key AS operation_key, jobs.fingerprint AS fingerprint, jobs.kind AS kind, jobs.payload AS payload, jobs.state AS state, jobs.epoch AS epoch, jobs.attempts AS attempts, jobs.max_attempts AS max_attempts, jobs.lease_owner AS lease_owner, jobs.lease_expires_at AS lease_expires_at, jobs.available_at AS available_at, jobs.run_at AS run_at, jobs.priority AS priority, jobs.deadline_at AS deadline_at, jobs.cancel_requested AS cancel_requested, jobs.external_epoch AS external_epoch, jobs.checkpoint AS checkpoint, jobs.checkpoint_epoch AS checkpoint_epoch, jobs.result_attempt_id AS result_attempt_id, jobs.error_code AS error_code, jobs.error_message AS error_message, jobs.created_at AS created_at, jobs.updated_at AS updated_at, jobs.started_at AS started_at, jobs.finished_at AS finished_at, jobs.traceparent AS traceparent, jobs.schedule_name AS schedule_name, jobs.concurrency_key AS concurrency_key, jobs.held_by AS held_by
 FROM jobs
-WHERE jobs.state = %(state_1)s::VARCHAR AND (jobs.lease_expires_at <= %(lease_expires_at_1)s OR jobs.deadline_at <= %(deadline_at_1)s) OR jobs.state = %(state_2)s::VARCHAR AND jobs.deadline_at <= %(deadline_at_2)s ORDER BY jobs.id
- LIMIT %(param_1)s::INTEGER;
-UPDATE jobs SET state=%(state)s::VARCHAR, lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, available_at=%(available_at)s, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.epoch = %(epoch_1)s::INTEGER AND jobs.state = %(state_1)s::VARCHAR AND jobs.state = %(state_2)s::VARCHAR AND (jobs.lease_expires_at <= %(lease_expires_at_1)s OR jobs.deadline_at <= %(deadline_at_1)s);
+WHERE jobs.state = 'running' AND (jobs.lease_expires_at <= %(lease_expires_at_1)s OR jobs.deadline_at <= %(deadline_at_1)s) ORDER BY jobs.lease_expires_at
+ LIMIT %(param_1)s::INTEGER) AS anon_1 UNION ALL SELECT anon_2.id, anon_2.tenant, anon_2.owner, anon_2.operation_key, anon_2.fingerprint, anon_2.kind, anon_2.payload, anon_2.state, anon_2.epoch, anon_2.attempts, anon_2.max_attempts, anon_2.lease_owner, anon_2.lease_expires_at, anon_2.available_at, anon_2.run_at, anon_2.priority, anon_2.deadline_at, anon_2.cancel_requested, anon_2.external_epoch, anon_2.checkpoint, anon_2.checkpoint_epoch, anon_2.result_attempt_id, anon_2.error_code, anon_2.error_message, anon_2.created_at, anon_2.updated_at, anon_2.started_at, anon_2.finished_at, anon_2.traceparent, anon_2.schedule_name, anon_2.concurrency_key, anon_2.held_by
+FROM (SELECT jobs.id AS id, jobs.tenant AS tenant, jobs.owner AS owner, jobs.operation_key AS operation_key, jobs.fingerprint AS fingerprint, jobs.kind AS kind, jobs.payload AS payload, jobs.state AS state, jobs.epoch AS epoch, jobs.attempts AS attempts, jobs.max_attempts AS max_attempts, jobs.lease_owner AS lease_owner, jobs.lease_expires_at AS lease_expires_at, jobs.available_at AS available_at, jobs.run_at AS run_at, jobs.priority AS priority, jobs.deadline_at AS deadline_at, jobs.cancel_requested AS cancel_requested, jobs.external_epoch AS external_epoch, jobs.checkpoint AS checkpoint, jobs.checkpoint_epoch AS checkpoint_epoch, jobs.result_attempt_id AS result_attempt_id, jobs.error_code AS error_code, jobs.error_message AS error_message, jobs.created_at AS created_at, jobs.updated_at AS updated_at, jobs.started_at AS started_at, jobs.finished_at AS finished_at, jobs.traceparent AS traceparent, jobs.schedule_name AS schedule_name, jobs.concurrency_key AS concurrency_key, jobs.held_by AS held_by
+FROM jobs
+WHERE jobs.state = 'queued' AND jobs.deadline_at <= %(deadline_at_2)s ORDER BY jobs.available_at
+ LIMIT %(param_2)s::INTEGER) AS anon_2;
+UPDATE jobs SET state=%(state)s::VARCHAR, lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, available_at=%(available_at)s, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.epoch = %(epoch_1)s::INTEGER AND jobs.state = 'running' AND jobs.state = 'running' AND (jobs.lease_expires_at <= %(lease_expires_at_1)s OR jobs.deadline_at <= %(deadline_at_1)s);
 INSERT INTO outbox (job_id, created_at, available_at, publish_attempts, priority, tenant) VALUES (%(job_id)s::VARCHAR, %(created_at)s, %(available_at)s, %(publish_attempts)s::INTEGER, (SELECT jobs.priority
 FROM jobs
 WHERE jobs.id = %(job_id)s::VARCHAR), (SELECT jobs.tenant
@@ -143,14 +148,14 @@ UPDATE attempts SET ended_at=%(b_now)s, outcome=%(outcome)s::VARCHAR, error_code
 -- operation: re-announce queued jobs (sweeper.reannounce_stale)
 SELECT jobs.id
 FROM jobs
-WHERE jobs.state = %(state_1)s::VARCHAR AND jobs.available_at <= %(available_at_1)s AND jobs.updated_at <= %(updated_at_1)s AND NOT (EXISTS (SELECT outbox.id
+WHERE jobs.state = 'queued' AND jobs.available_at <= %(available_at_1)s AND jobs.updated_at <= %(updated_at_1)s AND NOT (EXISTS (SELECT outbox.id
 FROM outbox
 WHERE outbox.job_id = jobs.id AND outbox.published_at IS NULL)) AND (jobs.kind NOT IN (SELECT paused_kinds.kind
-FROM paused_kinds)) AND jobs.held_by IS NULL ORDER BY jobs.id
+FROM paused_kinds)) AND jobs.held_by IS NULL ORDER BY jobs.available_at
  LIMIT %(param_1)s::INTEGER;
 
 -- operation: cancel (operator.cancel)
-UPDATE jobs SET state=%(state)s::VARCHAR, cancel_requested=%(cancel_requested)s, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s, finished_at=%(finished_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.state = %(state_1)s::VARCHAR RETURNING jobs.id, jobs.tenant, jobs.kind, jobs.epoch, jobs.attempts, jobs.traceparent;
+UPDATE jobs SET state=%(state)s::VARCHAR, cancel_requested=%(cancel_requested)s, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s, finished_at=%(finished_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.state = 'queued' RETURNING jobs.id, jobs.tenant, jobs.kind, jobs.epoch, jobs.attempts, jobs.traceparent;
 DELETE FROM outbox WHERE outbox.job_id = %(b_job)s::VARCHAR AND outbox.published_at IS NULL;
 INSERT INTO operator_actions (job_id, action, actor, note, at) VALUES (%(job_id)s::VARCHAR, %(action)s::VARCHAR, %(actor)s::VARCHAR, %(note)s::VARCHAR, %(at)s) RETURNING operator_actions.id;
 SELECT jobs.id, jobs.tenant, jobs.owner, jobs.operation_key, jobs.fingerprint, jobs.kind, jobs.payload, jobs.state, jobs.epoch, jobs.attempts, jobs.max_attempts, jobs.lease_owner, jobs.lease_expires_at, jobs.available_at, jobs.run_at, jobs.priority, jobs.deadline_at, jobs.cancel_requested, jobs.external_epoch, jobs.checkpoint, jobs.checkpoint_epoch, jobs.result_attempt_id, jobs.error_code, jobs.error_message, jobs.created_at, jobs.updated_at, jobs.started_at, jobs.finished_at, jobs.traceparent, jobs.schedule_name, jobs.concurrency_key, jobs.held_by
@@ -158,7 +163,7 @@ FROM jobs
 WHERE jobs.id = %(b_id)s::VARCHAR;
 
 -- operation: requeue (operator.requeue)
-UPDATE jobs SET state=%(state)s::VARCHAR, attempts=%(attempts)s::INTEGER, lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, available_at=%(available_at)s, cancel_requested=%(cancel_requested)s, external_epoch=%(external_epoch)s::INTEGER, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s, finished_at=%(finished_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.state IN (%(state_1_1)s::VARCHAR, %(state_1_2)s::VARCHAR, %(state_1_3)s::VARCHAR);
+UPDATE jobs SET state=%(state)s::VARCHAR, attempts=%(attempts)s::INTEGER, lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, available_at=%(available_at)s, cancel_requested=%(cancel_requested)s, external_epoch=%(external_epoch)s::INTEGER, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s, finished_at=%(finished_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.state IN ('dead', 'failed', 'unknown') AND jobs.finished_at IS NOT NULL;
 INSERT INTO outbox (job_id, created_at, available_at, publish_attempts, priority, tenant) VALUES (%(job_id)s::VARCHAR, %(created_at)s, %(available_at)s, %(publish_attempts)s::INTEGER, (SELECT jobs.priority
 FROM jobs
 WHERE jobs.id = %(job_id)s::VARCHAR), (SELECT jobs.tenant
@@ -170,19 +175,19 @@ FROM jobs
 WHERE jobs.id = %(b_id)s::VARCHAR;
 
 -- operation: resolve (operator.resolve)
-UPDATE jobs SET state=%(state)s::VARCHAR, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s, finished_at=%(finished_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.state = %(state_1)s::VARCHAR;
+UPDATE jobs SET state=%(state)s::VARCHAR, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s, finished_at=%(finished_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.state = 'unknown' AND jobs.finished_at IS NOT NULL;
 INSERT INTO operator_actions (job_id, action, actor, note, at) VALUES (%(job_id)s::VARCHAR, %(action)s::VARCHAR, %(actor)s::VARCHAR, %(note)s::VARCHAR, %(at)s) RETURNING operator_actions.id;
 SELECT jobs.id, jobs.tenant, jobs.owner, jobs.operation_key, jobs.fingerprint, jobs.kind, jobs.payload, jobs.state, jobs.epoch, jobs.attempts, jobs.max_attempts, jobs.lease_owner, jobs.lease_expires_at, jobs.available_at, jobs.run_at, jobs.priority, jobs.deadline_at, jobs.cancel_requested, jobs.external_epoch, jobs.checkpoint, jobs.checkpoint_epoch, jobs.result_attempt_id, jobs.error_code, jobs.error_message, jobs.created_at, jobs.updated_at, jobs.started_at, jobs.finished_at, jobs.traceparent, jobs.schedule_name, jobs.concurrency_key, jobs.held_by
 FROM jobs
 WHERE jobs.id = %(b_id)s::VARCHAR;
 
 -- operation: prune (retention.prune)
-SELECT jobs.id
+SELECT jobs.finished_at, jobs.id
 FROM jobs
-WHERE jobs.state IN (%(state_1_1)s::VARCHAR, %(state_1_2)s::VARCHAR, %(state_1_3)s::VARCHAR, %(state_1_4)s::VARCHAR) AND jobs.finished_at < %(finished_at_1)s AND NOT (EXISTS (SELECT webhook_deliveries.id
+WHERE jobs.state IN ('cancelled', 'dead', 'failed', 'succeeded') AND jobs.finished_at IS NOT NULL AND jobs.finished_at < %(finished_at_1)s AND NOT (EXISTS (SELECT webhook_deliveries.id
 FROM webhook_deliveries
-WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = %(state_2)s::VARCHAR)) ORDER BY jobs.id
+WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = %(state_1)s::VARCHAR)) ORDER BY jobs.finished_at, jobs.id
  LIMIT %(param_1)s::INTEGER;
-DELETE FROM jobs WHERE jobs.id IN (%(id_1_1)s::VARCHAR, %(id_1_2)s::VARCHAR, %(id_1_3)s::VARCHAR) AND jobs.state IN (%(state_1_1)s::VARCHAR, %(state_1_2)s::VARCHAR, %(state_1_3)s::VARCHAR, %(state_1_4)s::VARCHAR) AND jobs.finished_at < %(finished_at_1)s AND NOT (EXISTS (SELECT webhook_deliveries.id
+DELETE FROM jobs WHERE jobs.id IN (%(id_1_1)s::VARCHAR, %(id_1_2)s::VARCHAR, %(id_1_3)s::VARCHAR) AND jobs.state IN ('cancelled', 'dead', 'failed', 'succeeded') AND jobs.finished_at IS NOT NULL AND jobs.finished_at < %(finished_at_1)s AND NOT (EXISTS (SELECT webhook_deliveries.id
 FROM webhook_deliveries
-WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = %(state_2)s::VARCHAR)) RETURNING jobs.id;
+WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = %(state_1)s::VARCHAR)) RETURNING jobs.id;
