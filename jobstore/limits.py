@@ -393,7 +393,7 @@ KEY_HAS_ROOM = or_(
     .where(
         _OTHER.c.tenant == jobs.c.tenant,
         _OTHER.c.concurrency_key == jobs.c.concurrency_key,
-        _OTHER.c.state == literal_column("'running'"),
+        state_is(State.RUNNING, _OTHER),
     )
     .scalar_subquery()
     < bindparam("b_key_max"),

@@ -12,6 +12,7 @@ from sqlalchemy import (
     ColumnElement,
     Float,
     ForeignKey,
+    FromClause,
     Index,
     Integer,
     MetaData,
@@ -383,20 +384,22 @@ kind_actions = Table(
 JOB_COLUMNS = tuple(column.name for column in jobs.c)
 
 
-def state_in(states: Collection[State]) -> ColumnElement[bool]:
+def state_in(states: Collection[State], of: FromClause = jobs) -> ColumnElement[bool]:
     """The job's state is one of `states` (a `Move`'s sources), written as literals: plain equality when
     there is one, so the statement reads, and is planned, as a hand-written `state = 'queued'` would be. A
     bound state would hide from the planner that the query only wants, say, queued jobs, and the indexes
-    of one state (`ix_jobs_queued_*`, `ix_jobs_running_*`) serve only a query whose text says so."""
+    of one state (`ix_jobs_queued_*`, `ix_jobs_running_*`) serve only a query whose text says so. `of`: the
+    jobs table, or an alias of it."""
     values: list[ColumnElement[str]] = [literal_column(f"'{v}'") for v in sorted(s.value for s in states)]
-    named = jobs.c.state == values[0] if len(values) == 1 else jobs.c.state.in_(values)
-    return and_(named, FINISHED) if states and all(state in TERMINAL for state in states) else named
+    named = of.c.state == values[0] if len(values) == 1 else of.c.state.in_(values)
+    finished = all(state in TERMINAL for state in states)
+    return and_(named, of.c.finished_at.is_not(None)) if finished else named
 
 
 # What every finished job has, and only finished jobs have: the condition of the finished jobs' index.
 FINISHED = jobs.c.finished_at.is_not(None)
 
 
-def state_is(state: State) -> ColumnElement[bool]:
+def state_is(state: State, of: FromClause = jobs) -> ColumnElement[bool]:
     """The job is in `state`, a literal in the statement's text (`state_in`)."""
-    return state_in((state,))
+    return state_in((state,), of)

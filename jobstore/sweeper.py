@@ -35,7 +35,6 @@ def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int 
         guard = and_(
             jobs.c.id == job.id,
             jobs.c.epoch == job.epoch,
-            state_is(job.state),
             overdue_running if job.state is State.RUNNING else overdue_queued,
         )
         if fenced.apply_decision(conn, job, decision, now, guard=guard):

@@ -137,7 +137,7 @@ FROM (SELECT jobs.id AS id, jobs.tenant AS tenant, jobs.owner AS owner, jobs.ope
 FROM jobs
 WHERE jobs.state = 'queued' AND jobs.deadline_at <= %(deadline_at_2)s ORDER BY jobs.available_at
  LIMIT %(param_2)s::INTEGER) AS anon_2;
-UPDATE jobs SET state=%(state)s::VARCHAR, lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, available_at=%(available_at)s, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.epoch = %(epoch_1)s::INTEGER AND jobs.state = 'running' AND jobs.state = 'running' AND (jobs.lease_expires_at <= %(lease_expires_at_1)s OR jobs.deadline_at <= %(deadline_at_1)s);
+UPDATE jobs SET state=%(state)s::VARCHAR, lease_owner=%(lease_owner)s::VARCHAR, lease_expires_at=%(lease_expires_at)s, available_at=%(available_at)s, error_code=%(error_code)s::VARCHAR, error_message=%(error_message)s::VARCHAR, updated_at=%(updated_at)s WHERE jobs.id = %(id_1)s::VARCHAR AND jobs.epoch = %(epoch_1)s::INTEGER AND jobs.state = 'running' AND (jobs.lease_expires_at <= %(lease_expires_at_1)s OR jobs.deadline_at <= %(deadline_at_1)s);
 INSERT INTO outbox (job_id, created_at, available_at, publish_attempts, priority, tenant) VALUES (%(job_id)s::VARCHAR, %(created_at)s, %(available_at)s, %(publish_attempts)s::INTEGER, (SELECT jobs.priority
 FROM jobs
 WHERE jobs.id = %(job_id)s::VARCHAR), (SELECT jobs.tenant

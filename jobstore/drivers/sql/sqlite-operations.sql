@@ -112,7 +112,7 @@ FROM (SELECT jobs.id AS id, jobs.tenant AS tenant, jobs.owner AS owner, jobs.ope
 FROM jobs
 WHERE jobs.state = 'queued' AND jobs.deadline_at <= ? ORDER BY jobs.available_at
  LIMIT ? OFFSET ?) AS anon_2;
-UPDATE jobs SET state=?, lease_owner=?, lease_expires_at=?, available_at=?, error_code=?, error_message=?, updated_at=? WHERE jobs.id = ? AND jobs.epoch = ? AND jobs.state = 'running' AND jobs.state = 'running' AND (jobs.lease_expires_at <= ? OR jobs.deadline_at <= ?);
+UPDATE jobs SET state=?, lease_owner=?, lease_expires_at=?, available_at=?, error_code=?, error_message=?, updated_at=? WHERE jobs.id = ? AND jobs.epoch = ? AND jobs.state = 'running' AND (jobs.lease_expires_at <= ? OR jobs.deadline_at <= ?);
 INSERT INTO outbox (job_id, created_at, available_at, publish_attempts, priority, tenant) VALUES (?, ?, ?, ?, (SELECT jobs.priority
 FROM jobs
 WHERE jobs.id = ?), (SELECT jobs.tenant
