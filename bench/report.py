@@ -173,6 +173,17 @@ def _webhook_costs(run: Result) -> str:
     return f"{store}; {_num(found['wal_bytes'] / 1024, 1)} KiB WAL; {_num(found['cpu_ms'], 2)} ms CPU"
 
 
+def _floor(run: Result) -> str:
+    """The broker's floor (`bench.calibrate.broker_floor`): its rate, and the machine's CPU per message
+    with RabbitMQ's and the two clients' parts."""
+    found = run.get("broker_floor") or {}
+    cpu = found.get("cpu_ms_per_message")
+    if not cpu:
+        return "-"
+    parts = ", ".join(f"{name} {_num(cpu[name], 3)}" for name in ("rabbitmq", "publisher", "consumer"))
+    return f"{_num(found['messages_per_second'])}; {_num(cpu['machine'], 3)} ({parts})"
+
+
 def _kib(value: float | None) -> float | None:
     return None if value is None else value / 1024
 
@@ -188,6 +199,7 @@ ROWS: list[tuple[str, Callable[[Result], str]]] = [
             (r.get("broker_calibration") or {}).get("publish_to_delivery_ms"), "p50", "p99"
         ),
     ),
+    ("RabbitMQ alone, the broker path's use of it: messages/s; CPU ms per message (calibration)", _floor),
     (
         "store burst: jobs/s accepted-to-succeeded",
         lambda r: _num(figure(r, "burst_store", "jobs_per_second")),

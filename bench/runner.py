@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 from rich.console import Console
 
 from outbox_bridge.bench import loadgen, phases, plots, probes, report, targets, webhooks
-from outbox_bridge.bench.calibrate import quorum_hop, single_row_commits
+from outbox_bridge.bench.calibrate import broker_floor, quorum_hop, single_row_commits
 from outbox_bridge.bench.deploy import BROKER, Deployment, broker_version, run_settings
 from outbox_bridge.bench.observe import StoreWatch
 from outbox_bridge.bench.options import Options, parse
@@ -153,6 +153,7 @@ def run_deployment(
             result["calibration"] = single_row_commits(workdir, synchronous)
             if mode == BROKER:
                 result["broker_calibration"] = quorum_hop(settings.rabbitmq_url)
+                result["broker_floor"] = broker_floor(settings.rabbitmq_url)
             _started(deployment, label)
             run = _run_context(label, options, deployment, settings, stop, cleanup)
             _run_phases(run, phase_list(options, mode, full), result, proxy)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from outbox_bridge.bench.calibrate import FLOOR_MESSAGES
 from outbox_bridge.bench.tracing import strace_available
 from tests.support.procs import BIN
 
@@ -103,6 +104,9 @@ def _assert_run(run: dict[str, Any]) -> None:
             hop["messages"] == 60
             and 0 < hop["publish_to_delivery_ms"]["p50"] <= hop["publish_to_delivery_ms"]["p99"]
         )
+        floor = run["broker_floor"]  # RabbitMQ alone, as the broker path uses it
+        assert floor["messages"] == FLOOR_MESSAGES and floor["messages_per_second"] > 0
+        assert all(cpu > 0 for cpu in floor["cpu_ms_per_message"].values())
     phases = run["phases"]
     expected = {"warmup", "idle", "burst_store", "burst_http", "http_api", "http_whole", "latency"}
     expected |= {"latency_light"}
