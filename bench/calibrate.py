@@ -189,7 +189,7 @@ def _floor(url: str, queue: str, messages: int) -> dict[str, Any]:
             return {"error": next(detail for kind, _, detail in ready if kind != "ready")}
         before, started = machine.read(), time.perf_counter()
         go.set()
-        done = {role: (count, cpu) for _, role, (count, cpu) in _reports(reports, len(children))}
+        done = _reports(reports, len(children))
         elapsed, after = time.perf_counter() - started, machine.read()
     except (OSError, ValueError, queue_module.Empty) as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -220,20 +220,21 @@ def _floor(url: str, queue: str, messages: int) -> dict[str, Any]:
     }
 
 
-def _reports(reports: Any, count: int) -> list[tuple[str, str, Any]]:
-    """The children's final reports; an error report (or none in time) raises `ValueError`."""
-    found = []
+def _reports(reports: Any, count: int) -> dict[str, tuple[int, float]]:
+    """Each child's final report by its role: (messages, CPU seconds). An error report (or none in time)
+    raises `ValueError`."""
+    found = {}
     for _ in range(count):
         kind, role, detail = reports.get(timeout=FLOOR_WAIT_SECONDS)
         if kind != "done":
             raise ValueError(f"the floor's {role}: {detail}")
-        found.append((kind, role, detail))
+        found[role] = detail
     return found
 
 
 def _floor_publisher(url: str, queue: str, messages: int, go: Any, reports: Any) -> None:
     """Publish `messages` job bodies under confirms, at most `FLOOR_WINDOW` unconfirmed; report the CPU."""
-    state = {"sent": 0, "confirmed": 0, "cpu": 0.0}
+    state = {"sent": 0, "confirmed": 0, "started": 0.0, "cpu": 0.0}
     try:
         params = broker_addresses(url, name="bench floor publisher")[0]
 
@@ -247,7 +248,7 @@ def _floor_publisher(url: str, queue: str, messages: int, go: Any, reports: Any)
         def confirmed(channel: Any, frame: Any) -> None:
             state["confirmed"] = max(state["confirmed"], frame.method.delivery_tag)
             if state["confirmed"] >= messages:
-                state["cpu"] = time.process_time() - state["cpu"]
+                state["cpu"] = time.process_time() - state["started"]
                 channel.connection.close()
             else:
                 publish(channel)
@@ -256,7 +257,7 @@ def _floor_publisher(url: str, queue: str, messages: int, go: Any, reports: Any)
             channel.confirm_delivery(lambda frame: confirmed(channel, frame))
             reports.put(("ready", "publisher", None))
             go.wait(FLOOR_WAIT_SECONDS)
-            state["cpu"] = time.process_time()
+            state["started"] = time.process_time()
             publish(channel)
 
         connection = pika.SelectConnection(
