@@ -165,7 +165,7 @@ def parse(out: str) -> dict[str, Any]:
     requests = int(_find(r"(\d+) requests in", out))
     rejected = int(_find(r"Non-2xx or 3xx responses: (\d+)", out, "0"))
     errors = sum(int(n) for n in re.findall(r"(?:connect|read|write|timeout) (\d+)", out))
-    seconds = float(_find(r"requests in ([\d.]+)s", out))
+    seconds = _ms(_find(r"requests in ([\d.]+(?:us|ms|s|m|h)),", out)) / 1000  # "8.00s", "2.00m"
     return {
         "requests": requests,
         "accepted": requests - rejected,
@@ -186,5 +186,5 @@ def _find(pattern: str, text: str, default: str | None = None) -> str:
 
 
 def _ms(value: str) -> float:
-    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m)", value).groups()  # type: ignore[union-attr]
-    return round(float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0}[unit], 3)
+    number, unit = re.fullmatch(r"([\d.]+)(us|ms|s|m|h)", value).groups()  # type: ignore[union-attr]
+    return round(float(number) * {"us": 0.001, "ms": 1.0, "s": 1000.0, "m": 60000.0, "h": 3600000.0}[unit], 3)

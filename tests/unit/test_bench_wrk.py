@@ -39,6 +39,11 @@ def test_a_clean_report_has_no_rejections() -> None:
     assert (figures["accepted"], figures["non_2xx"], figures["socket_errors"]) == (3814, 0, 0)
 
 
+def test_a_run_of_minutes_is_read_in_seconds() -> None:
+    minutes = REPORT.replace("3814 requests in 8.09s", "241682 requests in 2.00m")  # as wrk writes it
+    assert parse(minutes)["accepted_per_second"] == round((241682 - 14) / 120, 1)
+
+
 def test_a_report_without_its_request_count_is_an_error() -> None:
     with pytest.raises(ValueError, match="no match"):
         parse("wrk: connection refused\n")
