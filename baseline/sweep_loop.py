@@ -49,9 +49,9 @@ class SweepLoop:
                 self.retain_once()
 
     def sweep_once(self) -> None:
-        """Fresh planner statistics where they went stale (`jobstore.statistics`), then one sweep; a busy or
+        """The tables' upkeep (`jobstore.statistics.tend`), then one sweep; a busy or
         unreachable store postpones the sweep to the next round instead of failing."""
-        statistics.refresh(self._engine)
+        statistics.tend(self._engine)
         backoff = backoff_of(self._settings)
         try:
             settled = db.transact(self._engine, sweeper.sweep_expired, clock.now(), backoff=backoff)

@@ -1,4 +1,4 @@
-"""Fresh planner statistics for PostgreSQL's hot tables.
+"""Fresh planner statistics, and few dead index entries, for PostgreSQL's hot tables.
 
 PostgreSQL plans each statement with the row counts its last ANALYZE of the table saw, and autovacuum
 analyzes a table only once a tenth of it changed, looking at most once a minute (`autovacuum_naptime`).
@@ -6,17 +6,28 @@ A queue's tables change faster than that: after a burst into a table last counte
 the claim's due walk reads and sorts every queued job, the claim's `UPDATE ... WHERE id IN (...)` walks
 the state indexes instead of the primary key, and dropping a claimed job's pending outbox row reads every
 pending row, so each claim costs in proportion to the backlog until the next ANALYZE (measured in
-`docs/scaling.md`). The sweepers (the relay's housekeeping, a baseline worker's sweep loop) call `refresh`
+`docs/scaling.md`). The sweepers (the relay's housekeeping, a baseline worker's sweep loop) call `tend`
 every sweep, so a table is analyzed within about a sweep interval of changing that much, and at most once
 every `MIN_INTERVAL_SECONDS` (whoever ran the last ANALYZE: PostgreSQL keeps its time): a burst's first
 few hundred rows bring fresh counts, and the ANALYZEs after them, each a cost to the server, do not run
 every sweep while it lasts (`docs/scaling.md` has the figures).
 
-SQLite keeps no such counts unless asked to, and plans these statements by their indexes alone."""
+Every move of a job and every outbox row marked published leaves a dead row version, and its entries stay
+in the indexes until a VACUUM of the table removes them. The walks of one state's index (the relay's read
+of the unpublished rows, the claim's of the queued jobs, the sweep's of the running ones) step over every
+dead entry at their start, so each read costs in proportion to the rows moved since the table's last
+VACUUM, and autovacuum waits for a fifth of the table to be dead: a day of published rows kept at 200 jobs
+a second is hours of them (`docs/scaling.md` has the figures). So `tend` also vacuums a table once
+`MIN_DEAD` of its row versions are dead, at most every `VACUUM_MIN_INTERVAL_SECONDS` (whoever vacuumed it
+last).
+
+SQLite keeps no such counts unless asked to, and plans these statements by their indexes alone; it drops
+a row's index entries when the row changes."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -34,29 +45,91 @@ MIN_INTERVAL_SECONDS = 10.0
 # An ANALYZE waits at most this long for its table lock (a VACUUM of the table holds it): the sweeper that
 # runs it has leases to settle, and the next sweep tries again.
 LOCK_TIMEOUT = "200ms"
+# A table is vacuumed once this many of its row versions are dead (a job's two moves and its outbox row's
+# mark leave three), and at most every VACUUM_MIN_INTERVAL_SECONDS.
+MIN_DEAD = 10_000
+VACUUM_MIN_INTERVAL_SECONDS = 30.0
 
 
-def stale(engine: Engine, min_interval: float = MIN_INTERVAL_SECONDS) -> list[str]:
-    """The store tables whose rows changed enough since their last ANALYZE, which was at least
-    `min_interval` seconds ago (none where the database keeps no such statistics)."""
+@dataclass(frozen=True)
+class Due:
+    """The store tables whose planner statistics went stale (`stale`), and those worn (`worn`)."""
+
+    stale: list[str]
+    worn: list[str]
+
+
+def due(
+    engine: Engine,
+    *,
+    stale_after: float = MIN_INTERVAL_SECONDS,
+    worn_after: float = VACUUM_MIN_INTERVAL_SECONDS,
+    min_dead: int = MIN_DEAD,
+) -> Due:
+    """In one read: the tables whose rows changed enough since their last ANALYZE, at least `stale_after`
+    seconds ago, and those with at least `min_dead` dead row versions, last vacuumed at least `worn_after`
+    seconds ago (none where the database keeps no such statistics, or leaves no dead versions)."""
     params = {
         "tables": list(TABLES),
         "min_changed": MIN_CHANGED,
         "fraction": CHANGED_FRACTION,
-        "min_interval": min_interval,
+        "stale_after": stale_after,
+        "min_dead": min_dead,
+        "worn_after": worn_after,
     }
-    return drivers.of(engine).stale_tables(engine, params)
+    return Due(*drivers.of(engine).upkeep_due(engine, params))
+
+
+def tend(engine: Engine) -> None:
+    """What a sweeper does every sweep: VACUUM the worn tables, then ANALYZE the stale ones (one read
+    decides both). A store that fails leaves them for the next call."""
+    try:
+        found = due(engine)
+    except SQLAlchemyError as exc:
+        log.debug("could not read the tables' statistics: %s", exc)
+        return
+    _vacuum_each(engine, found.worn)
+    _analyze_each(engine, found.stale)
+
+
+def stale(engine: Engine, min_interval: float = MIN_INTERVAL_SECONDS) -> list[str]:
+    """The store tables whose planner statistics went stale (`due`)."""
+    return due(engine, stale_after=min_interval).stale
+
+
+def worn(
+    engine: Engine, min_interval: float = VACUUM_MIN_INTERVAL_SECONDS, min_dead: int = MIN_DEAD
+) -> list[str]:
+    """The store tables worn enough to be vacuumed (`due`)."""
+    return due(engine, worn_after=min_interval, min_dead=min_dead).worn
 
 
 def refresh(engine: Engine, min_interval: float = MIN_INTERVAL_SECONDS) -> list[str]:
     """ANALYZE each stale table (`stale`); returns those analyzed. A table whose lock is not to be had
     within `LOCK_TIMEOUT`, or a store that fails, is left for the next call."""
-    analyzed = []
     try:
         tables = stale(engine, min_interval)
     except SQLAlchemyError as exc:
         log.debug("could not read the planner statistics' age: %s", exc)
         return []
+    return _analyze_each(engine, tables)
+
+
+def vacuum(
+    engine: Engine, min_interval: float = VACUUM_MIN_INTERVAL_SECONDS, min_dead: int = MIN_DEAD
+) -> list[str]:
+    """VACUUM each worn table (`worn`); returns those asked for. One that another VACUUM or an ANALYZE
+    holds, or a store that fails, is left for the next call."""
+    try:
+        tables = worn(engine, min_interval, min_dead)
+    except SQLAlchemyError as exc:
+        log.debug("could not read the dead row versions' count: %s", exc)
+        return []
+    return _vacuum_each(engine, tables)
+
+
+def _analyze_each(engine: Engine, tables: list[str]) -> list[str]:
+    analyzed = []
     for table in tables:
         try:
             with engine.begin() as conn:
@@ -68,3 +141,17 @@ def refresh(engine: Engine, min_interval: float = MIN_INTERVAL_SECONDS) -> list[
     if analyzed:
         log.debug("analyzed %s: their planner statistics were stale", ", ".join(analyzed))
     return analyzed
+
+
+def _vacuum_each(engine: Engine, tables: list[str]) -> list[str]:
+    vacuumed = []
+    for table in tables:
+        try:
+            drivers.of(engine).vacuum(engine, table)
+        except SQLAlchemyError as exc:
+            log.debug("VACUUM %s postponed: %s", table, exc)
+            continue
+        vacuumed.append(table)
+    if vacuumed:
+        log.debug("vacuumed %s: their dead row versions piled up", ", ".join(vacuumed))
+    return vacuumed

@@ -39,8 +39,8 @@ class Housekept:
 
 def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
     """One sweep, one prune, one re-announcement and one release of held jobs, each in its own transaction
-    (each is retried on lock contention), then fresh planner statistics where they went stale
-    (`jobstore.statistics`)."""
+    (each is retried on lock contention), then the tables' upkeep: a VACUUM where dead row versions piled
+    up, fresh planner statistics where they went stale (`jobstore.statistics`)."""
     now = clock.now()
     swept = db.transact(engine, sweeper.sweep_expired, now, backoff=backoff_of(settings))
     pruned = db.transact(engine, outbox.prune_published, older_than=now - settings.outbox_retention_seconds)
@@ -48,5 +48,5 @@ def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
         engine, sweeper.reannounce_stale, now, older_than=now - settings.reannounce_after_seconds
     )
     released = db.transact(engine, limits.release_held, Limits.of(settings), now)
-    statistics.refresh(engine)
+    statistics.tend(engine)
     return Housekept(swept, pruned, reannounced, released)

@@ -185,12 +185,18 @@ class Driver:
 
     # --- upkeep --------------------------------------------------------------------------------------
 
-    def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
-        """The store tables whose planner statistics went stale (`jobstore.statistics`)."""
+    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        """The store tables whose planner statistics went stale, and those holding enough dead row versions
+        to be vacuumed (`jobstore.statistics`), read at once."""
         raise NotImplementedError
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
         """Gather `table`'s planner statistics, waiting at most `lock_timeout` for its lock."""
+        raise NotImplementedError
+
+    def vacuum(self, engine: Engine, table: str) -> None:
+        """Remove `table`'s dead row versions and their index entries (unless another VACUUM or an ANALYZE
+        holds the table: then it is left to that one)."""
         raise NotImplementedError
 
 

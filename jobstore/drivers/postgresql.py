@@ -216,12 +216,18 @@ ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 
 # The store tables whose rows changed enough since their last ANALYZE, which was at least `min_interval`
 # seconds ago.
-STALE_TABLES = text(
-    "SELECT relname FROM pg_stat_user_tables"
-    " WHERE relid = ANY(CAST(:tables AS regclass[]))"
-    " AND n_mod_since_analyze > GREATEST(:min_changed, :fraction * n_live_tup)"
+# For each store table: whether its planner statistics went stale (`min_changed` rows and a `fraction` of it
+# changed since an ANALYZE at least `stale_after` seconds ago) and whether it is worn (`min_dead` dead row
+# versions, last vacuumed at least `worn_after` seconds ago), whoever ran the last one.
+UPKEEP = text(
+    "SELECT relname,"
+    " n_mod_since_analyze > GREATEST(:min_changed, :fraction * n_live_tup)"
     " AND COALESCE(GREATEST(last_analyze, last_autoanalyze), '-infinity')"
-    " < now() - make_interval(secs => :min_interval)"
+    " < now() - make_interval(secs => :stale_after),"
+    " n_dead_tup >= :min_dead"
+    " AND COALESCE(GREATEST(last_vacuum, last_autovacuum), '-infinity')"
+    " < now() - make_interval(secs => :worn_after)"
+    " FROM pg_stat_user_tables WHERE relid = ANY(CAST(:tables AS regclass[]))"
 )
 
 
@@ -321,13 +327,25 @@ class PostgreSQLDriver(Driver):
         many, due = claim_statements(claiming._claim_many(None))
         return [("CLAIM", many), ("CLAIM_DUE", due)]
 
-    def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
+    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         with engine.connect() as conn:
-            return sorted(str(name) for name in conn.execute(STALE_TABLES, params).scalars())
+            rows = conn.execute(UPKEEP, params).all()
+        return sorted(str(name) for name, stale, _ in rows if stale), sorted(
+            str(name) for name, _, worn in rows if worn
+        )
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
         conn.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
         conn.execute(text(f"ANALYZE {table}"))
+
+    def vacuum(self, engine: Engine, table: str) -> None:
+        # VACUUM runs outside a transaction. SKIP_LOCKED: a table another VACUUM (autovacuum's) or an ANALYZE
+        # holds is left to it. INDEX_CLEANUP ON: the dead entries are what the walks step over, and without
+        # it PostgreSQL keeps them while the dead rows sit on under 2 % of the table's pages, as a queue's
+        # recent rows do in a table that keeps a day of them.
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(text(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) {table}"))
 
 
 @functools.lru_cache(maxsize=64)

@@ -251,11 +251,16 @@ class SQLiteDriver(Driver):
 
         return [("CLAIM", claiming(claims._claim_many(None))), ("RELAY_READ_ROWS", relayrole._ROWS)]
 
-    def stale_tables(self, engine: Engine, params: Mapping[str, Any]) -> list[str]:
-        return []  # SQLite's planner keeps no statistics the store relies on
+    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+        # SQLite's planner keeps no statistics the store relies on, and it drops a row's index entries when
+        # the row changes: no dead versions stay behind.
+        return [], []
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
         conn.exec_driver_sql(f"ANALYZE {table}")
+
+    def vacuum(self, engine: Engine, table: str) -> None:
+        pass  # (never worn; SQLite's VACUUM would rebuild the whole file)
 
 
 def _install_hooks(engine: Engine, synchronous: str) -> None:

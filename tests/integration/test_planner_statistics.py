@@ -2,7 +2,9 @@
 counted with no queued job, the due walk may read and sort every queued job (whether it does turns on
 costs a few units apart; `docs/scaling.md` has a case that did). The sweepers refresh the statistics of a
 table that changed that much (`jobstore.statistics`), at most every `MIN_INTERVAL_SECONDS`, after which the
-walk is an ordered index walk."""
+walk is an ordered index walk. And the relay's read of the unpublished outbox rows steps over the dead index
+entry of every row published since the table's last VACUUM: the sweepers vacuum a table once enough of its
+row versions are dead, after which the read touches a few pages again."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 
 from outbox_bridge.core import clock
 from outbox_bridge.jobstore import claiming, db, statistics
+from outbox_bridge.jobstore.drivers.postgresql import DUE_AT_ONCE
 from tests.support.procs import wait_for
 from tests.support.store import new_jobs
 
@@ -66,6 +69,45 @@ def test_a_burst_into_a_table_counted_nearly_empty_is_analyzed_and_walked_in_ord
     assert len(claims) == 10
 
 
+def read_pages(engine: Engine) -> int:
+    """The pages the relay's read of due rows touched (`EXPLAIN (ANALYZE, BUFFERS)` of its statement)."""
+    params = {"b_now": clock.now(), "b_limit": 500, "b_walk": 501, "b_exclude": []}
+    with engine.connect() as conn:
+        cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + DUE_AT_ONCE.sql, params)
+        [[[plan]]] = cursor.fetchall()
+    return int(plan["Plan"]["Shared Hit Blocks"]) + int(plan["Plan"]["Shared Read Blocks"])
+
+
+PUBLISHED = 6000
+
+
+def test_outbox_rows_published_by_thousands_are_vacuumed_and_the_read_touches_few_pages(
+    engine: Engine,
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE outbox SET (autovacuum_enabled = false)"))
+    clean = read_pages(engine)  # nothing to read
+    for _ in range(PUBLISHED // 1000):
+        new_jobs(engine, 1000)
+    with engine.begin() as conn:  # what the relay's marks leave: a dead version of every row
+        conn.execute(text("UPDATE outbox SET published_at = 1"))
+    worn = read_pages(engine)  # nothing to read either
+    assert worn >= clean + 10, (clean, worn)  # a page of the index holds a few hundred entries
+
+    # The counters reach pg_stat_user_tables once the updating connection flushes them (within a second).
+    wait_for(
+        lambda: statistics.worn(engine, 0, PUBLISHED) == ["outbox"], timeout=10, what="dead rows counted"
+    )
+    assert statistics.worn(engine, 0, PUBLISHED + 1) == []
+    assert statistics.vacuum(engine, 0, PUBLISHED) == ["outbox"]
+    after = read_pages(engine)
+    assert after <= clean + 2, (clean, worn)
+    # Just vacuumed: not again within the interval, nor with fewer dead rows than asked.
+    assert statistics.worn(engine) == [] and statistics.worn(engine, 0) == []
+
+
 def test_sqlite_has_no_statistics_to_refresh(tmp_path: Any) -> None:
     engine = create_engine(f"sqlite:///{tmp_path / 'store.db'}")
     assert statistics.stale(engine) == [] and statistics.refresh(engine) == []
+    assert statistics.worn(engine, 0, 0) == [] and statistics.vacuum(engine, 0, 0) == []

@@ -165,12 +165,17 @@ def test_rows_are_read_locking_and_keys_are_locked_in_a_transaction(engine: Engi
     assert db.transact(engine, lock) == [job_id]
 
 
-def test_stale_statistics_name_only_store_tables(engine: Engine) -> None:
+def test_stale_statistics_and_worn_tables_name_only_store_tables(engine: Engine) -> None:
     new_jobs(engine, 3)
     driver = drivers.of(engine)
-    params = {"tables": list(TABLES), "min_changed": 0, "fraction": 0.0, "min_interval": 0}
-    stale = driver.stale_tables(engine, params)
-    assert set(stale) <= set(TABLES)
+    params = {
+        "tables": list(TABLES), "min_changed": 0, "fraction": 0.0, "stale_after": 0,
+        "min_dead": 0, "worn_after": 0,
+    }  # fmt: skip
+    stale, worn = driver.upkeep_due(engine, params)
+    assert set(stale) <= set(TABLES) and set(worn) <= set(TABLES)
+    for table in worn:
+        driver.vacuum(engine, table)
     for table in stale:
         with engine.begin() as conn:
             driver.analyze(conn, table, lock_timeout="200ms")

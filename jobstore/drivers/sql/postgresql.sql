@@ -87,8 +87,8 @@ WHERE jobs.id = outbox.job_id) AS anon_2, (SELECT jobs.traceparent
 FROM jobs
 WHERE jobs.id = outbox.job_id) AS anon_3;
 
--- name: STALE_TABLES
-SELECT relname FROM pg_stat_user_tables WHERE relid = ANY(CAST(%(tables)s AS regclass[])) AND n_mod_since_analyze > GREATEST(%(min_changed)s, %(fraction)s * n_live_tup) AND COALESCE(GREATEST(last_analyze, last_autoanalyze), '-infinity') < now() - make_interval(secs => %(min_interval)s);
+-- name: UPKEEP
+SELECT relname, n_mod_since_analyze > GREATEST(%(min_changed)s, %(fraction)s * n_live_tup) AND COALESCE(GREATEST(last_analyze, last_autoanalyze), '-infinity') < now() - make_interval(secs => %(stale_after)s), n_dead_tup >= %(min_dead)s AND COALESCE(GREATEST(last_vacuum, last_autovacuum), '-infinity') < now() - make_interval(secs => %(worn_after)s) FROM pg_stat_user_tables WHERE relid = ANY(CAST(%(tables)s AS regclass[]));
 
 -- name: _ACCEPTING
 unnest(%(b_id)s::VARCHAR[], %(b_tenant)s::VARCHAR[], %(b_owner)s::VARCHAR[], %(b_operation_key)s::VARCHAR[], %(b_fingerprint)s::VARCHAR[], %(b_kind)s::VARCHAR[], %(b_payload)s::VARCHAR[], %(b_state)s::VARCHAR[], %(b_epoch)s::INTEGER[], %(b_attempts)s::INTEGER[], %(b_max_attempts)s::INTEGER[], %(b_lease_owner)s::VARCHAR[], %(b_lease_expires_at)s::FLOAT[], %(b_available_at)s::FLOAT[], %(b_run_at)s::FLOAT[], %(b_priority)s::INTEGER[], %(b_deadline_at)s::FLOAT[], %(b_cancel_requested)s::BOOLEAN[], %(b_external_epoch)s::INTEGER[], %(b_checkpoint)s::VARCHAR[], %(b_checkpoint_epoch)s::INTEGER[], %(b_result_attempt_id)s::VARCHAR[], %(b_error_code)s::VARCHAR[], %(b_error_message)s::VARCHAR[], %(b_created_at)s::FLOAT[], %(b_updated_at)s::FLOAT[], %(b_started_at)s::FLOAT[], %(b_finished_at)s::FLOAT[], %(b_traceparent)s::VARCHAR[], %(b_schedule_name)s::VARCHAR[], %(b_concurrency_key)s::VARCHAR[], %(b_held_by)s::VARCHAR[]);
