@@ -27,6 +27,7 @@ a row's index entries when the row changes."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import Engine
@@ -129,29 +130,30 @@ def vacuum(
 
 
 def _analyze_each(engine: Engine, tables: list[str]) -> list[str]:
-    analyzed = []
-    for table in tables:
-        try:
-            with engine.begin() as conn:
-                drivers.of(conn).analyze(conn, table, lock_timeout=LOCK_TIMEOUT)
-        except SQLAlchemyError as exc:
-            log.debug("ANALYZE %s postponed: %s", table, exc)
-            continue
-        analyzed.append(table)
-    if analyzed:
-        log.debug("analyzed %s: their planner statistics were stale", ", ".join(analyzed))
-    return analyzed
+    def analyze(table: str) -> None:
+        with engine.begin() as conn:
+            drivers.of(conn).analyze(conn, table, lock_timeout=LOCK_TIMEOUT)
+
+    return _each(tables, "ANALYZE", analyze, "analyzed %s: their planner statistics were stale")
 
 
 def _vacuum_each(engine: Engine, tables: list[str]) -> list[str]:
-    vacuumed = []
+    def vacuum(table: str) -> None:
+        drivers.of(engine).vacuum(engine, table)
+
+    return _each(tables, "VACUUM", vacuum, "vacuumed %s: their dead row versions piled up")
+
+
+def _each(tables: list[str], command: str, run: Callable[[str], None], done: str) -> list[str]:
+    """`run(table)` for each of `tables`; those it ran for. One the store fails is left for the next sweep."""
+    ran = []
     for table in tables:
         try:
-            drivers.of(engine).vacuum(engine, table)
+            run(table)
         except SQLAlchemyError as exc:
-            log.debug("VACUUM %s postponed: %s", table, exc)
+            log.debug("%s %s postponed: %s", command, table, exc)
             continue
-        vacuumed.append(table)
-    if vacuumed:
-        log.debug("vacuumed %s: their dead row versions piled up", ", ".join(vacuumed))
-    return vacuumed
+        ran.append(table)
+    if ran:
+        log.debug(done, ", ".join(ran))
+    return ran
