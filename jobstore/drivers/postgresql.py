@@ -214,8 +214,6 @@ MARK_PUBLISHED = db.Direct.of(
 # This transaction's advisory lock on (space, key), held until it ends.
 ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 
-# The store tables whose rows changed enough since their last ANALYZE, which was at least `min_interval`
-# seconds ago.
 # For each store table: whether its planner statistics went stale (`min_changed` rows and a `fraction` of it
 # changed since an ANALYZE at least `stale_after` seconds ago) and whether it is worn (`min_dead` dead row
 # versions, last vacuumed at least `worn_after` seconds ago), whoever ran the last one.
