@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -84,11 +85,7 @@ def due(
 def tend(engine: Engine) -> None:
     """What a sweeper does every sweep: VACUUM the worn tables, then ANALYZE the stale ones (one read
     decides both). A store that fails leaves them for the next call."""
-    try:
-        found = due(engine)
-    except SQLAlchemyError as exc:
-        log.debug("could not read the tables' statistics: %s", exc)
-        return
+    found = _read(engine)
     _vacuum_each(engine, found.worn)
     _analyze_each(engine, found.stale)
 
@@ -108,12 +105,7 @@ def worn(
 def refresh(engine: Engine, min_interval: float = MIN_INTERVAL_SECONDS) -> list[str]:
     """ANALYZE each stale table (`stale`); returns those analyzed. A table whose lock is not to be had
     within `LOCK_TIMEOUT`, or a store that fails, is left for the next call."""
-    try:
-        tables = stale(engine, min_interval)
-    except SQLAlchemyError as exc:
-        log.debug("could not read the planner statistics' age: %s", exc)
-        return []
-    return _analyze_each(engine, tables)
+    return _analyze_each(engine, _read(engine, stale_after=min_interval).stale)
 
 
 def vacuum(
@@ -121,12 +113,16 @@ def vacuum(
 ) -> list[str]:
     """VACUUM each worn table (`worn`); returns those asked for. One that another VACUUM or an ANALYZE
     holds, or a store that fails, is left for the next call."""
+    return _vacuum_each(engine, _read(engine, worn_after=min_interval, min_dead=min_dead).worn)
+
+
+def _read(engine: Engine, **limits: Any) -> Due:
+    """`due`, or no table at all when the store cannot be read (the next sweep reads again)."""
     try:
-        tables = worn(engine, min_interval, min_dead)
+        return due(engine, **limits)
     except SQLAlchemyError as exc:
-        log.debug("could not read the dead row versions' count: %s", exc)
-        return []
-    return _vacuum_each(engine, tables)
+        log.debug("could not read the tables' statistics: %s", exc)
+        return Due([], [])
 
 
 def _analyze_each(engine: Engine, tables: list[str]) -> list[str]:

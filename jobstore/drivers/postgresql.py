@@ -328,9 +328,9 @@ class PostgreSQLDriver(Driver):
     def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
         with engine.connect() as conn:
             rows = conn.execute(UPKEEP, params).all()
-        return sorted(str(name) for name, stale, _ in rows if stale), sorted(
-            str(name) for name, _, worn in rows if worn
-        )
+        stale = sorted(str(name) for name, is_stale, _ in rows if is_stale)
+        worn = sorted(str(name) for name, _, is_worn in rows if is_worn)
+        return stale, worn
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
         conn.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
