@@ -21,6 +21,10 @@ a second is hours of them (`docs/scaling.md` has the figures). So `tend` also va
 `MIN_DEAD` of its row versions are dead, at most every `VACUUM_MIN_INTERVAL_SECONDS` (whoever vacuumed it
 last).
 
+Only a table's owner, the database's owner (or, from PostgreSQL 17, a user granted MAINTAIN) may VACUUM or
+ANALYZE it; a store user that may not is told once per process, and the tables are left to autovacuum
+(`docs/operations.md`).
+
 SQLite keeps no such counts unless asked to, and plans these statements by their indexes alone; it drops
 a row's index entries when the row changes."""
 
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Engine
@@ -55,10 +59,12 @@ VACUUM_MIN_INTERVAL_SECONDS = 30.0
 
 @dataclass(frozen=True)
 class Due:
-    """The store tables whose planner statistics went stale (`stale`), and those worn (`worn`)."""
+    """The store tables whose planner statistics went stale (`stale`), those worn (`worn`), and those the
+    store's user may neither VACUUM nor ANALYZE (`refused`: never stale or worn here)."""
 
     stale: list[str]
     worn: list[str]
+    refused: list[str] = field(default_factory=list)
 
 
 def due(
@@ -86,6 +92,7 @@ def tend(engine: Engine) -> None:
     """What a sweeper does every sweep: VACUUM the worn tables, then ANALYZE the stale ones (one read
     decides both). A store that fails leaves them for the next call."""
     found = _read(engine)
+    _tell_refused(found.refused)
     _vacuum_each(engine, found.worn)
     _analyze_each(engine, found.stale)
 
@@ -123,6 +130,23 @@ def _read(engine: Engine, **limits: Any) -> Due:
     except SQLAlchemyError as exc:
         log.debug("could not read the tables' statistics: %s", exc)
         return Due([], [])
+
+
+_told: set[str] = set()  # the tables a warning already named, in this process
+
+
+def _tell_refused(tables: list[str]) -> None:
+    """Warn, once per process and table, that the store's user may not keep `tables` up."""
+    new = [table for table in tables if table not in _told]
+    if not new:
+        return
+    _told.update(new)
+    log.warning(
+        "the store's user may not VACUUM or ANALYZE %s (only their owner or the database's owner may): "
+        "they are left to autovacuum, and reads of them slow down as their dead rows pile up "
+        "(docs/operations.md, 'The store's user may not vacuum')",
+        ", ".join(new),
+    )
 
 
 def _analyze_each(engine: Engine, tables: list[str]) -> list[str]:

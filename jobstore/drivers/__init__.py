@@ -185,9 +185,10 @@ class Driver:
 
     # --- upkeep --------------------------------------------------------------------------------------
 
-    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
-        """The store tables whose planner statistics went stale, and those holding enough dead row versions
-        to be vacuumed (`jobstore.statistics`), read at once."""
+    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
+        """Read at once (`jobstore.statistics`): the store tables whose planner statistics went stale, those
+        holding enough dead row versions to be vacuumed, and those the store's user may do neither for (never
+        in the first two)."""
         raise NotImplementedError
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:

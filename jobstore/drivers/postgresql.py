@@ -217,15 +217,26 @@ ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 # For each store table: whether its planner statistics went stale (`min_changed` rows and a `fraction` of it
 # changed since an ANALYZE at least `stale_after` seconds ago) and whether it is worn (`min_dead` dead row
 # versions, last vacuumed at least `worn_after` seconds ago), whoever ran the last one.
+# Whether the store's user may VACUUM and ANALYZE a table (`relid`): its owner's rights, the database
+# owner's, or (PostgreSQL 17 on) the MAINTAIN privilege. Another user's VACUUM is skipped with a warning in
+# the server's log, so the upkeep does not ask for it.
+_MAINTAINABLE = (
+    "pg_has_role((SELECT relowner FROM pg_class WHERE oid = relid), 'USAGE')"
+    " OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE')"
+    " OR CASE WHEN current_setting('server_version_num')::int >= 170000"
+    " THEN has_table_privilege(relid, 'MAINTAIN') ELSE false END"
+)
 UPKEEP = text(
     "SELECT relname,"
-    " n_mod_since_analyze > GREATEST(:min_changed, :fraction * n_live_tup)"
+    " maintainable AND n_mod_since_analyze > GREATEST(:min_changed, :fraction * n_live_tup)"
     " AND COALESCE(GREATEST(last_analyze, last_autoanalyze), '-infinity')"
     " < now() - make_interval(secs => :stale_after),"
-    " n_dead_tup >= :min_dead"
+    " maintainable AND n_dead_tup >= :min_dead"
     " AND COALESCE(GREATEST(last_vacuum, last_autovacuum), '-infinity')"
-    " < now() - make_interval(secs => :worn_after)"
-    " FROM pg_stat_user_tables WHERE relid = ANY(CAST(:tables AS regclass[]))"
+    " < now() - make_interval(secs => :worn_after),"
+    " maintainable"
+    f" FROM (SELECT *, {_MAINTAINABLE} AS maintainable FROM pg_stat_user_tables"
+    " WHERE relid = ANY(CAST(:tables AS regclass[]))) AS tables"
 )
 
 
@@ -325,12 +336,13 @@ class PostgreSQLDriver(Driver):
         many, due = claim_statements(claiming._claim_many(None))
         return [("CLAIM", many), ("CLAIM_DUE", due)]
 
-    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         with engine.connect() as conn:
             rows = conn.execute(UPKEEP, params).all()
-        stale = sorted(str(name) for name, is_stale, _ in rows if is_stale)
-        worn = sorted(str(name) for name, _, is_worn in rows if is_worn)
-        return stale, worn
+        stale = sorted(str(name) for name, is_stale, _, _ in rows if is_stale)
+        worn = sorted(str(name) for name, _, is_worn, _ in rows if is_worn)
+        refused = sorted(str(name) for name, _, _, maintainable in rows if not maintainable)
+        return stale, worn, refused
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
         conn.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))

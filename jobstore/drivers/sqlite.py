@@ -251,10 +251,10 @@ class SQLiteDriver(Driver):
 
         return [("CLAIM", claiming(claims._claim_many(None))), ("RELAY_READ_ROWS", relayrole._ROWS)]
 
-    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str]]:
+    def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         # SQLite's planner keeps no statistics the store relies on, and it drops a row's index entries when
         # the row changes: no dead versions stay behind.
-        return [], []
+        return [], [], []
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
         conn.exec_driver_sql(f"ANALYZE {table}")

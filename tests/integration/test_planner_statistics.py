@@ -8,6 +8,8 @@ row versions are dead, after which the read touches a few pages again."""
 
 from __future__ import annotations
 
+import logging
+import uuid
 from typing import Any
 
 import pytest
@@ -105,6 +107,41 @@ def test_outbox_rows_published_by_thousands_are_vacuumed_and_the_read_touches_fe
     assert after <= clean + 2, (clean, worn)
     # Just vacuumed: not again within the interval, nor with fewer dead rows than asked.
     assert statistics.worn(engine) == [] and statistics.worn(engine, 0) == []
+
+
+def test_a_store_user_that_does_not_own_the_tables_asks_for_no_upkeep_and_is_told_once(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL skips another user's VACUUM or ANALYZE with a warning in its log: the sweeper of a store
+    user that may not keep the tables up does not ask for either at every sweep, and says so once."""
+    schema = str(engine.url.query["options"]).removeprefix("-csearch_path=")
+    role = f"r_{uuid.uuid4().hex[:12]}"
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE outbox SET (autovacuum_enabled = false)"))
+        conn.execute(text(f"CREATE ROLE {role} LOGIN"))
+        conn.execute(text(f"GRANT USAGE ON SCHEMA {schema} TO {role}"))
+        conn.execute(text(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}"))
+    theirs = create_engine(engine.url.set(username=role))
+    try:
+        new_jobs(engine, 1000)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE outbox SET published_at = 1"))
+        wait_for(lambda: statistics.worn(engine, 0, 1000) == ["outbox"], timeout=10, what="dead rows counted")
+
+        found = statistics.due(theirs, stale_after=0, worn_after=0, min_dead=1000)
+        assert found == statistics.Due(stale=[], worn=[], refused=["jobs", "outbox"])
+        with caplog.at_level(logging.WARNING, logger=statistics.__name__):
+            statistics.tend(theirs)
+            statistics.tend(theirs)
+        [told] = [r.getMessage() for r in caplog.records if r.name == statistics.__name__]
+        assert "may not VACUUM or ANALYZE jobs, outbox" in told
+        assert statistics.worn(engine, 0, 1000) == ["outbox"]  # nothing vacuumed it
+        assert statistics.due(engine, stale_after=0, worn_after=0, min_dead=1000).refused == []
+    finally:
+        theirs.dispose()
+        with engine.begin() as conn:
+            conn.execute(text(f"DROP OWNED BY {role}"))
+            conn.execute(text(f"DROP ROLE {role}"))
 
 
 def test_sqlite_has_no_statistics_to_refresh(tmp_path: Any) -> None:
