@@ -112,6 +112,7 @@ def create_app_from_env() -> FastAPI:
 def _make_engine(settings: Settings) -> Engine:
     return db.make_engine(
         settings,
+        "api",
         pool_size=POOL_SIZE,
         max_overflow=POOL_OVERFLOW,
         pool_timeout=settings.store_lock_timeout_seconds,

@@ -63,7 +63,7 @@ class Listening:
             self._close()
 
     def _open(self) -> bool:
-        self._listener = drivers.for_url(self._settings.database_url).listen(self._settings, role="baseline")
+        self._listener = drivers.for_url(self._settings.database_url).listen(self._settings, role="worker")
         if self._listener is not None:
             self._nudge()  # rows committed while nobody listened were announced to no one
         return self._listener is not None

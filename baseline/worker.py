@@ -110,7 +110,7 @@ def run(settings: Settings, *, concurrency: int) -> int:
     """Run a baseline worker process until SIGTERM or SIGINT; returns the exit code (0: clean stop,
     1: a job was left running, 2: the store is not reachable or not at the code's schema revision)."""
     tracing.configure("worker")
-    engine = db.make_engine(settings, pool_size=concurrency + 3, max_overflow=concurrency)
+    engine = db.make_engine(settings, "worker", pool_size=concurrency + 3, max_overflow=concurrency)
 
     def start() -> BaselineProcess:
         process = BaselineProcess(engine, settings, concurrency=concurrency).start()

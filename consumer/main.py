@@ -120,7 +120,7 @@ def run(settings: Settings, *, concurrency: int) -> int:
     # pika narrates every connection; the link logs what matters.
     logging.getLogger("pika").setLevel(logging.CRITICAL)
     tracing.configure("consumer")
-    engine = db.make_engine(settings, pool_size=concurrency + 4, max_overflow=concurrency)
+    engine = db.make_engine(settings, "consumer", pool_size=concurrency + 4, max_overflow=concurrency)
 
     def start() -> Consumer:
         consumer = Consumer(engine, settings, concurrency=concurrency).start()

@@ -133,11 +133,13 @@ def start_stats_writer(directory: Path, name: str, interval: float = 0.2) -> Non
     threading.Thread(target=loop, name="stats-writer", daemon=True).start()
 
 
-def make_engine(settings: Settings, **kwargs: Any) -> Engine:
-    """An engine for `settings.database_url`, made by its database's driver; nothing is created on disk."""
+def make_engine(settings: Settings, role: str | None = None, **kwargs: Any) -> Engine:
+    """An engine for `settings.database_url`, made by its database's driver; nothing is created on disk. On
+    a database server its connections are named after `role` (`api`, `relay`...) and this process, so that
+    an operator tells them apart (`pg_stat_activity.application_name`), unless the URL names them."""
     url = make_url(settings.database_url)
     options = {"store_lock_timeout": settings.store_lock_timeout_seconds}
-    engine = drivers.for_url(url).make_engine(url, settings, options, **kwargs)
+    engine = drivers.for_url(url).make_engine(url, settings, options, role=role, **kwargs)
     event.listen(engine, "before_cursor_execute", _sent_through_sqlalchemy)
     return engine
 

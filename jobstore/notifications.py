@@ -20,6 +20,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 from sqlalchemy.engine import make_url
 
 log = logging.getLogger(__name__)
@@ -47,14 +48,17 @@ class Listener:
         conn.add_notify_handler(lambda notify: self._heard.append(notify.payload))
 
     @classmethod
-    def open(cls, database_url: str, role: str = "relay") -> Listener | None:
-        """Listen on the store at `database_url` as `role`; None when it cannot be reached (the process
-        then polls)."""
+    def open(
+        cls, database_url: str, role: str = "relay", application_name: str | None = None
+    ) -> Listener | None:
+        """Listen on the store at `database_url` as `role`, the connection named `application_name` unless
+        the URL names it; None when it cannot be reached (the process then polls)."""
         url = make_url(database_url).set(drivername="postgresql")
+        conninfo = url.render_as_string(hide_password=False)
+        if application_name and "application_name" not in url.query:
+            conninfo = make_conninfo(conninfo, application_name=application_name)
         try:
-            conn = psycopg.connect(
-                url.render_as_string(hide_password=False), autocommit=True, connect_timeout=5
-            )
+            conn = psycopg.connect(conninfo, autocommit=True, connect_timeout=5)
             schema = conn.execute("SELECT current_schema()").fetchone()
             channel = CHANNEL_PREFIX + (schema[0] if schema and schema[0] else "public")
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))

@@ -176,7 +176,7 @@ def db_init() -> None:
     """Create the database (file and directory for SQLite), the results directory, and migrate the schema."""
     settings = console.load_settings()
     url = console.redacted(settings.database_url)
-    engine = db.make_engine(settings)
+    engine = db.make_engine(settings, "cli")
     try:
         migrate.init_schema(settings, engine)
     except OSError as exc:
@@ -195,7 +195,7 @@ def db_upgrade(revision: str = "head") -> None:
     """Apply schema migrations up to REVISION (default: the latest) to an existing store."""
     settings = console.load_settings()
     console.require_sqlite_file(settings)
-    engine = db.make_engine(settings)
+    engine = db.make_engine(settings, "cli")
     try:
         before = migrate.current_revision(engine)
         migrate.upgrade(engine, revision)
@@ -231,7 +231,7 @@ def healthcheck(role: Annotated[Role, typer.Argument(help="The role of the proce
     """Exit 0 when a process of ROLE on this host has recorded a heartbeat lately, else 1 (for container
     healthchecks: a relay, consumer or worker that is up but no longer beating is unhealthy)."""
     settings = console.load_settings()
-    engine = db.make_engine(settings)
+    engine = db.make_engine(settings, "cli")
     try:
         live = db.read(engine, heartbeats.alive, clock.now(), settings.alive_within_seconds)
     except (db.StoreUnavailable, SQLAlchemyError) as exc:

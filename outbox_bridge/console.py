@@ -71,7 +71,7 @@ def ready_engine(settings: Settings) -> Engine:
     what is wrong and what to run. Creates nothing: only `db init` makes a store."""
     url = redacted(settings.database_url)
     require_sqlite_file(settings)
-    engine = db.make_engine(settings)
+    engine = db.make_engine(settings, "cli")
     problem = store_not_ready(engine)
     if problem is None:
         return engine

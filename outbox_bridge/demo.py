@@ -64,7 +64,7 @@ def run(settings: Settings, *, broker: str, keep_running: bool, port: int | None
 def _run_on(found: Broker, settings: Settings, *, keep_running: bool, port: int | None) -> int:
     broker = found.kind
     settings = _demo_settings(settings)
-    engine = db.make_engine(settings)
+    engine = db.make_engine(settings, "demo")
     migrate.init_schema(settings, engine)
     if port is None:
         port = 8000 if _port_free(8000) else free_port()
@@ -228,7 +228,7 @@ class Demo:
     ids: dict[str, str] = field(default_factory=dict)  # label -> job id
 
     def __post_init__(self) -> None:
-        self.engine = db.make_engine(self.settings)
+        self.engine = db.make_engine(self.settings, "demo")
         token = TokenPolicy.of(self.settings).issue(tenant=TENANT, user="demo")
         self.client = Client(self.base, token=token)
 

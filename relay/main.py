@@ -31,7 +31,7 @@ def run(settings: Settings) -> int:
     # pika narrates every connection attempt; the relay logs what matters itself.
     logging.getLogger("pika").setLevel(logging.CRITICAL)
     tracing.configure("relay")
-    engine = db.make_engine(settings)
+    engine = db.make_engine(settings, "relay")
     relay = Relay(settings, engine)
     heartbeat = Heartbeat(engine, settings, "relay", partial(relay_detail, relay))
 

@@ -89,8 +89,11 @@ class Driver:
 
     # --- engines and statements ----------------------------------------------------------------------
 
-    def make_engine(self, url: URL, settings: Settings, options: dict[str, Any], **kwargs: Any) -> Engine:
-        """An engine for `url`; nothing is created on disk."""
+    def make_engine(
+        self, url: URL, settings: Settings, options: dict[str, Any], *, role: str | None, **kwargs: Any
+    ) -> Engine:
+        """An engine for `url`, its connections named after `role` where the database keeps such names;
+        nothing is created on disk."""
         raise NotImplementedError
 
     def file(self, url: URL) -> Path | None:

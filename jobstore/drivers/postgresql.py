@@ -13,6 +13,7 @@ locks. Committed outbox rows are announced by the store's own trigger (`NOTIFY`)
 from __future__ import annotations
 
 import functools
+import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -248,7 +249,14 @@ class PostgreSQLDriver(Driver):
     reads_due_at_once: ClassVar[bool] = True
     read_options: ClassVar[Mapping[str, Any]] = {}
 
-    def make_engine(self, url: URL, settings: Settings, options: dict[str, Any], **kwargs: Any) -> Engine:
+    def make_engine(
+        self, url: URL, settings: Settings, options: dict[str, Any], *, role: str | None, **kwargs: Any
+    ) -> Engine:
+        if "application_name" not in url.query:
+            kwargs["connect_args"] = {
+                "application_name": connection_name(role),
+                **kwargs.get("connect_args", {}),
+            }
         engine = create_engine(url, isolation_level="READ COMMITTED", execution_options=options, **kwargs)
         _ping_when_idle(engine)
         return engine
@@ -266,7 +274,7 @@ class PostgreSQLDriver(Driver):
         return None
 
     def listen(self, settings: Settings, role: str) -> Notifications | None:
-        return Listener.open(settings.database_url, role=role)
+        return Listener.open(settings.database_url, role=role, application_name=connection_name(role))
 
     def notifier(self, engine: Engine) -> host_notify.Notifier | None:
         return None  # the store's trigger notifies
@@ -362,6 +370,12 @@ class PostgreSQLDriver(Driver):
 def _locking(query: Select[Any], skip_locked: bool) -> Select[Any]:
     """`query` FOR UPDATE, built once per query: building a statement costs more than running it."""
     return query.with_for_update(skip_locked=skip_locked)
+
+
+def connection_name(role: str | None) -> str:
+    """What a process's connections call themselves (`application_name`): `outbox-bridge:relay:4242` for
+    a relay of process id 4242, `outbox-bridge:4242` for a process of no role (a tool, a test)."""
+    return ":".join(["outbox-bridge", *([role] if role else []), str(os.getpid())])
 
 
 def _ping_when_idle(engine: Engine) -> None:

@@ -110,7 +110,9 @@ class SQLiteDriver(Driver):
     # A read takes no write lock: its BEGIN is deferred.
     read_options: ClassVar[Mapping[str, Any]] = {"sqlite_begin": "DEFERRED"}
 
-    def make_engine(self, url: URL, settings: Settings, options: dict[str, Any], **kwargs: Any) -> Engine:
+    def make_engine(
+        self, url: URL, settings: Settings, options: dict[str, Any], *, role: str | None, **kwargs: Any
+    ) -> Engine:
         engine = create_engine(url, execution_options=options, **kwargs)
         engine.dialect.statement_compiler = db.HintedSQLiteCompiler
         _install_hooks(engine, settings.sqlite_synchronous)

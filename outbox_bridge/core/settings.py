@@ -85,7 +85,9 @@ class Settings(BaseSettings):
     database_url: str = "sqlite:///./data/jobs.db"
     """The store. `sqlite:///./data/jobs.db` is a SQLite file (every process on one host, on a local disk);
     `postgresql+psycopg://user:password@host:5432/db` is a PostgreSQL server (add `?sslmode=verify-full` for
-    TLS). Every process of a deployment names the same store."""
+    TLS). Every process of a deployment names the same store. On PostgreSQL a process's connections are named
+    `outbox-bridge:<role>:<process id>` (`pg_stat_activity.application_name`); add `application_name=` to the
+    URL to name them yourself."""
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
     """The broker: `amqp://user:password@host:5672/vhost` (`%2F` is the vhost `/`), or `amqps://...:5671/...`
     for TLS. Options such as `heartbeat=` go in the query string. For a cluster, list every node's URL,

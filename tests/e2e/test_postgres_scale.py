@@ -18,7 +18,7 @@ from typing import Any
 
 import pika
 import pytest
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, func, select, text
 
 from outbox_bridge.broker import topology
 from outbox_bridge.core import clock
@@ -174,6 +174,7 @@ def test_four_relays_and_four_consumers_on_postgresql_drain_5000_jobs_once_each(
     for i in range(CONSUMERS):
         fleet.start(["consumer", "--concurrency", "4"], f"consumer-{i}", "consuming")
     fleet.wait_ready(timeout=90)
+    assert_connections_named(fleet)
 
     started = time.monotonic()
     ids = fleet.accept(JOBS)
@@ -214,6 +215,15 @@ def assert_every_delivery_reached_one_consumer(fleet: Fleet) -> None:
     delivered = sum(c["claimed"] + c["refused"] for c in consumers)
     assert delivered == JOBS, f"deliveries seen: {consumers}"
     assert all(c["claimed"] > 0 for c in consumers), f"every consumer took work: {consumers}"
+
+
+def assert_connections_named(fleet: Fleet) -> None:
+    """Each process's store connections carry its role and process id, for an operator to tell them apart."""
+    query = text("SELECT DISTINCT application_name FROM pg_stat_activity WHERE datname = current_database()")
+    with fleet.engine.connect() as conn:
+        names = {str(name) for name in conn.execute(query).scalars()}
+    wanted = {f"outbox-bridge:{proc.args[0]}:{proc.pid}" for proc in fleet.procs}
+    assert wanted <= names, sorted(names)
 
 
 def assert_logs_clean(fleet: Fleet) -> None:
