@@ -215,9 +215,6 @@ MARK_PUBLISHED = db.Direct.of(
 # This transaction's advisory lock on (space, key), held until it ends.
 ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 
-# For each store table: whether its planner statistics went stale (`min_changed` rows and a `fraction` of it
-# changed since an ANALYZE at least `stale_after` seconds ago) and whether it is worn (`min_dead` dead row
-# versions, last vacuumed at least `worn_after` seconds ago), whoever ran the last one.
 # Whether the store's user may VACUUM and ANALYZE a table (`relid`): its owner's rights, the database
 # owner's, or (PostgreSQL 17 on) the MAINTAIN privilege. Another user's VACUUM is skipped with a warning in
 # the server's log, so the upkeep does not ask for it.
@@ -227,6 +224,10 @@ _MAINTAINABLE = (
     " OR CASE WHEN current_setting('server_version_num')::int >= 170000"
     " THEN has_table_privilege(relid, 'MAINTAIN') ELSE false END"
 )
+# For each store table: whether its planner statistics went stale (`min_changed` rows and a `fraction` of it
+# changed since an ANALYZE at least `stale_after` seconds ago), whether it is worn (`min_dead` dead row
+# versions, last vacuumed at least `worn_after` seconds ago), whoever ran the last one, and whether the
+# store's user may do either (neither is due when it may not).
 UPKEEP = text(
     "SELECT relname,"
     " maintainable AND n_mod_since_analyze > GREATEST(:min_changed, :fraction * n_live_tup)"
