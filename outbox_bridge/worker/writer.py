@@ -337,9 +337,10 @@ class StoreWriter:
 
     def _wait_seconds(self) -> float | None:
         """How long the writer may wait for the next item: a pause before deliveries that could be claimed
-        now are tried (again), or (while claiming ahead) a moment, to notice a job that runs long; no longer
-        than the table source's next look, unless every room is taken (then it waits for a job to finish,
-        as it would for deliveries)."""
+        now are tried (again), or (while claiming ahead and holding jobs) a moment, to notice a job that runs
+        long; no longer than the table source's next look, unless every room is taken (then it waits for a
+        job to finish, as it would for deliveries). A writer that holds no job waits for work: none can run
+        long, and each wake-up costs an idle process its CPU."""
         if self._runners.give_back_due:
             return 0.0
         if self._waiting and self._room() > 0:
@@ -347,7 +348,7 @@ class StoreWriter:
                 self._failed_rounds, base=RETRY_FIRST_PAUSE, cap=RETRY_MAX_PAUSE
             )
         else:
-            wait = AHEAD_SECONDS if self._bursting else None
+            wait = AHEAD_SECONDS if self._bursting and self._runners.in_flight() else None
         table = self.table
         look = table.wait_seconds() if table is not None and self._accepting else None
         if table is not None and look is not None and (not table.active or self._room() > 0):
