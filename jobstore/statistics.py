@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine
@@ -64,7 +64,7 @@ class Due:
 
     stale: list[str]
     worn: list[str]
-    refused: list[str] = field(default_factory=list)
+    refused: list[str]
 
 
 def due(
@@ -76,7 +76,8 @@ def due(
 ) -> Due:
     """In one read: the tables whose rows changed enough since their last ANALYZE, at least `stale_after`
     seconds ago, and those with at least `min_dead` dead row versions, last vacuumed at least `worn_after`
-    seconds ago (none where the database keeps no such statistics, or leaves no dead versions)."""
+    seconds ago (none where the database keeps no such statistics, or leaves no dead versions); and those
+    the store's user may do neither for."""
     params = {
         "tables": list(TABLES),
         "min_changed": MIN_CHANGED,
@@ -129,7 +130,7 @@ def _read(engine: Engine, **limits: Any) -> Due:
         return due(engine, **limits)
     except SQLAlchemyError as exc:
         log.debug("could not read the tables' statistics: %s", exc)
-        return Due([], [])
+        return Due([], [], [])
 
 
 _told: set[str] = set()  # the tables a warning already named, in this process
