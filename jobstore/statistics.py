@@ -12,12 +12,13 @@ every `MIN_INTERVAL_SECONDS` (whoever ran the last ANALYZE: PostgreSQL keeps its
 few hundred rows bring fresh counts, and the ANALYZEs after them, each a cost to the server, do not run
 every sweep while it lasts (`docs/scaling.md` has the figures).
 
-Every move of a job and every outbox row marked published leaves a dead row version, and its entries stay
-in the indexes until a VACUUM of the table removes them. The walks of one state's index (the relay's read
-of the unpublished rows, the claim's of the queued jobs, the sweep's of the running ones) step over every
-dead entry at their start, so each read costs in proportion to the rows moved since the table's last
-VACUUM, and autovacuum waits for a fifth of the table to be dead: a day of published rows kept at 200 jobs
-a second is hours of them (`docs/scaling.md` has the figures). So `tend` also vacuums a table once
+Every move of a job, every attempt ended and every outbox row marked published leaves a dead row version
+(`TABLES`), and its entries stay in the indexes until a VACUUM of the table removes them. The walks of one
+state's index (the relay's read of the unpublished rows, the claim's of the queued jobs, the sweep's of the
+running ones) step over every dead entry at their start, so each read costs in proportion to the rows moved
+since the table's last VACUUM, and autovacuum waits for a fifth of the table to be dead: a day of published
+rows kept at 200 jobs a second is hours of them (`docs/scaling.md` has the figures); the attempts, read by
+job, grow by one dead version a job and are kept as lean. So `tend` also vacuums a table once
 `MIN_DEAD` of its row versions are dead, at most every `VACUUM_MIN_INTERVAL_SECONDS` (whoever vacuumed it
 last).
 
@@ -42,7 +43,9 @@ from outbox_bridge.jobstore import drivers
 
 log = logging.getLogger(__name__)
 
-TABLES = ("jobs", "outbox")
+# Every table a job's moves leave dead row versions in: a job's claim and its end each rewrite its row, its
+# outbox row is marked published, and each attempt is written as it starts and again as it ends.
+TABLES = ("attempts", "jobs", "outbox")
 # A table is analyzed again once this many of its rows changed since its last ANALYZE, and at least
 # CHANGED_FRACTION of them (autovacuum's defaults are 50 rows and a tenth, checked once a minute).
 MIN_CHANGED = 500

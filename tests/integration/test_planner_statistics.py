@@ -109,6 +109,37 @@ def test_outbox_rows_published_by_thousands_are_vacuumed_and_the_read_touches_fe
     assert statistics.worn(engine) == [] and statistics.worn(engine, 0) == []
 
 
+ENDED = 3000
+
+
+def test_the_attempts_of_ended_jobs_are_vacuumed_with_the_jobs_and_the_outbox(engine: Engine) -> None:
+    """Each attempt is written as it starts and again as it ends: one dead row version a job, which the
+    sweepers' upkeep (`statistics.tend`, whose `vacuum` this is) removes as it does the jobs' and the
+    outbox's."""
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE attempts SET (autovacuum_enabled = false)"))
+    for _ in range(ENDED // 1000):
+        ids = new_jobs(engine, 1000)
+        with engine.begin() as conn:  # what the claims and the ends leave: an ended attempt of each job
+            conn.execute(
+                text(
+                    "INSERT INTO attempts (id, job_id, epoch, worker, started_at, outcome)"
+                    " SELECT md5(id), id, 1, 'w', 1, 'running' FROM unnest(CAST(:ids AS text[])) AS id"
+                ),
+                {"ids": ids},
+            )
+            conn.execute(text("UPDATE attempts SET ended_at = 2, outcome = 'succeeded'"))
+
+    wait_for(lambda: statistics.worn(engine, 0, ENDED) == ["attempts"], timeout=10, what="dead attempts")
+    assert statistics.vacuum(engine, 0, ENDED) == ["attempts"]
+    assert statistics.worn(engine, 0, ENDED) == []
+    with engine.connect() as conn:
+        vacuumed = conn.execute(
+            text("SELECT last_vacuum IS NOT NULL FROM pg_stat_user_tables WHERE relid = 'attempts'::regclass")
+        ).scalar_one()
+    assert vacuumed
+
+
 def test_a_store_user_that_does_not_own_the_tables_asks_for_no_upkeep_and_is_told_once(
     engine: Engine, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -129,12 +160,12 @@ def test_a_store_user_that_does_not_own_the_tables_asks_for_no_upkeep_and_is_tol
         wait_for(lambda: statistics.worn(engine, 0, 1000) == ["outbox"], timeout=10, what="dead rows counted")
 
         found = statistics.due(theirs, stale_after=0, worn_after=0, min_dead=1000)
-        assert found == statistics.Due(stale=[], worn=[], refused=["jobs", "outbox"])
+        assert found == statistics.Due(stale=[], worn=[], refused=["attempts", "jobs", "outbox"])
         with caplog.at_level(logging.WARNING, logger=statistics.__name__):
             statistics.tend(theirs)
             statistics.tend(theirs)
         [told] = [r.getMessage() for r in caplog.records if r.name == statistics.__name__]
-        assert "may not VACUUM or ANALYZE jobs, outbox" in told
+        assert "may not VACUUM or ANALYZE attempts, jobs, outbox" in told
         assert statistics.worn(engine, 0, 1000) == ["outbox"]  # nothing vacuumed it
         assert statistics.due(engine, stale_after=0, worn_after=0, min_dead=1000).refused == []
     finally:
