@@ -12,15 +12,21 @@ pure-Python one) add:
   `400 request-head-too-large` and the connection closed, so a connection costs at most that bound plus one
   read of memory however long a header a client streams (uvicorn bounds the head only for its h11 parser);
 - a connection cap: a process holds at most `max_connections` connections; one more is closed at once;
+- a client's share of it: a process holds at most `max_per_client` connections from one client (its peer
+  address: an IPv4 address, or an IPv6 /64, which one host usually has whole); one more from that client
+  is closed at once, so a client that opens connections faster than the head deadline closes them cannot
+  hold the whole cap. Behind a reverse proxy the peer is the proxy, which must bound each client itself;
 - every refusal of the HTTP parser itself (a malformed request line or header, `Content-Length` beside
   `Transfer-Encoding`, an unknown method) answered as `application/problem+json`, as every other answer.
 
-The body's deadline is the app's (`api.limits.BodyLimit`), so a slow body gets an answer, not just a close.
+The body's deadline is the app's (`api.edge`), so a slow body gets an answer, not just a close; and the
+routes that take a body check the bearer token before they wait for it (`api.routes.submit_route`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import logging
 import time
@@ -53,12 +59,33 @@ class ConnectionBounds:
     header_timeout_seconds: float
     max_connections: int
     max_head_bytes: int = 16384
+    max_per_client: int | None = None  # None: no share, only the cap
 
     @classmethod
     def of(cls, settings: Settings) -> ConnectionBounds:
         return cls(
-            settings.http_header_timeout_seconds, settings.http_max_connections, settings.http_max_head_bytes
+            settings.http_header_timeout_seconds,
+            settings.http_max_connections,
+            settings.http_max_head_bytes,
+            settings.http_max_connections_per_client,
         )
+
+
+def client_of(peer: tuple[str, int] | None) -> str | None:
+    """Whose connection a peer address is, for the per-client share: the IPv4 address, or the /64 of an
+    IPv6 one (an IPv4-mapped IPv6 address is its IPv4 address); None when there is no peer address (a
+    Unix socket), which no share bounds."""
+    if not peer:
+        return None
+    try:
+        address = ipaddress.ip_address(peer[0].split("%", 1)[0])
+    except ValueError:
+        return peer[0]
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 if TYPE_CHECKING:
@@ -73,6 +100,7 @@ class _Bounded(_Protocol):
 
     _closing_at: asyncio.TimerHandle | None
     _head_bytes: int | None
+    client_key: str | None
 
     def __init__(
         self,
@@ -91,14 +119,32 @@ class _Bounded(_Protocol):
         self._head_tail = b""
         self._closing_at = None  # set once refused: the lingering close
         self._lingered = 0
+        self.client_key = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.client_key = client_of(self.client)
         if len(self.connections) > self.bounds.max_connections:
-            _refusals.note(self.bounds.max_connections)
+            _refusals.note("at the cap of %d connections: closed %d new ones", self.bounds.max_connections)
+            self.transport.close()
+            return
+        if self._over_client_share():
+            _client_refusals.note(
+                "a client at its share of %d connections: closed %d new ones from it",
+                self.bounds.max_per_client,
+            )
             self.transport.close()
             return
         self._await_head()
+
+    def _over_client_share(self) -> bool:
+        """Whether this connection's client holds more than its share with it (counted over the process's
+        connections, this one included: at most `max_connections` of them)."""
+        share, key = self.bounds.max_per_client, self.client_key
+        if share is None or key is None or len(self.connections) <= share:
+            return False
+        held = sum(1 for other in self.connections if getattr(other, "client_key", None) == key)
+        return held > share
 
     def data_received(self, data: bytes) -> None:
         if self._closing_at is not None:  # refused: what the client still sends is read and dropped
@@ -209,18 +255,20 @@ else:
 
 
 class _Refusals:
-    """Connections refused over the cap, logged at most once per interval (a flood must not flood the log)."""
+    """Connections refused over a bound, logged at most once per interval (a flood must not flood the log).
+    The log names no client address, as no other api log line does."""
 
     def __init__(self) -> None:
         self.count = 0
         self.logged_at = -REFUSAL_LOG_INTERVAL_SECONDS
 
-    def note(self, cap: int) -> None:
+    def note(self, message: str, bound: int | None) -> None:
         self.count += 1
         now = time.monotonic()
         if now - self.logged_at >= REFUSAL_LOG_INTERVAL_SECONDS:
-            log.warning("at the cap of %d connections: closed %d new ones", cap, self.count)
+            log.warning(message, bound, self.count)
             self.count, self.logged_at = 0, now
 
 
-_refusals = _Refusals()
+_refusals = _Refusals()  # over the cap
+_client_refusals = _Refusals()  # over a client's share

@@ -11,21 +11,24 @@ accepts, one Idempotency-Key of 1 to 255 characters, each header sent once), `Su
 those itself and calls the same endpoint with them. Any other request (a bad token, a missing key, a body
 that does not validate) goes to FastAPI's own handler for the route, which reads the same body again and
 answers with the problem it has always given, word for word.
+
+The bearer token is checked before any of the body is read: a request without a token the deployment
+accepts is answered 401 at once, however much body it declares, so a client without a token cannot hold a
+connection by sending its body slowly. What the body would have been changes nothing for it.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastapi.routing import APIRoute
-from starlette.requests import ClientDisconnect
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message, Receive, Scope, Send
 
-from outbox_bridge.api.auth import InvalidToken
-from outbox_bridge.api.deps import decoded_key, token_identity
+from outbox_bridge.api import payloads
+from outbox_bridge.api.auth import Identity
+from outbox_bridge.api.deps import bearer, bearer_identity, decoded_key
 from outbox_bridge.api.schemas import JobCreate
-from outbox_bridge.core.settings import Settings
 
 
 class SubmitRoute(APIRoute):
@@ -38,12 +41,14 @@ class SubmitRoute(APIRoute):
         if scope["method"] != "POST":
             await super().handle(scope, receive, send)  # FastAPI's 405
             return
+        state = scope["app"].state
+        # Raises the 401 FastAPI's handling of the route would give, before the body is waited for.
+        identity = bearer_identity(state.settings, await bearer(Request(scope)))
         try:
             body = await _whole_body(receive)
         except ClientDisconnect:
             return  # nobody is left to answer
-        state = scope["app"].state
-        arguments = _arguments(scope, body, state.settings)
+        arguments = _arguments(scope, body, identity)
         if arguments is None:
             await super().handle(scope, _replaying(body, receive), send)
             return
@@ -82,9 +87,9 @@ def _replaying(body: bytes, receive: Receive) -> Receive:
     return replay
 
 
-def _arguments(scope: Scope, body: bytes, settings: Settings) -> dict[str, Any] | None:
-    """The job, key, caller and trace context of a request the route takes as sent; None for any other
-    (FastAPI's handler answers it)."""
+def _arguments(scope: Scope, body: bytes, identity: Identity) -> dict[str, Any] | None:
+    """The job, key, caller (`identity`, from its bearer token) and trace context of a request the route
+    takes as sent; None for any other (FastAPI's handler answers it)."""
     headers: dict[bytes, bytes] = {}
     for name, value in scope["headers"]:
         if name in headers:
@@ -92,17 +97,15 @@ def _arguments(scope: Scope, body: bytes, settings: Settings) -> dict[str, Any] 
         headers[name] = value
     if headers.get(b"content-type", b"").split(b";")[0].strip().lower() != b"application/json":
         return None
-    scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
     key = decoded_key(headers.get(b"idempotency-key", b"").decode("latin-1"))
-    if scheme.lower() != "bearer" or not token or key is None:
+    if key is None:
         return None
     try:
-        identity = token_identity(settings, token)
-        fields = json.loads(body)
+        fields = payloads.loads(body)  # a 400 problem when nested past what it can read
         if not isinstance(fields, dict):
             return None
         job = JobCreate.model_validate(fields)
-    except (InvalidToken, ValueError, RecursionError):  # pydantic's and JSON's errors are ValueErrors
+    except (ValueError, RecursionError):  # pydantic's and JSON's errors are ValueErrors
         return None
     traceparent = headers.get(b"traceparent")
     return {

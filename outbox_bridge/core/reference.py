@@ -36,6 +36,7 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "http_body_timeout_seconds",
             "http_max_head_bytes",
             "http_max_connections",
+            "http_max_connections_per_client",
         ),
     ),
     (
@@ -116,6 +117,7 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "queued_age_warning_seconds",
             "metrics_port",
             "metrics_host",
+            "metrics_token",
             "log_format",
             "log_job_events",
             "access_log",

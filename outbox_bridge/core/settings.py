@@ -29,7 +29,7 @@ ALIVE_BEATS = 3
 
 # The settings that hold a secret: each may be given as `<NAME>_FILE`, the path of a file that holds it (a
 # Docker or Kubernetes secret), instead of in the environment.
-SECRET_SETTINGS = ("auth_secret", "database_url", "rabbitmq_url")
+SECRET_SETTINGS = ("auth_secret", "database_url", "rabbitmq_url", "metrics_token")
 
 
 class SecretFileError(ValueError):
@@ -110,7 +110,8 @@ class Settings(BaseSettings):
     auth_audience: str | None = Field(default=None, min_length=1)
     """When set, a token must carry this `aud` (`token` adds it). Set but empty means unset."""
     dashboard_session_seconds: float = Field(default=8 * 3600.0, gt=0)
-    """How long a dashboard sign-in lasts; signing out ends it sooner."""
+    """How long a dashboard sign-in lasts at most; it ends sooner when its token expires, at sign-out, or when
+    AUTH_SECRET changes."""
     result_link_seconds: int = Field(default=900, gt=0, le=30 * 24 * 3600)
     """How long a job view's signed `result_url` serves the result without a token. Whoever holds a link
     can read the result until then, and no single link can be revoked: keep it short."""
@@ -138,6 +139,11 @@ class Settings(BaseSettings):
     http_max_connections: int = Field(default=512, ge=1)
     """Connections one api process holds; one more is closed at once. Per process: `api --workers N` holds
     up to N times this, which must stay under the open-file limit (`ulimit -n`)."""
+    http_max_connections_per_client: int = Field(default=64, ge=1)
+    """Connections one api process holds from one client (one IPv4 address, or one IPv6 /64); one more from
+    it is closed at once, so a single client never holds the whole `HTTP_MAX_CONNECTIONS`. Behind a reverse
+    proxy every connection comes from the proxy: raise this to `HTTP_MAX_CONNECTIONS` there and bound each
+    client at the proxy."""
     http_max_head_bytes: int = Field(default=16384, ge=1024)
     """A request's line and headers together; a larger head is answered `400 request-head-too-large` and
     its connection closed."""
@@ -241,9 +247,17 @@ class Settings(BaseSettings):
     webhook_max_in_flight_per_endpoint: int = Field(default=4, ge=1)
     """The most requests the relay has open to one endpoint at a time: a slow endpoint holds at most this
     many sender threads."""
+    webhook_tenant_share: float = Field(default=0.75, gt=0, le=1)
+    """One tenant's requests hold at most this share of `WEBHOOK_SENDERS` (at least one), so a tenant whose
+    endpoints hang always leaves threads for the others; due deliveries are handed out by turns across
+    tenants, and within a tenant across its endpoints."""
+    webhook_allow_private: bool = False
+    """Allow webhook endpoints whose host is or resolves to a loopback, link-local, private, unspecified or
+    otherwise non-public address (for a private network, and for tests). Off: `webhooks add` refuses them
+    and the relay checks each connection's resolved address again before it connects."""
     webhook_senders: int = Field(default=16, ge=1)
-    """Threads the relay role's holder sends webhooks on. Keep it above `WEBHOOK_MAX_IN_FLIGHT_PER_ENDPOINT`
-    times the endpoints that may hang at once, so they never hold every thread."""
+    """Threads the relay role's holder sends webhooks on. One endpoint's requests hold at most
+    `WEBHOOK_MAX_IN_FLIGHT_PER_ENDPOINT` of them, one tenant's at most `WEBHOOK_TENANT_SHARE`."""
     webhook_backoff_base_seconds: float = Field(default=1.0, gt=0)
     """The pause before a failed delivery is tried again: up to this long after the first failure, doubling
     with each further one up to `WEBHOOK_BACKOFF_MAX_SECONDS`, with full jitter (anywhere from 0 to it)."""
@@ -256,6 +270,12 @@ class Settings(BaseSettings):
     consumer_prefetch: int = Field(default=0, ge=0)
     """Unacknowledged deliveries a consumer holds, never fewer than its concurrency. 0: its concurrency plus
     `min(60, 16 x concurrency)`. With jobs that run for seconds or minutes, set it to the concurrency."""
+    consumer_delivery_hold_seconds: float = Field(default=300.0, gt=0)
+    """The longest a consumer keeps a delivery unacknowledged, so that RabbitMQ's `consumer_timeout` (30
+    minutes by default) never closes its channel under a long job. A delivery held this long is acked
+    early: a claimed job's stays safe in the store (its lease, the sweeper), one still waiting for a thread
+    is given back to the store, which publishes its job again. Keep it well under the broker's timeout
+    minus a minute (RabbitMQ checks the timeout once a minute); it is reached within an eighth more."""
     degraded_after_seconds: float = Field(default=30.0, ge=0)
     """A consumer cut off from the broker this long claims jobs straight from the store until the broker
     is back (0: never)."""
@@ -276,6 +296,10 @@ class Settings(BaseSettings):
     overrides it); the api serves its own on its HTTP port."""
     metrics_host: str = "127.0.0.1"
     """The address the `METRICS_PORT` listener binds to; `0.0.0.0` lets a scraper on another host in."""
+    metrics_token: str | None = Field(default=None, min_length=32)
+    """A bearer token for the api's `/metrics`, for a scraper (`authorization` in Prometheus's scrape
+    config), beside operator tokens, which are accepted there too. Any other request is `401`: the figures
+    name every tenant, kind and schedule. At least 32 characters; unset: operator tokens only."""
 
     log_format: Literal["text", "json"] = "text"
     """Logs on stderr: `text` for a terminal, `json` (one object per line) for a log pipeline."""
