@@ -146,6 +146,14 @@ def verify_token(policy: TokenPolicy, token: str) -> Identity:
     return identity
 
 
+def verify_token_until(policy: TokenPolicy, token: str) -> tuple[Identity, float]:
+    """`verify_token`, and the token's `exp`: what a dashboard session made from it may not outlive."""
+    identity, exp = _accepted(policy, token)
+    if exp <= time.time():
+        raise InvalidToken("Signature has expired")
+    return identity, exp
+
+
 @functools.lru_cache(maxsize=ACCEPTED_TOKENS_REMEMBERED)
 def _accepted(policy: TokenPolicy, token: str) -> tuple[Identity, float]:
     """The identity in a token `policy` accepts and when the token expires; a refused one is not

@@ -3,8 +3,9 @@ jobs with filters and paging, each job's page, and the same operator actions as 
 cancel|requeue|resolve` (requeue also for every job a filter names, after a page that shows the count).
 
 Only operators see it: a bearer token (HS256, `AUTH_SECRET`) whose claims carry `role: operator`, sent either
-as `Authorization: Bearer ...` or, for a browser, as the HttpOnly, SameSite=Strict cookie that the sign-in
-form at `/ui/login` sets. No valid token: 401 and the sign-in form. A valid token without the operator role:
+as `Authorization: Bearer ...` or, for a browser, once to the sign-in form at `/ui/login`, which starts a
+session (no longer than the token's own life) held by an HttpOnly, SameSite=Strict cookie. No valid token or
+session: 401 and the sign-in form. A valid token without the operator role:
 404, as if there were no dashboard. Because the cookie is SameSite=Strict, another site cannot make a
 signed-in browser post the action forms. Every action is recorded with the token's `sub`.
 

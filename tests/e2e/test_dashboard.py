@@ -8,7 +8,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote
 
 import httpx
 import pytest
@@ -24,6 +23,7 @@ from outbox_bridge.jobstore.schema import kind_actions, outbox
 from outbox_bridge.jobstore.states import State
 from tests.conftest import IN_CI
 from tests.support import procs
+from tests.support.dashboard import flash_of
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = [
@@ -219,7 +219,7 @@ def test_actions_that_cannot_apply_change_nothing_and_say_why(
             answer = client.post(path, data=form)
             assert answer.status_code == 303
             assert answer.headers["location"] == "/ui"
-            return unquote(answer.cookies["outbox_bridge_flash"])
+            return flash_of(answer)
 
         no_note = act(f"/ui/jobs/{unknown}/resolve", {"outcome": "succeeded", "note": " "})
         assert no_note.startswith("error:") and "Say how you know" in no_note

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from urllib.parse import unquote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -15,6 +14,7 @@ from sqlalchemy import Engine
 
 from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
+from outbox_bridge.api.dashboard.access import MAX_FORM_BYTES
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.clock import isoformat as clock_iso
@@ -22,6 +22,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, fenced, intake, queries, sweeper
 from outbox_bridge.jobstore.schedule import Schedule
 from outbox_bridge.jobstore.states import State
+from tests.support.dashboard import flash_of
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job
 
 OPERATOR = "olga"
@@ -65,7 +66,7 @@ def recorded(engine: Engine, job_id: str) -> list[tuple[str, str, str | None]]:
 
 def flash(response: Response) -> str:
     assert response.status_code == 303, response.text
-    return unquote(response.cookies.get("outbox_bridge_flash", ""))
+    return flash_of(response)
 
 
 def listed(page: Response) -> list[str]:
@@ -331,3 +332,35 @@ def test_requeue_many_of_a_state_requeue_does_not_take_changes_nothing(
     said = flash(client.post("/ui/requeue", data={"state": state, "confirm": "yes"}, headers=ops))
     assert "Filter on failed, dead or unknown jobs" in said
     assert every_row(engine) == before
+
+
+# the form's size
+
+
+@pytest.mark.parametrize("path", ["/ui/jobs/{id}/cancel", "/ui/requeue"])
+def test_a_form_over_the_limit_gets_413_and_is_never_read_as_an_empty_form(
+    client: TestClient, engine: Engine, clock: FakeClock, ops: dict[str, str], path: str
+) -> None:
+    job_id = new_job(engine, intake.new_id())
+    dead = ended(engine, clock, permanent=False)
+    before = every_row(engine)
+    form = {"state": "dead", "confirm": "yes", "expected": "1", "note": "x" * MAX_FORM_BYTES}
+    answer = client.post(path.format(id=job_id), data=form, headers=ops)
+    assert answer.status_code == 413
+    assert "text/html" in answer.headers["content-type"]
+    assert f"larger than {MAX_FORM_BYTES // 1024} KB" in answer.text and "Nothing was changed" in answer.text
+    assert every_row(engine) == before
+    assert (job_row(engine, job_id).state, job_row(engine, dead).state) == (State.QUEUED, State.DEAD)
+
+
+def test_a_form_at_the_limit_is_read(client: TestClient, engine: Engine, ops: dict[str, str]) -> None:
+    job_id = new_job(engine, intake.new_id())
+    body = "back=/ui&note="
+    body += "x" * (MAX_FORM_BYTES - len(body))
+    answer = client.post(
+        f"/ui/jobs/{job_id}/cancel",
+        content=body,
+        headers={**ops, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert "Keep the note to 500 characters" in flash(answer)
+    assert job_row(engine, job_id).state is State.QUEUED

@@ -8,7 +8,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import replace
-from urllib.parse import unquote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -21,6 +20,7 @@ from outbox_bridge.core.clock import FakeClock, isoformat
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, fenced, intake, queries, sweeper
 from outbox_bridge.jobstore.states import State
+from tests.support.dashboard import flash_of
 from tests.support.processes import a_process, beat, gone_pid
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job
 
@@ -199,7 +199,7 @@ def test_ticked_jobs_are_requeued_after_the_confirm_page_and_recorded(
         "/ui/requeue", data={**form, "confirm": "yes", "expected": "2", "note": "disk freed"}, headers=ops
     )
     assert done.status_code == 303
-    assert unquote(done.cookies.get("outbox_bridge_flash", "")) == "ok:Requeued 2 jobs."
+    assert flash_of(done) == "ok:Requeued 2 jobs."
     for job_id in ticked:
         assert job_row(engine, job_id).state is State.QUEUED
         [action] = db.read(engine, queries.actions_of, job_id)
@@ -215,7 +215,7 @@ def test_nothing_ticked_is_refused_and_changes_nothing(
 
     answer = client.post("/ui/requeue", data={"selection": "yes", "confirm": "yes"}, headers=ops)
 
-    assert unquote(answer.cookies.get("outbox_bridge_flash", "")).startswith("error:Tick the failed")
+    assert flash_of(answer).startswith("error:Tick the failed")
     assert every_row(engine) == before
 
 
@@ -230,7 +230,7 @@ def test_a_ticked_unknown_job_is_requeued_only_once_its_effect_is_confirmed(
     assert asked.status_code == 200 and 'name="effect_may_repeat"' in asked.text
     assert job_row(engine, maybe_sent).state is State.UNKNOWN
     done = client.post("/ui/requeue", data={**form, "effect_may_repeat": "yes"}, headers=ops)
-    assert unquote(done.cookies.get("outbox_bridge_flash", "")) == "ok:Requeued 1 job."
+    assert flash_of(done) == "ok:Requeued 1 job."
     assert job_row(engine, maybe_sent).state is State.QUEUED
 
 

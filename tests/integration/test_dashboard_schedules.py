@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from urllib.parse import unquote
 
 import pytest
 from fastapi.testclient import TestClient
@@ -25,6 +24,7 @@ from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.schema import kind_actions, paused_kinds, schedule_actions
 from outbox_bridge.jobstore.schema import schedules as schedule_rows
 from tests.support.cli import rows
+from tests.support.dashboard import flash_of
 from tests.support.store import new_job
 
 OPERATOR = "olga"
@@ -59,7 +59,7 @@ def form(**fields: str) -> dict[str, str]:
 
 
 def flash(answer: Response) -> str:
-    return unquote(answer.cookies.get("outbox_bridge_flash", ""))
+    return flash_of(answer)
 
 
 def row_of(page: str, attribute: str, value: str) -> str:
