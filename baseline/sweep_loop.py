@@ -1,7 +1,8 @@
 """The baseline's own lease sweeper: there is no relay beside it, so each worker process settles expired
-leases and passed deadlines itself, and applies the job retention every `RETENTION_CHECK_SECONDS` as a
-relay does (`worker.retention`). Several processes may sweep at once; every move is a guarded UPDATE, so a
-job is settled once however many sweepers see it, and every delete is guarded the same way."""
+leases, the jobs of gone workers and passed deadlines itself (`jobstore.sweeper`), and applies the job
+retention every `RETENTION_CHECK_SECONDS` as a relay does (`worker.retention`). Several processes may sweep
+at once; every move is a guarded UPDATE, so a job is settled once however many sweepers see it, and every
+delete is guarded the same way."""
 
 from __future__ import annotations
 
@@ -54,7 +55,13 @@ class SweepLoop:
         statistics.tend(self._engine)
         backoff = backoff_of(self._settings)
         try:
-            settled = db.transact(self._engine, sweeper.sweep_expired, clock.now(), backoff=backoff)
+            settled = db.transact(
+                self._engine,
+                sweeper.sweep_expired,
+                clock.now(),
+                backoff=backoff,
+                heartbeat=self._settings.heartbeat_seconds,
+            )
         except db.StoreUnavailable as exc:
             log.warning("lease sweep postponed: %s", exc)
             return

@@ -10,7 +10,8 @@ Alive and late processes are live: they are what `alive` counts (the alerts, `/m
 What a process holds is counted from the store (the running jobs by lease owner), never taken from what it
 reports. Consumers and workers report the name their leases carry (`detail["worker"]`), so a lease is
 matched to its process by that name alone. A running job whose lease owner is a lost process, or no live
-process, has lost its worker: its lease runs out and the sweeper retries or settles it.
+process, has lost its worker. The sweeper settles it once its lease runs out, or sooner when its owner's
+process is lost (`gone_owners`) and the job has gone unrenewed for a while (`jobstore.sweeper`).
 """
 
 from __future__ import annotations
@@ -171,6 +172,13 @@ class LeaseOwners:
 def lease_owners(conn: Connection, now: float, heartbeat: float, *, here: str | None = None) -> LeaseOwners:
     """The lease owners of the processes whose rows are there, live or lost, judged at `now`."""
     return LeaseOwners.of(statuses(conn, now, heartbeat, here=here))
+
+
+def gone_owners(conn: Connection, now: float, heartbeat: float, *, here: str | None = None) -> frozenset[str]:
+    """The lease owners whose process is lost at `now` (its row, still there, not written for `ALIVE_BEATS`
+    beats, or its pid gone from the reader's host `here`) and that no live process reports as its own."""
+    owners = lease_owners(conn, now, heartbeat, here=here)
+    return owners.lost - owners.live
 
 
 def lease_note(expires_at: float | None, now: float, *, worker_lost: bool = False) -> str:

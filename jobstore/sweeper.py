@@ -1,5 +1,15 @@
-"""The sweeper: settles running jobs whose lease ran out or whose deadline passed, and queued jobs whose
-deadline passed. Each job is moved by its own guarded UPDATE, so a worker that renewed in between wins."""
+"""The sweeper: settles running jobs whose lease ran out or whose deadline passed, running jobs whose worker
+is gone, and queued jobs whose deadline passed. Each job is moved by its own guarded UPDATE, so a worker that
+renewed in between wins.
+
+A worker is gone when the process registry says so (`conditions.gone_owners`: its heartbeat row not written
+for `ALIVE_BEATS` beats, or its pid gone from the sweeper's own host). Its running jobs are then settled as
+an expired lease settles them (queued again for a retry, `unknown` after an external effect started, the
+attempt ended `lost`), without waiting for the lease, but only once a job has also gone unrenewed for
+`RESCUE_QUIET_SECONDS`: a live worker renews each lease at least every two seconds, so a worker whose
+heartbeat is merely late, or whose pid was misjudged, keeps its jobs. A worker that was only paused finds its
+job settled when it resumes, and the fence (still `running`, this epoch, an unexpired lease) refuses its
+writes, as after an expired lease."""
 
 from __future__ import annotations
 
@@ -10,16 +20,23 @@ from enum import StrEnum
 from sqlalchemy import Connection, Exists, and_, or_, select, union_all, update
 
 from outbox_bridge.core.backoff import Backoff
-from outbox_bridge.jobstore import fenced, pausing
+from outbox_bridge.jobstore import conditions, fenced, pausing
 from outbox_bridge.jobstore import outbox as outbox_rows
 from outbox_bridge.jobstore.decisions import Decision, decide_expired_lease
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.schema import jobs, outbox, state_in, state_is
 from outbox_bridge.jobstore.states import EXPIRE_LEASE, EXPIRE_QUEUED, State
 
+# A running job of a gone worker is settled before its lease runs out only once it has gone unrenewed this
+# long (a live worker's lease keeper renews at least every two seconds).
+RESCUE_QUIET_SECONDS = 5.0
 
-def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int = 500) -> Counter[str]:
-    """Settle up to `limit` overdue jobs; returns how many went to each state."""
+
+def sweep_expired(
+    conn: Connection, now: float, *, backoff: Backoff, limit: int = 500, heartbeat: float | None = None
+) -> Counter[str]:
+    """Settle up to `limit` overdue jobs, and (given the processes' `heartbeat` interval) the running jobs
+    of gone workers; returns how many went to each state."""
     settled: Counter[str] = Counter()
     overdue_running = and_(
         state_in(EXPIRE_LEASE.sources),
@@ -40,10 +57,38 @@ def sweep_expired(conn: Connection, now: float, *, backoff: Backoff, limit: int 
         if fenced.apply_decision(conn, job, decision, now, guard=guard):
             _close_attempt(conn, job, decision, now)
             settled[decision.state.value] += 1
+    if heartbeat is not None and len(rows) < limit:
+        settled.update(rescue_gone(conn, now, backoff=backoff, heartbeat=heartbeat, limit=limit - len(rows)))
     return settled
 
 
-def _decide(job: Job, now: float, backoff: Backoff) -> Decision:
+def rescue_gone(
+    conn: Connection, now: float, *, backoff: Backoff, heartbeat: float, limit: int = 500
+) -> Counter[str]:
+    """Settle, as an expired lease would, up to `limit` running jobs whose lease owner is gone
+    (`conditions.gone_owners`, judged with the processes' `heartbeat` interval) and that have gone
+    unrenewed for `RESCUE_QUIET_SECONDS`; returns how many went to each state. A job renewed, or claimed
+    again, in between is left alone."""
+    settled: Counter[str] = Counter()
+    gone = conditions.gone_owners(conn, now, heartbeat)
+    if not gone:
+        return settled
+    abandoned = and_(
+        state_in(EXPIRE_LEASE.sources),
+        jobs.c.lease_owner.in_(sorted(gone)),
+        jobs.c.updated_at <= now - RESCUE_QUIET_SECONDS,
+    )
+    rows = conn.execute(select(jobs).where(abandoned).order_by(jobs.c.updated_at).limit(limit)).mappings()
+    for job in [Job.from_row(row) for row in rows]:
+        decision = _decide(job, now, backoff, lease_ran_out=True)
+        guard = and_(jobs.c.id == job.id, jobs.c.epoch == job.epoch, abandoned)
+        if fenced.apply_decision(conn, job, decision, now, guard=guard):
+            _close_attempt(conn, job, decision, now)
+            settled[decision.state.value] += 1
+    return settled
+
+
+def _decide(job: Job, now: float, backoff: Backoff, *, lease_ran_out: bool = False) -> Decision:
     deadline_passed = job.deadline_at is not None and job.deadline_at <= now
     if job.state is State.QUEUED:
         return Decision(State.DEAD, "deadline_exceeded", "the deadline passed before the job could start")
@@ -54,7 +99,7 @@ def _decide(job: Job, now: float, backoff: Backoff) -> Decision:
         cancel_requested=job.cancel_requested,
         deadline_passed=deadline_passed,
         backoff=backoff.seconds(job.attempts),
-        lease_ran_out=job.lease_expires_at is not None and job.lease_expires_at <= now,
+        lease_ran_out=lease_ran_out or (job.lease_expires_at is not None and job.lease_expires_at <= now),
     )
 
 

@@ -1,7 +1,8 @@
-"""The relay's scheduled store work, which needs no broker: settle jobs whose lease or deadline ran out,
-drop outbox rows published longer ago than the retention, announce again queued jobs whose delivery
-was lost, and announce the held jobs a flow limit has room for (`jobstore.limits.release_held`). The job
-retention (`worker.retention`) runs on a timer of its own, less often."""
+"""The relay's scheduled store work, which needs no broker: settle jobs whose lease or deadline ran out or
+whose worker is gone (`jobstore.sweeper`), drop outbox rows published longer ago than the retention,
+announce again queued jobs whose delivery was lost, and announce the held jobs a flow limit has room for
+(`jobstore.limits.release_held`). The job retention (`worker.retention`) runs on a timer of its own, less
+often."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
     (each is retried on lock contention), then the tables' upkeep: a VACUUM where dead row versions piled
     up, fresh planner statistics where they went stale (`jobstore.statistics`)."""
     now = clock.now()
-    swept = db.transact(engine, sweeper.sweep_expired, now, backoff=backoff_of(settings))
+    swept = db.transact(
+        engine, sweeper.sweep_expired, now, backoff=backoff_of(settings), heartbeat=settings.heartbeat_seconds
+    )
     pruned = db.transact(engine, outbox.prune_published, older_than=now - settings.outbox_retention_seconds)
     reannounced = db.transact(
         engine, sweeper.reannounce_stale, now, older_than=now - settings.reannounce_after_seconds
