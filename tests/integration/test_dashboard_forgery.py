@@ -22,7 +22,7 @@ from outbox_bridge.api.dashboard.access import FLASH_COOKIE, MAX_FORM_BYTES, SES
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import intake
-from outbox_bridge.jobstore.schema import dashboard_sessions
+from outbox_bridge.jobstore.schema import dashboard_sessions, paused_kinds
 from outbox_bridge.jobstore.states import State
 from tests.support.store import every_row, job_row, new_job
 
@@ -158,8 +158,11 @@ def test_a_session_ends_when_what_verified_its_token_changes(
         after.cookies.set(SESSION_COOKIE, secret, path="/ui")
         assert after.get("/ui").status_code == 401
         cancel = after.post(f"/ui/jobs/{job_id}/cancel", data={"csrf": csrf}, headers={"Origin": OWN})
-        assert cancel.status_code == 401
+        pause = after.post("/ui/kinds/export/pause", data={"csrf": csrf}, headers={"Origin": OWN})
+        assert (cancel.status_code, pause.status_code) == (401, 401)
     assert job_row(engine, job_id).state is State.QUEUED
+    with engine.connect() as conn:
+        assert conn.execute(select(paused_kinds)).all() == []
 
 
 def test_a_session_made_from_a_short_token_ends_at_the_tokens_exp(
