@@ -71,7 +71,10 @@ def measure(
 def sending(path: Path, settings: Settings, count: int, stop: threading.Event) -> dict[str, Any]:
     """At least `count` deliveries written, then sent by the relay's sender to a local receiver (see the
     module's docstring)."""
-    settings, engine = walbytes.scratch_store(path, settings)
+    # The receiver is on 127.0.0.1, as in a private deployment.
+    settings, engine = walbytes.scratch_store(
+        path, settings.model_copy(update={"webhook_allow_private": True})
+    )
     bound = settings.webhook_max_in_flight_per_endpoint
     endpoints = max(1, -(-settings.webhook_senders // bound))
     jobs = -(-count // endpoints)

@@ -44,7 +44,8 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Attempted:
-    """What one attempt at a delivery got: a status code (None: no answer) and how long it took."""
+    """What one attempt at a delivery got: a status code (None: no answer), why it did not deliver (None:
+    it did, the whole answer in time), and how long it took."""
 
     at: float
     status_code: int | None
@@ -53,7 +54,8 @@ class Attempted:
 
     @property
     def delivered(self) -> bool:
-        return self.status_code is not None and 200 <= self.status_code < 300
+        """A 2xx whose whole answer arrived in time."""
+        return self.error is None and self.status_code is not None and 200 <= self.status_code < 300
 
 
 @dataclass(frozen=True)
@@ -74,28 +76,56 @@ def decide(delivery: Delivery, attempted: Attempted, policy: RetryPolicy, now: f
     return Decision(DeliveryState.PENDING, min(ends, now + policy.backoff(delivery.attempts + 1)))
 
 
+@dataclass(frozen=True)
+class Shares:
+    """How many requests may be open at once: to one endpoint, for one tenant."""
+
+    per_endpoint: int
+    per_tenant: int
+
+
 def due(
     conn: Connection,
     now: float,
     *,
     limit: int,
+    shares: Shares,
     skip_endpoints: Collection[str] = (),
+    skip_tenants: Collection[str] = (),
     skip_ids: Collection[str] = (),
 ) -> list[Delivery]:
-    """Up to `limit` pending deliveries due at `now`, the longest due first, leaving out those of
-    `skip_endpoints` (at their bound of requests in flight) and `skip_ids` (in flight)."""
+    """Up to `limit` pending deliveries due at `now`, in turns: each tenant's first, then each tenant's
+    second, and so on, where a tenant's deliveries take turns across its endpoints (each endpoint's longest
+    due first, then each one's second). At most `shares.per_endpoint` of one endpoint and
+    `shares.per_tenant` of one tenant are read. Those of `skip_endpoints` and `skip_tenants` (at their share
+    of requests in flight) and `skip_ids` (in flight) are left out."""
     d = webhook_deliveries.c
-    query = (
-        select(webhook_deliveries)
-        .where(_PENDING, d.next_attempt_at <= now)
-        .order_by(d.next_attempt_at)
-        .limit(limit)
-    )
+    query = select(
+        webhook_deliveries,
+        func.row_number().over(partition_by=d.endpoint_id, order_by=(d.next_attempt_at, d.id)).label("turn"),
+    ).where(_PENDING, d.next_attempt_at <= now)
     if skip_endpoints:
         query = query.where(d.endpoint_id.not_in(list(skip_endpoints)))
+    if skip_tenants:
+        query = query.where(d.tenant.not_in(list(skip_tenants)))
     if skip_ids:
         query = query.where(d.id.not_in(list(skip_ids)))
-    return [Delivery.from_row(row) for row in conn.execute(query).mappings()]
+    by_endpoint = query.subquery("by_endpoint")
+    e = by_endpoint.c
+    tenant_turn = func.row_number().over(partition_by=e.tenant, order_by=(e.turn, e.next_attempt_at, e.id))
+    by_tenant = (
+        select(by_endpoint, tenant_turn.label("tenant_turn"))
+        .where(e.turn <= shares.per_endpoint)
+        .subquery("by_tenant")
+    )
+    t = by_tenant.c
+    picked = (
+        select(*(t[column.name] for column in webhook_deliveries.c))
+        .where(t.tenant_turn <= shares.per_tenant)
+        .order_by(t.tenant_turn, t.next_attempt_at, t.id)
+        .limit(limit)
+    )
+    return [Delivery.from_row(row) for row in conn.execute(picked).mappings()]
 
 
 def endpoints_of(conn: Connection, endpoint_ids: Collection[str]) -> dict[str, Endpoint]:

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from sqlalchemy import Connection, RowMapping, delete, insert, select, update
 
+from outbox_bridge.core import destinations
 from outbox_bridge.core.durations import parse_duration
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.signatures import new_secret
@@ -149,6 +150,32 @@ def check_url(url: str) -> str:
         raise InvalidEndpoint(f"--url {url!r}: credentials in the URL are not accepted")
     if parts.fragment:
         raise InvalidEndpoint(f"--url {url!r}: a fragment is never sent; leave it out")
+    return url
+
+
+def check_target(url: str, *, allow_private: bool) -> str:
+    """`url` when it may be registered: it passes `check_url`, the relay's HTTP client can send to it, and,
+    unless `allow_private`, its host resolves only to public addresses (`core.destinations`: disguised
+    forms such as `http://2130706433/` read as the resolver reads them); `InvalidEndpoint` with the
+    one-line refusal otherwise. A name that resolves to nothing now is accepted: every delivery checks the
+    address it connects to again."""
+    import httpx
+
+    check_url(url)
+    try:
+        host = httpx.URL(url).raw_host.decode("ascii")
+        unsendable = None
+    except httpx.InvalidURL as exc:
+        host, unsendable = urlsplit(url).hostname or "", exc
+    if not allow_private:
+        try:
+            destinations.checked(host, 443)
+        except destinations.PrivateDestination as exc:
+            raise InvalidEndpoint(str(exc)) from exc
+        except (OSError, UnicodeError):
+            pass
+    if unsendable is not None:
+        raise InvalidEndpoint(f"--url {url!r} cannot be sent to: {unsendable}")
     return url
 
 

@@ -51,12 +51,12 @@ def webhooks_add(
 
     if not is_valid_name(tenant):
         refuse(f"--tenant must be {NAME_RULE}")
+    settings, engine = _open()
     try:
         events = store.check_events(event or [])
-        store.check_url(url)
+        store.check_target(url, allow_private=settings.webhook_allow_private)
     except store.InvalidEndpoint as exc:
         refuse(str(exc))
-    settings, engine = _open()
     endpoint, secret = db.transact(
         engine,
         store.add_endpoint,

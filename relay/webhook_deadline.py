@@ -7,6 +7,11 @@ and fail at once when none is left. The pool does a request's I/O in the thread 
 deadline is the thread's own; a connection kept alive and reused by another thread obeys that thread's.
 Outside a `deadline` block the pool's own timeouts apply, unchanged.
 
+The backend also keeps the relay off private networks: unless it is built with `allow_private`, it resolves
+the host itself, refuses (`core.destinations.PrivateDestination`) when any address it resolves to is not
+public, and connects to the addresses it checked, never to a second answer of the resolver. TLS still
+names the URL's host (server name and certificate), and the request's `Host` header is the URL's.
+
 Not bounded by it: resolving the host's name (the system's resolver has timeouts of its own), and the
 reads within one TLS handshake, which each get at most the time left when the handshake starts.
 
@@ -23,6 +28,8 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpcore
+
+from outbox_bridge.core import destinations
 
 _current = threading.local()
 
@@ -76,10 +83,12 @@ class DeadlineStream(httpcore.NetworkStream):
 
 
 class DeadlineBackend(httpcore.NetworkBackend):
-    """httpcore's own synchronous backend, its streams wrapped in `DeadlineStream`."""
+    """httpcore's own synchronous backend, its streams wrapped in `DeadlineStream`; unless `allow_private`,
+    it connects only to public addresses."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, allow_private: bool) -> None:
         self._backend = httpcore.SyncBackend()
+        self._allow_private = allow_private
 
     def connect_tcp(
         self,
@@ -89,8 +98,36 @@ class DeadlineBackend(httpcore.NetworkBackend):
         local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:
-        capped = _capped(timeout, httpcore.ConnectTimeout)
-        return DeadlineStream(self._backend.connect_tcp(host, port, capped, local_address, socket_options))
+        if self._allow_private:
+            capped = _capped(timeout, httpcore.ConnectTimeout)
+            stream = self._backend.connect_tcp(host, port, capped, local_address, socket_options)
+            return DeadlineStream(stream)
+        try:
+            addresses = destinations.checked(host, port)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from exc
+        return self._connect_first(addresses, port, timeout, local_address, socket_options)
+
+    def _connect_first(
+        self,
+        addresses: list[str],
+        port: int,
+        timeout: float | None,
+        local_address: str | None,
+        socket_options: Iterable[Any] | None,
+    ) -> httpcore.NetworkStream:
+        """A stream to the first of `addresses` (all checked) that accepts, tried in order."""
+        failed: httpcore.ConnectError | None = None
+        for address in addresses:
+            capped = _capped(timeout, httpcore.ConnectTimeout)
+            try:
+                stream = self._backend.connect_tcp(address, port, capped, local_address, socket_options)
+            except httpcore.ConnectError as exc:
+                failed = exc
+                continue
+            return DeadlineStream(stream)
+        assert failed is not None  # `checked` returns at least one address
+        raise failed
 
     def connect_unix_socket(
         self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None

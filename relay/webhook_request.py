@@ -1,6 +1,7 @@
 """One completion webhook request: the CloudEvents 1.0 structured body, the Standard Webhooks headers, and
-the POST itself, whose answer costs bounded time and memory: no redirect followed, at most
-`MAX_ANSWER_BYTES` of the body read (and dropped), and `WEBHOOK_TIMEOUT_SECONDS` for the whole request.
+the POST itself, whose answer costs bounded time and memory: no redirect followed, the body read to its end
+and dropped, and `WEBHOOK_TIMEOUT_SECONDS` for the whole request. Only a 2xx whose body ends within the time
+delivers: a status line followed by a body that never ends is a failed attempt.
 
 The limit holds for the whole request, not for each step of it. An HTTP client's timeouts bound each step (the
 connect, each write, each read), so a receiver that sends its answer a byte at a time, each byte within the
@@ -10,6 +11,8 @@ deadline: every socket operation of the request (connecting, sending, reading th
 the body) then waits at most for the time left, and the request ends with a timeout once none is left. No
 timer thread closes anything, and a connection reused by another request obeys that request's deadline.
 Resolving the host's name, and each read within a TLS handshake, are bounded otherwise (`webhook_deadline`).
+The same backend refuses to connect to a non-public address unless `WEBHOOK_ALLOW_PRIVATE` is set
+(`core.destinations`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from outbox_bridge.core import clock
+from outbox_bridge.core.destinations import PrivateDestination
 from outbox_bridge.core.signatures import signature
 from outbox_bridge.jobstore.webhook_deliveries import Attempted
 from outbox_bridge.jobstore.webhooks import Delivery
@@ -30,8 +34,6 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "application/cloudevents+json"
 SOURCE = "outbox-bridge"
 TYPE_PREFIX = "outbox_bridge."
-# Of an answer's body, at most this much is read (and dropped): enough to keep the connection reusable.
-MAX_ANSWER_BYTES = 4096
 # An idle kept connection is closed after this long (httpx's default).
 KEEPALIVE_SECONDS = 5.0
 
@@ -61,10 +63,10 @@ def headers(delivery_id: str, timestamp: int, body: bytes, keys: Sequence[bytes]
     }
 
 
-def new_client(connections: int) -> httpcore.ConnectionPool:
-    """The relay's one kept pool of connections, its sockets held to each request's deadline; redirects are
-    answers, not followed. httpcore is imported here, on first use: a relay that sends no webhooks never
-    loads it."""
+def new_client(connections: int, *, allow_private: bool) -> httpcore.ConnectionPool:
+    """The relay's one kept pool of connections, its sockets held to each request's deadline and, unless
+    `allow_private`, only ever connected to public addresses; redirects are answers, not followed. httpcore
+    is imported here, on first use: a relay that sends no webhooks never loads it."""
     import httpcore
 
     from outbox_bridge.relay.webhook_deadline import DeadlineBackend
@@ -73,15 +75,16 @@ def new_client(connections: int) -> httpcore.ConnectionPool:
         max_connections=connections,
         max_keepalive_connections=connections,
         keepalive_expiry=KEEPALIVE_SECONDS,
-        network_backend=DeadlineBackend(),
+        network_backend=DeadlineBackend(allow_private=allow_private),
     )
 
 
 def post(
     client: httpcore.ConnectionPool, url: str, body: bytes, sent_headers: dict[str, str], timeout: float
 ) -> Attempted:
-    """POST `body` to `url` within `timeout` seconds from the first byte to the last, connecting included;
-    what the answer was (its status, or no answer and why) and how long it took."""
+    """POST `body` to `url` within `timeout` seconds from the first byte to the last, connecting included,
+    the answer's body read to its end; what the answer was (its status, and why it did not deliver) and how
+    long it took."""
     import httpcore
     import httpx
 
@@ -92,13 +95,13 @@ def post(
     error: str | None = None
     steps = dict.fromkeys(("connect", "read", "write", "pool"), timeout)
     try:
-        target = _target(url)
+        target, host = _target(url)
         with (
             deadline(timeout),
             client.stream(
                 "POST",
                 target,
-                headers=list(sent_headers.items()),
+                headers=[("Host", host), *sent_headers.items()],
                 content=body,
                 extensions={"timeout": steps},
             ) as answer,
@@ -107,6 +110,8 @@ def post(
             _drain(answer)
     except httpcore.TimeoutException as exc:
         error = f"no whole answer within {timeout:g} s (WEBHOOK_TIMEOUT_SECONDS): {_step(exc)}"
+    except PrivateDestination as exc:
+        error = str(exc)
     except (
         httpx.InvalidURL,
         httpcore.UnsupportedProtocol,
@@ -120,16 +125,17 @@ def post(
     return Attempted(at=at, status_code=status, latency_ms=latency_ms, error=error)
 
 
-def _target(url: str) -> httpcore.URL:
+def _target(url: str) -> tuple[httpcore.URL, str]:
     """`url` as httpcore sends it, its host encoded as IDNA and its path and query percent-encoded (as httpx
-    does it)."""
+    does it); and its `Host` header, an IPv6 address in brackets (`[::1]:8080`)."""
     import httpcore
     import httpx
 
     parsed = httpx.URL(url)
-    return httpcore.URL(
+    target = httpcore.URL(
         scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port, target=parsed.raw_path
     )
+    return target, parsed.netloc.decode("ascii")
 
 
 def _step(exc: Exception) -> str:
@@ -146,11 +152,9 @@ def _step(exc: Exception) -> str:
 
 
 def _drain(answer: httpcore.Response) -> None:
-    read = 0
-    for chunk in answer.iter_stream():
-        read += len(chunk)
-        if read >= MAX_ANSWER_BYTES:
-            return
+    """Read the answer's body to its end, keeping none of it: the attempt delivers only once it ends."""
+    for _chunk in answer.iter_stream():
+        pass
 
 
 def _refusal(status: int) -> str:

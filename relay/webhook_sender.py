@@ -4,8 +4,14 @@ the store and sent on a pool of `WEBHOOK_SENDERS` threads sharing one pool of ke
 The promises:
 - only the role holder sends, and it reads rather than leases: a delivery stays pending until an attempt's
   outcome is written, so one interrupted by a kill is sent again by whoever holds the role next;
-- at most `WEBHOOK_MAX_IN_FLIGHT_PER_ENDPOINT` requests are open to one endpoint: the reads leave out the
-  endpoints at their bound, so a hanging endpoint holds that many threads and the others take the rest;
+- the threads are shared by turns: at most `WEBHOOK_MAX_IN_FLIGHT_PER_ENDPOINT` requests are open to one
+  endpoint and at most `WEBHOOK_TENANT_SHARE` of the threads serve one tenant, and due deliveries are handed
+  out across tenants by turns (and within a tenant across its endpoints), not by age alone. The tenant's
+  share holds even while no other tenant has work: a request in flight cannot be taken back, so a tenant
+  whose endpoints hang always leaves threads free for the next tenant's deliveries;
+- unless `WEBHOOK_ALLOW_PRIVATE` is set, every connection goes to a public address only
+  (`webhook_deadline`): a refused one is a failed attempt, retried like any other (the name may resolve
+  elsewhere later);
 - every attempt is logged (`webhook_attempts`) with its outcome, and the delivery is delivered on a 2xx,
   pending again after a full-jitter backoff otherwise, failed once `WEBHOOK_RETRY_SECONDS` have passed;
 - `stop` takes no new work and waits (bounded) for requests in flight; what it does not wait for stays
@@ -32,7 +38,7 @@ from outbox_bridge.core.sealing import SealBroken, Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, queries
 from outbox_bridge.jobstore import webhook_deliveries as store
-from outbox_bridge.jobstore.webhook_deliveries import Attempted, RetryPolicy
+from outbox_bridge.jobstore.webhook_deliveries import Attempted, RetryPolicy, Shares
 from outbox_bridge.jobstore.webhooks import Delivery, DeliveryState, Endpoint
 from outbox_bridge.relay import webhook_request
 from outbox_bridge.telemetry import instruments
@@ -80,6 +86,11 @@ class WebhookSender:
         self._lock = threading.Lock()
         self._in_flight: dict[str, str] = {}  # delivery id -> endpoint id
         self._per_endpoint: Counter[str] = Counter()
+        self._per_tenant: Counter[str] = Counter()
+        self._shares = Shares(
+            per_endpoint=settings.webhook_max_in_flight_per_endpoint,
+            per_tenant=max(1, int(settings.webhook_senders * settings.webhook_tenant_share)),
+        )
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -127,33 +138,55 @@ class WebhookSender:
                 self._wake.clear()
 
     def _dispatch_once(self) -> bool:
-        """Hand due deliveries to free threads, none to an endpoint at its bound. True when there may be more
-        to hand out at once (a read was cut short by an endpoint's bound while threads are free)."""
-        bound = self.settings.webhook_max_in_flight_per_endpoint
+        """Hand due deliveries to free threads by turns, none to an endpoint or a tenant at its share. True
+        when there may be more to hand out at once (a read was cut short while threads are free)."""
+        shares = self._shares
         with self._lock:
             free = self.settings.webhook_senders - len(self._in_flight)
-            full = {e for e, n in self._per_endpoint.items() if n >= bound}
+            full_endpoints = {e for e, n in self._per_endpoint.items() if n >= shares.per_endpoint}
+            full_tenants = {t for t, n in self._per_tenant.items() if n >= shares.per_tenant}
             busy = set(self._in_flight)
         if free <= 0:
             return False
-        found = db.read(self.engine, store.due, clock.now(), limit=free, skip_endpoints=full, skip_ids=busy)
+        # Rows of endpoints and tenants with requests in flight may be passed over below: read that many more.
+        limit = free + 2 * len(busy)
+        found = db.read(
+            self.engine,
+            store.due,
+            clock.now(),
+            limit=limit,
+            shares=shares,
+            skip_endpoints=full_endpoints,
+            skip_tenants=full_tenants,
+            skip_ids=busy,
+        )
         if not found:
             return False
         endpoints = db.read(self.engine, store.endpoints_of, {d.endpoint_id for d in found})
-        held_back = False
         for delivery in found:
             endpoint = endpoints.get(delivery.endpoint_id)
             if endpoint is None:  # removed meanwhile, with its deliveries
                 continue
-            with self._lock:
-                if self._per_endpoint[endpoint.id] >= bound:
-                    held_back = True
-                    continue
-                self._in_flight[delivery.id] = endpoint.id
-                self._per_endpoint[endpoint.id] += 1
+            if not self._take(delivery, endpoint):
+                continue
             self._work.put(_Send(delivery, endpoint))
         with self._lock:
-            return held_back and len(self._in_flight) < self.settings.webhook_senders
+            return len(found) == limit and len(self._in_flight) < self.settings.webhook_senders
+
+    def _take(self, delivery: Delivery, endpoint: Endpoint) -> bool:
+        """Count `delivery` in flight, unless every thread is taken or its endpoint or tenant is at its
+        share."""
+        with self._lock:
+            if (
+                len(self._in_flight) >= self.settings.webhook_senders
+                or self._per_endpoint[endpoint.id] >= self._shares.per_endpoint
+                or self._per_tenant[delivery.tenant] >= self._shares.per_tenant
+            ):
+                return False
+            self._in_flight[delivery.id] = endpoint.id
+            self._per_endpoint[endpoint.id] += 1
+            self._per_tenant[delivery.tenant] += 1
+            return True
 
     # -- sending ---------------------------------------------------------------------------------------------
 
@@ -178,6 +211,9 @@ class WebhookSender:
             self._per_endpoint[send.endpoint.id] -= 1
             if self._per_endpoint[send.endpoint.id] <= 0:
                 del self._per_endpoint[send.endpoint.id]
+            self._per_tenant[send.delivery.tenant] -= 1
+            if self._per_tenant[send.delivery.tenant] <= 0:
+                del self._per_tenant[send.delivery.tenant]
         self._wake.set()
 
     def _deliver(self, delivery: Delivery, endpoint: Endpoint) -> None:
@@ -206,7 +242,9 @@ class WebhookSender:
     def _http(self) -> httpcore.ConnectionPool:
         with self._lock:
             if self._client is None:
-                self._client = webhook_request.new_client(self.settings.webhook_senders)
+                self._client = webhook_request.new_client(
+                    self.settings.webhook_senders, allow_private=self.settings.webhook_allow_private
+                )
             return self._client
 
     def _log(

@@ -167,7 +167,7 @@ def _add(settings: Settings, engine: Engine, typed: AddForm, actor: str) -> NewS
         return _refused(typed, "tick at least one event")
     try:
         events = webhooks.check_events(typed.events)
-        webhooks.check_url(typed.url)
+        webhooks.check_target(typed.url, allow_private=settings.webhook_allow_private)
     except webhooks.InvalidEndpoint as exc:
         # The store words it for the command line (`--url`, `--event`): the form's fields, without dashes.
         return _refused(typed, str(exc).removeprefix("--"))

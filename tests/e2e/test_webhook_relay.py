@@ -32,6 +32,7 @@ def settings(tmp_path: Path, rabbitmq_url: str) -> Settings:
         webhook_backoff_base_seconds=0.05,
         webhook_backoff_max_seconds=0.2,
         webhook_timeout_seconds=5.0,
+        webhook_allow_private=True,  # the receiver is on 127.0.0.1
     )
 
 

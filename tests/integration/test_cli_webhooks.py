@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 
 import pytest
 from sqlalchemy import Engine
@@ -60,7 +61,9 @@ def test_add_prints_the_secret_once_keeps_it_sealed_and_records_who(
     )
 
     text = done(
-        run(cli, "add", "--tenant", "acme", "--url", "http://127.0.0.1:8080/x", "--event", "job.dead")
+        run(
+            cli, "add", "--tenant", "acme", "--url", "http://hooks.example.test:8080/x", "--event", "job.dead"
+        )
     )
     assert "job.dead" in text and "whsec_" in text
 
@@ -83,6 +86,39 @@ def test_add_refuses_what_is_not_an_http_endpoint_and_writes_nothing(
     said = refused(run(cli, "add", "--tenant", "acme", *args))
     assert says in said
     assert rows(engine, webhook_endpoints) == [] and rows(engine, webhook_actions) == []
+
+
+REFUSALS = "set WEBHOOK_ALLOW_PRIVATE=1 to allow private targets"
+
+
+@pytest.mark.parametrize(
+    ("url", "says"),
+    [
+        ("http://127.0.0.1:8080/x", "127.0.0.1 is a loopback address"),
+        ("http://2130706433/", "127.0.0.1 is a loopback address"),
+        ("http://0x7f000001/", "127.0.0.1 is a loopback address"),
+        ("http://0177.0.0.1/", "127.0.0.1 is a loopback address"),
+        ("http://[::ffff:127.0.0.1]/", "::ffff:127.0.0.1 is a loopback address"),
+        ("http://0.0.0.0/", "0.0.0.0 is an unspecified address"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a link-local address"),
+        ("https://10.0.0.8/hook", "10.0.0.8 is a private address"),
+        ("https://[fd00::8]/hook", "fd00::8 is a private address"),
+    ],
+)
+def test_add_refuses_a_private_destination_in_one_line_naming_the_rule(
+    cli: CliRunner, engine: Engine, url: str, says: str
+) -> None:
+    said = refused(run(cli, "add", "--tenant", "acme", "--url", url))
+    assert said == f"outbox-bridge: refused: {says}; {REFUSALS}"
+    assert rows(engine, webhook_endpoints) == [] and rows(engine, webhook_actions) == []
+
+
+def test_add_accepts_a_private_destination_where_the_deployment_allows_private_targets(
+    settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch, engine: Engine
+) -> None:
+    allowing = runner(settings_factory(webhook_allow_private=True), monkeypatch, OPERATOR)
+    done(run(allowing, "add", "--tenant", "acme", "--url", "http://127.0.0.1:8080/x"))
+    assert [e["url"] for e in rows(engine, webhook_endpoints)] == ["http://127.0.0.1:8080/x"]
 
 
 def test_rotate_keeps_the_old_secret_signing_for_the_grace(

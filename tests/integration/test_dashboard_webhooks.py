@@ -160,6 +160,14 @@ def test_an_endpoint_added_from_the_page_shows_its_secret_once_and_keeps_it_seal
         pytest.param({"event": []}, "tick at least one event", id="no-event"),
         pytest.param({"tenant": ""}, "the tenant must be", id="no-tenant"),
         pytest.param({"tenant": "a tenant"}, "the tenant must be", id="tenant-with-a-space"),
+        pytest.param(
+            {"url": "http://169.254.169.254/latest/meta-data/"},
+            "refused: 169.254.169.254 is a link-local address; set WEBHOOK_ALLOW_PRIVATE=1",
+            id="link-local",
+        ),
+        pytest.param(
+            {"url": "http://2130706433/"}, "refused: 127.0.0.1 is a loopback", id="disguised-loopback"
+        ),
     ],
 )
 def test_a_refused_add_says_why_on_the_page_and_writes_nothing(

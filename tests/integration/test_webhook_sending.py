@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import Engine, update
 
 from outbox_bridge.api.schemas import view_fields
-from outbox_bridge.core import clock
+from outbox_bridge.core import clock, destinations
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, fenced, webhooks
@@ -31,6 +31,7 @@ FAST = {
     "webhook_timeout_seconds": 1.0,
     "webhook_senders": 6,
     "webhook_max_in_flight_per_endpoint": 2,
+    "webhook_allow_private": True,  # the receiver is on 127.0.0.1
 }
 
 
@@ -257,3 +258,59 @@ def test_the_relays_metrics_count_attempts_by_outcome_and_show_the_oldest_pendin
         )
         is None
     )
+
+
+def test_a_tenants_hanging_endpoints_hold_at_most_its_share_and_another_tenant_is_delivered_meanwhile(
+    engine: Engine, settings_factory: Callable[..., Settings]
+) -> None:
+    # 6 senders, 2 per endpoint, a tenant's share 4: acme's four hanging endpoints alone could hold 8.
+    settings = settings_factory(**FAST | {"webhook_timeout_seconds": 30.0, "webhook_tenant_share": 0.75})
+    with receiver(lambda path, _count: None if path.startswith("/acme") else 204) as got:
+        for n in range(4):
+            add_endpoint(engine, settings, "acme", f"{got.url}/acme-{n}")
+        for n in range(3):
+            finished_job(engine, key=f"acme-{n}")
+        add_endpoint(engine, settings, "globex", f"{got.url}/globex")
+        with sending(settings, engine):
+            wait_until(lambda: sum(len(got.on(f"/acme-{n}")) for n in range(4)) >= 4)
+            finished_job(engine, tenant="globex", key="globex")
+            got.wait_for("/globex")
+            hanging = sum(len(got.on(f"/acme-{n}")) for n in range(4))
+    assert hanging == 4, "acme's requests held more than its share of the senders"
+    assert [d.state for d in deliveries(engine) if d.tenant == "globex"] == [DeliveryState.DELIVERED]
+
+
+def test_a_name_that_resolves_to_a_private_address_at_delivery_is_refused_at_connect_and_retried(
+    engine: Engine, settings_factory: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = settings_factory(**FAST | {"webhook_allow_private": False})
+    with receiver(always(204)) as got:
+        url = f"http://hooks.example.com:{got.url.rsplit(':', 1)[1]}/hook"
+        monkeypatch.setattr(destinations, "resolve", lambda host, port: ["93.184.216.34"])
+        assert webhooks.check_target(url, allow_private=False) == url  # public when registered
+        add_endpoint(engine, settings, "acme", url)
+        monkeypatch.setattr(destinations, "resolve", lambda host, port: ["127.0.0.1"])  # private now
+        finished_job(engine)
+        with sending(settings, engine):
+            wait_until(lambda: deliveries(engine)[0].attempts >= 2)
+        assert got.received == []
+    (delivery,) = deliveries(engine)
+    refusal = "refused: 127.0.0.1 is a loopback address; set WEBHOOK_ALLOW_PRIVATE=1 to allow private targets"
+    assert delivery.state is DeliveryState.PENDING and delivery.last_error == refusal
+    assert [a["error"] for a in attempt_rows(engine, delivery.id)][:2] == [refusal, refusal]
+
+
+def test_a_disguised_loopback_url_is_refused_at_connect_unless_private_targets_are_allowed(
+    engine: Engine, settings_factory: Callable[..., Settings]
+) -> None:
+    with receiver(always(204)) as got:
+        url = f"http://0x7f000001:{got.url.rsplit(':', 1)[1]}/hook"
+        add_endpoint(engine, settings_factory(**FAST), "acme", url)  # as a store written before the rule
+        finished_job(engine)
+        with sending(settings_factory(**FAST | {"webhook_allow_private": False}), engine):
+            wait_until(lambda: deliveries(engine)[0].attempts >= 1)
+        assert got.received == []
+        assert (deliveries(engine)[0].last_error or "").startswith("refused: 127.0.0.1 is a loopback address")
+        with sending(settings_factory(**FAST), engine):
+            got.wait_for("/hook")
+    assert deliveries(engine)[0].state is DeliveryState.DELIVERED

@@ -16,7 +16,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, fenced, intake, operator, retention, sweeper
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.jobstore.webhook_deliveries import Attempted, Decision, record_attempt
+from outbox_bridge.jobstore.webhook_deliveries import Attempted, Decision, Shares, due, record_attempt
 from outbox_bridge.jobstore.webhooks import EVENTS, DeliveryState
 from tests.support.store import LEASE, claimed, job_row, new_job
 from tests.support.webhooks import add_endpoint, attempt_rows, deliveries
@@ -234,3 +234,42 @@ def test_the_job_retention_deletes_delivered_rows_with_their_job_and_keeps_a_job
     assert [d.job_id for d in deliveries(engine)] == [pending_job]
     assert attempt_rows(engine, sent.id) == []
     assert job_row(engine, pending_job).state is State.FAILED
+
+
+def test_due_deliveries_are_read_by_turns_across_tenants_and_their_endpoints(
+    engine: Engine, settings: Settings, clock: FakeClock
+) -> None:
+    slow = [add_endpoint(engine, settings, "acme", f"http://127.0.0.1:9/slow-{n}")[0] for n in range(3)]
+    prompt, _ = add_endpoint(engine, settings, "globex", "http://127.0.0.1:9/prompt")
+    # acme's deliveries (three per job, one per endpoint) are all due before globex's only one.
+    for _ in range(3):
+        _completed(engine, clock)
+        clock.advance(1.0)
+    held = claimed(engine, new_job(engine, "globex-job", tenant="globex"))
+    db.transact(engine, fenced.complete, held.job_id, held.epoch, held.attempt_id, {"n": 1}, clock.now())
+
+    read = db.read(engine, due, clock.now(), limit=3, shares=Shares(per_endpoint=2, per_tenant=10))
+
+    assert [d.tenant for d in read[:2]] == ["acme", "globex"]  # each tenant's first turn
+    assert read[1].endpoint_id == prompt.id
+    assert len({d.endpoint_id for d in read}) == 3, "acme's turns go across its endpoints"
+    every = db.read(engine, due, clock.now(), limit=100, shares=Shares(per_endpoint=2, per_tenant=5))
+    acme = [d.endpoint_id for d in every if d.tenant == "acme"]
+    assert len(acme) == 5 and all(acme.count(e.id) <= 2 for e in slow)
+
+
+def test_due_deliveries_leave_out_tenants_and_endpoints_at_their_share(
+    engine: Engine, settings: Settings, clock: FakeClock
+) -> None:
+    first, _ = add_endpoint(engine, settings, "acme", "http://127.0.0.1:9/first")
+    second, _ = add_endpoint(engine, settings, "acme", "http://127.0.0.1:9/second")
+    add_endpoint(engine, settings, "globex", "http://127.0.0.1:9/globex")
+    _completed(engine, clock)
+    held = claimed(engine, new_job(engine, "globex-job", tenant="globex"))
+    db.transact(engine, fenced.complete, held.job_id, held.epoch, held.attempt_id, {"n": 1}, clock.now())
+    shares = Shares(per_endpoint=4, per_tenant=4)
+
+    read = db.read(engine, due, clock.now(), limit=10, shares=shares, skip_tenants={"acme"})
+    assert {d.tenant for d in read} == {"globex"}
+    read = db.read(engine, due, clock.now(), limit=10, shares=shares, skip_endpoints={first.id})
+    assert {d.endpoint_id for d in read if d.tenant == "acme"} == {second.id}
