@@ -8,6 +8,9 @@
   answer it needs no more of the body, and the deadline no longer applies.
 - **The headers of every answer at its path** (`api.headers.headers_for`), set in place of any the route
   set for them, the refusals above included.
+- **HEAD as GET without the body**: the app answers a HEAD request as it would the GET of the same path
+  (status and headers, `Content-Length` included), and no body goes out. A path without GET refuses HEAD as
+  it refuses any method it does not take.
 - **The count of every answer** (`api.metrics.Metrics.request_done`) by method, route template (never the
   raw path, so the label set stays bounded) and status; an error no handler took counts as the 503 the
   outermost error handler answers.
@@ -51,7 +54,7 @@ class Edge:
             exchange.status = exchange.status or UNHANDLED_STATUS
             raise
         finally:
-            template = getattr(scope.get("route"), "path", None) or UNMATCHED
+            template = getattr(exchange.scope.get("route"), "path", None) or UNMATCHED
             method = scope["method"]
             self.metrics.request_done(
                 method if method in KNOWN_METHODS else "other", template, exchange.status
@@ -65,13 +68,16 @@ class _Exchange:
     """One request's pass through the `Edge`: its `receive` and `send` as the app gets them."""
 
     __slots__ = (
-        "_deadline", "_edge", "_headers", "_reading", "_receive", "_received", "_scope", "_send", "refusal",
-        "status",
+        "_deadline", "_edge", "_head", "_headers", "_reading", "_receive", "_received", "_send", "refusal",
+        "scope", "status",
     )  # fmt: skip
 
     def __init__(self, edge: Edge, scope: Scope, receive: Receive, send: Send) -> None:
         self._edge = edge
-        self._scope = scope
+        self._head = scope["method"] == "HEAD"
+        # The scope the app sees: a HEAD request's, as its GET's (the server's own scope keeps HEAD, so that
+        # it sends no body either).
+        self.scope = {**scope, "method": "GET"} if self._head else scope
         self._receive = receive
         self._send = send
         self._headers = encoded_for(scope["path"])
@@ -83,13 +89,13 @@ class _Exchange:
 
     async def run(self) -> None:
         edge = self._edge
-        declared = content_length(self._scope)
+        declared = content_length(self.scope)
         if declared is not None and declared > edge.max_bytes:
             await self._refuse(edge.too_large())
             return
         self._deadline = asyncio.get_running_loop().time() + edge.read_seconds
         try:
-            await edge.app(self._scope, self.receive, self.send)
+            await edge.app(self.scope, self.receive, self.send)
         except Exception:
             if self.refusal is None:
                 raise
@@ -124,7 +130,9 @@ class _Exchange:
             headers = list(message.get("headers", ()))
             put(headers, self._headers)
             message["headers"] = headers
+        elif self._head and message["type"] == "http.response.body" and message.get("body"):
+            message = {**message, "body": b""}
         await self._send(message)
 
     async def _refuse(self, refusal: Refusal) -> None:
-        await refusal_response(refusal)(self._scope, self._receive, self._deliver)
+        await refusal_response(refusal)(self.scope, self._receive, self._deliver)

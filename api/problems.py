@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 
 from outbox_bridge.api.headers import headers_for
 from outbox_bridge.jobstore.db import StoreUnavailable
@@ -168,11 +169,29 @@ async def _on_validation(_: Request, exc: Exception) -> Response:
     )
 
 
-def _for_http_status(exc: HTTPException) -> ProblemResponse:
+# The order `Allow` names methods in.
+METHOD_ORDER = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request, refused: HTTPException) -> str:
+    """`Allow` for a request refused for its method: every method some route takes at its path (a router
+    hands the request to the first route at the path, which names only its own), with HEAD wherever GET is
+    (`api.edge` answers HEAD as GET)."""
+    named = (refused.headers or {}).get("Allow", "")
+    found = {method.strip().upper() for method in named.split(",") if method.strip()}
+    for route in request.app.router.routes:
+        if route.matches(request.scope)[0] is not Match.NONE:
+            found |= getattr(route, "methods", None) or set()
+    if "GET" in found:
+        found.add("HEAD")
+    known = [method for method in METHOD_ORDER if method in found]
+    return ", ".join(known + sorted(found - set(METHOD_ORDER)))
+
+
+def _for_http_status(exc: HTTPException, allow: str = "") -> ProblemResponse:
     if exc.status_code == 404:
         return problem_response(ROUTE_NOT_FOUND, "There is no route at this path.")
     if exc.status_code == 405:
-        allow = (exc.headers or {}).get("Allow", "")
         return problem_response(
             METHOD_NOT_ALLOWED, f"This route takes: {allow}.", headers={"Allow": allow} if allow else None
         )
@@ -185,9 +204,9 @@ def _for_http_status(exc: HTTPException) -> ProblemResponse:
     return problem_response(INVALID_REQUEST, str(exc.detail))
 
 
-async def _on_http(_: Request, exc: Exception) -> Response:
+async def _on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return _for_http_status(exc)
+    return _for_http_status(exc, allowed_methods(request, exc) if exc.status_code == 405 else "")
 
 
 async def _on_job_not_found(_: Request, exc: Exception) -> Response:

@@ -1,6 +1,6 @@
 """What one client can hold of a real `outbox-bridge api` process: no more than its share of the connection
 cap, whatever it opens, so other clients are still served; and without a token, not even the time its body
-would take to arrive."""
+would take to arrive. And HEAD through the real server: the GET's head, no body."""
 
 from __future__ import annotations
 
@@ -122,3 +122,18 @@ def test_a_request_with_a_valid_token_still_gets_its_body_read(api: tuple[Settin
         sock.sendall(body[:10])
         sock.sendall(body[10:])
         assert status_line(sock).startswith(b"HTTP/1.1 202 ")
+
+
+def test_head_through_the_server_sends_the_get_head_and_no_body(api: tuple[Settings, int]) -> None:
+    _, port = api
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(b"HEAD /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, rest = received.split(b"\r\n\r\n", 1)
+    assert head.startswith(b"HTTP/1.1 200 ") and b"content-length: 15" in head.lower()
+    # What follows the HEAD's answer is the GET's, whole: no body of the HEAD came between them.
+    assert rest.startswith(b"HTTP/1.1 200 ")
+    assert rest.endswith(b'{"status":"ok"}')
