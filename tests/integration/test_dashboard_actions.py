@@ -364,3 +364,17 @@ def test_a_form_at_the_limit_is_read(client: TestClient, engine: Engine, ops: di
     )
     assert "Keep the note to 500 characters" in flash(answer)
     assert job_row(engine, job_id).state is State.QUEUED
+
+
+def test_a_form_streamed_without_a_length_is_refused_once_it_passes_the_limit(
+    client: TestClient, engine: Engine, ops: dict[str, str]
+) -> None:
+    job_id = new_job(engine, intake.new_id())
+    chunks = [b"back=/ui&note=", *([b"x" * 1024] * 20)]
+    answer = client.post(
+        f"/ui/jobs/{job_id}/cancel",
+        content=iter(chunks),
+        headers={**ops, "Content-Type": "application/x-www-form-urlencoded"},
+    )
+    assert answer.status_code == 413
+    assert job_row(engine, job_id).state is State.QUEUED
