@@ -4,6 +4,7 @@ threadpool."""
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
@@ -83,6 +84,38 @@ def bearer_identity(settings: Settings, credentials: HTTPAuthorizationCredential
 
 
 IdentityDep = Annotated[Identity, Depends(_identity)]
+
+
+async def _metrics_reader(settings: SettingsDep, credentials: BearerDep) -> None:
+    metrics_reader(settings, credentials)
+
+
+def metrics_reader(settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> None:
+    """Return when the bearer token may read `/metrics`: METRICS_TOKEN, or an operator token the deployment
+    accepts. 401 otherwise, saying why: the figures name every tenant, kind and schedule."""
+    if credentials is None:
+        raise UNAUTHORIZED.error(
+            "Send Authorization: Bearer <token> with METRICS_TOKEN or an operator token.",
+            headers=BEARER_CHALLENGE,
+        )
+    token = credentials.credentials
+    expected = settings.metrics_token
+    if expected is not None and hmac.compare_digest(token.encode(), expected.encode()):
+        return
+    try:
+        identity = token_identity(settings, token)
+    except InvalidToken as exc:
+        raise UNAUTHORIZED.error(
+            f"The bearer token is not accepted: {exc}.", headers=INVALID_TOKEN_CHALLENGE
+        ) from None
+    if not identity.operator:
+        raise UNAUTHORIZED.error(
+            "/metrics needs METRICS_TOKEN or an operator token; this token is a tenant's.",
+            headers=INVALID_TOKEN_CHALLENGE,
+        )
+
+
+MetricsReader = Depends(_metrics_reader)
 
 MAX_KEY_CHARACTERS = 255
 

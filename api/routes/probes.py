@@ -1,4 +1,5 @@
-"""Liveness, readiness and metrics: no token needed."""
+"""Liveness and readiness, which need no token; and metrics, which need METRICS_TOKEN or an operator token
+(the figures name every tenant, kind and schedule)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response
 
 from outbox_bridge.api import metrics as metrics_module
-from outbox_bridge.api.deps import EngineDep, MetricsDep
+from outbox_bridge.api.deps import EngineDep, MetricsDep, MetricsReader
 from outbox_bridge.api.openapi import problems
 from outbox_bridge.api.schemas import Status
 from outbox_bridge.jobstore import db, heartbeats, queries
@@ -51,14 +52,17 @@ def readyz(
     "/metrics",
     summary="Prometheus metrics",
     response_class=Response,
+    dependencies=[MetricsReader],
     responses={
         200: {
             "description": "Prometheus text exposition format 0.0.4.",
             "content": {metrics_module.CONTENT_TYPE: {"schema": {"type": "string"}}},
         },
-        **problems(503),
+        **problems(401, 503),
     },
 )
 def metrics(counters: MetricsDep) -> Response:
-    """This process's counters and histograms, and the store's figures read now."""
+    """This process's counters and histograms, and the store's figures read now. Needs a bearer token:
+    METRICS_TOKEN (for a scraper: `authorization` in Prometheus's scrape config) or an operator token; any
+    other request is 401, as the figures name every tenant, kind and schedule."""
     return Response(counters.render(), media_type=metrics_module.CONTENT_TYPE)

@@ -48,6 +48,9 @@ def answers(client: TestClient, auth: dict[str, str], engine: Engine, clock: Fak
     job = submit(client, auth, "noop", {}, "k-1")
     succeed(engine, clock, job["id"], {"ok": True})
     big = b'{"kind": "noop", "payload": {"pad": "' + b"x" * 70_000 + b'"}}'
+    secret = client.app.state.settings.auth_secret  # type: ignore[attr-defined]
+    token = issue_token(secret, tenant="ops", user="o", operator=True)
+    operator = {"Authorization": f"Bearer {token}"}
     return {
         "accepted": client.post(
             "/jobs", json={"kind": "noop", "payload": {}}, headers={**auth, "Idempotency-Key": "k-2"}
@@ -66,7 +69,7 @@ def answers(client: TestClient, auth: dict[str, str], engine: Engine, clock: Fak
         "dashboard login": client.get("/ui/login"),
         "healthz": client.get("/healthz"),
         "readyz": client.get("/readyz"),
-        "metrics": client.get("/metrics"),
+        "metrics": client.get("/metrics", headers=operator),
         "openapi": client.get("/openapi.json"),
         "no route": client.get("/nowhere"),
     }

@@ -28,6 +28,12 @@ def client(settings: Settings, engine: Engine, clock: FakeClock) -> Iterator[Tes
         yield test_client
 
 
+def operator(settings: Settings) -> dict[str, str]:
+    """What `/metrics` asks for: an operator's bearer token (or METRICS_TOKEN)."""
+    token = issue_token(settings.auth_secret, tenant="ops", user="scraper", operator=True)
+    return {"Authorization": f"Bearer {token}"}
+
+
 def sample(text: str, name: str, **labels: str) -> float:
     """The value of one sample in Prometheus text, or fail."""
     rendered = ",".join(f'{k}="{v}"' for k, v in labels.items())
@@ -54,7 +60,7 @@ def test_metrics_count_requests_by_route_template_and_read_the_store_at_scrape_t
     client.get("/jobs/first-unknown", headers=auth)
     client.get("/jobs/second-unknown", headers=auth)
     clock.advance(7.5)
-    response = client.get("/metrics")
+    response = client.get("/metrics", headers=operator(settings))
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
     text = response.text
     assert sample(text, "outbox_bridge_http_requests_total", method="POST", route="/jobs", status="202") == 4
@@ -71,16 +77,16 @@ def test_metrics_count_requests_by_route_template_and_read_the_store_at_scrape_t
 
 
 def test_metrics_count_live_processes_by_role_from_their_heartbeats(
-    client: TestClient, engine: Engine, clock: FakeClock
+    client: TestClient, settings: Settings, engine: Engine, clock: FakeClock
 ) -> None:
     for role in ("consumer", "consumer", "relay"):
         me = this_process(role, clock.now())
         db.transact(engine, heartbeats.beat, me, clock.now(), forget_before=0.0)
     [job_id] = new_jobs(engine, 1)
 
-    before = client.get("/metrics").text
+    before = client.get("/metrics", headers=operator(settings)).text
     clock.advance(20.0)  # past 3 beats of 5 s: nobody is alive any more
-    after = client.get("/metrics").text
+    after = client.get("/metrics", headers=operator(settings)).text
 
     assert [sample(before, "outbox_bridge_processes_alive", role=r) for r in ("relay", "consumer")] == [1, 2]
     assert sample(before, "outbox_bridge_queued_oldest_age_seconds") == 0

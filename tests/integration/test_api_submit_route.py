@@ -53,6 +53,11 @@ def _headers(settings: Settings, key: str | None = "k1", **more: str) -> dict[st
     return found
 
 
+def _operator(settings: Settings) -> dict[str, str]:
+    token = issue_token(settings.auth_secret, tenant="ops", user="scraper", operator=True)
+    return {"Authorization": f"Bearer {token}"}
+
+
 def _count(engine: Engine) -> int:
     return int(
         db.read(engine, lambda conn: conn.execute(select(func.count()).select_from(jobs)).scalar_one())
@@ -163,7 +168,7 @@ def test_the_fast_path_is_counted_under_the_routes_template(
     client: TestClient, settings: Settings, taken: list[str]
 ) -> None:
     assert client.post("/jobs", json=NOOP, headers=_headers(settings)).status_code == 202
-    metrics = client.get("/metrics").text
+    metrics = client.get("/metrics", headers=_operator(settings)).text
     assert 'outbox_bridge_http_requests_total{method="POST",route="/jobs",status="202"} 1.0' in metrics
 
 
@@ -227,7 +232,7 @@ def test_a_store_failure_and_an_unexpected_error_get_the_apps_answers_and_are_co
     with TestClient(create_app(settings), raise_server_exceptions=False) as client:
         unavailable = client.post("/jobs", json=NOOP, headers=_headers(settings, "k1"))
         unexpected = client.post("/jobs", json=NOOP, headers=_headers(settings, "k2"))
-        metrics = client.get("/metrics").text
+        metrics = client.get("/metrics", headers=_operator(settings)).text
     assert unavailable.status_code == 503 and unavailable.json()["type"].endswith("store-unavailable")
     assert unavailable.headers["retry-after"]
     assert unexpected.status_code == 503 and unexpected.json()["type"].endswith("internal-error")
