@@ -121,7 +121,7 @@ BAD_BODIES: dict[str, tuple[str, str, str]] = {
     "nesting past the parser's limit": (
         '{"kind": "noop", "payload": ' + "[" * 5000 + "]" * 5000 + "}",
         "application/json",
-        "invalid-request",
+        "invalid-payload",
     ),
 }
 
