@@ -6,19 +6,19 @@ refuse the same things in the same words, each naming a field as its own surface
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
+from outbox_bridge.api import payloads
 from outbox_bridge.api.auth import NAME_RULE, is_valid_name
 from outbox_bridge.api.problems import ProblemError
 from outbox_bridge.api.schemas import JobCreate
 from outbox_bridge.api.submission import accept_fields
 from outbox_bridge.core.durations import parse_duration
-from outbox_bridge.core.recurrence import CatchUp, Recurrence, slot_key
+from outbox_bridge.core.recurrence import CatchUp, Recurrence, UnknownZone, slot_key
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore.priorities import Priority
 
@@ -74,7 +74,7 @@ def read_new_schedule(
     name is taken is the store's to say (`ScheduleExists`)."""
     _check_name(label("tenant"), tenant)
     _check_name(label("name"), name)
-    recurrence = _recurrence(cron, timezone, every, label)
+    recurrence = _recurrence(cron, timezone, every, now, label)
     try:
         policy = CatchUp(catch_up)
     except ValueError:
@@ -91,15 +91,22 @@ def _check_name(field: str, value: str) -> None:
         raise ScheduleRefused(f"{field} must be {NAME_RULE}")
 
 
-def _recurrence(cron: str | None, timezone: str | None, every: str | None, label: Label) -> Recurrence:
+def _recurrence(
+    cron: str | None, timezone: str | None, every: str | None, now: float, label: Label
+) -> Recurrence:
+    """The recurrence the options name, with a first slot after `now` (`Recurrence.first_after`)."""
     try:
         seconds = None if every is None else parse_duration(every)
     except ValueError as exc:
         raise ScheduleRefused(f"{label('every')} {exc}") from None
     try:
-        return Recurrence.of(cron=cron, timezone=timezone, every_seconds=seconds)
+        recurrence = Recurrence.of(cron=cron, timezone=timezone, every_seconds=seconds)
+        recurrence.first_after(now)
+    except UnknownZone as exc:
+        raise ScheduleRefused(f"{label('timezone')}: {exc}") from None
     except ValueError as exc:
         raise ScheduleRefused(f"{label('cron' if every is None else 'every')}: {exc}") from None
+    return recurrence
 
 
 def _job_fields(
@@ -117,9 +124,11 @@ def _job_fields(
     """The slots' job as `POST /jobs` would take it (the kind accepted, the payload as the kind reads it),
     or `ScheduleRefused` saying why the api would refuse it."""
     try:
-        document = json.loads(payload)
+        document = payloads.loads(payload)
     except ValueError as exc:
         raise ScheduleRefused(f"{label('payload')} is not JSON: {exc}") from None
+    except ProblemError as exc:
+        raise ScheduleRefused(_problem(exc)) from None
     try:
         fields = {"kind": kind, "payload": document, "priority": priority}
         if concurrency_key is not None:
@@ -131,6 +140,11 @@ def _job_fields(
         first = exc.errors()[0]
         raise ScheduleRefused(f"{label(str(first['loc'][0]))}: {first['msg']}") from None
     except ProblemError as exc:
-        issues = exc.extensions.get("errors") or []
-        where = "; ".join(f"{'.'.join(map(str, i['loc'][1:]))}: {i['msg']}" for i in issues[:3])
-        raise ScheduleRefused(f"{exc.detail.rstrip('.')}{f': {where}' if where else ''}") from None
+        raise ScheduleRefused(_problem(exc)) from None
+
+
+def _problem(exc: ProblemError) -> str:
+    """What the api's problem says, in one line: its detail and the first places it names."""
+    issues = exc.extensions.get("errors") or []
+    where = "; ".join(f"{'.'.join(map(str, i['loc'][1:]))}: {i['msg']}" for i in issues[:3])
+    return f"{exc.detail.rstrip('.')}{f': {where}' if where else ''}"

@@ -122,7 +122,7 @@ def add(
             every_seconds=recurrence.every_seconds,
             catch_up=catch_up.value,
             concurrency_key=concurrency_key,
-            next_slot_at=recurrence.next_after(now),
+            next_slot_at=recurrence.first_after(now),
             created_at=now,
             created_by=actor,
         )

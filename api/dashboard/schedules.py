@@ -54,7 +54,8 @@ PAGE = "/ui/schedules"
 # The add form's fields, as the page names them in what it says.
 FIELD_LABELS = {
     "tenant": "Tenant", "name": "Name", "kind": "Kind", "payload": "Payload", "cron": "Cron",
-    "every": "Every", "priority": "Priority", "catch_up": "Catch-up", "concurrency_key": "Concurrency key",
+    "timezone": "Time zone", "every": "Every", "priority": "Priority", "catch_up": "Catch-up",
+    "concurrency_key": "Concurrency key",
 }  # fmt: skip
 ADD_FIELDS = (
     "tenant", "name", "kind", "payload", "cron", "timezone", "every", "priority", "catch_up",

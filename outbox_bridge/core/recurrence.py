@@ -12,6 +12,12 @@ schedule was added.
 firing that comes late by a moment loses none); an older slot was missed (no relay fired it in time: they
 were all down, or none held the relay role) and makes a job only under the `latest` policy, and then only
 the latest of them, when no slot is due within that window.
+
+What `of` refuses keeps that promise: a slot must be the same instant at every computation (a random `R` or
+hashed `H` field is not), the expression is the five fields the docs name (croniter's sixth would read
+seconds, where other crons read them first, and a seventh a year, which ends a schedule), and the zone is
+an IANA name. `first_after` refuses an expression that has no slot within `FIRST_SLOT_WITHIN_YEARS`
+(February 30th, April 31st): it would never fire.
 """
 
 from __future__ import annotations
@@ -21,9 +27,10 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from functools import cache
+from zoneinfo import ZoneInfo, available_timezones
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from outbox_bridge.core.durations import format_duration
 
@@ -32,6 +39,17 @@ from outbox_bridge.core.durations import format_duration
 MISSED_AFTER_SECONDS = 10.0
 # A slot is a whole second, so an interval is at least one.
 SHORTEST_INTERVAL_SECONDS = 1
+# A cron expression's first slot comes within this many years, or the expression is refused: longer than
+# the eight years between two February 29ths, shorter than any wait worth a schedule.
+FIRST_SLOT_WITHIN_YEARS = 10
+# The longest time zone name read: IANA's longest is 32 characters.
+MAX_TIMEZONE_CHARACTERS = 64
+# The fields of a cron expression, as the docs name them.
+CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
+
+
+class UnknownZone(ValueError):
+    """The time zone of a cron expression is not one `Recurrence.of` reads; the message says why."""
 
 
 class CatchUp(StrEnum):
@@ -52,8 +70,9 @@ class Recurrence:
     @classmethod
     def of(cls, *, cron: str | None, timezone: str | None, every_seconds: int | None) -> Recurrence:
         """The recurrence these options name; `ValueError` saying what is wrong: neither or both of a cron
-        expression and an interval, a time zone with an interval, an expression `croniter` does not read,
-        a zone `zoneinfo` does not know, an interval under a second."""
+        expression and an interval, a time zone with an interval, a zone that is not an IANA name this
+        system knows, an expression that is not five fields (or an alias such as `@daily`), a random (`R`)
+        or hashed (`H`) field, an expression `croniter` does not read, an interval under a second."""
         if (cron is None) == (every_seconds is None):
             raise ValueError("give a cron expression or an interval, not both and not neither")
         if every_seconds is not None:
@@ -64,12 +83,8 @@ class Recurrence:
             return cls(every_seconds=every_seconds)
         assert cron is not None
         zone = timezone or "UTC"
-        try:
-            ZoneInfo(zone)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"{zone!r} is not a time zone this system knows (such as Europe/Berlin)"
-            ) from None
+        _check_zone(zone)
+        _check_fields(cron)
         if not croniter.is_valid(cron):
             raise ValueError(f"{cron!r} is not a cron expression (such as '0 9 * * 1-5')")
         return cls(cron=cron, timezone=zone)
@@ -79,6 +94,22 @@ class Recurrence:
         if self.every_seconds is not None:
             return f"every {format_duration(self.every_seconds)}"
         return f"cron {self.cron} ({self.timezone})"
+
+    def first_after(self, t: float) -> float:
+        """The first slot later than `t`, as `next_after`; `ValueError` when a cron expression has none
+        within `FIRST_SLOT_WITHIN_YEARS` of `t` (a day no month has, such as `0 0 30 2 *`): the check of a
+        new schedule, whose first slot this is."""
+        if self.cron is not None:
+            try:
+                croniter(
+                    self.cron, self._wall(t), max_years_between_matches=FIRST_SLOT_WITHIN_YEARS
+                ).get_next()
+            except CroniterBadDateError:
+                raise ValueError(
+                    f"{self.cron!r} has no slot in the next {FIRST_SLOT_WITHIN_YEARS} years: it would "
+                    "never fire (as on February 30th)"
+                ) from None
+        return self.next_after(t)
 
     def next_after(self, t: float) -> float:
         """The first slot later than `t`."""
@@ -104,7 +135,10 @@ class Recurrence:
         return ZoneInfo(self.timezone or "UTC")
 
     def _cron_from(self, second: int) -> croniter:
-        return croniter(self.cron, datetime.fromtimestamp(second, self._zone()))
+        return croniter(self.cron, self._wall(second))
+
+    def _wall(self, t: float) -> datetime:
+        return datetime.fromtimestamp(math.floor(t), self._zone())
 
     def _is_slot(self, instant: float) -> bool:
         """Whether an instant `croniter` found is a slot: not the second pass of a wall-clock time the
@@ -115,6 +149,44 @@ class Recurrence:
 
     def _every_hour(self) -> bool:
         return bool(croniter(self.cron).expanded[1] == ["*"])
+
+
+def _check_zone(zone: str) -> None:
+    """`UnknownZone` unless `zone` names an IANA time zone this system knows. Its length is bounded before
+    anything looks it up, and `localtime` (whatever the host's clock is set to) is not one: every relay
+    must read a slot the same."""
+    if len(zone) > MAX_TIMEZONE_CHARACTERS:
+        raise UnknownZone(
+            f"a time zone is an IANA name of at most {MAX_TIMEZONE_CHARACTERS} characters (such as "
+            f"Europe/Berlin), not one of {len(zone)}"
+        )
+    if zone == "localtime" or zone not in _known_zones():
+        raise UnknownZone(f"{zone!r} is not a time zone this system knows (such as Europe/Berlin)")
+
+
+@cache
+def _known_zones() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
+def _check_fields(cron: str) -> None:
+    """`ValueError` for a cron expression whose slot is not fixed (a random `R` or hashed `H` field: each
+    reading draws another, so a slot would move and its key with it) or that is not the five fields
+    `CRON_FIELDS` (an alias such as `@daily` is one word)."""
+    fields = cron.split()
+    if len(fields) == 1 and fields[0].startswith("@"):
+        return
+    if len(fields) != len(CRON_FIELDS):
+        raise ValueError(
+            f"{cron!r} is not a cron expression of five fields ({' '.join(CRON_FIELDS)}), such as "
+            "'0 9 * * 1-5'"
+        )
+    for name, field in zip(CRON_FIELDS, fields, strict=True):
+        if field[:1] in ("R", "r", "H", "h"):  # no month or weekday name starts so
+            raise ValueError(
+                f"{cron!r} has a random or hashed {name} ({field!r}), which moves its slots each time "
+                "they are computed: one job per slot needs fixed slots"
+            )
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,12 @@
 """Delayed jobs through the real app on a real store: `delay_seconds` or `run_at` on `POST /jobs`, what is
 refused (and leaves nothing behind), the job view's `run_at`, idempotency over the start as named, and a
-cancel before the job comes due."""
+cancel before the job comes due. Then what the app refuses of a schedule (its dashboard's add form: a cron
+expression that never fires or whose slots move, a time zone it does not know) and of a payload nested past
+the limit, each a 400 saying why, with nothing written."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -17,8 +20,9 @@ from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import claiming, db
 from outbox_bridge.jobstore.schedule import MAX_DELAY_SECONDS
-from outbox_bridge.jobstore.schema import jobs, outbox
+from outbox_bridge.jobstore.schema import jobs, outbox, schedule_actions, schedules
 from tests.integration.test_api_jobs import counts
+from tests.support.cli import rows
 from tests.support.store import job_row
 
 T0_TEXT = "2023-11-14T22:13:20.000Z"  # the FakeClock's start
@@ -185,3 +189,74 @@ def test_a_delayed_job_cancelled_before_it_is_due_never_starts(
     taken = db.transact(engine, claiming.claim_due, "w1", clock.now(), 30.0, 10)
     assert taken == []
     assert job_row(engine, view["id"]).state.value == "cancelled"
+
+
+# --- what the app refuses of a schedule and of a payload, before anything is written ----------------------
+
+
+def test_a_payload_nested_past_what_the_parser_follows_is_400_naming_the_limit(
+    client: TestClient, settings: Settings, engine: Engine
+) -> None:
+    token = issue_token(settings.auth_secret, tenant="acme", user="alice")
+    body = '{"kind": "noop", "payload": {"x": ' + "[" * 20_000 + "]" * 20_000 + "}}"
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Idempotency-Key": "k-1",
+        "Content-Type": "application/json",
+    }
+
+    response = client.post("/jobs", content=body, headers=headers)
+
+    assert response.status_code == 400, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    problem = response.json()
+    assert problem["type"] == "urn:outbox-bridge:problem:invalid-payload"
+    assert problem["detail"] == "The payload is nested more than 32 levels deep."
+    assert counts(engine) == (0, 0)
+
+
+def add_form(**fields: str) -> dict[str, str]:
+    """The dashboard's add form as its page posts it: every field, the ones not named left empty."""
+    blank = dict.fromkeys(("cron", "timezone", "every", "priority", "catch_up", "concurrency_key"), "")
+    return (
+        blank
+        | {"tenant": "acme", "name": "nightly", "kind": "export", "payload": '{"rows": 10, "chunk": 5}'}
+        | fields
+    )
+
+
+def operator(settings: Settings) -> dict[str, str]:
+    token = issue_token(settings.auth_secret, tenant="ops", user="olga", operator=True)
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        pytest.param(
+            {"cron": "0 0 30 2 *"}, "Cron: &#39;0 0 30 2 *&#39; has no slot in the next 10 years", id="feb-30"
+        ),
+        pytest.param({"cron": "0 0 31 4 *"}, "it would never fire", id="apr-31"),
+        pytest.param(
+            {"cron": "0 9 * * *", "timezone": "A" * 5000},
+            "Time zone: a time zone is an IANA name of at most 64 characters",
+            id="5000-character-zone",
+        ),
+        pytest.param({"cron": "R R * * *"}, "one job per slot needs fixed slots", id="random-field"),
+        pytest.param(
+            {"every": "1m", "payload": '{"rows": 10, "x": ' + "[" * 2_000 + "]" * 2_000 + "}"},
+            "The payload is nested more than 32 levels deep",
+            id="payload-past-the-parser",
+        ),
+    ],
+)
+def test_a_schedule_the_dashboard_cannot_keep_is_400_saying_why_and_writes_nothing(
+    client: TestClient, settings: Settings, engine: Engine, fields: dict[str, str], says: str
+) -> None:
+    answer = client.post("/ui/schedules", headers=operator(settings), data=add_form(**fields))
+
+    assert answer.status_code == 400, answer.text[:300]
+    error = re.search(r'<p class="error-text" id="add-error"[^>]*>(.*?)</p>', answer.text, re.S)
+    assert error is not None and error.group(1).startswith("Not added: ") and says in error.group(1)
+    assert "\n" not in error.group(1).strip()
+    assert rows(engine, schedules) == [] and rows(engine, schedule_actions) == []

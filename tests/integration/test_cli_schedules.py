@@ -92,6 +92,22 @@ def test_a_cron_schedule_keeps_its_time_zone(cli: CliRunner, engine: Engine) -> 
         (["--payload", EXPORT], "not both and not neither"),
         (["--every", "soon", "--payload", EXPORT], "--every 'soon' is not a duration"),
         (["--every", "1m", "--payload", EXPORT, "--tenant", "a b"], "--tenant must be"),
+        (
+            ["--cron", "0 0 30 2 *", "--payload", EXPORT],
+            "--cron: '0 0 30 2 *' has no slot in the next 10 years",
+        ),
+        (["--cron", "0 0 31 4 *", "--payload", EXPORT], "it would never fire"),
+        (
+            ["--cron", "0 9 * * *", "--timezone", "A" * 5000, "--payload", EXPORT],
+            "--timezone: a time zone is an IANA name of at most 64 characters",
+        ),
+        (["--cron", "R R * * *", "--payload", EXPORT], "random or hashed minute ('R')"),
+        (["--cron", "0 H * * *", "--payload", EXPORT], "one job per slot needs fixed slots"),
+        (["--cron", "0 9 * * * 30", "--payload", EXPORT], "not a cron expression of five fields"),
+        (
+            ["--every", "1m", "--payload", '{"rows": 10, "x": ' + "[" * 100_000 + "]" * 100_000 + "}"],
+            "The payload is nested more than 32 levels deep",
+        ),
     ],
 )
 def test_add_refuses_in_one_line_and_writes_nothing(

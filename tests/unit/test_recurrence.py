@@ -13,6 +13,7 @@ from outbox_bridge.core.recurrence import (
     CatchUp,
     Firing,
     Recurrence,
+    UnknownZone,
     plan,
     slot_key,
     slot_text,
@@ -104,6 +105,79 @@ def test_an_hourly_expression_runs_every_real_hour_through_the_repeated_one() ->
 def test_what_is_not_a_recurrence_is_refused_saying_why(options: dict[str, object], says: str) -> None:
     with pytest.raises(ValueError, match=says):
         Recurrence.of(**options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["0 0 30 2 *", "0 0 31 4 *", "0 0 31 2,4,6,9,11 *", "*/5 * 30,31 2 *", "0 0 * 2 1#5"],
+    ids=["february-30", "april-31", "31st-of-short-months", "every-5-minutes-of-february-30", "next-in-2044"],
+)
+def test_an_expression_with_no_slot_within_ten_years_is_refused_as_one_that_never_fires(
+    expression: str,
+) -> None:
+    recurrence = cron(expression)
+    with pytest.raises(ValueError, match=r"no slot in the next 10 years: it would never fire") as refused:
+        recurrence.first_after(at("2026-12-07T12:00:00+00:00"))
+    assert "\n" not in str(refused.value)
+
+
+def test_a_leap_day_has_its_first_slot_even_across_the_eight_years_without_one() -> None:
+    leap_day = cron("0 0 29 2 *")
+    assert slot_text(leap_day.first_after(at("2026-12-07T12:00:00+00:00"))) == "2028-02-29T00:00:00Z"
+    assert slot_text(leap_day.first_after(at("2096-03-01T00:00:00+00:00"))) == "2104-02-29T00:00:00Z"
+    assert slot_text(every(3600).first_after(at("2026-12-07T12:30:00+00:00"))) == "2026-12-07T13:00:00Z"
+
+
+@pytest.mark.parametrize(
+    ("expression", "says"),
+    [
+        ("R R * * *", "random or hashed minute ('R')"),
+        ("0 R * * *", "random or hashed hour ('R')"),
+        ("0 0 r(1-28) * *", "random or hashed day-of-month ('r(1-28)')"),
+        ("R/15 * * * *", "random or hashed minute ('R/15')"),
+        ("H 9 * * *", "random or hashed minute ('H')"),
+    ],
+)
+def test_a_random_or_hashed_field_is_refused_since_its_slot_moves_at_each_computation(
+    expression: str, says: str
+) -> None:
+    with pytest.raises(ValueError, match=r"one job per slot needs fixed slots") as refused:
+        cron(expression)
+    assert says in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "expression", ["0 9 * * * 30", "0 9 * * *  * 2030", "0 9 *"], ids=["seconds", "year", "three"]
+)
+def test_an_expression_of_other_than_five_fields_is_refused(expression: str) -> None:
+    with pytest.raises(ValueError, match=r"not a cron expression of five fields \(minute hour"):
+        cron(expression)
+
+
+def test_names_aliases_and_the_extensions_croniter_reads_to_fixed_days_are_taken() -> None:
+    for expression in ("0 9 * mar-apr fri", "0 9 * * thu", "@daily", "0 9 L * *", "0 9 * * 1#2"):
+        assert cron(expression).cron == expression
+    assert slots_after(cron("0 9 * * thu"), "2026-12-07T00:00:00+00:00", 1) == ["2026-12-10T09:00:00Z"]
+
+
+@pytest.mark.parametrize(
+    ("zone", "says"),
+    [
+        ("A" * 5000, "an IANA name of at most 64 characters (such as Europe/Berlin), not one of 5000"),
+        ("Europe/" + "B" * 300, "not one of 307"),
+        ("localtime", "'localtime' is not a time zone"),
+        ("europe/berlin", "not a time zone"),
+        ("Europe/Berlin\n", "not a time zone"),
+        ("/usr/share/zoneinfo/UTC", "not a time zone"),
+    ],
+)
+def test_a_time_zone_that_is_not_a_known_iana_name_is_refused_in_one_line_whatever_its_length(
+    zone: str, says: str
+) -> None:
+    with pytest.raises(UnknownZone) as refused:
+        cron("0 9 * * *", zone)
+    said = str(refused.value)
+    assert says in said and "\n" not in said and len(said) < 200
 
 
 MINUTE = every(60)
