@@ -231,7 +231,7 @@ def test_the_sign_in_page_says_the_cookie_holds_a_session_key_not_the_token(
     assert "never the token" in page
 
 
-@pytest.mark.parametrize("csrf", ["é" * 64, "\ufffd"])
+@pytest.mark.parametrize("csrf", ["é" * 64, "\ufffd"], ids=["accented", "replacement-character"])
 def test_a_form_whose_csrf_token_is_not_ascii_is_refused_as_forged(
     browser: TestClient, engine: Engine, csrf: str
 ) -> None:
@@ -247,3 +247,14 @@ def test_a_flash_cookie_that_is_not_ascii_is_not_shown(browser: TestClient) -> N
     browser.cookies.clear()
     page = browser.get("/ui", headers={"Cookie": cookies})  # type: ignore[dict-item]
     assert page.status_code == 200 and 'id="flash"' not in page.text
+
+
+def test_a_sign_in_over_the_form_limit_gets_413_and_starts_no_session(
+    settings: Settings, engine: Engine, clock: FakeClock, token: str
+) -> None:
+    with TestClient(create_app(settings), follow_redirects=False) as client:
+        form = {"token": token, "padding": "x" * MAX_FORM_BYTES}
+        answer = client.post("/ui/login", data=form, headers={"Origin": OWN})
+        assert answer.status_code == 413 and SESSION_COOKIE not in answer.cookies
+    with engine.connect() as conn:
+        assert conn.execute(select(dashboard_sessions)).all() == []
