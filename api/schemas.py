@@ -73,7 +73,14 @@ class JobCreate(BaseModel):
 
     model_config = ConfigDict(
         extra="ignore",
-        json_schema_extra={"examples": [{"kind": "export", "payload": {"rows": 1000, "chunk": 100}}]},
+        json_schema_extra={
+            "examples": [{"kind": "export", "payload": {"rows": 1000, "chunk": 100}}],
+            # `delay_seconds` and `run_at` are mutually exclusive: a request with both is 400.
+            "not": {
+                "required": ["delay_seconds", "run_at"],
+                "properties": {"delay_seconds": {"type": "number"}, "run_at": {"type": "string"}},
+            },
+        },
     )
 
     kind: str = Field(min_length=1, max_length=64, description="One of the deployment's allowed kinds.")
@@ -86,13 +93,14 @@ class JobCreate(BaseModel):
         Annotated[float, Field(strict=True, ge=0, le=MAX_DELAY_SECONDS, allow_inf_nan=False)] | None
     ) = Field(
         default=None,
-        description="Start no earlier than this many seconds after acceptance (at most 30 days). Not with "
-        "`run_at`.",
+        description="Start no earlier than this many seconds after acceptance (at most 30 days). Mutually "
+        "exclusive with `run_at`: a request with both is 400.",
     )
     run_at: RunAt | None = Field(
         default=None,
         description="Start no earlier than this time (RFC 3339 with an offset; at most 30 days ahead; a "
-        "time in the past, up to 30 days, means at once). Not with `delay_seconds`.",
+        "time in the past, up to 30 days, means at once). Mutually exclusive with `delay_seconds`: a request "
+        "with both is 400.",
     )
     priority: Literal["high", "normal", "low"] = Field(
         default="normal",

@@ -43,6 +43,17 @@ from outbox_bridge.telemetry import tracing
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
 JSON = "application/json"
+# The media types `GET /jobs/{id}/result` answers with. The bytes first: a client generated from the document
+# takes the first one it can read, and bytes hold any result; its Content-Type says which it is.
+BINARY = {"schema": {"type": "string", "format": "binary"}}
+RESULT_CONTENT = {
+    results.OCTET_STREAM: BINARY,
+    **{media_type: BINARY for media_type in results.FILE_MEDIA_TYPES if media_type != results.OCTET_STREAM},
+    JSON: {"schema": {"type": "object"}},
+}
+# What `next_cursor` is made of (unpadded base64url); anything else, and any such text a page did not give,
+# is 400 bad-cursor.
+CURSOR_PATTERN = "^[A-Za-z0-9_-]+$"
 
 
 def _json(view: JobView | JobPage, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -113,7 +124,16 @@ def list_jobs(
     links: LinksDep,
     state: Annotated[State | None, Query(description="Only jobs in this state.")] = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    cursor: Annotated[str | None, Query(max_length=512, description="A previous page's next_cursor.")] = None,
+    cursor: Annotated[
+        str | None,
+        Query(
+            max_length=512,
+            description="A previous page's `next_cursor`, passed back unchanged: an opaque position in the "
+            "listing (unpadded base64url, so letters, digits, `-` and `_`). Any other value, edited ones "
+            "included, is 400 `bad-cursor`.",
+            json_schema_extra={"pattern": CURSOR_PATTERN},
+        ),
+    ] = None,
 ) -> Response:
     """Your tenant's jobs, newest first, `limit` at a time."""
     page = db.read(engine, queries.list_jobs, tenant=identity.tenant, state=state, limit=limit, cursor=cursor)
@@ -163,21 +183,22 @@ def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[ope
 @router.get(
     "/{job_id}/result",
     summary="Fetch the committed result",
+    response_class=Response,  # the documented content alone, in its order (FastAPI would put JSON first)
     # Added to the bearer scheme FastAPI lists: or no Authorization at all, through a signed link.
     openapi_extra={"security": [{}]},
     responses={
         200: {
-            "description": "The committed result: the JSON output, or the result file (an export's CSV).",
+            "description": "The committed result: the JSON output (`application/json`), or the result file "
+            "(an export's CSV as `text/csv`, any other file as `application/octet-stream`). Read the body as "
+            "bytes and its `Content-Type` for which.",
             "headers": {
                 "Content-Disposition": {
-                    "description": 'For a file: `attachment; filename="{kind}-{id}.csv"`.',
+                    "description": 'For a file: `attachment; filename="{kind}-{id}.csv"` (`.bin` for '
+                    "`application/octet-stream`).",
                     "schema": {"type": "string"},
                 }
             },
-            "content": {
-                JSON: {"schema": {"type": "object"}},
-                **{t: {"schema": {"type": "string", "format": "binary"}} for t in results.FILE_MEDIA_TYPES},
-            },
+            "content": RESULT_CONTENT,
         },
         **problems(401, 403, 404, 503),
     },
