@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, Float, bindparam, func, select
 
-from outbox_bridge.jobstore import drivers
+from outbox_bridge.jobstore import drivers, pausing
 from outbox_bridge.jobstore.schema import jobs, state_is
 from outbox_bridge.jobstore.states import State
 
@@ -40,10 +40,28 @@ _RUNNING_ALL = (
 # The running count per tenant as a subquery (`tenant`, `running`): what the fair turns of the relay's
 # lease (`jobstore.outbox`) and of the baseline's claim (`jobstore.claiming`) start from.
 RUNNING_BY_TENANT = _RUNNING_ALL.subquery("running")
-# Two seeks of the (tenant, created_at) index: the lowest and the highest tenant name of any job.
-_TENANT_RANGE = select(
-    select(func.min(jobs.c.tenant)).scalar_subquery(), select(func.max(jobs.c.tenant)).scalar_subquery()
+# The queued jobs' tenants, walked by the queued jobs' tenant index one tenant at a time: the lowest tenant
+# name (past `b_after`), one seek however many jobs each tenant has queued (`other_tenant_due`).
+_FIRST_QUEUED_TENANT = select(func.min(jobs.c.tenant)).where(state_is(State.QUEUED))
+_NEXT_QUEUED_TENANT = select(func.min(jobs.c.tenant)).where(
+    state_is(State.QUEUED), jobs.c.tenant > bindparam("b_after")
 )
+# Whether one tenant has a queued job a claim could start now (due, of a kind not paused, held back by no
+# flow limit): its queued jobs, through the same index, up to the first such one.
+_TENANT_DUE = (
+    select(jobs.c.id)
+    .where(
+        state_is(State.QUEUED),
+        jobs.c.tenant == bindparam("b_tenant"),
+        jobs.c.available_at <= bindparam("b_now", type_=Float),
+        jobs.c.held_by.is_(None),
+        pausing.NOT_PAUSED,
+    )
+    .limit(1)
+)
+# A store with more tenants than this that have queued jobs, none of them due, counts as one where another
+# tenant has work (the walk stops there: each tenant it looks at costs a read of its queued jobs).
+MOST_TENANTS_LOOKED_AT = 16
 
 
 def running(conn: Connection, tenants: Collection[str] | None = None) -> Counter[str]:
@@ -65,10 +83,27 @@ def at_cap(conn: Connection, cap: int) -> list[str]:
     return sorted(tenant for tenant, count in running(conn).items() if count >= cap)
 
 
-def several_tenants(conn: Connection) -> bool:
-    """Whether the store holds jobs (in any state) of more than one tenant."""
-    lowest, highest = conn.execute(_TENANT_RANGE).one()
-    return lowest is not None and lowest != highest
+def other_tenant_due(conn: Connection, now: float, known: Collection[str], wanted: int) -> bool:
+    """Whether at least `wanted` tenants not among `known` have queued jobs a claim could start at `now`.
+    Walks the tenants with queued jobs in name order, a seek each (a tenant of `known` is stepped over
+    whatever its backlog), reading for each one only up to its first due job; True, to be safe, past
+    `MOST_TENANTS_LOOKED_AT` tenants whose queued jobs are all waiting for a later start."""
+    if wanted <= 0:
+        return True
+    found = looked = 0
+    tenant = conn.execute(_FIRST_QUEUED_TENANT).scalar()
+    while tenant is not None:
+        if tenant not in known:
+            if conn.execute(_TENANT_DUE, {"b_tenant": tenant, "b_now": now}).first() is not None:
+                found += 1
+                if found >= wanted:
+                    return True
+            else:
+                looked += 1
+                if looked >= MOST_TENANTS_LOOKED_AT:
+                    return True
+        tenant = conn.execute(_NEXT_QUEUED_TENANT, {"b_after": tenant}).scalar()
+    return False
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class Round:
     from_table: bool = False
     table_room: int = 0
     share: Share | None = None
+    held_back: bool = False  # the share let it take none of the deliveries waiting
 
     @property
     def size(self) -> int:

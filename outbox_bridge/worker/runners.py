@@ -9,6 +9,7 @@ import collections
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -184,7 +185,23 @@ class Runners:
         back (forgotten here); a job the store does not release waits for a thread here again. Call it
         outside any transaction of this process's."""
         self.give_back_due = False
-        waiting = self._take_waiting()
+        released = self._give_back(self._take_waiting())
+        if released:
+            log.info("claiming ahead stopped: %d waiting jobs given back", len(released))
+        return released
+
+    def give_back_over(self, most: int) -> list[Running]:
+        """`TENANT_SHARE` started to apply (`worker.share`): give back the claimed jobs of each tenant that
+        wait for a thread past its `most` (counting its jobs running here first, then its waiting ones in
+        the order they were claimed), as `give_back_waiting` does. Returns those given back."""
+        released = self._give_back(self._take_over(most))
+        if released:
+            log.info("another tenant has work: %d waiting jobs past the share given back", len(released))
+        return released
+
+    def _give_back(self, waiting: list[Running]) -> list[Running]:
+        """Release `waiting` (taken off the ready queue) to the store; those it did not release wait for a
+        thread here again, first, in their order."""
         if not waiting:
             return []
         by_attempt = {running.claim.attempt_id: running for running in waiting}
@@ -197,8 +214,37 @@ class Runners:
 
         handed = release_all(self._engine, [running.held for running in waiting], forget)
         self._resume([running for running in waiting if running.claim.attempt_id in by_attempt])
-        log.info("claiming ahead stopped: %d waiting jobs given back (%s)", len(released), dict(handed))
+        log.debug("given back: %s", dict(handed))
         return released
+
+    def waiting_over(self, most: int) -> bool:
+        """Whether some tenant has claimed jobs waiting for a thread here past its `most` (`_take_over`)."""
+        with self._lock:
+            if not self._ready:
+                return False
+            counted = Counter(r.claim.tenant for r in self._unfinished.values() if r.started is not None)
+            waiting = Counter(r.claim.tenant for r in self._ready)
+        return any(counted[tenant] + count > most for tenant, count in waiting.items())
+
+    def _take_over(self, most: int) -> list[Running]:
+        """Take back the claimed jobs waiting for a thread past their tenant's `most` (`give_back_over`)."""
+        with self._lock:
+            kept = Counter(r.claim.tenant for r in self._unfinished.values() if r.started is not None)
+            keep: list[Running] = []
+            taken: list[Running] = []
+            for running in self._ready:
+                tenant = running.claim.tenant
+                if kept[tenant] < most:
+                    kept[tenant] += 1
+                    keep.append(running)
+                else:
+                    taken.append(running)
+            if taken:
+                self._ready.clear()
+                self._ready.extend(keep)
+                for one in taken:
+                    self._unfinished.pop(id(one), None)
+        return taken
 
     def _load(self) -> tuple[float, int]:
         """How long the longest running job has run, and how many submitted jobs have not returned."""

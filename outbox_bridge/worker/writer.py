@@ -289,6 +289,7 @@ class StoreWriter:
                     self._requeue_waiting()
                 if self._runners.give_back_due:
                     self._give_back_waiting()
+                self._give_back_over_share()
                 room = self._room()
                 from_table = self._from_table() and room > 0
                 if from_table and not batch and not finished and not self._waiting and not self._any_due():
@@ -300,9 +301,9 @@ class StoreWriter:
         """Deliveries join the waiting ones; returns the finished outcomes (a nudge only wakes the loop)."""
         finished = [item for item in batch if isinstance(item, Finished)]
         if len(finished) < len(batch):
-            self._waiting.extend(
-                item for item in batch if not isinstance(item, Finished) and item is not NUDGE
-            )
+            delivered = [item for item in batch if not isinstance(item, Finished) and item is not NUDGE]
+            self._waiting.extend(delivered)
+            self._share.saw(delivery.tenant for delivery in delivered)
         return finished
 
     def _from_table(self) -> bool:
@@ -332,7 +333,8 @@ class StoreWriter:
         return due
 
     def _any_due_in(self, conn: Connection) -> bool:
-        share = self._share.held(conn, Counter(self._runners.tenants()), self._bursting)
+        held, waiting = Counter(self._runners.tenants()), self._waiting_tenants()
+        share = self._share.bound(conn, held, waiting, self._room(), table=True)
         return any_due(conn, self._settings.tenant_max_running, share, self._limits)
 
     def _wait_seconds(self) -> float | None:
@@ -412,6 +414,28 @@ class StoreWriter:
         self._waiting.extend(running.delivery for running in released if running.delivery is not None)
         self.counts.add(shed=len(released))
 
+    def _give_back_over_share(self) -> None:
+        """`TENANT_SHARE` (`worker.share`): while another tenant has work, the jobs a tenant holds claimed
+        here past its most that still wait for a thread go back to the store (`Runners.give_back_over`),
+        as `_give_back_waiting` gives them back, so that the threads they would take next go to the other
+        tenant's jobs. Looks at the store (a read) only while a tenant holds jobs past its most that wait."""
+        most = self._share.most
+        if not self._accepting or not self._runners.waiting_over(most):
+            return
+        known = self._share.known(self._waiting_tenants())
+        if len(known) < 2:
+            try:
+                if not db.read(self._engine, self._share.others_due, known):
+                    return
+            except db.StoreUnavailable:
+                return  # the round that follows finds out, and the next look tries again
+        released = self._runners.give_back_over(most)
+        self._waiting.extend(running.delivery for running in released if running.delivery is not None)
+        self.counts.add(shed=len(released))
+
+    def _waiting_tenants(self) -> Counter[str]:
+        return Counter(delivery.tenant for delivery in self._waiting)
+
     def _several_orders(self) -> bool:
         claimed = self._runners.claimed()
         if any(running.delivery is None for running in claimed):
@@ -428,9 +452,11 @@ class StoreWriter:
             room = self._room()
             running = Counter(self._runners.tenants())
             wanted = room and (self._waiting or round_.from_table)
-            round_.share = self._share.held(conn, running, self._bursting) if wanted else None
+            waiting, from_table = self._waiting_tenants(), round_.from_table
+            round_.share = self._share.bound(conn, running, waiting, room, from_table) if wanted else None
             most = round_.share.most if round_.share else None
             round_.deliveries = take_in_order(self._waiting, room, running, most)
+            round_.held_back = most is not None and not round_.deliveries and bool(self._waiting)
             round_.table_room = room - len(round_.deliveries) if round_.from_table else 0
         job_ids = [d.job_id for d in round_.deliveries]
         lease = self._settings.lease_seconds
@@ -453,7 +479,9 @@ class StoreWriter:
             if round_.from_table and self.table is not None:
                 self.table.took(0, round_.table_room)
             return
-        self._failed_rounds = 0
+        # A round the share let take no delivery is tried again after a growing pause, as a failed one:
+        # what frees room (a job that ends, another tenant's delivery) wakes the writer anyway.
+        self._failed_rounds = self._failed_rounds + 1 if round_.held_back else 0
         states, claims, table = written
         if round_.finished:
             faults.hit(f"{self._role}.after_commit")
@@ -493,6 +521,7 @@ class StoreWriter:
 
     def _claimed_from_table(self, claims: list[Claim]) -> None:
         """Claims from the table: run without a delivery (the run continues the stored trace context)."""
+        self._share.saw(claim.tenant for claim in claims)
         for claim in claims:
             faults.hit(f"{self._role}.after_claim")
             self.begin(claim, None)
