@@ -6,7 +6,7 @@ on PostgreSQL a commit that waits for its WAL flush). The holder of the role ins
 publishes them, and writes only what the broker said, in groups: a confirmed row is marked published, a
 refused one is held back a little (`hold_back`), one never confirmed needs no write at all (it is still
 due). The relays that do not hold the role stand by, and take it when it expires or its holder's process
-is gone. On PostgreSQL the read is one statement, committed by itself (`due_at_once`).
+is gone (`RoleClaim`). On PostgreSQL the read is one statement, committed by itself (`due_at_once`).
 
 The promises of the row lease carry over. The role is held under a fresh token each time it is taken,
 until `expires_at`, and renewed well before that; every write of the holder names its token and changes
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
+import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -35,7 +37,9 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy.exc import SQLAlchemyError
 
+from outbox_bridge.core import clock
 from outbox_bridge.jobstore import db, drivers
 from outbox_bridge.jobstore.outbox import (
     Lease,
@@ -118,6 +122,94 @@ def give_up(conn: Connection, token: str) -> None:
         .where(relay_role.c.name == NAME, relay_role.c.token == token)
         .values(expires_at=0.0)
     )
+
+
+class RoleClaim:
+    """One relay's claim on the role: `take_or_renew` at each of its looks (on one thread at a time),
+    `give_up` when it stops or hands the role back, `close` at its end.
+
+    A standby takes the role when nobody holds it, it expired, or its holder is gone: its pid no longer
+    exists on the standby's own host (`Holder.gone`), or, where the database has a session lock
+    (`Driver.lock_role`: PostgreSQL's advisory locks), the holder's lock is free. The holder keeps that lock
+    on a connection of its own while it holds the role, and the server lets go of it the moment that
+    connection ends, a killed holder's on any host included; so a standby that finds it free while the role
+    is held takes over at its next look instead of at the expiry. A holder that took the role while a
+    stalled holder still kept the lock takes the lock at a later look; a live holder whose lock connection
+    alone was cut loses the role to a standby, and the role's token fences its writes, as after an expiry."""
+
+    def __init__(self, engine: Engine, seconds: float) -> None:
+        self._engine = engine
+        self._seconds = seconds
+        self._conn: Connection | None = None
+        self._locks = True  # until the database says it has no such lock
+        self._locked = False
+        self._mutex = threading.Lock()
+
+    def take_or_renew(self, token: str | None) -> tuple[str | None, float]:
+        """Renew the role under `token`, or (None) take it under a fresh token if it is free, expired or its
+        holder is gone. Returns the token it holds the role under and until when, or (None, 0.0)."""
+        with self._mutex:
+            now = clock.now()
+            gone = None
+            if token is None:
+                holder = db.read(self._engine, current)
+                if holder is not None and holder.expires_at > now:
+                    if not (holder.gone() or self._lock()):
+                        return None, 0.0
+                    gone = holder.token
+                token = str(uuid.uuid4())
+            if not db.transact(self._engine, take, token, now=now, seconds=self._seconds, gone=gone):
+                self._unlock()
+                return None, 0.0
+            self._lock()
+            return token, now + self._seconds
+
+    def give_up(self, token: str) -> None:
+        """Hand the role back (`give_up`) and let go of its lock."""
+        with self._mutex:
+            try:
+                db.transact(self._engine, give_up, token)
+            finally:
+                self._unlock()
+
+    def close(self) -> None:
+        """End the lock's connection (and with it any lock it kept)."""
+        with self._mutex:
+            self._drop()
+
+    def _lock(self) -> bool:
+        """Hold the role's lock: True once held, False while another session holds it, or the database has
+        none, or does not answer."""
+        if self._locked or not self._locks:
+            return self._locked
+        try:
+            if self._conn is None:
+                self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            held = drivers.of(self._conn).lock_role(self._conn)
+        except SQLAlchemyError:
+            self._drop()  # the next look opens another
+            return False
+        if held is None:
+            self._locks = False
+            self._drop()
+        self._locked = bool(held)
+        return self._locked
+
+    def _unlock(self) -> None:
+        if not self._locked or self._conn is None:
+            return
+        self._locked = False
+        try:
+            drivers.of(self._conn).unlock_role(self._conn)
+        except SQLAlchemyError:
+            self._drop()
+
+    def _drop(self) -> None:
+        """Close the lock's connection for good (not back to the pool: its session ends, its lock with it)."""
+        conn, self._conn, self._locked = self._conn, None, False
+        if conn is not None:
+            conn.invalidate()
+            conn.close()
 
 
 # The holder's writes change a row only while `b_token` holds the role.

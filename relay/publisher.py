@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import uuid
 from functools import partial
 
 import pika
@@ -39,7 +38,7 @@ from outbox_bridge.broker.connection import BROKER_ERRORS, BrokerNodes, broker_a
 from outbox_bridge.core import clock, faults
 from outbox_bridge.core.backoff import compute_backoff
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, drivers, relayrole
+from outbox_bridge.jobstore import drivers, relayrole
 from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.relay import ledger, schedules
 from outbox_bridge.relay.backpressure import Backpressure
@@ -70,10 +69,11 @@ LINK_CLOSE_TIMEOUT_SECONDS = 3.0
 # After the confirm grace, how much longer shutdown may take to write back before the loop is stopped.
 WRITE_BACK_GRACE_SECONDS = 10.0
 # The relay role is held this long from each renewal; its holder looks every `ROLE_TEND_SECONDS`
-# and renews once less than `ROLE_RENEW_SECONDS` is left (a standby looks as often, with a read); nothing is
-# published under it in its last `ROLE_MARGIN_SECONDS`.
+# and renews once less than `ROLE_RENEW_SECONDS` is left (a standby looks as often, with a read, and takes
+# the role at once when its holder is gone: `relayrole.RoleClaim`); nothing is published under it in its
+# last `ROLE_MARGIN_SECONDS`.
 ROLE_SECONDS = 5.0
-ROLE_TEND_SECONDS = 1.0
+ROLE_TEND_SECONDS = 0.1
 ROLE_RENEW_SECONDS = 3.0
 ROLE_MARGIN_SECONDS = 1.0
 
@@ -113,6 +113,7 @@ class Relay(LoopWork):
         # back yet (a read leaves them out).
         self._role_token: str | None = None
         self._role_until = 0.0
+        self._role_claim = relayrole.RoleClaim(engine, ROLE_SECONDS)
         self._unsettled: set[int] = set()
         # Reads of the due rows that failed in a row: their retry pause grows with these alone, not with the
         # failures of the relay's other store work (a store back after a restart is read again at once).
@@ -158,6 +159,7 @@ class Relay(LoopWork):
             self._dead_letters.close()
             self.ioloop.close()
             self._give_up_role()
+            self._role_claim.close()
         self._report()
         log.info("relay stopped (%s): %s", "clean" if self.clean_exit else "forced", self.counts.line())
         return self.counts
@@ -480,17 +482,7 @@ class Relay(LoopWork):
 
     def _take_or_renew(self, token: str | None) -> tuple[str | None, float]:
         """On a store thread: the token this relay holds the role under and until when, or (None, 0)."""
-        now = clock.now()
-        gone = None
-        if token is None:
-            holder = db.read(self.engine, relayrole.current)
-            if holder is not None and holder.expires_at > now:
-                if not holder.gone():
-                    return None, 0.0
-                gone = holder.token
-            token = str(uuid.uuid4())
-        took = db.transact(self.engine, relayrole.take, token, now=now, seconds=ROLE_SECONDS, gone=gone)
-        return (token, now + ROLE_SECONDS) if took else (None, 0.0)
+        return self._role_claim.take_or_renew(token)
 
     def _on_role(self, held: tuple[str | None, float]) -> None:
         token, until = held
@@ -522,7 +514,7 @@ class Relay(LoopWork):
 
     def _release_role(self, token: str) -> None:
         try:
-            db.transact(self.engine, relayrole.give_up, token)
+            self._role_claim.give_up(token)
         except Exception as exc:  # the role then expires by itself
             log.warning("could not hand back the relay role (%s): it expires within %.0fs", exc, ROLE_SECONDS)
 

@@ -134,6 +134,16 @@ class Driver:
         """Wait for and take this transaction's lock on each (space, key), in the order given."""
         raise NotImplementedError
 
+    def lock_role(self, conn: Connection) -> bool | None:
+        """Take, for the session of `conn` (outside any transaction), the lock the relay role's holder keeps
+        while it lives (`relayrole.RoleClaim`): True once this session holds it, False while another does,
+        None where the database has no such lock (its holder is judged by its pid and its expiry alone)."""
+        return None
+
+    def unlock_role(self, conn: Connection) -> None:
+        """Let go of the lock `lock_role` took on `conn`'s session (nothing when it holds none)."""
+        return None
+
     # --- the path every job takes --------------------------------------------------------------------
 
     def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:

@@ -215,6 +215,13 @@ MARK_PUBLISHED = db.Direct.of(
 # This transaction's advisory lock on (space, key), held until it ends.
 ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
 
+# The session lock the relay role's holder keeps on a connection of its own (`relayrole.RoleClaim`): the
+# server lets go of it the moment that connection ends, a killed holder's included. One per store (its
+# schema), apart from every other use of advisory locks by its first key.
+ROLE_LOCK = text("SELECT pg_try_advisory_lock(:space, hashtext(current_schema()))")
+ROLE_UNLOCK = text("SELECT pg_advisory_unlock(:space, hashtext(current_schema()))")
+_ROLE_LOCK_SPACE = 0x726F
+
 # Whether the store's user may VACUUM and ANALYZE a table (`relid`): its owner's rights, the database
 # owner's, or (PostgreSQL 17 on) the MAINTAIN privilege. Another user's VACUUM is skipped with a warning in
 # the server's log, so the upkeep does not ask for it.
@@ -286,6 +293,12 @@ class PostgreSQLDriver(Driver):
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
         for space, key in keys:
             conn.execute(ADVISORY_LOCK, {"space": space, "key": key})
+
+    def lock_role(self, conn: Connection) -> bool | None:
+        return bool(conn.execute(ROLE_LOCK, {"space": _ROLE_LOCK_SPACE}).scalar_one())
+
+    def unlock_role(self, conn: Connection) -> None:
+        conn.execute(ROLE_UNLOCK, {"space": _ROLE_LOCK_SPACE})
 
     def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
         """An accept of a key another uncommitted transaction is inserting waits for it, then skips the key if

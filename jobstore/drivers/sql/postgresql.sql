@@ -87,6 +87,12 @@ WHERE jobs.id = outbox.job_id) AS anon_2, (SELECT jobs.traceparent
 FROM jobs
 WHERE jobs.id = outbox.job_id) AS anon_3;
 
+-- name: ROLE_LOCK
+SELECT pg_try_advisory_lock(%(space)s, hashtext(current_schema()));
+
+-- name: ROLE_UNLOCK
+SELECT pg_advisory_unlock(%(space)s, hashtext(current_schema()));
+
 -- name: UPKEEP
 SELECT relname, maintainable AND n_mod_since_analyze > GREATEST(%(min_changed)s, %(fraction)s * n_live_tup) AND COALESCE(GREATEST(last_analyze, last_autoanalyze), '-infinity') < now() - make_interval(secs => %(stale_after)s), maintainable AND n_dead_tup >= %(min_dead)s AND COALESCE(GREATEST(last_vacuum, last_autovacuum), '-infinity') < now() - make_interval(secs => %(worn_after)s), maintainable FROM (SELECT *, pg_has_role((SELECT relowner FROM pg_class WHERE oid = relid), 'USAGE') OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE') OR CASE WHEN current_setting('server_version_num')::int >= 170000 THEN has_table_privilege(relid, 'MAINTAIN') ELSE false END AS maintainable FROM pg_stat_user_tables WHERE relid = ANY(CAST(%(tables)s AS regclass[]))) AS tables;
 
