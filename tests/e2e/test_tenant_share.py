@@ -1,8 +1,10 @@
 """`TENANT_SHARE` end to end, with its default: one tenant's long jobs, submitted while another tenant is
-idle, do not keep that tenant's short jobs from starting. Through a relay and a consumer on a real RabbitMQ,
-and through a baseline worker, each a real process of four threads; tenant `heavy` submits six jobs of
-`LONG` seconds, then tenant `light` submits three no-op jobs, which must finish within `BOUND` seconds
-(without the share they wait for a long job to end)."""
+submitting short ones, do not keep that tenant's short jobs from starting; once the other tenant has had
+nothing for a moment, the long jobs take every thread. Through a relay and a consumer on a real RabbitMQ, and
+through a baseline worker, each a real process of four threads: tenant `light` submits a no-op job every
+`EVERY` seconds, each finishing within `BOUND` seconds while tenant `heavy`'s six jobs of `LONG` seconds run
+three at a time (without the share they take all four threads and a light job waits for one to end); when
+`light` stops, a fourth heavy job starts."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ pytestmark = [pytest.mark.slow]
 
 LONG = 60.0
 BOUND = 10.0
+EVERY = 0.25
 THREADS = 4
 
 
@@ -55,20 +58,22 @@ def _store(settings: Settings) -> Engine:
 
 
 def _light_waits_not_for_heavy(engine: Engine, started: list[procs.Proc]) -> None:
-    # `light` has run a job before: the deployment serves more than one tenant.
-    [earlier] = new_jobs(engine, 1, tenant="light")
-    _wait(engine, [earlier], started, 30)
+    light: list[str] = []
+
+    def submit_light(count: int) -> None:
+        for _ in range(count):
+            light.extend(new_jobs(engine, 1, tenant="light"))
+            time.sleep(EVERY)
+
+    submit_light(4)  # `light` is submitting when `heavy`'s burst comes
     heavy = new_jobs(engine, 6, tenant="heavy", kind="sleep", payload={"seconds": LONG})
     procs.wait_for(lambda: _count(engine, heavy, State.RUNNING) >= 3, 30, what="heavy jobs running")
-    time.sleep(0.5)  # the claim that would take a fourth has had its round
-
-    light = new_jobs(engine, 3, tenant="light")
-    began = time.monotonic()
+    submit_light(10)
     _wait(engine, light, started, BOUND)
-
-    assert time.monotonic() - began < BOUND
     assert _count(engine, heavy, State.RUNNING) == 3, "a quarter of the threads stayed free of `heavy`"
-    assert _count(engine, heavy, State.QUEUED) == 3
+
+    # `light` has stopped: after a moment with nothing of it, `heavy` gets the fourth thread.
+    procs.wait_for(lambda: _count(engine, heavy, State.RUNNING) == 4, 15, what="a fourth heavy job running")
 
 
 def _wait(engine: Engine, ids: list[str], started: list[procs.Proc], timeout: float) -> None:
