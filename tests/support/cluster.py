@@ -42,14 +42,30 @@ def missing_requirement() -> str | None:
 
 
 class LocalCluster:
-    """Three clustered nodes under a directory of their own (under /tmp: the `rabbitmq` user must reach
-    it), with the project's topology declared under `names` (queue, exchange, ...)."""
+    """Three clustered nodes (or `nodes`) under a directory of their own (under /tmp: the `rabbitmq` user
+    must reach it), with the project's topology declared under `names` (queue, exchange, ...), and the
+    nodes' `consumer_timeout` and channel tick where given (milliseconds)."""
 
-    def __init__(self, base_port: int = 5681, **names: Any) -> None:
+    def __init__(
+        self,
+        base_port: int = 5681,
+        *,
+        nodes: int = script.NODE_COUNT,
+        consumer_timeout_ms: int | None = None,
+        channel_tick_ms: int | None = None,
+        **names: Any,
+    ) -> None:
         base_dir = Path(tempfile.mkdtemp(prefix="rabbitmq-cluster-", dir="/tmp"))
         keys = ("queue", "exchange", "dead_letter_queue", "dead_letter_exchange", "delivery_limit")
         settings = script.topology_settings(names)
-        self.cluster = script.Cluster(base_dir, base_port, {key: getattr(settings, key) for key in keys})
+        self.cluster = script.Cluster(
+            base_dir,
+            base_port,
+            {key: getattr(settings, key) for key in keys},
+            nodes,
+            consumer_timeout_ms,
+            channel_tick_ms,
+        )
 
     @property
     def dir(self) -> Path:
@@ -63,6 +79,11 @@ class LocalCluster:
     def url(self) -> str:
         """The three AMQP URLs, comma-separated (RABBITMQ_URL)."""
         return str(self.cluster.urls)
+
+    def log(self, node: int = 1) -> str:
+        """What the node numbered `node` has logged so far."""
+        found = self.cluster.nodes[node - 1]
+        return "".join(path.read_text() for path in sorted((found.dir / "log").glob("*.log")))
 
     def urls(self) -> dict[str, str]:
         """Each node's name (`obb1@localhost`) and its AMQP URL."""
