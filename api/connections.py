@@ -16,6 +16,8 @@ pure-Python one) add:
   address: an IPv4 address, or an IPv6 /64, which one host usually has whole); one more from that client
   is closed at once, so a client that opens connections faster than the head deadline closes them cannot
   hold the whole cap. Behind a reverse proxy the peer is the proxy, which must bound each client itself;
+- a request answered before its body is whole (one refused for its token) ends its connection: the rest of
+  the body is not waited for, and the close lingers as a refusal's does;
 - every refusal of the HTTP parser itself (a malformed request line or header, `Content-Length` beside
   `Transfer-Encoding`, an unknown method) answered as `application/problem+json`, as every other answer.
 
@@ -198,6 +200,11 @@ class _Bounded(_Protocol):
             b"connection: close",
         ]
         self.transport.write(b"\r\n".join(lines) + b"\r\n\r\n" + body)
+        self._close_lingering()
+
+    def _close_lingering(self) -> None:
+        """End our side of the stream after what is written, and close once the client has had a moment to
+        read it; what the client sends meanwhile is dropped unread."""
         if not self.transport.can_write_eof():
             self.transport.close()
             return
@@ -212,8 +219,15 @@ class _Bounded(_Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if not self.transport.is_closing() and self.cycle.response_complete:
-            self._await_head()
+        if self.transport.is_closing() or not self.cycle.response_complete:
+            return
+        if self.cycle.more_body:
+            # Answered before its body was whole (a request refused without a token): the rest of the body
+            # is not waited for, so the connection cannot carry another request. Closed lingering, as a
+            # reset could destroy the answer.
+            self._close_lingering()
+            return
+        self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_waiting()

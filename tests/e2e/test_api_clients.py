@@ -109,6 +109,21 @@ def test_a_request_without_a_valid_token_is_refused_before_its_body_is_sent(
         assert status_line(sock).startswith(b"HTTP/1.1 401 ")
 
 
+def test_a_body_sent_after_its_refusal_is_dropped_and_the_connection_ends_cleanly(
+    api: tuple[Settings, int],
+) -> None:
+    _, port = api
+    head = b"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 60000\r\nIdempotency-Key: k\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        received = sock.recv(65536)
+        sock.sendall(b"x" * 60000)  # the body the server did not wait for
+        while chunk := sock.recv(65536):  # to the server's end of the stream, never a reset
+            received += chunk
+    assert received.startswith(b"HTTP/1.1 401 ")
+    assert received.count(b"HTTP/1.1 ") == 1, received  # the body was not read as another request
+
+
 def test_a_request_with_a_valid_token_still_gets_its_body_read(api: tuple[Settings, int]) -> None:
     settings, port = api
     token = issue_token(settings.auth_secret, tenant="acme", user="alice")
