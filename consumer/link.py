@@ -8,11 +8,20 @@ callback-driven `SelectConnection`, and its loop (`process_data_events`) returns
 
 Every delivery carries the generation of the connection it came on. A lost connection ends its generation;
 acks for its deliveries are dropped, never sent on a newer channel (where the tag would name another
-message or none). The broker redelivers those messages and the claim absorbs the duplicates.
+message or none). The broker redelivers those messages and the claim absorbs the duplicates. A delivery is
+settled once: a second ack or nack of it is dropped too (an ack of a tag the broker no longer holds would
+close the channel).
+
+RabbitMQ closes a channel whose oldest unacknowledged delivery is older than its `consumer_timeout` (30
+minutes by default). So the link watches how long it has held its deliveries (`DeliveryAges`) and, once one
+is held longer than `CONSUMER_DELIVERY_HOLD_SECONDS`, tells its owner (`on_held_past`), which settles it the
+store's way. A channel the broker closes all the same (for that or any other channel error) ends the
+connection: the link consumes again on a new one.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import threading
@@ -44,6 +53,7 @@ RECONNECT_FIRST_PAUSE = 0.1
 RECONNECT_MAX_PAUSE = 2.0
 LOOP_SLICE = 0.1
 HEARTBEAT_MIN_SECONDS, HEARTBEAT_MAX_SECONDS = 5, 60
+NOTES_PER_HOLD = 8  # how finely `DeliveryAges` tells a delivery's age: to within this part of the hold
 
 
 @dataclass(frozen=True)
@@ -77,8 +87,41 @@ def ack_frames(unsettled: Collection[int], tags: Collection[int]) -> tuple[int, 
     return upto, sorted(tag for tag in acking if tag > upto)
 
 
+class DeliveryAges:
+    """How long a channel's deliveries have been held, to within `hold / NOTES_PER_HOLD` seconds, without a
+    clock read per delivery: every so often the link notes the highest tag it holds (a channel numbers its
+    deliveries in the order it sends them), so every tag up to a note's arrived before that note."""
+
+    def __init__(self, hold: float) -> None:
+        self.hold = hold
+        self.step = hold / NOTES_PER_HOLD
+        self.next_note = 0.0  # monotonic seconds
+        self._notes: collections.deque[tuple[float, int]] = collections.deque()  # (when, highest tag)
+
+    def clear(self) -> None:
+        """A new channel: its tags start again."""
+        self._notes.clear()
+        self.next_note = 0.0
+
+    def note(self, now: float, highest: int) -> int:
+        """Note that tags up to `highest` have arrived by `now`; returns the highest tag that arrived at least
+        `hold` seconds ago (0: none can be told so)."""
+        self.next_note = now + self.step
+        if not self._notes or highest > self._notes[-1][1]:
+            self._notes.append((now, highest))
+        while len(self._notes) > 1 and self._notes[1][0] <= now - self.hold:
+            self._notes.popleft()  # a later note is old enough too, and covers more tags
+        when, tag = self._notes[0]
+        return tag if when <= now - self.hold else 0
+
+
 class ConsumerCancelledByBroker(Exception):
     """The broker cancelled our consumer (its queue was deleted or moved): consume again on a new channel."""
+
+
+class ChannelClosedByBroker(Exception):
+    """The broker closed the consumer's channel (a channel error: a delivery held past its
+    `consumer_timeout`, say): consume again on a new connection."""
 
 
 def heartbeat_seconds(lease_seconds: float) -> int:
@@ -96,13 +139,18 @@ class DeliveryLink:
 
     The prefetch is fixed: the link never opens or cancels a subscription to pace its owner, because a
     cancelled subscription gives back what it had not handed over (pika rejects it with requeue), and every
-    return spends one of the message's deliveries before the quorum queue dead-letters it."""
+    return spends one of the message's deliveries before the quorum queue dead-letters it.
+
+    `on_held_past(generation, tag)` is called on the link's thread, at most every `DeliveryAges` step,
+    while deliveries of connection `generation` up to `tag` are still unsettled and have been held longer
+    than `CONSUMER_DELIVERY_HOLD_SECONDS`."""
 
     def __init__(
         self,
         settings: Settings,
         prefetch: int,
         on_delivery: Callable[[Delivery], None],
+        on_held_past: Callable[[int, int], None] | None = None,
     ) -> None:
         self._settings = settings
         addresses = broker_addresses(settings.rabbitmq_url, name="consumer")
@@ -123,6 +171,8 @@ class DeliveryLink:
         self._cancelled_by_broker = False
         self._consumer_tag: str | None = None
         self._unsettled: set[int] = set()  # tags handed to `on_delivery` on this channel, not acked or nacked
+        self._on_held_past = on_held_past
+        self._ages = DeliveryAges(settings.consumer_delivery_hold_seconds)
         self._thread = threading.Thread(target=self._loop, name="amqp-link", daemon=True)
 
     def start(self) -> DeliveryLink:
@@ -205,7 +255,7 @@ class DeliveryLink:
     def _serve_until_lost(self) -> None:
         try:
             self._serve()
-        except (*BROKER_ERRORS, ConsumerCancelledByBroker) as exc:
+        except (*BROKER_ERRORS, ConsumerCancelledByBroker, ChannelClosedByBroker) as exc:
             log.warning("broker connection %d lost: %r", self._generation, exc)
         except Exception:
             log.exception("broker connection %d: unexpected error; reconnecting", self._generation)
@@ -230,6 +280,7 @@ class DeliveryLink:
             self._connection, self._channel, self._node = connection, channel, node
             self._cancelled_by_broker = False
         self._unsettled = set()
+        self._ages.clear()
         if self._consuming:
             on_message = partial(self._on_message, self._generation)
             try:
@@ -253,6 +304,21 @@ class DeliveryLink:
             self._connection.process_data_events(time_limit=LOOP_SLICE)
             if self._cancelled_by_broker and self._consuming:
                 raise ConsumerCancelledByBroker(self._settings.queue)
+            if self._channel is not None and self._channel.is_closed:
+                # pika's blocking channel says so only here: its deliveries and acks stopped with it.
+                raise ChannelClosedByBroker(self._settings.queue)
+            if self._unsettled and self._on_held_past is not None:
+                self._look_at_held()
+
+    def _look_at_held(self) -> None:
+        """Once a step: tell the owner when the oldest delivery held has been held past the hold."""
+        now = time.monotonic()
+        if now < self._ages.next_note:
+            return
+        upto = self._ages.note(now, max(self._unsettled))
+        if upto and min(self._unsettled) <= upto:
+            assert self._on_held_past is not None
+            self._on_held_past(self._generation, upto)
 
     def _disconnect(self) -> None:
         with self._lock:
@@ -303,7 +369,7 @@ class DeliveryLink:
         if generation != self._generation or channel is None or not channel.is_open:
             log.info("dropped %d acks: their channel is gone, the broker redelivers them", len(deliveries))
             return
-        tags = [delivery.tag for delivery in deliveries]
+        tags = [delivery.tag for delivery in deliveries if delivery.tag in self._unsettled]  # settled once
         if requeue is None:
             self._ack(channel, tags)
         else:

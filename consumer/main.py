@@ -54,7 +54,7 @@ class Consumer:
         name = worker_name()
         self.keeper = LeaseKeeper(engine, settings)
         budget = ClaimBudget(concurrency, settings.consumer_prefetch)
-        self.link = DeliveryLink(settings, budget.prefetch, self._offer)
+        self.link = DeliveryLink(settings, budget.prefetch, self._offer, self._held_past)
         self.degraded = DegradedMode(settings, self.link.down_for)
         self.writer = StoreWriter(
             engine,
@@ -78,6 +78,9 @@ class Consumer:
 
     def _offer(self, delivery: Delivery) -> None:
         self.writer.offer(delivery)
+
+    def _held_past(self, generation: int, upto: int) -> None:
+        self.writer.held_past(generation, upto)
 
     def start(self) -> Consumer:
         self.keeper.start()

@@ -97,6 +97,7 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
         "How `outbox-bridge consumer` and `outbox-bridge worker` take, share and give back work.",
         (
             "consumer_prefetch",
+            "consumer_delivery_hold_seconds",
             "degraded_after_seconds",
             "tenant_max_running",
             "kind_max_running",

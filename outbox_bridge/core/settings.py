@@ -217,8 +217,8 @@ class Settings(BaseSettings):
     """At most this many running jobs of one tenant share a `concurrency_key` (a job's optional field at
     `POST /jobs`), deployment-wide. Jobs held back wait `queued` and spend no attempt."""
     tenant_share: float = Field(default=0.75, gt=0, le=1)
-    """While its jobs run long and the store holds several tenants' jobs, a consumer or worker holds at
-    most this share of its threads' worth of one tenant's jobs (at least one; 1: no bound)."""
+    """While another tenant has work, a consumer or worker holds at most this share of its threads' worth
+    of one tenant's claimed jobs, those claimed ahead of a thread included (at least one; 1: no bound)."""
     sweep_interval_seconds: float = Field(default=1.0, gt=0)
     """How often a relay (and each baseline worker) sweeps: settles running jobs whose lease expired or
     whose deadline passed, and queued jobs past their deadline. The relay prunes the outbox and announces
@@ -271,11 +271,12 @@ class Settings(BaseSettings):
     """Unacknowledged deliveries a consumer holds, never fewer than its concurrency. 0: its concurrency plus
     `min(60, 16 x concurrency)`. With jobs that run for seconds or minutes, set it to the concurrency."""
     consumer_delivery_hold_seconds: float = Field(default=300.0, gt=0)
-    """The longest a consumer keeps a delivery unacknowledged, so that RabbitMQ's `consumer_timeout` (30
-    minutes by default) never closes its channel under a long job. A delivery held this long is acked
-    early: a claimed job's stays safe in the store (its lease, the sweeper), one still waiting for a thread
-    is given back to the store, which publishes its job again. Keep it well under the broker's timeout
-    minus a minute (RabbitMQ checks the timeout once a minute); it is reached within an eighth more."""
+    """How long a consumer keeps a delivery unacknowledged at most (up to an eighth longer), so that
+    RabbitMQ's `consumer_timeout` (30 minutes by default) never closes its channel under a long job. A
+    delivery held this long is acked early: a claimed job stays safe in the store (its lease, then the
+    sweeper); a job still waiting for a thread is handed back to the store, which publishes it again. Keep
+    it well under the broker's `consumer_timeout` less a minute (RabbitMQ looks at that timeout once a
+    minute)."""
     degraded_after_seconds: float = Field(default=30.0, ge=0)
     """A consumer cut off from the broker this long claims jobs straight from the store until the broker
     is back (0: never)."""

@@ -40,10 +40,10 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from outbox_bridge.core import faults
+from outbox_bridge.core import clock, faults
 from outbox_bridge.core.backoff import Backoff, compute_backoff
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import claiming, db
+from outbox_bridge.jobstore import claiming, db, sweeper
 from outbox_bridge.jobstore.claiming import Refusal
 from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
@@ -52,7 +52,7 @@ from outbox_bridge.telemetry import instruments
 from outbox_bridge.telemetry.instruments import DELIVERIES, FENCED_WRITES
 from outbox_bridge.worker.attempt import discard_uncommitted
 from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
-from outbox_bridge.worker.inbox import STOP, take_batch, take_waiting
+from outbox_bridge.worker.inbox import STOP, held_past, take_batch, take_held, take_waiting
 from outbox_bridge.worker.lease import Held, LeaseKeeper
 from outbox_bridge.worker.polling import any_due, claim_due
 from outbox_bridge.worker.release import Release, release_all
@@ -190,8 +190,10 @@ class StoreWriter:
     """The store writer and the runner threads of one worker process (module docstring).
 
     Promises: a delivery is acked only after its job's outcome is committed or its claim was refused, or
-    once the store has the job under a lease that runs out (an outcome the store would not take: the
-    sweeper gives the job back to the queue); every delivery is settled at most once; no delivery goes back
+    once the store has the job under a lease that runs out (an outcome the store would not take, or a
+    delivery held past `CONSUMER_DELIVERY_HOLD_SECONDS`: the sweeper gives the job back to the queue if
+    this process does not finish it), or once the store has given a job held that long unclaimed a new
+    outbox row; every delivery is settled at most once; no delivery goes back
     to the queue while the process keeps running (`stop_claiming` gives back what waits, for a process that
     stops); no job starts after `stop_claiming` returns. A delivery the store cannot claim at all is
     dead-lettered. Fault points `<role>.after_commit` and `<role>.after_claim` (`core.faults`) let the
@@ -230,6 +232,8 @@ class StoreWriter:
         self._waiting: collections.deque[Delivery] = collections.deque()  # delivered, not claimed yet
         self._round = threading.Lock()
         self._accepting = True
+        self._held_past: tuple[int, int] | None = None  # (generation, tag): `held_past`
+        self._acked_early: set[Delivery] = set()  # of claimed jobs, by `_settle_held`
         self.counts = WriterCounts()
         self._writer = threading.Thread(target=self._write_loop, name="store-writer", daemon=True)
 
@@ -250,6 +254,12 @@ class StoreWriter:
     def nudge(self) -> None:
         """Look at the table now: a commit announced due jobs (safe from any thread)."""
         self._inbox.put(NUDGE)
+
+    def held_past(self, generation: int, upto: int) -> None:
+        """The broker link's deliveries of connection `generation` up to tag `upto` have been held past
+        `CONSUMER_DELIVERY_HOLD_SECONDS`: settle them at the next turn (`_settle_held`). Any thread."""
+        self._held_past = (generation, upto)
+        self.nudge()
 
     def begin(self, claim: Claim, delivery: Delivery | None) -> Running:
         """Hold the claimed job's lease and queue it for a runner thread; its run span continues the
@@ -285,6 +295,8 @@ class StoreWriter:
         while (batch := take_batch(self._inbox, timeout=self._wait_seconds())) is not None:
             with self._round:
                 finished = self._absorb(batch)
+                if self._held_past is not None:
+                    self._settle_held()
                 if not self._accepting:
                     self._requeue_waiting()
                 if self._runners.give_back_due:
@@ -305,6 +317,35 @@ class StoreWriter:
             self._waiting.extend(delivered)
             self._share.saw(delivery.tenant for delivery in delivered)
         return finished
+
+    def _settle_held(self) -> None:
+        """Settle the deliveries held past the hold, before the broker's `consumer_timeout` closes their
+        channel, and never by giving them back to the queue (each return counts toward the message's
+        delivery limit). A claimed job's delivery is acked: the store keeps the job safe (its lease, then the
+        sweeper), and the ack its outcome would have sent is dropped by the link. A delivery still waiting to
+        be claimed is acked once the store has given its job a new outbox row where it needs one (as for a
+        dead letter: a queued job with none waiting to be published), so the relay delivers it again; while
+        the store cannot take that, it waits on, and the link says so again."""
+        assert self._held_past is not None
+        generation, upto = self._held_past
+        self._held_past = None
+        held = {r.delivery for r in self._runners.claimed() if r.delivery is not None}
+        self._acked_early &= held
+        claimed = [d for d in held - self._acked_early if held_past(d, generation, upto)]
+        self._acked_early.update(claimed)
+        waiting = take_held(self._waiting, generation, upto)
+        job_ids = [delivery.job_id for delivery in waiting]
+        if waiting and self._patiently(sweeper.settle_dead_letters, job_ids, clock.now()) is None:
+            self._waiting.extendleft(reversed(waiting))
+            waiting = []
+        self._acker.ack([*claimed, *waiting])
+        self.counts.add(acked_early=len(claimed), announced_again=len(waiting))
+        log.info(
+            "deliveries held past %.0fs acked: %d of claimed jobs, %d of jobs announced again",
+            self._settings.consumer_delivery_hold_seconds,
+            len(claimed),
+            len(waiting),
+        )
 
     def _from_table(self) -> bool:
         """Whether the next round claims from the jobs table too."""
