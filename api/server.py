@@ -1,6 +1,7 @@
 """`outbox-bridge api`: serve the app with uvicorn. SIGTERM stops taking connections and lets requests in
 flight finish (up to SHUTDOWN_GRACE_SECONDS). Connections are bounded (`api.connections`): a request head
-must arrive in time, and each process holds at most HTTP_MAX_CONNECTIONS."""
+must arrive in time, and each process holds at most HTTP_MAX_CONNECTIONS, of which at most
+HTTP_MAX_CONNECTIONS_PER_CLIENT from one client."""
 
 from __future__ import annotations
 
