@@ -165,6 +165,11 @@ class JobView(BaseModel):
         description="A queued job: how long it has waited since it came due (its run_at, its acceptance, "
         "or the end of a retry's backoff); 0 before then. Null in every other state."
     )
+    running_since: Timestamp | None = Field(
+        description="A running job: when a worker's thread began running its attempt. Null while the "
+        "worker that claimed it holds it waiting for a free thread (state `running`, not started yet), and "
+        "in every other state."
+    )
     result_url: str | None = Field(
         description="Once the job has succeeded with a result: a signed link to it that needs no "
         "Authorization until `result_expires_at` (read the job again for a fresh one)."
@@ -206,6 +211,7 @@ def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = N
         "cancel_requested": job.cancel_requested,
         "progress": _progress(job),
         "waited_seconds": _waited(job, now),
+        "running_since": isoformat(job.running_since) if job.state is State.RUNNING else None,
         "result_url": link.url if link else None,
         "result_expires_at": isoformat(link.expires) if link else None,
         "error": {"code": job.error_code, "message": job.error_message or ""} if job.error_code else None,

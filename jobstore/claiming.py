@@ -119,6 +119,7 @@ def _claim_statement(which: ColumnElement[bool]) -> Any:
             updated_at=_NOW,
             started_at=func.coalesce(jobs.c.started_at, _NOW),
             held_by=None,
+            running_since=bindparam("b_running_since", type_=Float),
         )
         .returning(*_CLAIMED)
     )
@@ -163,9 +164,12 @@ def claim_many(
     *,
     tenant_cap: int = 0,
     limits: Limits = NO_LIMITS,
+    ahead: bool = False,
 ) -> list[ClaimResult]:
     """`claim` for each of `job_ids`, with the same guard, as if one after another in this order, but in a
     few statements whatever their number. A job named twice is taken once and refused as leased after.
+    With `ahead`, the claiming worker has no thread free for them yet: they read as claimed, waiting for a
+    thread (`mark_running`), else as started.
 
     With a `tenant_cap` (`TENANT_MAX_RUNNING`), a queued job whose tenant runs that many is refused as
     `TENANT_BUSY` and its outbox row written again, due `tenantcap.RETRY_SECONDS` from `now`. A queued job
@@ -173,7 +177,7 @@ def claim_many(
     distinct = list(dict.fromkeys(job_ids))
     busy = set(_over_cap(conn, distinct, tenant_cap, now)) if tenant_cap else set()
     free = [job_id for job_id in distinct if job_id not in busy]
-    taken, held = _take_within(conn, free, worker, now, lease_seconds, limits, hold=True)
+    taken, held = _take_within(conn, free, worker, now, lease_seconds, limits, hold=True, ahead=ahead)
     results = []
     for job_id in job_ids:
         if job_id in busy:
@@ -200,12 +204,13 @@ def _take_within(
     *,
     hold: bool,
     drop_pending: bool = False,
+    ahead: bool = False,
 ) -> tuple[dict[str, Claim | None], set[str]]:
     """Take what no flow limit concerns of `job_ids` (the claim's guard), then, of the queued jobs the
     guard left, those the limits admit (`limits.admit`); with `hold`, the others are held. Returns the
     claims by job id, and the ids of the jobs held back."""
     taken = _take_many(
-        conn, job_ids, worker, now, lease_seconds, guard=limits.kinds, drop_pending=drop_pending
+        conn, job_ids, worker, now, lease_seconds, guard=limits.kinds, drop_pending=drop_pending, ahead=ahead
     )
     left = [job_id for job_id in job_ids if job_id not in taken]
     found = flow.candidates(conn, left, now, _QUEUED_CLAIMABLE) if left else []
@@ -213,7 +218,9 @@ def _take_within(
         return taken, set()
     decision = flow.admit(conn, limits, found, now)
     admitted = [c.job_id for c in decision.admitted]
-    more = _take_many(conn, admitted, worker, now, lease_seconds, guard=None, drop_pending=drop_pending)
+    more = _take_many(
+        conn, admitted, worker, now, lease_seconds, guard=None, drop_pending=drop_pending, ahead=ahead
+    )
     flow.started(conn, limits, {claim.kind for claim in more.values() if claim is not None}, now)
     if hold:
         flow.hold(conn, decision, found, now)
@@ -229,13 +236,20 @@ def _take_many(
     *,
     guard: tuple[str, ...] | None,
     drop_pending: bool = False,
+    ahead: bool = False,
 ) -> dict[str, Claim | None]:
     """The claims of those of `job_ids` that were claimable (and, but for a `guard` of None, that no flow
     limit concerns: `limits.unlimited`), by job id; with `drop_pending`, the pending outbox rows of the jobs
-    taken are dropped."""
+    taken are dropped. With `ahead`, the jobs are claimed ahead of a free thread: they read as waiting for
+    one (`running_since` null) until `mark_running`."""
     if not job_ids:
         return {}
-    params = {"b_now": now, "b_worker": worker, "b_lease_until": now + lease_seconds}
+    params = {
+        "b_now": now,
+        "b_worker": worker,
+        "b_lease_until": now + lease_seconds,
+        "b_running_since": None if ahead else now,
+    }
     attempt_ids = {job_id: new_attempt_id() for job_id in job_ids}
     rows, written = drivers.of(conn).claim(
         conn, _claim_many(guard), params, attempt_ids, drop_pending=drop_pending
@@ -398,6 +412,7 @@ def claim_due(
     tenant_cap: int = 0,
     share: tenantcap.Share | None = None,
     limits: Limits = NO_LIMITS,
+    ahead: bool = False,
 ) -> list[Claim]:
     """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
     the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs by
@@ -408,11 +423,14 @@ def claim_due(
     claiming process holds its most of. The queued jobs of a paused kind are always passed over, and so
     are those the flow `limits` hold back (`limits`: they wait for a later claim).
 
-    Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands."""
+    Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands. With
+    `ahead`, they read as waiting for a thread (`claim_many`)."""
     job_ids = _due_ids(conn, now, limit, _passed_over(conn, now, tenant_cap, share, limits))
     if tenant_cap or share:
         job_ids = _within_cap(conn, job_ids, tenant_cap, share)
-    taken, _ = _take_within(conn, job_ids, worker, now, lease_seconds, limits, hold=False, drop_pending=True)
+    taken, _ = _take_within(
+        conn, job_ids, worker, now, lease_seconds, limits, hold=False, drop_pending=True, ahead=ahead
+    )
     return [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
 
 
@@ -501,3 +519,26 @@ def _over_cap(conn: Connection, job_ids: list[str], cap: int, now: float) -> lis
     if refused:
         outbox.add_many(conn, [(job_id, now + tenantcap.RETRY_SECONDS, now) for job_id in refused])
     return refused
+
+
+# A job claimed ahead of a free thread has begun running on one: under its fence (id, epoch, running).
+_MARK_RUNNING = (
+    update(jobs)
+    .where(
+        jobs.c.id == bindparam("b_job"),
+        jobs.c.epoch == bindparam("b_epoch"),
+        state_in({State.RUNNING}),
+    )
+    .values(running_since=bindparam("b_since", type_=Float))
+)
+
+
+def mark_running(conn: Connection, began: Sequence[tuple[str, int, float]]) -> None:
+    """Each (job id, epoch, when its thread began running it) of jobs a claim took `ahead`: the job reads
+    as started from then on. A job that has ended, or that another epoch holds, is left as it is."""
+    if began:
+        db.run_many(
+            conn,
+            _MARK_RUNNING,
+            [{"b_job": job, "b_epoch": epoch, "b_since": since} for job, epoch, since in began],
+        )

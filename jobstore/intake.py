@@ -239,7 +239,7 @@ def _job_row(
         "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
         "updated_at": now, "started_at": None, "finished_at": None, "traceparent": traceparent,
         "priority": int(priority), "schedule_name": schedule_name, "concurrency_key": concurrency_key,
-        "held_by": None,
+        "held_by": None, "running_since": None,
     }  # fmt: skip
 
 

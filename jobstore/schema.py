@@ -90,6 +90,11 @@ jobs = Table(
     Column("concurrency_key", String(128)),
     # Which limit (`jobstore.limits.Held`) held the queued job back at its last claim; null once claimed.
     Column("held_by", String(16)),
+    # A running job: when a worker's thread began running its attempt. Null while the worker that claimed
+    # it holds it waiting for a thread (it claimed ahead of its threads, `worker.budget`). Written by the
+    # claim, or for a job that waited, once its thread has run it a moment (`claiming.mark_running`); not
+    # read in any other state.
+    Column("running_since", Float),
     UniqueConstraint("tenant", "operation_key", name="uq_jobs_tenant_operation_key"),
     Index("ix_jobs_tenant_created_at", "tenant", "created_at", "id"),
     # The indexes below hold the jobs of one state only (migration 0018 says why): a state change writes

@@ -18,7 +18,9 @@ class Job:
     "total"}` or None; `result_url` opens the committed result without a token until `result_expires_at`;
     `schedule` names the schedule that made the job for one of its slots (None for a job submitted);
     `concurrency_key` is the one the request named (None: none); `held_by` says which flow limit holds a
-    queued job back (`kind`, `key` or `rate`; None when none does)."""
+    queued job back (`kind`, `key` or `rate`; None when none does); `running_since` is when a worker's
+    thread began running a `running` job (None while the worker that claimed it waits for a free thread,
+    and in every other state)."""
 
     id: str
     kind: str
@@ -37,6 +39,7 @@ class Job:
     schedule: str | None = None
     concurrency_key: str | None = None
     held_by: str | None = None
+    running_since: datetime | None = None
 
     @property
     def finished(self) -> bool:
@@ -66,4 +69,5 @@ class Job:
             schedule=view.get("schedule"),
             concurrency_key=view.get("concurrency_key"),
             held_by=view.get("held_by"),
+            running_since=_instant(view.get("running_since")),
         )

@@ -18,7 +18,7 @@ from outbox_bridge.jobstore.limits import NONE, Limits
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.jobstore.tenantcap import Share
 from outbox_bridge.worker.commit import commit_outcomes
-from outbox_bridge.worker.runners import Finished
+from outbox_bridge.worker.runners import Finished, Running
 
 
 class Delivery(Protocol):
@@ -51,6 +51,9 @@ class Round:
     table_room: int = 0
     share: Share | None = None
     held_back: bool = False  # the share let it take none of the deliveries waiting
+    free: int | None = None  # threads free for what it claims; None: as many as it claims
+    marks: list[Running] = field(default_factory=list)  # jobs claimed ahead that a thread now runs
+    table_ahead: bool = False  # its claim from the table was of jobs ahead of a free thread
 
     @property
     def size(self) -> int:
@@ -64,12 +67,22 @@ def claim_all(
     lease_seconds: float,
     tenant_cap: int = 0,
     limits: Limits = NONE,
+    free: int | None = None,
 ) -> list[claiming.ClaimResult]:
-    """Claim each job in the caller's transaction; a second delivery of one job sees it leased."""
+    """Claim each job in the caller's transaction; a second delivery of one job sees it leased. The first
+    `free` (all of them, when None) are recorded as started, the others as claimed ahead of a thread: two
+    claims, in order, only when a round holds both."""
     now = clock.now()
-    return claiming.claim_many(
-        conn, job_ids, worker, now, lease_seconds, tenant_cap=tenant_cap, limits=limits
-    )
+    free = len(job_ids) if free is None else max(0, free)
+
+    def claim(ids: Sequence[str], ahead: bool) -> list[claiming.ClaimResult]:
+        if not ids:
+            return []
+        return claiming.claim_many(
+            conn, ids, worker, now, lease_seconds, tenant_cap=tenant_cap, limits=limits, ahead=ahead
+        )
+
+    return claim(job_ids[:free], False) + claim(job_ids[free:], True)
 
 
 def commit_all(
@@ -90,11 +103,12 @@ def write_round(
     backoff: Backoff,
     tenant_cap: int = 0,
     limits: Limits = NONE,
+    free: int | None = None,
 ) -> tuple[list[State | None], list[claiming.ClaimResult]]:
     """One round of the store writer: commit the finished outcomes, then claim the delivered jobs (within
-    `TENANT_MAX_RUNNING`, `tenant_cap`, and the flow `limits`)."""
+    `TENANT_MAX_RUNNING`, `tenant_cap`, and the flow `limits`; the first `free` as started at once)."""
     states = commit_all(conn, finished, backoff, limits)
-    return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap, limits)
+    return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap, limits, free)
 
 
 def take_in_order(

@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.base import JobError
 from outbox_bridge.jobstore.records import Claim
@@ -39,6 +40,8 @@ class Running:
     delivery: Any = None
     started: float | None = None  # when a thread began running it (monotonic), until its code returned
     traceparent: str | None = None  # the delivery's trace context: the run span's parent (`run_attempt`)
+    ahead: bool = False  # claimed ahead of a free thread: the store shows it waiting for one, until marked
+    began_at: float | None = None  # when a thread began running it (`clock.now`)
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,13 @@ class Runners:
             thread.start()
         return self
 
-    def begin(self, claim: Claim, delivery: Any = None, traceparent: str | None = None) -> Running:
+    def begin(
+        self, claim: Claim, delivery: Any = None, traceparent: str | None = None, *, ahead: bool = False
+    ) -> Running:
         """Hold the claimed job's lease, count it as claimed here and queue it for a thread; its run span
-        is a child of `traceparent` (the delivery's), else of the job's stored trace context."""
-        running = Running(claim, self._keeper.hold(claim), delivery, traceparent=traceparent)
+        is a child of `traceparent` (the delivery's), else of the job's stored trace context. `ahead`: the
+        claim recorded it as waiting for a thread (`began_running`)."""
+        running = Running(claim, self._keeper.hold(claim), delivery, traceparent=traceparent, ahead=ahead)
         with self._lock:
             self._claimed[claim.attempt_id] = running
             self._unfinished[id(running)] = running
@@ -246,6 +252,35 @@ class Runners:
                     self._unfinished.pop(id(one), None)
         return taken
 
+    def idle(self) -> int:
+        """Threads that would start a job claimed now at once: neither running one nor about to."""
+        with self._lock:
+            running = sum(r.started is not None for r in self._unfinished.values())
+            return max(0, len(self._threads) - running - len(self._ready))
+
+    def unmarked(self) -> bool:
+        """Whether a job claimed ahead is still shown waiting for a thread (`began_running`)."""
+        with self._lock:
+            return any(r.ahead for r in self._unfinished.values())
+
+    def began_running(self, after: float) -> list[Running]:
+        """The jobs claimed ahead whose thread began running them at least `after` seconds ago and is still
+        at it: the store is to show them started (`claiming.mark_running`; then `marked`). A job that ends
+        sooner is never marked: its outcome is the only write it costs."""
+        since = time.monotonic() - after
+        with self._lock:
+            return [
+                r
+                for r in self._unfinished.values()
+                if r.ahead and r.started is not None and r.started <= since
+            ]
+
+    def marked(self, runnings: list[Running]) -> None:
+        """The store shows `runnings` started."""
+        with self._lock:
+            for running in runnings:
+                running.ahead = False
+
     def _load(self) -> tuple[float, int]:
         """How long the longest running job has run, and how many submitted jobs have not returned."""
         now = time.monotonic()
@@ -264,6 +299,7 @@ class Runners:
                 return None
             running = self._ready.popleft()
             running.started = time.monotonic()
+            running.began_at = clock.now()
             return running
 
     def _loop(self) -> None:

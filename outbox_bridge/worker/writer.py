@@ -54,7 +54,7 @@ from outbox_bridge.worker.attempt import discard_uncommitted
 from outbox_bridge.worker.budget import AHEAD_SECONDS, ClaimBudget
 from outbox_bridge.worker.inbox import STOP, held_past, take_batch, take_held, take_waiting
 from outbox_bridge.worker.lease import Held, LeaseKeeper
-from outbox_bridge.worker.polling import any_due, claim_due
+from outbox_bridge.worker.polling import any_due
 from outbox_bridge.worker.release import Release, release_all
 from outbox_bridge.worker.retry import retry_while_unavailable
 from outbox_bridge.worker.rounds import Delivery, Round, take_in_order, write_round
@@ -261,10 +261,11 @@ class StoreWriter:
         self._held_past = (generation, upto)
         self.nudge()
 
-    def begin(self, claim: Claim, delivery: Delivery | None) -> Running:
+    def begin(self, claim: Claim, delivery: Delivery | None, *, ahead: bool = False) -> Running:
         """Hold the claimed job's lease and queue it for a runner thread; its run span continues the
-        delivery's trace context (the stored one without a delivery)."""
-        return self._runners.begin(claim, delivery, delivery.traceparent if delivery is not None else None)
+        delivery's trace context (the stored one without a delivery). `ahead`: claimed ahead of a thread."""
+        traceparent = delivery.traceparent if delivery is not None else None
+        return self._runners.begin(claim, delivery, traceparent, ahead=ahead)
 
     def in_flight(self) -> int:
         """Jobs claimed here whose outcome is not committed yet."""
@@ -306,8 +307,9 @@ class StoreWriter:
                 from_table = self._from_table() and room > 0
                 if from_table and not batch and not finished and not self._waiting and not self._any_due():
                     continue  # woken by its pause alone, and the table has nothing due
-                if finished or (room > 0 and bool(self._waiting)) or from_table:
-                    self._run_round(Round(finished, from_table=from_table))
+                marks = self._runners.began_running(AHEAD_SECONDS)
+                if finished or (room > 0 and bool(self._waiting)) or from_table or marks:
+                    self._run_round(Round(finished, from_table=from_table, marks=marks))
 
     def _absorb(self, batch: list[Any]) -> list[Finished]:
         """Deliveries join the waiting ones; returns the finished outcomes (a nudge only wakes the loop)."""
@@ -392,6 +394,8 @@ class StoreWriter:
             )
         else:
             wait = AHEAD_SECONDS if self._bursting and self._runners.in_flight() else None
+        if self._runners.unmarked():  # a job claimed ahead the store shows waiting: look when it starts
+            wait = AHEAD_SECONDS if wait is None else min(wait, AHEAD_SECONDS)
         table = self.table
         look = table.wait_seconds() if table is not None and self._accepting else None
         if table is not None and look is not None and (not table.active or self._room() > 0):
@@ -499,15 +503,24 @@ class StoreWriter:
             round_.deliveries = take_in_order(self._waiting, room, running, most)
             round_.held_back = most is not None and not round_.deliveries and bool(self._waiting)
             round_.table_room = room - len(round_.deliveries) if round_.from_table else 0
+            round_.free = self._runners.idle()
         job_ids = [d.job_id for d in round_.deliveries]
         lease = self._settings.lease_seconds
         cap = self._settings.tenant_max_running
+        free = round_.free
         states, claims = write_round(
-            conn, round_.finished, job_ids, self._worker, lease, self._backoff, cap, self._limits
+            conn, round_.finished, job_ids, self._worker, lease, self._backoff, cap, self._limits, free
         )
         table: list[Claim] = []
         if round_.table_room > 0:
-            table = claim_due(conn, self._worker, lease, round_.table_room, cap, round_.share, self._limits)
+            round_.table_ahead = free is not None and round_.table_room > free - len(job_ids)
+            table = claiming.claim_due(
+                conn, self._worker, clock.now(), lease, round_.table_room, tenant_cap=cap,
+                share=round_.share, limits=self._limits, ahead=round_.table_ahead,
+            )  # fmt: skip
+        claiming.mark_running(
+            conn, [(r.claim.job_id, r.claim.epoch, r.began_at or 0.0) for r in round_.marks]
+        )
         return states, claims, table
 
     def _write_round(self, round_: Round) -> None:
@@ -527,9 +540,11 @@ class StoreWriter:
         if round_.finished:
             faults.hit(f"{self._role}.after_commit")
             self._committed(round_.finished, states)
-        self._claimed(round_.deliveries, claims)
+        self._runners.marked(round_.marks)
+        free = len(claims) if round_.free is None else round_.free
+        self._claimed(round_.deliveries, claims, free)
         if round_.from_table and self.table is not None:
-            self._claimed_from_table(table)
+            self._claimed_from_table(table, round_.table_ahead)
             self.table.took(len(table), round_.table_room)
 
     def _committed(self, finished: list[Finished], states: list[State | None]) -> None:
@@ -544,9 +559,11 @@ class StoreWriter:
             if ours:  # (a released job was counted as it was released)
                 self.counts.ended(_outcome_name(f.running.held, state))
 
-    def _claimed(self, deliveries: list[Delivery], claims: list[claiming.ClaimResult]) -> None:
+    def _claimed(self, deliveries: list[Delivery], claims: list[claiming.ClaimResult], free: int) -> None:
+        """Begin the claimed jobs (the first `free` deliveries' were claimed as started at once, the others
+        as claimed ahead); ack the refused ones."""
         refused = []
-        for delivery, result in zip(deliveries, claims, strict=True):
+        for index, (delivery, result) in enumerate(zip(deliveries, claims, strict=True)):
             if result.claim is None:
                 assert result.refusal is not None
                 log.info("job %s not run (%s): delivery acked", delivery.job_id, result.refusal.value)
@@ -555,17 +572,19 @@ class StoreWriter:
                 continue
             DELIVERIES.labels(instruments.RAN).inc()
             faults.hit(f"{self._role}.after_claim")
-            self.begin(result.claim, delivery)
+            self.begin(result.claim, delivery, ahead=index >= free)
         if deliveries:
             self.counts.add(claim_rounds=1, claimed=len(deliveries) - len(refused), refused=len(refused))
         self._acker.ack(refused)
 
-    def _claimed_from_table(self, claims: list[Claim]) -> None:
-        """Claims from the table: run without a delivery (the run continues the stored trace context)."""
+    def _claimed_from_table(self, claims: list[Claim], ahead: bool) -> None:
+        """Claims from the table: run without a delivery (the run continues the stored trace context). They
+        were claimed as started at once when the threads free could take all it might claim, else all as
+        claimed ahead (`ahead`)."""
         self._share.saw(claim.tenant for claim in claims)
         for claim in claims:
             faults.hit(f"{self._role}.after_claim")
-            self.begin(claim, None)
+            self.begin(claim, None, ahead=ahead)
 
     def _end(self, finished: Sequence[Finished]) -> list[bool]:
         """Forget the jobs and ack their deliveries: the store has each outcome, or the job under a lease

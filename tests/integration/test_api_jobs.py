@@ -39,6 +39,7 @@ VIEW_KEYS = {
     "cancel_requested",
     "progress",
     "waited_seconds",
+    "running_since",
     "result_url",
     "result_expires_at",
     "error",
