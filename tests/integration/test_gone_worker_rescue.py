@@ -5,18 +5,21 @@ resumes; a worker whose heartbeat is merely late but which still renews keeps it
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
 import pytest
 from sqlalchemy import Engine
 
+from outbox_bridge.baseline.sweep_loop import SweepLoop
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.clock import FakeClock
-from outbox_bridge.core.settings import ALIVE_BEATS
+from outbox_bridge.core.settings import ALIVE_BEATS, Settings
 from outbox_bridge.jobstore import db, fenced, queries, sweeper
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
+from outbox_bridge.relay.housekeeping import sweep_and_prune
 from tests.support.processes import a_process, beat, gone_pid
 from tests.support.store import claimed, job_row, new_job
 
@@ -157,3 +160,23 @@ def test_without_the_heartbeat_interval_the_sweep_waits_for_the_lease(
     clock.advance(LOST_AFTER)
     assert db.transact(engine, sweeper.sweep_expired, clock.now(), backoff=BACKOFF) == {}
     assert job_row(engine, held.job_id).state is State.RUNNING
+
+
+def test_the_relays_housekeeping_rescues_with_the_deployments_heartbeat(
+    engine: Engine, clock: FakeClock, settings_factory: object
+) -> None:
+    settings: Settings = settings_factory(heartbeat_seconds=HEARTBEAT)  # type: ignore[operator]
+    held = running_on(engine, clock)
+    clock.advance(LOST_AFTER)
+    assert sweep_and_prune(engine, settings).swept == {"queued": 1}
+    assert job_row(engine, held.job_id).state is State.QUEUED
+
+
+def test_a_baseline_workers_sweep_rescues_with_the_deployments_heartbeat(
+    engine: Engine, clock: FakeClock, settings_factory: object
+) -> None:
+    settings: Settings = settings_factory(heartbeat_seconds=HEARTBEAT)  # type: ignore[operator]
+    held = running_on(engine, clock, "baseline@elsewhere:7")
+    clock.advance(LOST_AFTER)
+    SweepLoop(engine, settings, threading.Event()).sweep_once()
+    assert job_row(engine, held.job_id).state is State.QUEUED
