@@ -69,20 +69,15 @@ def claim_all(
     limits: Limits = NONE,
     free: int | None = None,
 ) -> list[claiming.ClaimResult]:
-    """Claim each job in the caller's transaction; a second delivery of one job sees it leased. The first
-    `free` (all of them, when None) are recorded as started, the others as claimed ahead of a thread: two
-    claims, in order, only when a round holds both."""
+    """Claim each job in the caller's transaction; a second delivery of one job sees it leased. They are
+    recorded as started when `free` threads (None: as many as there are jobs) take them all, else all as
+    claimed ahead of a thread (one claim either way: those a free thread takes at once read as started
+    once it has run them a moment, `claiming.mark_running`)."""
     now = clock.now()
-    free = len(job_ids) if free is None else max(0, free)
-
-    def claim(ids: Sequence[str], ahead: bool) -> list[claiming.ClaimResult]:
-        if not ids:
-            return []
-        return claiming.claim_many(
-            conn, ids, worker, now, lease_seconds, tenant_cap=tenant_cap, limits=limits, ahead=ahead
-        )
-
-    return claim(job_ids[:free], False) + claim(job_ids[free:], True)
+    ahead = free is not None and free < len(job_ids)
+    return claiming.claim_many(
+        conn, job_ids, worker, now, lease_seconds, tenant_cap=tenant_cap, limits=limits, ahead=ahead
+    )
 
 
 def commit_all(
@@ -106,7 +101,7 @@ def write_round(
     free: int | None = None,
 ) -> tuple[list[State | None], list[claiming.ClaimResult]]:
     """One round of the store writer: commit the finished outcomes, then claim the delivered jobs (within
-    `TENANT_MAX_RUNNING`, `tenant_cap`, and the flow `limits`; the first `free` as started at once)."""
+    `TENANT_MAX_RUNNING`, `tenant_cap`, and the flow `limits`; as started when `free` threads take all)."""
     states = commit_all(conn, finished, backoff, limits)
     return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap, limits, free)
 

@@ -96,13 +96,17 @@ class TenantShare:
         tenants matter within moments, and a burst of one tenant's short jobs asks at every round."""
         if len(known) >= 2:
             return True
-        key = frozenset(known)
-        if self._alone == key and time.monotonic() < self._alone_until:
+        if self.alone(known):
             return False
         due = tenantcap.other_tenant_due(conn, clock.now(), known, 2 - len(known))
         if not due:
-            self._alone, self._alone_until = key, time.monotonic() + RECHECK_SECONDS
+            self._alone, self._alone_until = frozenset(known), time.monotonic() + RECHECK_SECONDS
         return due
+
+    def alone(self, known: set[str]) -> bool:
+        """Whether the store said no more than a moment ago that no tenant beside `known` has due jobs
+        (`others_due`): a caller may skip opening a transaction to ask."""
+        return self._alone == frozenset(known) and time.monotonic() < self._alone_until
 
     def over(self, held: Counter[str]) -> bool:
         """Whether some tenant holds more than its most."""

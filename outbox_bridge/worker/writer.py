@@ -469,6 +469,8 @@ class StoreWriter:
             return
         known = self._share.known(self._waiting_tenants())
         if len(known) < 2:
+            if self._share.alone(known):
+                return
             try:
                 if not db.read(self._engine, self._share.others_due, known):
                     return
@@ -541,8 +543,8 @@ class StoreWriter:
             faults.hit(f"{self._role}.after_commit")
             self._committed(round_.finished, states)
         self._runners.marked(round_.marks)
-        free = len(claims) if round_.free is None else round_.free
-        self._claimed(round_.deliveries, claims, free)
+        ahead = round_.free is not None and round_.free < len(claims)
+        self._claimed(round_.deliveries, claims, ahead)
         if round_.from_table and self.table is not None:
             self._claimed_from_table(table, round_.table_ahead)
             self.table.took(len(table), round_.table_room)
@@ -559,11 +561,11 @@ class StoreWriter:
             if ours:  # (a released job was counted as it was released)
                 self.counts.ended(_outcome_name(f.running.held, state))
 
-    def _claimed(self, deliveries: list[Delivery], claims: list[claiming.ClaimResult], free: int) -> None:
-        """Begin the claimed jobs (the first `free` deliveries' were claimed as started at once, the others
-        as claimed ahead); ack the refused ones."""
+    def _claimed(self, deliveries: list[Delivery], claims: list[claiming.ClaimResult], ahead: bool) -> None:
+        """Begin the claimed jobs (claimed as started at once, or all `ahead` of a thread: `write_round`);
+        ack the refused ones."""
         refused = []
-        for index, (delivery, result) in enumerate(zip(deliveries, claims, strict=True)):
+        for delivery, result in zip(deliveries, claims, strict=True):
             if result.claim is None:
                 assert result.refusal is not None
                 log.info("job %s not run (%s): delivery acked", delivery.job_id, result.refusal.value)
@@ -572,7 +574,7 @@ class StoreWriter:
                 continue
             DELIVERIES.labels(instruments.RAN).inc()
             faults.hit(f"{self._role}.after_claim")
-            self.begin(result.claim, delivery, ahead=index >= free)
+            self.begin(result.claim, delivery, ahead=ahead)
         if deliveries:
             self.counts.add(claim_rounds=1, claimed=len(deliveries) - len(refused), refused=len(refused))
         self._acker.ack(refused)
