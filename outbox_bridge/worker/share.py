@@ -82,7 +82,8 @@ class TenantShare:
         if not self.could_bind(held, waiting, room, table):
             return None
         known = self.known(waiting)
-        several = len(known) >= 2 or self.others_due(conn, known)
+        # A claim from the table may take a tenant `known` leaves out: the store is asked afresh for it.
+        several = len(known) >= 2 or self.others_due(conn, known, fresh=table)
         return tenantcap.Share(held, self.most) if several else None
 
     def known(self, waiting: Counter[str]) -> set[str]:
@@ -90,13 +91,14 @@ class TenantShare:
         those whose jobs came lately (`active`)."""
         return {tenant for tenant, count in waiting.items() if count} | self.active()
 
-    def others_due(self, conn: Connection, known: set[str]) -> bool:
+    def others_due(self, conn: Connection, known: set[str], fresh: bool = False) -> bool:
         """Whether the store holds due jobs of enough tenants beside `known` that two tenants have work. A
-        "no" is taken again for `RECHECK_SECONDS` without asking (for the same `known`): a store's other
-        tenants matter within moments, and a burst of one tenant's short jobs asks at every round."""
+        "no" is taken again for `RECHECK_SECONDS` without asking (for the same `known`, unless `fresh`): a
+        store's other tenants matter within moments, and a burst of one tenant's short jobs asks at every
+        round."""
         if len(known) >= 2:
             return True
-        if self.alone(known):
+        if not fresh and self.alone(known):
             return False
         due = tenantcap.other_tenant_due(conn, clock.now(), known, 2 - len(known))
         if not due:

@@ -103,3 +103,13 @@ def test_the_bound_is_not_looked_for_when_no_tenant_could_pass_its_most() -> Non
     assert not TenantShare(1.0, 4).could_bind(Counter(), Counter({"one": 9}), 9, True), "no thread apart"
     assert not TenantShare(0.75, 1).could_bind(Counter(), Counter({"one": 9}), 9, True)
     assert TenantShare(0.5, 8).most == 4 and TenantShare(0.1, 4).most == 1
+
+
+def test_a_claim_from_the_table_asks_the_store_afresh_for_the_tenants_it_may_take(
+    engine: Engine, clock: FakeClock
+) -> None:
+    rule = TenantShare(0.75, 4)
+    rule.saw(["light"])
+    assert db.read(engine, rule.bound, Counter(), Counter(), 4, True) is None, "light alone"
+    new_jobs(engine, 6, tenant="heavy")
+    assert db.read(engine, rule.bound, Counter(), Counter(), 4, True) == share({}), "heavy's jobs came since"
