@@ -323,8 +323,8 @@ def claim_ahead_then_slow_jobs(broker: Broker, tenants: tuple[str, ...]) -> tupl
     short = new_jobs(engine, 40, kind="noop", payload={})
     slow = new_jobs(engine, 24, kind="sleep", payload={"seconds": 0.15})
     with running_consumer(broker.settings, engine, concurrency=2) as consumer:
-        for job_id in short:
-            broker.publish(job_id)
+        for job_id in short:  # of the first tenant, as the store has them: no other tenant is seen here
+            broker.publish(job_id, headers=order_headers(NORMAL_RANK, tenants[0]))
         wait_succeeded(engine, len(short))
         for n, job_id in enumerate(slow):
             broker.publish(job_id, headers=order_headers(NORMAL_RANK, tenants[n % len(tenants)]))
