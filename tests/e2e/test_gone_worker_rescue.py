@@ -21,7 +21,7 @@ from tests.support import procs
 from tests.support.relay_harness import Broker, running_relay
 from tests.support.store import job_row, new_job
 
-# The rescue's statement is held to the same rule on both stores by tests/integration/test_gone_worker_rescue.py;
+# The rescue's statement is held to one rule on both stores by the integration tests of the same name;
 # here the processes and the registry meet once.
 pytestmark = [pytest.mark.broker, pytest.mark.databases("sqlite")]
 
