@@ -4,7 +4,8 @@ The public Python API (what is not named here is internal):
 
 - `kind(name, payload=Model)`: make a function a job kind; it runs with a `JobContext` and raises
   `PermanentError` (no retry) or `TransientError` (retried after a backoff) to fail.
-- `enqueue(conn, kind, payload, key=..., tenant=..., owner=...)`: write a job in your own transaction.
+- `enqueue(conn, kind, payload, key=..., tenant=..., owner=...)`: write a job in your own transaction (or
+  `<kind function>.enqueue(conn, payload, ...)`); `enqueue_many(conn, [JobSpec(...), ...], ...)`: up to 1,000.
 - `Client(base_url, token=...)` and `AsyncClient`: the HTTP api (submit, get, list, cancel, wait, result).
 - `Job`: a job as its view shows it. `InvalidJob`, `Conflict`, `StoreMismatch` and the client's errors
   (`ClientError` and a subclass per status).
@@ -31,11 +32,13 @@ from outbox_bridge.handlers.base import JobContext, KindError, PermanentError, T
 
 if TYPE_CHECKING:
     from outbox_bridge.client.http import AsyncClient, Client
-    from outbox_bridge.enqueuing import enqueue
+    from outbox_bridge.enqueuing import JobSpec, enqueue, enqueue_many
 
 # Imported on first use: they bring the api's modules (FastAPI) and httpx, which a worker process never needs.
 _LAZY = {
     "enqueue": "outbox_bridge.enqueuing",
+    "enqueue_many": "outbox_bridge.enqueuing",
+    "JobSpec": "outbox_bridge.enqueuing",
     "Client": "outbox_bridge.client.http",
     "AsyncClient": "outbox_bridge.client.http",
 }
@@ -59,6 +62,7 @@ __all__ = [
     "InvalidJob",
     "Job",
     "JobContext",
+    "JobSpec",
     "KindError",
     "NotFound",
     "PayloadTooLarge",
@@ -68,5 +72,6 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "enqueue",
+    "enqueue_many",
     "kind",
 ]
