@@ -119,7 +119,10 @@ class HttpSubmitter:
         try:
             self._client(tenant).submit(KIND, {}, key=_key())
         except ClientError as refused:
-            tally.add(f"http_{refused.status}", str(refused))
+            # A request that never got an answer raises Unavailable too: tally it by what went wrong.
+            cause = refused.__cause__
+            name = type(cause).__name__ if isinstance(cause, httpx.HTTPError) else f"http_{refused.status}"
+            tally.add(name, str(refused))
             return
         except httpx.HTTPError as exc:
             tally.add(type(exc).__name__, str(exc))

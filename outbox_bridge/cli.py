@@ -13,7 +13,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from outbox_bridge import console, views
 from outbox_bridge.broker.connection import queue_probe
 from outbox_bridge.console import out
-from outbox_bridge.core import clock
+from outbox_bridge.core import clock, version
+from outbox_bridge.core.durations import format_duration, parse_duration
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobs import jobs_app
 from outbox_bridge.jobstore import db, heartbeats, migrate
@@ -31,6 +32,24 @@ app.add_typer(jobs_app, name="jobs")
 app.add_typer(kinds_app, name="kinds")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(webhooks_app, name="webhooks")
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"outbox-bridge {version.installed()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the installed version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
 
 
 @app.command()
@@ -161,14 +180,55 @@ def token(
     tenant: Annotated[str, typer.Option(callback=_token_name)],
     user: Annotated[str, typer.Option(callback=_token_name)],
     operator: bool = typer.Option(False, "--operator", help="Grant the operator role (dashboard)."),
+    ttl: Annotated[
+        str | None,
+        typer.Option(
+            "--ttl",
+            metavar="DURATION",
+            help="How long the token is valid (90s, 15m, 12h, 30d), at most TOKEN_MAX_TTL_SECONDS; "
+            "default a day, or TOKEN_MAX_TTL_SECONDS when shorter.",
+        ),
+    ] = None,
 ) -> None:
-    """Print a bearer token for TENANT/USER (each 1 to 128 characters of A-Za-z0-9._:@-), valid for a day
-    (or TOKEN_MAX_TTL_SECONDS when shorter), with AUTH_ISSUER and AUTH_AUDIENCE when they are set."""
-    from outbox_bridge.api.auth import TokenPolicy
+    """Print a bearer token for TENANT/USER (each 1 to 128 characters of A-Za-z0-9._:@-), valid for --ttl
+    (default a day, or TOKEN_MAX_TTL_SECONDS when shorter), with AUTH_ISSUER and AUTH_AUDIENCE when they
+    are set."""
+    from outbox_bridge.api.auth import TokenPolicy, issue_token
 
     settings = console.load_settings()
     console.require_safe_secret(settings)
-    print(TokenPolicy.of(settings).issue(tenant=tenant, user=user, operator=operator))
+    policy = TokenPolicy.of(settings)
+    if ttl is None:
+        print(policy.issue(tenant=tenant, user=user, operator=operator))
+        return
+    ttl_seconds = _token_ttl(ttl, settings.token_max_ttl_seconds)
+    print(
+        issue_token(
+            policy.secret,
+            tenant=tenant,
+            user=user,
+            operator=operator,
+            ttl_seconds=ttl_seconds,
+            issuer=policy.issuer,
+            audience=policy.audience,
+        )
+    )
+
+
+def _token_ttl(text: str, max_ttl_seconds: int) -> int:
+    """The seconds `--ttl` names, else the one line that says why no token is printed: not a duration,
+    or longer than the api accepts (TOKEN_MAX_TTL_SECONDS)."""
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        console.refuse(f"--ttl {exc}")
+    if seconds > max_ttl_seconds:
+        longest = format_duration(max_ttl_seconds)
+        console.refuse(
+            f"--ttl {text} is longer than TOKEN_MAX_TTL_SECONDS ({longest}): the api would refuse the token; "
+            f"give at most {longest}, or raise TOKEN_MAX_TTL_SECONDS where the api runs"
+        )
+    return seconds
 
 
 @db_app.command("init")

@@ -7,7 +7,6 @@ scenario runs either way; every process the demo starts, a local broker included
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import signal
@@ -451,7 +450,7 @@ def _document_notes(demo: Demo) -> list[str]:
     if job_id is None:
         return []
     try:
-        result = json.loads(demo.client.result(job_id))
+        result = demo.client.result(job_id)
     except ClientError as refused:
         return [f"document job with an e-mail request -> result {refused.status}"]
     rejected = result.get("rejected", [])

@@ -6,101 +6,48 @@
         csv = jobs.result(job.id)
 
 `submit` without a `key` makes one and reuses it on its own retries of that call, so a retry after a lost
-answer is the same job, never a second one. Connection errors and `503` are retried with a backoff; every
-other answer that is not a success raises the `ClientError` subclass of its status, carrying the problem
-document the api sent.
+answer is the same job, never a second one. Connection errors and `503` are retried with a backoff, and a
+connection error that outlasts the retries raises `Unavailable` as a `503` does; every other answer that is
+not a success raises the `ClientError` subclass of its status, carrying the problem document the api sent.
+`token` is the bearer token, or a callable that returns one: it is called for the first request and again
+whenever the api answers `401` (an expired token), and that request is then sent once more with the new one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import httpx
 
-from outbox_bridge.client.errors import (
-    BadRequest,
-    ClientError,
-    Conflict,
-    NotFound,
-    PayloadTooLarge,
-    Unauthorized,
-    Unavailable,
+from outbox_bridge.client.calls import (
+    AsyncTokenSource,
+    Bearer,
+    Call,
+    TokenSource,
+    raise_for,
+    result_value,
+    submission,
+    unavailable,
 )
 from outbox_bridge.client.job import Job
 
-ERRORS: dict[int, type[ClientError]] = {
-    400: BadRequest,
-    401: Unauthorized,
-    404: NotFound,
-    409: Conflict,
-    413: PayloadTooLarge,
-    503: Unavailable,
-}
 RETRIED_STATUSES = {503}
 FIRST_PAUSE_SECONDS = 0.1
 MAX_PAUSE_SECONDS = 2.0
 
 
-@dataclass(frozen=True)
-class _Call:
-    """One request, as both clients send it."""
-
-    method: str
-    path: str
-    json: dict[str, Any] | None = None
-    params: dict[str, str] = field(default_factory=dict)
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-def _submission(
-    kind: str,
-    payload: dict[str, Any],
-    key: str | None,
-    deadline_seconds: int | None,
-    delay_seconds: float | None,
-    run_at: str | None,
-    priority: str | None,
-    concurrency_key: str | None,
-) -> _Call:
-    body: dict[str, Any] = {"kind": kind, "payload": payload}
-    for name, value in (
-        ("deadline_seconds", deadline_seconds),
-        ("delay_seconds", delay_seconds),
-        ("run_at", run_at),
-        ("priority", priority),
-        ("concurrency_key", concurrency_key),
-    ):
-        if value is not None:
-            body[name] = value
-    return _Call("POST", "/jobs", json=body, headers={"Idempotency-Key": key or f"client-{uuid.uuid4()}"})
-
-
-def _raise_for(response: httpx.Response) -> None:
-    """The `ClientError` of an answer that is not a success (its problem document, or what stands in)."""
-    if response.is_success:
-        return
-    try:
-        problem = response.json()
-    except ValueError:
-        problem = {}
-    if not isinstance(problem, dict):
-        problem = {}
-    problem.setdefault("status", response.status_code)
-    problem.setdefault("detail", response.text[:500])
-    error = ERRORS.get(response.status_code, ClientError)
-    if error is Conflict:
-        job_id = str(problem.get("job_url", "")).rpartition("/jobs/")[2] or None
-        raise Conflict(problem, response.status_code, job_id=job_id)
-    raise error(problem, response.status_code)
-
-
 def _retryable(response: httpx.Response) -> bool:
     return response.status_code in RETRIED_STATUSES
+
+
+def _token_refused(response: httpx.Response, bearer: Bearer, renewed: bool) -> bool:
+    """Whether to send the request again with a fresh token: the api refused this one (401), the token
+    comes from a callable, and this call has not renewed it yet."""
+    return response.status_code == 401 and bearer.renewable and not renewed
 
 
 def _pause(attempt: int, response: httpx.Response | None) -> float:
@@ -115,23 +62,20 @@ def _pause(attempt: int, response: httpx.Response | None) -> float:
 
 
 class Client:
-    """The api at `base_url` for the bearer `token`. A context manager (it keeps its connections)."""
+    """The api at `base_url` for the bearer `token` (a token, or a callable that returns a fresh one: see
+    the module's docstring). A context manager (it keeps its connections)."""
 
     def __init__(
         self,
         base_url: str,
         *,
-        token: str,
+        token: TokenSource,
         timeout: float = 10.0,
         retries: int = 5,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self._http = httpx.Client(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout,
-            transport=transport,
-        )
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport)
+        self._bearer = Bearer(token)
         self.retries = retries
 
     def __enter__(self) -> Client:
@@ -151,24 +95,25 @@ class Client:
         key: str | None = None,
         deadline_seconds: int | None = None,
         delay_seconds: float | None = None,
-        run_at: str | None = None,
+        run_at: datetime | str | None = None,
         priority: str | None = None,
         concurrency_key: str | None = None,
     ) -> Job:
-        """Submit a job (`POST /jobs`) and return it as accepted. Without `key` one is made for this call."""
-        call = _submission(
+        """Submit a job (`POST /jobs`) and return it as accepted. Without `key` one is made for this call.
+        `run_at` is an aware `datetime` or an RFC 3339 string."""
+        call = submission(
             kind, payload, key, deadline_seconds, delay_seconds, run_at, priority, concurrency_key
         )
         return Job.from_view(self._send(call).json())
 
     def get(self, job_id: str) -> Job:
-        return Job.from_view(self._send(_Call("GET", f"/jobs/{job_id}")).json())
+        return Job.from_view(self._send(Call("GET", f"/jobs/{job_id}")).json())
 
     def list(self, state: str | None = None) -> Iterator[Job]:
         """Every job of the tenant (in `state`), newest first, following the pages' cursors."""
         params = {"limit": "100", **({"state": state} if state else {})}
         while True:
-            page = self._send(_Call("GET", "/jobs", params=params)).json()
+            page = self._send(Call("GET", "/jobs", params=params)).json()
             yield from (Job.from_view(item) for item in page["items"])
             if not page.get("next_cursor"):
                 return
@@ -177,7 +122,7 @@ class Client:
     def cancel(self, job_id: str) -> Job:
         """Cancel the job: at once while queued, at its next safe point while running; a finished job is
         returned unchanged."""
-        return Job.from_view(self._send(_Call("POST", f"/jobs/{job_id}/cancel")).json())
+        return Job.from_view(self._send(Call("POST", f"/jobs/{job_id}/cancel")).json())
 
     def wait(self, job_id: str, *, timeout: float) -> Job:
         """The job once it is finished (succeeded, failed, dead, cancelled or unknown); `TimeoutError` if it
@@ -194,27 +139,33 @@ class Client:
             time.sleep(min(pause, left))
             pause = min(pause * 2, 1.0)
 
-    def result(self, job_id: str) -> bytes:
-        """The committed result's bytes (JSON, or the file the job made); `NotFound` until it succeeded."""
-        return self._send(_Call("GET", f"/jobs/{job_id}/result")).content
+    def result(self, job_id: str) -> Any:
+        """The committed result: the JSON value the kind returned, decoded (a `dict`, or `None` for a kind
+        that returned nothing), or the bytes of the file it made; `NotFound` until it succeeded."""
+        return result_value(self._send(Call("GET", f"/jobs/{job_id}/result")))
 
-    def _send(self, call: _Call) -> httpx.Response:
-        attempt = 0
+    def _send(self, call: Call) -> httpx.Response:
+        attempt, renewed = 0, False
         while True:
             attempt += 1
+            headers = {**call.headers, **self._bearer.header()}
             try:
                 response = self._http.request(
-                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                    call.method, call.path, json=call.json, params=call.params, headers=headers
                 )
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 if attempt > self.retries:
-                    raise
+                    raise unavailable(self._http.base_url, exc) from exc
                 time.sleep(_pause(attempt, None))
+                continue
+            if _token_refused(response, self._bearer, renewed):
+                attempt, renewed = attempt - 1, True
+                self._bearer.forget()
                 continue
             if _retryable(response) and attempt <= self.retries:
                 time.sleep(_pause(attempt, response))
                 continue
-            _raise_for(response)
+            raise_for(response)
             return response
 
 
@@ -225,17 +176,13 @@ class AsyncClient:
         self,
         base_url: str,
         *,
-        token: str,
+        token: AsyncTokenSource,
         timeout: float = 10.0,
         retries: int = 5,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self._http = httpx.AsyncClient(
-            base_url=base_url,
-            headers={"Authorization": f"Bearer {token}"},
-            timeout=timeout,
-            transport=transport,
-        )
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
+        self._bearer = Bearer(token)
         self.retries = retries
 
     async def __aenter__(self) -> AsyncClient:
@@ -255,22 +202,22 @@ class AsyncClient:
         key: str | None = None,
         deadline_seconds: int | None = None,
         delay_seconds: float | None = None,
-        run_at: str | None = None,
+        run_at: datetime | str | None = None,
         priority: str | None = None,
         concurrency_key: str | None = None,
     ) -> Job:
-        call = _submission(
+        call = submission(
             kind, payload, key, deadline_seconds, delay_seconds, run_at, priority, concurrency_key
         )
         return Job.from_view((await self._send(call)).json())
 
     async def get(self, job_id: str) -> Job:
-        return Job.from_view((await self._send(_Call("GET", f"/jobs/{job_id}"))).json())
+        return Job.from_view((await self._send(Call("GET", f"/jobs/{job_id}"))).json())
 
     async def list(self, state: str | None = None) -> AsyncIterator[Job]:
         params = {"limit": "100", **({"state": state} if state else {})}
         while True:
-            page = (await self._send(_Call("GET", "/jobs", params=params))).json()
+            page = (await self._send(Call("GET", "/jobs", params=params))).json()
             for item in page["items"]:
                 yield Job.from_view(item)
             if not page.get("next_cursor"):
@@ -278,7 +225,7 @@ class AsyncClient:
             params = {**params, "cursor": page["next_cursor"]}
 
     async def cancel(self, job_id: str) -> Job:
-        return Job.from_view((await self._send(_Call("POST", f"/jobs/{job_id}/cancel"))).json())
+        return Job.from_view((await self._send(Call("POST", f"/jobs/{job_id}/cancel"))).json())
 
     async def wait(self, job_id: str, *, timeout: float) -> Job:
         deadline = time.monotonic() + timeout
@@ -293,24 +240,29 @@ class AsyncClient:
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, 1.0)
 
-    async def result(self, job_id: str) -> bytes:
-        return (await self._send(_Call("GET", f"/jobs/{job_id}/result"))).content
+    async def result(self, job_id: str) -> Any:
+        return result_value(await self._send(Call("GET", f"/jobs/{job_id}/result")))
 
-    async def _send(self, call: _Call) -> httpx.Response:
-        attempt = 0
+    async def _send(self, call: Call) -> httpx.Response:
+        attempt, renewed = 0, False
         while True:
             attempt += 1
+            headers = {**call.headers, **(await self._bearer.header_async())}
             try:
                 response = await self._http.request(
-                    call.method, call.path, json=call.json, params=call.params, headers=call.headers
+                    call.method, call.path, json=call.json, params=call.params, headers=headers
                 )
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
                 if attempt > self.retries:
-                    raise
+                    raise unavailable(self._http.base_url, exc) from exc
                 await asyncio.sleep(_pause(attempt, None))
+                continue
+            if _token_refused(response, self._bearer, renewed):
+                attempt, renewed = attempt - 1, True
+                self._bearer.forget()
                 continue
             if _retryable(response) and attempt <= self.retries:
                 await asyncio.sleep(_pause(attempt, response))
                 continue
-            _raise_for(response)
+            raise_for(response)
             return response

@@ -61,3 +61,42 @@ def test_token_mints_within_the_longest_lifetime_and_names_issuer_and_audience(
     claims = jwt.decode(token, SECRET, algorithms=["HS256"], audience="outbox-bridge")
     assert claims["exp"] - claims["iat"] == 3600
     assert (claims["iss"], claims["aud"]) == ("https://idp.example", "outbox-bridge")
+
+
+@pytest.mark.parametrize(("ttl", "seconds"), [("90s", 90), ("15m", 900), ("12h", 43_200), ("30d", 2_592_000)])
+def test_token_ttl_sets_how_long_the_token_is_valid(runner: CliRunner, ttl: str, seconds: int) -> None:
+    result = runner.invoke(app, ["token", "--tenant", "acme", "--user", "alice", "--ttl", ttl])
+    assert result.exit_code == 0, result.output
+    token = result.stdout.strip()
+    claims = jwt.decode(token, SECRET, algorithms=["HS256"])
+    assert claims["exp"] - claims["iat"] == seconds
+    assert verify_token(TokenPolicy(SECRET, 30 * 86_400), token).tenant == "acme"
+
+
+def test_token_without_ttl_is_valid_for_a_day_as_before(runner: CliRunner) -> None:
+    result = runner.invoke(app, ["token", "--tenant", "acme", "--user", "alice"])
+    claims = jwt.decode(result.stdout.strip(), SECRET, algorithms=["HS256"])
+    assert claims["exp"] - claims["iat"] == 86_400
+
+
+def test_token_ttl_past_the_longest_lifetime_is_refused_in_one_line(
+    runner: CliRunner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TOKEN_MAX_TTL_SECONDS", "3600")
+    refused = runner.invoke(app, ["token", "--tenant", "acme", "--user", "alice", "--ttl", "2h"])
+    assert refused.exit_code == 1
+    assert "eyJ" not in refused.stdout, "no token was printed"
+    said = refused.stderr.strip().splitlines()
+    assert len(said) == 1, refused.stderr
+    assert "--ttl 2h is longer than TOKEN_MAX_TTL_SECONDS (1h)" in said[0]
+    allowed = runner.invoke(app, ["token", "--tenant", "acme", "--user", "alice", "--ttl", "1h"])
+    assert allowed.exit_code == 0, allowed.output
+
+
+@pytest.mark.parametrize("ttl", ["soon", "0s", "1m30h", "-5m"])
+def test_token_ttl_that_is_not_a_duration_is_refused_in_one_line(runner: CliRunner, ttl: str) -> None:
+    refused = runner.invoke(app, ["token", "--tenant", "acme", "--user", "alice", "--ttl", ttl])
+    assert refused.exit_code == 1
+    assert "eyJ" not in refused.stdout
+    said = refused.stderr.strip().splitlines()
+    assert len(said) == 1 and said[0].startswith(f"outbox-bridge: --ttl {ttl!r}"), refused.stderr
