@@ -7,6 +7,7 @@ The public Python API (what is not named here is internal):
 - `enqueue(conn, kind, payload, key=..., tenant=..., owner=...)`: write a job in your own transaction (or
   `<kind function>.enqueue(conn, payload, ...)`); `enqueue_many(conn, [JobSpec(...), ...], ...)`: up to 1,000.
 - `Client(base_url, token=...)` and `AsyncClient`: the HTTP api (submit, get, list, cancel, wait, result).
+- `__version__`: the installed version.
 - `Job`: a job as its view shows it. `InvalidJob`, `Conflict`, `StoreMismatch` and the client's errors
   (`ClientError` and a subclass per status).
 """
@@ -28,6 +29,7 @@ from outbox_bridge.client.errors import (
     Unavailable,
 )
 from outbox_bridge.client.job import Job
+from outbox_bridge.core.version import installed as _installed_version
 from outbox_bridge.handlers.base import JobContext, KindError, PermanentError, TransientError, kind
 
 if TYPE_CHECKING:
@@ -42,6 +44,10 @@ _LAZY = {
     "Client": "outbox_bridge.client.http",
     "AsyncClient": "outbox_bridge.client.http",
 }
+
+
+# The version pip installed (the distribution's metadata), as `outbox-bridge --version` prints it.
+__version__ = _installed_version()
 
 
 def __getattr__(name: str) -> Any:

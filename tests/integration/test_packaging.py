@@ -78,3 +78,14 @@ def test_the_editable_install_adds_no_name_but_outbox_bridge(tmp_path: Path) -> 
         timeout=60,
     )
     assert done.stdout.strip() == "['outbox_bridge']", done.stderr
+
+
+def test_the_wheel_is_typed_and_describes_itself(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    assert "outbox_bridge/py.typed" in names  # PEP 561: type checkers read the package's own hints
+    (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+    fields = wheel.read(metadata).decode().split("\n\n")[0].splitlines()
+    assert "Classifier: Typing :: Typed" in fields
+    assert "Classifier: Programming Language :: Python :: 3.11" in fields
+    assert "Requires-Python: >=3.11" in fields
+    assert "License-Expression: MIT" in fields
