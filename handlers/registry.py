@@ -10,7 +10,7 @@ import importlib
 from collections.abc import Iterable
 from importlib.metadata import entry_points
 
-from outbox_bridge.core.settings import TEST_KINDS, Settings
+from outbox_bridge.core.settings import EXAMPLE_KINDS, TEST_KINDS, Settings
 
 # The built-in kinds register themselves through the same `kind` a team's own kinds use.
 from outbox_bridge.handlers import document, export, notify, simple  # noqa: F401
@@ -18,6 +18,8 @@ from outbox_bridge.handlers.base import KINDS, KindError, kind
 
 ENTRY_POINT_GROUP = "outbox_bridge.kinds"
 BUILT_IN = tuple(KINDS)
+# The built-in kinds a deployment runs only where it names them (ALLOWED_KINDS) or in development.
+NAMED_ONLY = frozenset(TEST_KINDS + EXAMPLE_KINDS)
 
 __all__ = ["BUILT_IN", "ENTRY_POINT_GROUP", "KINDS", "KindError", "accepted", "is_accepted", "kind", "load"]
 
@@ -55,12 +57,13 @@ def accepted(settings: Settings) -> tuple[str, ...]:
 
 def is_accepted(settings: Settings, name: str) -> bool:
     """Whether the deployment accepts the known kind `name`: the ones ALLOWED_KINDS names; without
-    ALLOWED_KINDS every one but the test kinds, which a development setup accepts too."""
+    ALLOWED_KINDS every one but the built-in test and example kinds, which a development setup accepts
+    too."""
     if name not in KINDS:
         return False
     if settings.allowed_kinds is not None:
         return name in settings.allowed_kinds
-    return settings.outbox_bridge_dev or name not in TEST_KINDS
+    return settings.outbox_bridge_dev or name not in NAMED_ONLY
 
 
 def _said(exc: Exception) -> str:

@@ -21,6 +21,9 @@ from outbox_bridge.core import amqp_urls
 # The built-in test kinds: accepted only in a development setup (OUTBOX_BRIDGE_DEV=1) or when ALLOWED_KINDS
 # names them; they do nothing useful and can hold a worker for an hour (`sleep`).
 TEST_KINDS = ("noop", "sleep", "flaky")
+# The built-in example kinds, on the same terms: they show what a kind can do (an export to a file, a bounded
+# agent, an external effect through a stub provider), and a deployment runs them only where it names them.
+EXAMPLE_KINDS = ("document", "export", "notify")
 # The built-in AUTH_SECRET: anyone can read it here, so only a development setup may sign with it.
 DEV_AUTH_SECRET = "change-me-outbox-bridge-dev-secret-32b"
 # A process is alive while its last heartbeat is at most this many HEARTBEAT_SECONDS old.
@@ -100,8 +103,8 @@ class Settings(BaseSettings):
     `OUTBOX_BRIDGE_DEV=1`. Changing it invalidates every token and every result link at once."""
     outbox_bridge_dev: bool = False
     """A development setup (the demo, the tests, the benchmark): the api and `token` accept a weak
-    `AUTH_SECRET`, and the test kinds (`noop`, `sleep`, `flaky`) are accepted unless `ALLOWED_KINDS` says
-    otherwise. Never in production."""
+    `AUTH_SECRET`, and the built-in test kinds (`noop`, `sleep`, `flaky`) and example kinds (`document`,
+    `export`, `notify`) are accepted unless `ALLOWED_KINDS` says otherwise. Never in production."""
     token_max_ttl_seconds: int = Field(default=30 * 24 * 3600, ge=60)
     """Bearer tokens whose `exp` is further ahead than this are refused (401), so a leaked token is useful
     for a bounded time. `token` mints tokens for a day, or for this long when it is shorter."""
@@ -149,7 +152,8 @@ class Settings(BaseSettings):
     its connection closed."""
     allowed_kinds: Annotated[tuple[str, ...] | None, NoDecode] = None
     """The kinds this deployment accepts, comma-separated (`export,notify`). Unset (or empty): every kind
-    the process loaded but the test kinds, which a development setup accepts too."""
+    the process loaded but the built-in test kinds (`noop`, `sleep`, `flaky`) and example kinds (`document`,
+    `export`, `notify`), which a development setup accepts too: name them here to run them in production."""
     outbox_bridge_kinds: Annotated[tuple[str, ...], NoDecode] = ()
     """Importable modules whose kinds the api, consumers and workers load at start, comma-separated
     (`teamapp.kinds`). A module that does not import stops the process at start."""

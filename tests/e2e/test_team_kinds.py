@@ -16,6 +16,7 @@ import pytest
 from sqlalchemy import create_engine
 
 import outbox_bridge
+from outbox_bridge import enqueuing
 from outbox_bridge.api.auth import issue_token
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, migrate
@@ -58,8 +59,9 @@ def team(tmp_path: Path) -> Path:
 
 class Deployment:
     def __init__(self, tmp_path: Path, team: Path, **overrides: Any) -> None:
-        # ALLOWED_KINDS unset: every loaded kind but the test kinds is accepted.
-        self.settings = make_settings(tmp_path, allowed_kinds=None, **overrides)
+        # ALLOWED_KINDS unset (unless `overrides` says): every loaded kind but the built-in test and example
+        # kinds is accepted.
+        self.settings = make_settings(tmp_path, **{"allowed_kinds": None, **overrides})
         engine = db.make_engine(self.settings)
         migrate.init_schema(self.settings, engine)
         engine.dispose()
@@ -126,8 +128,10 @@ def check_the_team_kind_runs(deployment: Deployment) -> None:
     assert refused.status_code == 400 and refused.json()["type"].endswith(":invalid-payload")
     failed = deployment.submit({"width": 13, "height": 1}, "k-3")
     assert deployment.finished(failed.json()["id"])["error"]["code"] == "unlucky"
-    # The test kinds are not accepted without a development setup or ALLOWED_KINDS naming them.
+    # The built-in test and example kinds are not accepted without a development setup or ALLOWED_KINDS
+    # naming them.
     assert deployment.submit({}, "k-4", kind="noop").status_code == 400
+    assert deployment.submit({"rows": 1, "chunk": 1}, "k-5", kind="export").status_code == 400
 
 
 @pytest.mark.broker
@@ -167,8 +171,22 @@ def test_a_kinds_module_that_does_not_import_stops_the_process_in_one_line(
 
 @pytest.mark.broker
 def test_a_job_enqueued_in_the_applications_own_transaction_runs_once_it_commits(
-    deployment: Deployment,
+    tmp_path: Path, team: Path, rabbitmq_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # A deployment that names the built-in export kind, for its processes and for `enqueue` here.
+    monkeypatch.setenv("ALLOWED_KINDS", "export,resize_image")
+    enqueuing._settings.cache_clear()
+    deployment = Deployment(
+        tmp_path, team, rabbitmq_url=rabbitmq_url, allowed_kinds=("export", "resize_image")
+    )
+    try:
+        enqueue_and_run(deployment)
+    finally:
+        deployment.close()
+        enqueuing._settings.cache_clear()
+
+
+def enqueue_and_run(deployment: Deployment) -> None:
     deployment.start("relay")
     deployment.start("consumer", "--concurrency", "2")
     deployment.api()

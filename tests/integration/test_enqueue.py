@@ -29,9 +29,11 @@ EXPORT = {"rows": 10, "chunk": 5}
 
 @pytest.fixture(autouse=True)
 def _deployment_settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """enqueue reads the deployment's settings from the environment, once: here, the defaults."""
-    for name in ("ALLOWED_KINDS", "OUTBOX_BRIDGE_DEV", "MAX_ATTEMPTS"):
+    """enqueue reads the deployment's settings from the environment, once: here, the defaults, in a
+    deployment that names the built-in export kind (ALLOWED_KINDS)."""
+    for name in ("OUTBOX_BRIDGE_DEV", "MAX_ATTEMPTS"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("ALLOWED_KINDS", "export")
     monkeypatch.chdir(Path(__file__).parent)  # no .env here
     enqueuing._settings.cache_clear()
     yield
@@ -178,6 +180,7 @@ def test_the_deployments_settings_are_read_from_the_environment(
 ) -> None:
     monkeypatch.setenv("MAX_ATTEMPTS", "7")
     monkeypatch.setenv("OUTBOX_BRIDGE_DEV", "1")
+    monkeypatch.delenv("ALLOWED_KINDS")
     enqueuing._settings.cache_clear()
     with app_engine.begin() as conn:
         job = outbox_bridge.enqueue(conn, "noop", {}, key="k", tenant="shop", owner="checkout")

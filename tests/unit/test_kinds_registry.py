@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel
 
 import outbox_bridge
-from outbox_bridge.core.settings import TEST_KINDS, Settings
+from outbox_bridge.core.settings import EXAMPLE_KINDS, TEST_KINDS, Settings
 from outbox_bridge.handlers import base, registry
 
 
@@ -85,14 +85,16 @@ def test_loading_a_module_registers_its_kinds_once(
     assert "team_double" in registry.load(["team_kinds"])  # again: nothing defined twice
 
 
-def test_unset_allowed_kinds_accepts_every_loaded_kind_but_the_test_kinds(
+def test_unset_allowed_kinds_accepts_every_loaded_kind_but_the_built_in_test_and_example_kinds(
     known: dict[str, base.Kind],
 ) -> None:
     outbox_bridge.kind("resize_image", payload=Resize)(lambda ctx, payload: {})
     production = registry.accepted(Settings(allowed_kinds=None))
-    assert "resize_image" in production and "export" in production
-    assert not set(TEST_KINDS) & set(production)
-    assert set(TEST_KINDS) <= set(registry.accepted(Settings(allowed_kinds=None, outbox_bridge_dev=True)))
+    assert "resize_image" in production
+    assert set(EXAMPLE_KINDS) == {"document", "export", "notify"}
+    assert not {*TEST_KINDS, *EXAMPLE_KINDS} & set(production)
+    development = registry.accepted(Settings(allowed_kinds=None, outbox_bridge_dev=True))
+    assert {"resize_image", *TEST_KINDS, *EXAMPLE_KINDS} <= set(development)
 
 
 def test_allowed_kinds_still_allowlists_either_way(known: dict[str, base.Kind]) -> None:
