@@ -27,11 +27,11 @@ FILE_MEDIA_TYPES = tuple(FILE_EXTENSIONS)
 
 
 def respond(output: dict[str, Any] | None, results_dir: Path, download_name: str) -> Response:
-    """The response for a committed attempt's output: its JSON, whatever its keys; or, for an output naming
-    a file (`handlers.base.file_of`, made by `JobContext.result_file`), the file under `results_dir`, sent
-    as an attachment named `download_name` plus its type's extension; a path that leads outside it, or a
-    file that is gone, answers 404 `result-gone`."""
-    output = output or {}
+    """The response for a committed attempt's output: its JSON, whatever its keys (`null` for a kind that
+    returned None); or, for an output naming a file (`handlers.base.file_of`, made by
+    `JobContext.result_file`), the file under `results_dir`, sent as an attachment named `download_name`
+    plus its type's extension; a path that leads outside it, or a file that is gone, answers 404
+    `result-gone`."""
     named = file_of(output)
     if named is None:
         return JSONResponse(output)

@@ -1,15 +1,15 @@
 """What a job kind is, what it may ask of the worker running it, and the kinds a process knows.
 
-A kind is a payload schema plus a `run(ctx, payload)` function, made one with `@kind(name, payload=Model)`
-(as `outbox_bridge.kind`). It returns its output (a JSON object), or raises `PermanentError` (bad input:
-no retry), `TransientError` (try again later) or `Cancelled`. Everything it needs from the store goes
-through `JobContext`, so kinds never see SQL or AMQP."""
+A kind is a payload schema plus a `run(ctx, payload)` function (`def` or `async def`), made one with
+`@kind(name, payload=Model)` (as `outbox_bridge.kind`). It returns its output (a JSON object, or None for
+the result `null`), or raises `PermanentError` (bad input: no retry), `TransientError` (try again later) or
+`Cancelled`. Everything it needs from the store goes through `JobContext`, so kinds never see SQL or AMQP."""
 
 from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
@@ -119,6 +119,10 @@ class Progress:
     total: int | None
 
 
+# What a kind's `run` returns (or its coroutine, for an `async def` kind): the job's result, None for `null`.
+Output = dict[str, Any] | None
+
+
 @dataclass(frozen=True)
 class Kind:
     """A job kind. `discard(results_dir, output)`, when given, removes what `run` left behind for an output
@@ -129,7 +133,7 @@ class Kind:
 
     name: str
     schema: type[BaseModel]
-    run: Callable[[JobContext, Any], dict[str, Any]]
+    run: Callable[[JobContext, Any], Output | Awaitable[Output]]
     discard: Callable[[Path, dict[str, Any]], None] | None = None
     # Reads the kind's checkpoint as progress (None: it says none); a kind without it reports none.
     progress: Callable[[dict[str, Any]], Progress | None] | None = None
@@ -174,7 +178,7 @@ _NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 
 Model = TypeVar("Model", bound=BaseModel)
 Params = ParamSpec("Params")
-Out = TypeVar("Out", bound=dict[str, Any])
+Out = TypeVar("Out", bound=Output | Awaitable[Output])
 _ModelIn = TypeVar("_ModelIn", bound=BaseModel, contravariant=True)
 _OutCo = TypeVar("_OutCo", covariant=True)
 
@@ -229,7 +233,7 @@ def kind(
     progress: Callable[[dict[str, Any]], Progress | None] | None = None,
     discard: Callable[[Path, dict[str, Any]], None] | None = None,
 ) -> Callable[[Callable[Params, Out]], KindFunction[Model, Params, Out]]:
-    """Make `run(ctx: JobContext, payload: <payload>) -> dict` the kind `name`:
+    """Make `run(ctx: JobContext, payload: <payload>) -> dict | None` the kind `name`:
 
         @outbox_bridge.kind("resize_image", payload=ResizeImage)
         def resize(ctx: JobContext, payload: ResizeImage) -> dict:
@@ -237,7 +241,11 @@ def kind(
             return {"width": payload.width}
 
     The payload of every job of the kind is validated (strictly, as the model says) when it is submitted
-    and again before it runs. The JSON object `run` returns is the job's result. `resumes`: a new attempt
+    and again before it runs. The JSON object `run` returns is the job's result; None is the result `null`.
+    `run` may be `async def`: each attempt's coroutine runs to its end on an event loop of the worker
+    thread running it (`worker.attempt`), under the same lease, cancel, checkpoint and deadline rules; the
+    context's methods are plain calls there (those that write to the store hold that attempt's loop while
+    they do). `resumes`: a new attempt
     continues from the checkpoint an earlier one saved (`ctx.checkpoint`) instead of starting over;
     `progress` reads a checkpoint as a `Progress` for the job's view; `discard` removes what an attempt
     left on disk for an output that did not become the result.

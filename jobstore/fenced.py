@@ -190,12 +190,13 @@ def complete(
 
 @dataclass(frozen=True)
 class Completion:
-    """One attempt to complete: its fence (job id, epoch), its attempt and its output."""
+    """One attempt to complete: its fence (job id, epoch), its attempt and its output (None: the result
+    `null`, a kind that returned nothing)."""
 
     job_id: str
     epoch: int
     attempt_id: str
-    output: dict[str, Any]
+    output: dict[str, Any] | None
 
 
 def complete_many(conn: Connection, completions: Sequence[Completion], now: float) -> list[State | None]:

@@ -49,7 +49,7 @@ BINARY = {"schema": {"type": "string", "format": "binary"}}
 RESULT_CONTENT = {
     results.OCTET_STREAM: BINARY,
     **{media_type: BINARY for media_type in results.FILE_MEDIA_TYPES if media_type != results.OCTET_STREAM},
-    JSON: {"schema": {"type": "object"}},
+    JSON: {"schema": {"type": ["object", "null"]}},  # null: the kind returned nothing
 }
 # What `next_cursor` is made of (unpadded base64url); anything else, and any such text a page did not give,
 # is 400 bad-cursor.

@@ -2,10 +2,17 @@
 
 `run_attempt` executes the kind's code with a `StoreContext` and returns what happened without writing the
 outcome (`worker.commit` writes it, under the fence, in the caller's transaction); `discard_uncommitted`
-then removes what an output left on disk when the commit did not make it the job's result."""
+then removes what an output left on disk when the commit did not make it the job's result.
+
+An `async def` kind's coroutine runs on an event loop of the thread running the attempt, made for the
+attempt and closed at its end (`asyncio.run`), rather than on one loop the process shares: a coroutine that
+blocks (a synchronous library, or the context's store writes) then holds only its own thread, as a
+synchronous kind does, never the other threads' jobs; and nothing the attempt leaves running outlives it."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import json
 import logging
 import os
@@ -26,6 +33,7 @@ from outbox_bridge.handlers.base import (
     JobError,
     Kind,
     LeaseLost,
+    Output,
     PermanentError,
     file_output,
 )
@@ -128,8 +136,9 @@ class AttemptOutcome:
     """What running an attempt produced, before it is committed."""
 
     # Also kept when the attempt was cancelled or lost its lease after the kind returned: it is not
-    # committed then, but what it left on disk must be discarded.
-    output: dict[str, Any] | None = None
+    # committed then, but what it left on disk must be discarded. None with no error, not cancelled and
+    # not lost: the kind returned None, whose result is `null`.
+    output: Output = None
     error: JobError | None = None
     permanent: bool = False
     cancelled: bool = False
@@ -145,6 +154,12 @@ class AttemptOutcome:
         if self.error is not None:
             return "failed_permanently" if self.permanent else "failed"
         return "succeeded"
+
+    @property
+    def succeeded(self) -> bool:
+        """An output to publish (None included): no error, neither cancelled nor fenced out after the kind
+        returned it."""
+        return self.error is None and not self.cancelled and not self.lease_lost
 
 
 def run_attempt(ctx: StoreContext, parent: str | None = None) -> AttemptOutcome:
@@ -187,8 +202,13 @@ def _run_kind(ctx: StoreContext, kind: Kind, payload: Any) -> AttemptOutcome:
     claim = ctx.claim
     output = None
     try:
-        output = kind.run(ctx, payload)
-        if isinstance(output, dict) and FILE_KEY in output and not isinstance(output, FileOutput):
+        returned = kind.run(ctx, payload)
+        if not isinstance(returned, dict):
+            returned = _awaited(returned) if asyncio.iscoroutine(returned) else returned
+            if returned is not None and not isinstance(returned, dict):
+                return _not_a_result(returned)
+        output = returned
+        if output is not None and FILE_KEY in output and not isinstance(output, FileOutput):
             message = (
                 f"The job's result uses the reserved key {FILE_KEY!r}; name a file with ctx.result_file."
             )
@@ -208,12 +228,34 @@ def _run_kind(ctx: StoreContext, kind: Kind, payload: Any) -> AttemptOutcome:
         log.error("job %s: the worker's storage failed (%s): %s", claim.job_id, ctx.results_dir, exc)
         message = "The worker could not store the job's output; it will try again later."
         return AttemptOutcome(error=JobError(STORAGE_FAULT, message, detail=f"{type(exc).__name__}: {exc}"))
-    except Exception as exc:
+    except (Exception, asyncio.CancelledError) as exc:  # a coroutine's own CancelledError too
         return _raised(claim, exc)
     return AttemptOutcome(output=output)
 
 
-def _raised(claim: Claim, exc: Exception) -> AttemptOutcome:
+def _awaited(coroutine: Any) -> Output:
+    """What an `async def` kind's coroutine returns, run to its end on a new event loop in this thread (see
+    the module's docstring); what it raises, raised. Where a loop already runs in this thread (a team's
+    async test calling `outbox_bridge.testing`), on a thread of its own, since a thread runs one loop at a
+    time."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        output: Output = asyncio.run(coroutine)
+        return output
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="job-coroutine") as aside:
+        output = aside.submit(asyncio.run, coroutine).result()
+    return output
+
+
+def _not_a_result(returned: object) -> AttemptOutcome:
+    """A kind returned what is not a result (a list, a model, a number): a bug in the kind, which another
+    attempt would repeat after doing its work again."""
+    message = f"The kind returned {type(returned).__name__}; a kind returns a JSON object or None."
+    return AttemptOutcome(error=PermanentError("invalid_result", message), permanent=True)
+
+
+def _raised(claim: Claim, exc: BaseException) -> AttemptOutcome:
     """A bug in a kind: retried, then dead. The tenant sees the exception's type; the attempt's record and
     the log keep its text (which may name the server's files)."""
     log.exception("job %s raised", claim.job_id)

@@ -50,12 +50,12 @@ def commit_outcomes(
 
 
 def _succeeded(outcome: AttemptOutcome) -> bool:
-    """An output to publish: neither cancelled nor fenced out after the kind returned it."""
-    return outcome.output is not None and not outcome.cancelled and not outcome.lease_lost
+    """An output to publish (None is the result `null`): neither cancelled nor fenced out after the kind
+    returned it."""
+    return outcome.succeeded
 
 
 def _finishing(claim: Claim, outcome: AttemptOutcome) -> fenced.Completion:
-    assert outcome.output is not None
     return fenced.Completion(claim.job_id, claim.epoch, claim.attempt_id, outcome.output)
 
 
