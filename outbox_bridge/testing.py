@@ -1,6 +1,7 @@
 """Run a kind's jobs inline in a team's own tests: a temporary store, no broker, no processes, and the same
 rules the workers apply (the claim and its fence, checkpoints, cancellation, the external-effect mark,
-permanent and transient errors, the retry budget).
+permanent and transient errors, the retry budget). An `async def` kind runs as a worker runs it, on an event
+loop made for the attempt (from an async test too), and a kind that returns None has the result None.
 
     # conftest.py
     pytest_plugins = ["outbox_bridge.testing"]
@@ -166,10 +167,10 @@ class InlineJobs:
         return Job.from_view(view_fields(self._stored(job_id), clock.now()))
 
     def result(self, job_id: str) -> Any:
-        """The committed result: the JSON object the kind returned (a file's bytes for a kind that made one);
-        `LookupError` while the job has none."""
+        """The committed result: the JSON object the kind returned, None for a kind that returned None (a
+        file's bytes for a kind that made one); `LookupError` while the job has none."""
         attempt = db.read(self.engine, queries.committed_result, job_id)
-        if attempt is None or attempt.output is None:
+        if attempt is None:
             raise LookupError(f"job {job_id} has no committed result")
         named = file_of(attempt.output)
         if named is not None:

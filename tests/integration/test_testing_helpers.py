@@ -4,6 +4,7 @@ from a checkpoint, a cancel at a safe point, and `unknown` after an effect that 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -98,3 +99,52 @@ def test_submit_applies_the_rules_of_post_jobs(inline_jobs: testing.InlineJobs) 
         inline_jobs.submit("helpers_steps", {"fail_first": "two"})
     first = inline_jobs.submit("helpers_steps", {}, key="same")
     assert inline_jobs.submit("helpers_steps", {}, key="same").id == first.id
+
+
+@outbox_bridge.kind("helpers_async_steps", payload=Steps, resumes=True)
+async def async_steps(ctx: outbox_bridge.JobContext, payload: Steps) -> dict[str, Any]:
+    done = (ctx.checkpoint or {}).get("done", 0)
+    await asyncio.sleep(0)
+    ctx.save_checkpoint({"done": done + 1})
+    if ctx.attempts <= payload.fail_first:
+        raise outbox_bridge.TransientError("flaky", f"attempt {ctx.attempts} failed")
+    return {"done": done + 1, "attempts": ctx.attempts}
+
+
+@outbox_bridge.kind("helpers_async_email", payload=Steps)
+async def async_email(ctx: outbox_bridge.JobContext, payload: Steps) -> None:
+    ctx.check_cancel()
+    await asyncio.sleep(0)
+    ctx.mark_external_started()
+
+
+def test_an_async_kind_runs_to_its_result_as_a_worker_runs_it(inline_jobs: testing.InlineJobs) -> None:
+    job = inline_jobs.submit("helpers_async_steps", {"fail_first": 1})
+    assert inline_jobs.run(job.id).state.value == "queued"
+    done = inline_jobs.run_to_end(job.id)
+    assert (done.state, done.attempts) == ("succeeded", 2)
+    assert inline_jobs.result(job.id) == {"done": 2, "attempts": 2}  # from the first attempt's checkpoint
+
+
+def test_a_kind_that_returns_none_has_the_result_none(inline_jobs: testing.InlineJobs) -> None:
+    job = inline_jobs.submit("helpers_async_email", {})
+    assert inline_jobs.run_to_end(job.id).state == "succeeded"
+    assert inline_jobs.result(job.id) is None
+
+
+def test_an_async_kinds_cancel_and_lost_worker_are_those_of_a_function(
+    inline_jobs: testing.InlineJobs,
+) -> None:
+    cancelled = inline_jobs.submit("helpers_async_email", {})
+    assert inline_jobs.run(cancelled.id, cancel_at_check=1).state.value == "cancelled"
+    lost = inline_jobs.submit("helpers_async_email", {})
+    assert inline_jobs.run(lost.id, crash_after_external_start=True).state.value == "unknown"
+
+
+def test_the_helpers_run_an_async_kind_from_an_async_test(inline_jobs: testing.InlineJobs) -> None:
+    async def an_async_test() -> Any:
+        job = inline_jobs.submit("helpers_async_steps", {})
+        assert inline_jobs.run_to_end(job.id).state == "succeeded"
+        return inline_jobs.result(job.id)
+
+    assert asyncio.run(an_async_test()) == {"done": 1, "attempts": 1}
