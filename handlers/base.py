@@ -7,22 +7,13 @@ the result `null`), or raises `PermanentError` (bad input: no retry), `Transient
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
-
-if TYPE_CHECKING:
-    from datetime import datetime
-
-    from sqlalchemy import Connection
-    from sqlalchemy.orm import Session
-
-    from outbox_bridge.client.job import Job
 
 
 class JobError(Exception):
@@ -179,32 +170,6 @@ _NAME = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
 Model = TypeVar("Model", bound=BaseModel)
 Params = ParamSpec("Params")
 Out = TypeVar("Out", bound=Output | Awaitable[Output])
-_ModelIn = TypeVar("_ModelIn", bound=BaseModel, contravariant=True)
-_OutCo = TypeVar("_OutCo", covariant=True)
-
-
-class KindFunction(Protocol[_ModelIn, Params, _OutCo]):
-    """A function `kind` made a kind: called as before, and with `enqueue` to write a job of its kind."""
-
-    def __call__(self, *args: Params.args, **kwargs: Params.kwargs) -> _OutCo: ...
-
-    def enqueue(
-        self,
-        conn: Connection | Session,
-        payload: _ModelIn | dict[str, Any],
-        *,
-        key: str,
-        tenant: str,
-        owner: str,
-        deadline_seconds: int | None = None,
-        delay_seconds: float | None = None,
-        run_at: datetime | str | None = None,
-        priority: str = "normal",
-        concurrency_key: str | None = None,
-    ) -> Job:
-        """`outbox_bridge.enqueue(conn, <this kind>, payload, ...)`: the payload is the kind's model or a
-        dict."""
-        ...
 
 
 class KindError(Exception):
@@ -232,7 +197,7 @@ def kind(
     resumes: bool = False,
     progress: Callable[[dict[str, Any]], Progress | None] | None = None,
     discard: Callable[[Path, dict[str, Any]], None] | None = None,
-) -> Callable[[Callable[Params, Out]], KindFunction[Model, Params, Out]]:
+) -> Callable[[Callable[Params, Out]], Callable[Params, Out]]:
     """Make `run(ctx: JobContext, payload: <payload>) -> dict | None` the kind `name`:
 
         @outbox_bridge.kind("resize_image", payload=ResizeImage)
@@ -250,31 +215,14 @@ def kind(
     `progress` reads a checkpoint as a `Progress` for the job's view; `discard` removes what an attempt
     left on disk for an output that did not become the result.
 
-    The function is returned as it was, callable as before, with an `enqueue` of its own:
-    `resize.enqueue(conn, ResizeImage(width=640), key=..., tenant=..., owner=...)` is
-    `outbox_bridge.enqueue(conn, "resize_image", ...)`, its payload typed as the kind's model."""
+    The function is returned as it was. `outbox_bridge.kind` (`outbox_bridge.kind_functions`) is this
+    decorator with an `enqueue` added to the function; the built-in kinds, internal names, are made with
+    this one."""
 
-    def define(run: Callable[Params, Out]) -> KindFunction[Model, Params, Out]:
+    def define(run: Callable[Params, Out]) -> Callable[Params, Out]:
         # The worker calls it as (ctx, payload), whatever its parameters are named.
         runs = cast("Callable[[JobContext, Any], dict[str, Any]]", run)
         register(Kind(name, payload, runs, discard, progress=progress, resumes=resumes), run.__module__)
-        made = run
-        try:
-            made.enqueue = _enqueuer(name)  # type: ignore[attr-defined]
-        except AttributeError:  # a bound method takes no attribute: a partial of it in front does
-            made = functools.update_wrapper(functools.partial(run), run)
-            made.enqueue = _enqueuer(name)  # type: ignore[attr-defined]
-        return cast("KindFunction[Model, Params, Out]", made)
+        return run
 
     return define
-
-
-def _enqueuer(name: str) -> Callable[..., Job]:
-    def enqueue(conn: Connection | Session, payload: BaseModel | dict[str, Any], **options: Any) -> Job:
-        # The api's rules come with `enqueuing`: imported on first use, never by a worker that runs kinds.
-        from outbox_bridge.enqueuing import enqueue as enqueue_job
-
-        return enqueue_job(conn, name, payload, **options)
-
-    enqueue.__doc__ = f"`outbox_bridge.enqueue(conn, {name!r}, payload, **options)`: a job of this kind."
-    return enqueue

@@ -30,7 +30,8 @@ from outbox_bridge.client.errors import (
 )
 from outbox_bridge.client.job import Job
 from outbox_bridge.core.version import installed as _installed_version
-from outbox_bridge.handlers.base import JobContext, KindError, PermanentError, TransientError, kind
+from outbox_bridge.handlers.base import JobContext, KindError, PermanentError, TransientError
+from outbox_bridge.kind_functions import kind
 
 if TYPE_CHECKING:
     from outbox_bridge.client.http import AsyncClient, Client

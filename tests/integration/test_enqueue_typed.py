@@ -17,7 +17,7 @@ import outbox_bridge
 from outbox_bridge import enqueuing
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.handlers import base
-from outbox_bridge.handlers.export import ExportPayload, run_export
+from outbox_bridge.handlers.export import ExportPayload
 from outbox_bridge.handlers.registry import BUILT_IN
 from tests.integration import test_enqueue
 from tests.integration.test_enqueue import counts, orders
@@ -99,10 +99,10 @@ def test_a_model_instance_and_the_same_dict_are_one_request(app_engine: Engine, 
     assert counts(app_engine) == (0, 1, 1)
 
 
-def test_the_built_in_kinds_enqueue_through_the_same_surface(app_engine: Engine, engine: Engine) -> None:
+def test_a_built_in_kind_takes_its_model_instance_by_name(app_engine: Engine, engine: Engine) -> None:
     with app_engine.begin() as conn:
         payload = ExportPayload(rows=10, chunk=5)
-        job = run_export.enqueue(conn, payload, key="export-1", **SHOP)  # type: ignore[attr-defined]
+        job = outbox_bridge.enqueue(conn, "export", payload, key="export-1", **SHOP)
     assert job_row(engine, job.id).payload == {"rows": 10, "chunk": 5}
 
 

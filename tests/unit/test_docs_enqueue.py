@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from outbox_bridge import enqueuing
-from outbox_bridge.handlers.base import KindFunction
 from outbox_bridge.handlers.registry import BUILT_IN, KINDS
+from outbox_bridge.kind_functions import KindFunction
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted(
