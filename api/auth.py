@@ -94,9 +94,10 @@ class TokenPolicy:
             settings.auth_secret, settings.token_max_ttl_seconds, settings.auth_issuer, settings.auth_audience
         )
 
-    def issue(self, *, tenant: str, user: str, operator: bool = False) -> str:
-        """A token this policy accepts, valid for a day (or the longest it allows, when shorter)."""
-        ttl = min(DEFAULT_TTL_SECONDS, int(self.max_ttl_seconds))
+    def issue(self, *, tenant: str, user: str, operator: bool = False, ttl_seconds: int | None = None) -> str:
+        """A token this policy accepts, valid `ttl_seconds` (by default a day, or the longest it allows, when
+        shorter)."""
+        ttl = min(DEFAULT_TTL_SECONDS, int(self.max_ttl_seconds)) if ttl_seconds is None else ttl_seconds
         return issue_token(
             self.secret,
             tenant=tenant,

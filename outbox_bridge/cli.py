@@ -193,26 +193,13 @@ def token(
     """Print a bearer token for TENANT/USER (each 1 to 128 characters of A-Za-z0-9._:@-), valid for --ttl
     (default a day, or TOKEN_MAX_TTL_SECONDS when shorter), with AUTH_ISSUER and AUTH_AUDIENCE when they
     are set."""
-    from outbox_bridge.api.auth import TokenPolicy, issue_token
+    from outbox_bridge.api.auth import TokenPolicy
 
     settings = console.load_settings()
     console.require_safe_secret(settings)
+    ttl_seconds = None if ttl is None else _token_ttl(ttl, settings.token_max_ttl_seconds)
     policy = TokenPolicy.of(settings)
-    if ttl is None:
-        print(policy.issue(tenant=tenant, user=user, operator=operator))
-        return
-    ttl_seconds = _token_ttl(ttl, settings.token_max_ttl_seconds)
-    print(
-        issue_token(
-            policy.secret,
-            tenant=tenant,
-            user=user,
-            operator=operator,
-            ttl_seconds=ttl_seconds,
-            issuer=policy.issuer,
-            audience=policy.audience,
-        )
-    )
+    print(policy.issue(tenant=tenant, user=user, operator=operator, ttl_seconds=ttl_seconds))
 
 
 def _token_ttl(text: str, max_ttl_seconds: int) -> int:
