@@ -169,6 +169,7 @@ def check_the_team_kinds_run(deployment: Deployment) -> None:
 
 
 @pytest.mark.broker
+@pytest.mark.databases("sqlite")  # a null result in either store: tests/integration/test_kinds_async.py
 def test_async_and_none_returning_kinds_run_through_the_api_relay_and_a_consumer(
     deployment: Deployment,
 ) -> None:

@@ -65,6 +65,7 @@ def stack(tmp_path: Path, node: LocalCluster) -> Iterator[Stack]:
 
 
 @pytest.mark.timeout(90)
+@pytest.mark.databases("sqlite")  # the store's side of settling a held delivery is tested on both elsewhere
 def test_jobs_and_deliveries_held_past_the_consumer_timeout_run_once_on_one_connection(
     stack: Stack, node: LocalCluster
 ) -> None:
