@@ -43,6 +43,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import drivers, events, host_notify, storefile
+from outbox_bridge.jobstore.drivers.sqlfile import Statement
 from outbox_bridge.jobstore.writer_queue import WriterQueue
 from outbox_bridge.telemetry.instruments import STORE_WRITE_SECONDS
 from outbox_bridge.telemetry.logs import JobEvent, emit
@@ -219,7 +220,9 @@ def expanded(name: str, values: Sequence[Any]) -> dict[str, Any]:
     return named
 
 
-def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+def direct(
+    conn: Connection, statement: Direct | Statement, params: Mapping[str, Any]
+) -> list[tuple[Any, ...]]:
     """Run `statement` on `conn`'s driver connection, in its transaction, below SQLAlchemy's execution
     layer; its rows, as tuples (none for a statement that returns none). For the statements of the path
     every job takes, where SQLAlchemy's layer costs more client CPU than the statement, at the head of the
@@ -230,6 +233,18 @@ def direct(conn: Connection, statement: Direct, params: Mapping[str, Any]) -> li
     _sending(conn, statement.sql, values, many=False)
     with _raised_as_sqlalchemy_would(conn, statement.sql, values):
         return drivers.of(conn).execute(driver, statement.sql, values, prepared=statement.prepared)
+
+
+def execute(conn: Connection, name: str, params: Mapping[str, Any] | None = None) -> list[tuple[Any, ...]]:
+    """Run the statement named `name` in the `.sql` files of the driver of `conn`'s database, as written
+    (`drivers.sqlfile`), with `params`; its rows, as tuples (none for a statement that returns none)."""
+    return direct(conn, drivers.of(conn).statement(name), params or {})
+
+
+def execute_many(conn: Connection, name: str, rows: Sequence[Mapping[str, Any]]) -> int:
+    """`execute` of a statement that returns nothing, once for each of `rows` (one call into the driver);
+    the number of rows it changed in all."""
+    return direct_many(conn, drivers.of(conn).statement(name), rows)
 
 
 def run(conn: Connection, statement: ClauseElement, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
@@ -293,7 +308,7 @@ def run_many(conn: Connection, statement: ClauseElement, rows: Sequence[Mapping[
     return direct_many(conn, _compiled(statement, conn.dialect.name), rows)
 
 
-def direct_many(conn: Connection, statement: Direct, rows: Sequence[Mapping[str, Any]]) -> int:
+def direct_many(conn: Connection, statement: Direct | Statement, rows: Sequence[Mapping[str, Any]]) -> int:
     """`direct` of a statement that returns nothing, once for each of `rows` (one call into the driver);
     the number of rows it changed in all."""
     driver = conn.connection.driver_connection
@@ -483,7 +498,7 @@ def transact_one(
     sent (`SecondStatement`): the first has already committed. A connection lost during the statement is
     not run again, since the statement may have committed (`StoreUnavailable`, as for a COMMIT lost on
     the way). On SQLite, `transact`."""
-    return _run(engine, fn, args, kwargs, write=True, one=drivers.of(engine).commits_one_statement)
+    return _run(engine, fn, args, kwargs, write=True, one=drivers.of(engine).commits_statement_alone())
 
 
 def read(
@@ -505,7 +520,7 @@ def read_one(
     """`read` for a read of one statement. On PostgreSQL it runs in autocommit: one round trip where BEGIN,
     the statement and COMMIT take three. A second statement is refused before it is sent
     (`SecondStatement`); a connection lost on the way is read again on a new one. On SQLite, `read`."""
-    return _run(engine, fn, args, kwargs, write=False, one=drivers.of(engine).commits_one_statement)
+    return _run(engine, fn, args, kwargs, write=False, one=drivers.of(engine).commits_statement_alone())
 
 
 def _run(

@@ -252,9 +252,9 @@ def due(
 def due_at_once(
     conn: Connection, token: str, *, now: float, limit: int, exclude: Collection[int] = ()
 ) -> tuple[Lease, float | None] | None:
-    """Where the driver reads the due rows at once (`Driver.reads_due_at_once`), without a tenant cap: `due`
-    in one statement, which can run on its own (`db.read_one`), or None when more rows are due than the read
-    takes and they belong to several tenants (`due` then ranks them)."""
+    """Where the driver reads the due rows at once (`Driver.reads_due_in_one_statement`), without a tenant
+    cap: `due` in one statement, which can run on its own (`db.read_one`), or None when more rows are due
+    than the read takes and they belong to several tenants (`due` then ranks them)."""
     returned = drivers.of(conn).read_due_at_once(conn, now=now, limit=limit, exclude=list(exclude))
     return _lease_of(token, returned, limit)
 
@@ -290,7 +290,7 @@ def read(
     a database read at once, without a `tenant_cap`, one statement that runs on its own (`due_at_once`: one
     round trip). Otherwise, when the outbox looked empty last time (`idle`), one look at the earliest row
     comes first: (None, when it comes due) while nothing is due."""
-    if drivers.of(engine).reads_due_at_once and not tenant_cap:
+    if drivers.of(engine).reads_due_in_one_statement() and not tenant_cap:
         found = db.read_one(engine, due_at_once, token, now=now, limit=limit, exclude=exclude)
         if found is not None:
             return found

@@ -13,9 +13,9 @@ import hmac
 import secrets
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection
 
-from outbox_bridge.jobstore.schema import dashboard_sessions as sessions
+from outbox_bridge.jobstore import db
 
 
 @dataclass(frozen=True)
@@ -35,33 +35,21 @@ def start(
 ) -> tuple[str, Session]:
     """A new session until `expires_at`, under `key`: the secret for the cookie, and the session. Sessions
     that ended or expired more than a day ago are deleted on the way."""
-    conn.execute(delete(sessions).where(sessions.c.expires_at < now - 86400))
+    db.execute(conn, "session_prune", {"before": now - 86400})
     secret = secrets.token_urlsafe(32)
     session = Session(_id(key, secret), tenant, user, expires_at)
-    conn.execute(
-        insert(sessions).values(
-            id=session.id, tenant=tenant, user=user, created_at=now, expires_at=expires_at, ended_at=None
-        )
-    )
+    values = {"id": session.id, "tenant": tenant, "user": user, "now": now, "expires_at": expires_at}
+    db.execute(conn, "session_start", values)
     return secret, session
 
 
 def holder(conn: Connection, key: bytes, secret: str, now: float) -> Session | None:
     """The session `secret` opens under `key`: None when there is none (or it was started under another
     key), it expired or it was ended."""
-    row = conn.execute(
-        select(sessions.c.id, sessions.c.tenant, sessions.c.user, sessions.c.expires_at).where(
-            sessions.c.id == _id(key, secret), sessions.c.ended_at.is_(None), sessions.c.expires_at > now
-        )
-    ).one_or_none()
-    return None if row is None else Session(row.id, row.tenant, row.user, row.expires_at)
+    rows = db.execute(conn, "session_holder", {"id": _id(key, secret), "now": now})
+    return Session(*rows[0]) if rows else None
 
 
 def end(conn: Connection, key: bytes, secret: str, now: float) -> bool:
     """End the session `secret` opens under `key`; False when it was not open."""
-    ended = conn.execute(
-        update(sessions)
-        .where(sessions.c.id == _id(key, secret), sessions.c.ended_at.is_(None))
-        .values(ended_at=now)
-    )
-    return ended.rowcount == 1
+    return bool(db.execute(conn, "session_end", {"id": _id(key, secret), "now": now}))

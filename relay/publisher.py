@@ -282,7 +282,9 @@ class Relay(LoopWork):
         token = self._role_token
         if token is None or not self._holds_role():
             return  # a standby: the holder publishes; `_on_role` leases once this relay holds the role
-        if drivers.of(self.engine).over_network:  # a round trip to a server, which may hang: not on the loop
+        if drivers.of(
+            self.engine
+        ).calls_may_wait_on_network():  # a round trip to a server, which may hang: not on the loop
             read = partial(
                 ledger.read_due,
                 self.engine,

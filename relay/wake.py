@@ -86,7 +86,7 @@ class Wakeups:
             return
         self._listener = self._driver.listen(self._settings, role="relay")
         if self._listener is None:
-            if self._driver.notifies:  # a server that may answer again
+            if self._driver.announces_commits():  # a server that may answer again
                 self._relisten = self._ioloop.call_later(RELISTEN_SECONDS, self._listen)
             return
         self._ioloop.add_handler(self._listener.fileno(), self._on_notified, PollEvents.READ)

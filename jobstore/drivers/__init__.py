@@ -10,16 +10,14 @@ A driver is chosen by the database's name (`of`, `for_url`) and loaded the first
 database is used, so that a process on SQLite never loads PostgreSQL's statements, and the reverse. The
 store's test suite runs every test on both drivers (`tests/support/store.py`).
 
-What each driver sends, statement by statement, is written out in `jobstore/drivers/sql/<driver>.sql`, as
-the database receives it (`drivers.listing`), and what each store operation sends in
-`jobstore/drivers/sql/<driver>-operations.sql` (`drivers.recording`); `python -m
-outbox_bridge.jobstore.drivers` writes the files again, and tests fail when they no longer match the code.
+Each driver lives in a folder of its own (`drivers/sqlite/`, `drivers/postgresql/`) and writes its statements
+by hand, as named blocks in the `.sql` files beside its code (`drivers.sqlfile`), sent as written: the store's
+modules run a statement by its name (`db.execute`), and each driver holds its own text for it.
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -27,12 +25,14 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from sqlalchemy import Connection, Engine, Select
 from sqlalchemy.engine import URL, make_url
 
+from outbox_bridge.jobstore.drivers.sqlfile import Statement, load
+
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
     from outbox_bridge.jobstore.host_notify import Notifier
 
-# The databases a store can live in, by SQLAlchemy's name for them, and the module of each one's driver.
-DRIVERS = {"sqlite": "sqlite", "postgresql": "postgresql"}
+# The databases a store can live in, by SQLAlchemy's name for them.
+DRIVERS = ("sqlite", "postgresql")
 
 
 class Completion(Protocol):
@@ -74,18 +74,50 @@ class Driver:
     drivers; a driver's module holds its statements, named, beside the methods that run them."""
 
     name: ClassVar[str]
-    # A statement sent on its own commits by itself (one round trip where BEGIN, the statement and COMMIT
-    # take three): `db.transact_one` and `db.read_one` use it; where false they are `transact` and `read`.
-    commits_one_statement: ClassVar[bool]
-    # The store is a server: a call may wait on the network, so an event loop hands it to a thread.
-    over_network: ClassVar[bool]
-    # Committed outbox rows are announced by the database itself (a trigger's NOTIFY), to listeners.
-    notifies: ClassVar[bool]
-    # The relay reads its due rows, their trace context and the next due time in one statement
-    # (`read_due_at_once`).
-    reads_due_at_once: ClassVar[bool]
+    # The folder of the driver's `.sql` files, and those files, in the order they are read.
+    folder: ClassVar[Path]
+    sql_files: ClassVar[tuple[str, ...]]
     # The execution options of a read transaction.
     read_options: ClassVar[Mapping[str, Any]]
+
+    # --- what the database can do -------------------------------------------------------------------
+
+    def commits_statement_alone(self) -> bool:
+        """A statement sent on its own commits by itself (one round trip where BEGIN, the statement and
+        COMMIT take three): `db.transact_one` and `db.read_one` use it; where false they are `transact` and
+        `read`."""
+        raise NotImplementedError
+
+    def calls_may_wait_on_network(self) -> bool:
+        """The store is a server: a call may wait on the network, so an event loop hands it to a thread."""
+        raise NotImplementedError
+
+    def announces_commits(self) -> bool:
+        """Committed outbox rows are announced by the database itself (a trigger's NOTIFY), to listeners."""
+        raise NotImplementedError
+
+    def reads_due_in_one_statement(self) -> bool:
+        """The relay reads its due rows, their trace context and the next due time in one statement
+        (`read_due_at_once`)."""
+        raise NotImplementedError
+
+    # --- statements ----------------------------------------------------------------------------------
+
+    @functools.cached_property
+    def statements(self) -> dict[str, Statement]:
+        """The driver's named statements, read from its `.sql` files."""
+        return load(self.folder, self.sql_files)
+
+    def statement(self, name: str) -> Statement:
+        """The statement named `name` in the driver's `.sql` files."""
+        try:
+            return self.statements[name]
+        except KeyError:
+            raise KeyError(f"the {self.name} driver has no statement named {name!r}") from None
+
+    def array(self, values: Sequence[Any]) -> Any:
+        """`values` as one parameter of a statement (a list that `ANY` or `json_each` reads)."""
+        raise NotImplementedError
 
     # --- engines and statements ----------------------------------------------------------------------
 
@@ -176,7 +208,7 @@ class Driver:
     def read_due_at_once(
         self, conn: Connection, *, now: float, limit: int, exclude: Sequence[int]
     ) -> list[tuple[Any, ...]]:
-        """The relay's read in one statement (where `reads_due_at_once`): `relayrole.due_at_once`."""
+        """The relay's read in one statement (where `reads_due_in_one_statement`): `relayrole.due_at_once`."""
         raise NotImplementedError
 
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
@@ -188,13 +220,6 @@ class Driver:
         """A shared statement (one the store's modules run through `db.run` or `db.direct_in`) as this
         driver sends it: the same, or with what its database needs added."""
         return statement
-
-    # --- what it sends --------------------------------------------------------------------------------
-
-    def shared_statements(self) -> list[tuple[str, Any]]:
-        """The store's shared statements this driver runs as they are, by a name for the listing
-        (`drivers.listing`)."""
-        return []
 
     # --- upkeep --------------------------------------------------------------------------------------
 
@@ -217,13 +242,17 @@ class Driver:
 @functools.cache
 def named(name: str) -> Driver:
     """The driver of the database SQLAlchemy calls `name`."""
-    module = DRIVERS.get(name)
-    if module is None:
-        raise UnknownDatabase(
-            f"no store driver for {name!r} databases: the store runs on {', '.join(DRIVERS)}"
-        )
-    driver: Driver = importlib.import_module(f"{__name__}.{module}").DRIVER
-    return driver
+    # Each driver is imported the first time a store of its database is used, so that a process on SQLite
+    # never loads psycopg, and the reverse.
+    if name == "sqlite":
+        from outbox_bridge.jobstore.drivers.sqlite import DRIVER as SQLITE
+
+        return SQLITE
+    if name == "postgresql":
+        from outbox_bridge.jobstore.drivers.postgresql import DRIVER as POSTGRESQL
+
+        return POSTGRESQL
+    raise UnknownDatabase(f"no store driver for {name!r} databases: the store runs on {', '.join(DRIVERS)}")
 
 
 def of(bind: Connection | Engine) -> Driver:

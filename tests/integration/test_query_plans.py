@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.jobstore import claiming, db, fenced
-from outbox_bridge.jobstore.drivers import recording
+from tests.support import operations as recording
 from tests.support.store import claimed, new_jobs, publish_due
 
 pytestmark = pytest.mark.databases("sqlite")

@@ -143,12 +143,13 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 def test_the_relays_read_finds_what_the_read_in_steps_finds(engine: Engine, clock: FakeClock) -> None:
-    """`relayrole.read` reads at once where the driver can (`reads_due_at_once`), in steps elsewhere."""
+    """`relayrole.read` reads at once where the driver can (`reads_due_in_one_statement`), in steps
+    elsewhere."""
     new_jobs(engine, 3)
     found, _ = relayrole.read(engine, "role", now=clock.now(), limit=10)
     in_steps, _ = db.read(engine, relayrole.due, "role", now=clock.now(), limit=10)
     assert found is not None and found.rows == in_steps.rows and len(found.rows) == 3
-    if drivers.of(engine).reads_due_at_once:
+    if drivers.of(engine).reads_due_in_one_statement():
         at_once = db.read_one(engine, relayrole.due_at_once, "role", now=clock.now(), limit=10)
         assert at_once is not None and at_once[0].rows == in_steps.rows
 

@@ -1,36 +1,55 @@
-"""Each driver's statements are written out, as its database receives them, in `jobstore/drivers/sql/`: the
-files match the code (`python -m outbox_bridge.jobstore.drivers` writes them again after a change)."""
+"""Each driver's statements are hand-written named blocks in the `.sql` files of its folder
+(`jobstore/drivers/sqlfile.py`): every file a driver names is there and reads, and both drivers write the same
+statements, by the same names, so that a store module runs one name on either database."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
 
 import pytest
 
 from outbox_bridge.jobstore import drivers
-from outbox_bridge.jobstore.drivers import listing
+from outbox_bridge.jobstore.drivers.sqlfile import BadStatementFile, parse
 
-SQL = Path(drivers.__file__).with_name("sql")
+# The parameter style of each database's Python driver, which its `.sql` files are written in.
+PARAMETER = {"sqlite": re.compile(r"(?<![:\w]):[a-z_]\w*"), "postgresql": re.compile(r"%\(\w+\)s")}
+OTHER_STYLE = {"sqlite": re.compile(r"%\(\w+\)s"), "postgresql": re.compile(r"(?<![:\w]):[a-z_]\w*\b")}
 
 
-@pytest.mark.parametrize("name", sorted(drivers.DRIVERS))
-def test_the_written_statements_are_the_ones_the_driver_sends(name: str) -> None:
-    written = (SQL / f"{name}.sql").read_text()
-    assert written == listing.rendered(drivers.named(name)), (
-        f"jobstore/drivers/sql/{name}.sql is out of date: run `python -m outbox_bridge.jobstore.drivers`"
+@pytest.mark.parametrize("name", drivers.DRIVERS)
+def test_every_file_a_driver_names_reads_as_named_statements(name: str) -> None:
+    driver = drivers.named(name)
+    assert sorted(path.name for path in driver.folder.glob("*.sql")) == sorted(driver.sql_files)
+    for statement in driver.statements.values():
+        assert statement.sql and not statement.sql.endswith(";"), statement.name
+        assert not OTHER_STYLE[name].search(statement.sql), (name, statement.name)
+
+
+def test_both_drivers_write_the_same_statements() -> None:
+    sqlite, postgresql = (set(drivers.named(name).statements) for name in drivers.DRIVERS)
+    assert sqlite == postgresql, {
+        "only on SQLite": sqlite - postgresql,
+        "only on PostgreSQL": postgresql - sqlite,
+    }
+
+
+def test_a_file_is_read_block_by_block() -> None:
+    statements = parse(
+        "-- a header\n\n-- name: one\n-- :prepared\n-- what it does\nSELECT 1;\n\n"
+        "-- name: two\nSELECT\n  2\n",
+        "x.sql",
     )
+    assert [(s.name, s.sql, s.prepared) for s in statements.values()] == [
+        ("one", "SELECT 1", True),
+        ("two", "SELECT\n  2", False),
+    ]
 
 
-def test_every_statement_of_the_path_every_job_takes_is_written_out() -> None:
-    for name, expected in {
-        "sqlite": {
-            "INSERT_JOB",
-            "INSERT_OUTBOX_ROW",
-            "CLAIM",
-            "INSERT_ATTEMPT",
-            "COMPLETE_MANY",
-            "MARK_PUBLISHED",
-        },
-        "postgresql": {"INSERT_JOBS", "CLAIM", "CLAIM_DUE", "COMPLETE_MANY", "DUE_AT_ONCE", "MARK_PUBLISHED"},
-    }.items():
-        assert expected <= set(listing.statements(drivers.named(name))), name
+@pytest.mark.parametrize(
+    "text",
+    ["SELECT 1\n", "-- name: one\n\n", "-- name: one\nSELECT 1\n-- name: one\nSELECT 2\n"],
+    ids=["text before a name", "empty", "named twice"],
+)
+def test_a_file_that_cannot_be_read_is_refused(text: str) -> None:
+    with pytest.raises(BadStatementFile):
+        parse(text, "x.sql")

@@ -1,16 +1,13 @@
 """What each of the store's operations sends, recorded as the database receives it.
 
-The store's interface is its operations, each written once: accept a batch (`intake`), claim by ids and
-claim due (`claiming`), complete and fail a round's attempts (`fenced`, through `worker.commit`), renew a
-lease and release a job (`fenced`), take the relay role, read due outbox rows and mark them published
-(`relayrole`), sweep expired leases and re-announce (`sweeper`), prune (`retention`), cancel, requeue and
-resolve (`operator`). Below them, each database's driver (`jobstore.drivers`) does what differs. Most
-statements are built from the shared rules (a claim's guard from `states` and `decisions`), so they are
-not written out twice; `record` runs one typical call of each operation on an empty store and notes every
-statement it sends, through SQLAlchemy or below it (`db.statements_seen`), and `rendered` writes them out:
-`jobstore/drivers/sql/<database>-operations.sql` is that file, for a reader who wants to know what a
-claim sends to PostgreSQL. `tests/integration/test_store_operations_sql.py` fails when it no longer matches
-what the code sends.
+The store's interface is its operations: accept a batch (`intake`), claim by ids and claim due (`claiming`),
+complete and fail a round's attempts (`fenced`, through `worker.commit`), renew a lease and release a job
+(`fenced`), take the leader role, read due outbox rows and mark them published (`relayrole`), sweep expired
+leases and re-announce (`sweeper`), prune (`retention`), cancel, requeue and resolve (`operator`). `record`
+runs one typical call of each on an empty store and notes every statement it sends, through SQLAlchemy or
+below it (`db.statements_seen`): the plan tests explain each one
+(`tests/integration/test_query_plans.py`), and `tests/integration/test_store_operations_sql.py` checks that
+each operation sends what it is for.
 """
 
 from __future__ import annotations
@@ -191,21 +188,3 @@ def _unknown(conn: Connection, job_id: str) -> None:
         .where(jobs.c.id == job_id)
         .values(state=State.UNKNOWN.value, lease_owner=None, finished_at=T0)
     )
-
-
-def rendered(database: str, operations: list[Operation]) -> str:
-    """The recorded statements as one SQL file, operation by operation."""
-    head = (
-        f"-- What each store operation sends to {database}, recorded as the database receives it from one\n"
-        "-- typical call on an empty store (`jobstore/drivers/recording.py`). Written by\n"
-        f"-- `python -m outbox_bridge.jobstore.drivers --record DATABASE_URL`; do not edit.\n"
-        "-- Parameters are sent apart from the text; `executemany` runs a statement once per row.\n"
-    )
-    parts = []
-    for operation in operations:
-        statements = "".join(
-            f"{'-- executemany' + chr(10) if sent.many else ''}{sent.sql.strip()};\n"
-            for sent in operation.sent
-        )
-        parts.append(f"\n-- operation: {operation.name} ({operation.call})\n{statements}")
-    return head + "\n".join(line.rstrip() for line in "".join(parts).split("\n"))

@@ -251,11 +251,37 @@ UPKEEP = text(
 
 class PostgreSQLDriver(Driver):
     name: ClassVar[str] = "postgresql"
-    commits_one_statement: ClassVar[bool] = True
-    over_network: ClassVar[bool] = True
-    notifies: ClassVar[bool] = True
-    reads_due_at_once: ClassVar[bool] = True
+    folder: ClassVar[Path] = Path(__file__).parent
+    sql_files: ClassVar[tuple[str, ...]] = (
+        "accept.sql",
+        "claims.sql",
+        "completion.sql",
+        "outbox.sql",
+        "leader.sql",
+        "webhooks.sql",
+        "schedules.sql",
+        "sessions.sql",
+        "limits.sql",
+        "operator.sql",
+        "reads.sql",
+        "upkeep.sql",
+    )
     read_options: ClassVar[Mapping[str, Any]] = {}
+
+    def commits_statement_alone(self) -> bool:
+        return True
+
+    def calls_may_wait_on_network(self) -> bool:
+        return True
+
+    def announces_commits(self) -> bool:
+        return True
+
+    def reads_due_in_one_statement(self) -> bool:
+        return True
+
+    def array(self, values: Sequence[Any]) -> Any:
+        return list(values)  # psycopg sends a list as an array
 
     def make_engine(
         self, url: URL, settings: Settings, options: dict[str, Any], *, role: str | None, **kwargs: Any
@@ -351,12 +377,6 @@ class PostgreSQLDriver(Driver):
 
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
         return db.direct(conn, MARK_PUBLISHED, {**params, "b_ids": list(ids)})
-
-    def shared_statements(self) -> list[tuple[str, Any]]:
-        from outbox_bridge.jobstore import claiming  # (claiming uses the drivers)
-
-        many, due = claim_statements(claiming._claim_many(None))
-        return [("CLAIM", many), ("CLAIM_DUE", due)]
 
     def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         with engine.connect() as conn:

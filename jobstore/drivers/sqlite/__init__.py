@@ -20,6 +20,7 @@ checks each plan on a new store.
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -103,12 +104,38 @@ def claiming(claim: Any) -> Any:
 
 class SQLiteDriver(Driver):
     name: ClassVar[str] = "sqlite"
-    commits_one_statement: ClassVar[bool] = False
-    over_network: ClassVar[bool] = False
-    notifies: ClassVar[bool] = False
-    reads_due_at_once: ClassVar[bool] = False
+    folder: ClassVar[Path] = Path(__file__).parent
+    sql_files: ClassVar[tuple[str, ...]] = (
+        "accept.sql",
+        "claims.sql",
+        "completion.sql",
+        "outbox.sql",
+        "leader.sql",
+        "webhooks.sql",
+        "schedules.sql",
+        "sessions.sql",
+        "limits.sql",
+        "operator.sql",
+        "reads.sql",
+        "upkeep.sql",
+    )
     # A read takes no write lock: its BEGIN is deferred.
     read_options: ClassVar[Mapping[str, Any]] = {"sqlite_begin": "DEFERRED"}
+
+    def commits_statement_alone(self) -> bool:
+        return False
+
+    def calls_may_wait_on_network(self) -> bool:
+        return False
+
+    def announces_commits(self) -> bool:
+        return False
+
+    def reads_due_in_one_statement(self) -> bool:
+        return False
+
+    def array(self, values: Sequence[Any]) -> Any:
+        return json.dumps(list(values))  # read by json_each
 
     def make_engine(
         self, url: URL, settings: Settings, options: dict[str, Any], *, role: str | None, **kwargs: Any
@@ -247,11 +274,6 @@ class SQLiteDriver(Driver):
 
     def adapted(self, statement: Any) -> Any:
         return _ADAPTED.get(id(statement), statement)
-
-    def shared_statements(self) -> list[tuple[str, Any]]:
-        from outbox_bridge.jobstore import claiming as claims  # (claiming uses the drivers)
-
-        return [("CLAIM", claiming(claims._claim_many(None))), ("RELAY_READ_ROWS", relayrole._ROWS)]
 
     def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         # SQLite's planner keeps no statistics the store relies on, and it drops a row's index entries when

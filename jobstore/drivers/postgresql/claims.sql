@@ -1,0 +1,1 @@
+-- The postgresql driver's statements: claims (named blocks, as jobstore/drivers/sqlfile.py reads them).

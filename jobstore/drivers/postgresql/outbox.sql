@@ -1,0 +1,1 @@
+-- The postgresql driver's statements: outbox (named blocks, as jobstore/drivers/sqlfile.py reads them).

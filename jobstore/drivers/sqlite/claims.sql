@@ -1,0 +1,1 @@
+-- The sqlite driver's statements: claims (named blocks, as jobstore/drivers/sqlfile.py reads them).

@@ -1,0 +1,1 @@
+-- The sqlite driver's statements: schedules (named blocks, as jobstore/drivers/sqlfile.py reads them).

@@ -1,0 +1,1 @@
+-- The sqlite driver's statements: upkeep (named blocks, as jobstore/drivers/sqlfile.py reads them).
