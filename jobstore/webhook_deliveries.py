@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection, func, insert, literal_column, select, update
 
+from outbox_bridge.core.backoff import Backoff, Jitter
 from outbox_bridge.jobstore.schema import webhook_attempts, webhook_deliveries, webhook_endpoints
 from outbox_bridge.jobstore.webhooks import Delivery, DeliveryState, Endpoint
 
@@ -28,18 +29,19 @@ _PENDING = webhook_deliveries.c.state == literal_column("'pending'")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How a delivery is retried: full-jitter exponential backoff, for `retry_seconds` from its creation
-    (or replay)."""
+    """How a delivery is retried: after its `attempts`-th failed attempt it waits `backoff.seconds(attempts)`
+    (the webhooks' own base and cap, with `Jitter.FULL` so retries of many deliveries spread out), for
+    `retry_seconds` from its creation (or replay)."""
 
-    base: float
-    cap: float
+    backoff: Backoff
     retry_seconds: float
 
-    def backoff(self, attempts: int, rng: random.Random | None = None) -> float:
-        """The pause after the `attempts`-th failed attempt: anywhere from 0 to `base * 2^(attempts-1)`,
-        capped (full jitter, so retries of many deliveries spread out)."""
-        ceiling = min(self.cap, self.base * 2.0 ** min(max(attempts, 1) - 1, 64))
-        return (rng or random).uniform(0.0, ceiling)
+    @classmethod
+    def of(
+        cls, base: float, cap: float, retry_seconds: float, rng: random.Random | None = None
+    ) -> RetryPolicy:
+        """Full-jitter backoff from `base` doubling to `cap`, retried for `retry_seconds`."""
+        return cls(Backoff(base, cap, rng, Jitter.FULL), retry_seconds)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def decide(delivery: Delivery, attempted: Attempted, policy: RetryPolicy, now: f
     ends = delivery.retrying_since + policy.retry_seconds
     if now >= ends:
         return Decision(DeliveryState.FAILED, delivery.next_attempt_at)
-    return Decision(DeliveryState.PENDING, min(ends, now + policy.backoff(delivery.attempts + 1)))
+    return Decision(DeliveryState.PENDING, min(ends, now + policy.backoff.seconds(delivery.attempts + 1)))
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ class WebhookSender:
         self.settings = settings
         self.engine = engine
         self._holds_role = holds_role
-        self._policy = RetryPolicy(
+        self._policy = RetryPolicy.of(
             settings.webhook_backoff_base_seconds,
             settings.webhook_backoff_max_seconds,
             settings.webhook_retry_seconds,

@@ -1,33 +1,55 @@
-"""Backoff: how long to wait before trying again. Shared by the store (a failed attempt's retry), the
-consumer and the relays (reconnects, store outages), so it lives here, beneath all of them."""
+"""Backoff: how long to wait before trying again. Shared by the store (a failed attempt's retry, a webhook
+delivery's retry), the consumer and the relays (reconnects, store outages), so it lives here, beneath all
+of them."""
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from enum import Enum
 
 
-def compute_backoff(attempts: int, *, base: float, cap: float, rng: random.Random | None = None) -> float:
-    """Seconds to wait before the next attempt: exponential in `attempts` (>= 1), capped, with full jitter
-    over the upper half so delays still grow from one attempt to the next."""
+class Jitter(float, Enum):
+    """How much of its ceiling a pause may fall short of, as the share of the ceiling it always keeps."""
+
+    # Between half and all of the ceiling: pauses still grow from one attempt to the next (a job's
+    # retries, reconnects, store outages).
+    UPPER_HALF = 0.5
+    # Anywhere from 0 to the ceiling: retries of many items that failed together spread out the most
+    # (webhook deliveries to an endpoint that was down).
+    FULL = 0.0
+
+
+def compute_backoff(
+    attempts: int,
+    *,
+    base: float,
+    cap: float,
+    rng: random.Random | None = None,
+    jitter: Jitter = Jitter.UPPER_HALF,
+) -> float:
+    """Seconds to wait before the next attempt: exponential in `attempts` (>= 1) from `base`, capped at
+    `cap`, jittered over the part of that ceiling that `jitter` leaves open (by default the upper half,
+    so delays still grow from one attempt to the next). 0 before any attempt or without a base."""
     if attempts < 1 or base <= 0:
         return 0.0
     # The exponent is bounded so a large attempt count gives the cap, not an OverflowError.
     ceiling = min(cap, base * 2.0 ** min(attempts - 1, 64))
-    jitter = (rng or random).random()
-    return ceiling * (0.5 + 0.5 * jitter)
+    draw = (rng or random).random()
+    return ceiling * (jitter.value + (1.0 - jitter.value) * draw)
 
 
 @dataclass(frozen=True)
 class Backoff:
-    """A retry policy: `compute_backoff` with a fixed base, cap and (in tests) source of jitter."""
+    """A retry policy: `compute_backoff` with a fixed base, cap, jitter and (in tests) source of jitter."""
 
     base: float
     cap: float
     rng: random.Random | None = None
+    jitter: Jitter = Jitter.UPPER_HALF
 
     def seconds(self, attempts: int) -> float:
-        return compute_backoff(attempts, base=self.base, cap=self.cap, rng=self.rng)
+        return compute_backoff(attempts, base=self.base, cap=self.cap, rng=self.rng, jitter=self.jitter)
 
 
 # Enough doublings to reach any cap from any base this project uses.

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from outbox_bridge.core.backoff import compute_backoff
+from outbox_bridge.core.backoff import Jitter, compute_backoff
 from outbox_bridge.jobstore.decisions import (
     STORAGE_FAULT,
     STORAGE_RETRY_BUDGET,
@@ -101,6 +101,21 @@ def test_backoff_jitter_spreads_delays_over_the_upper_half() -> None:
     assert min(delays) >= 2.0 and max(delays) <= 4.0
     assert max(delays) - min(delays) > 1.5
     assert len(set(delays)) > 400
+
+
+@given(
+    attempts=st.integers(1, 5000),
+    base=st.floats(0.001, 100.0),
+    cap=st.floats(0.0, 3600.0),
+    jitter=st.floats(0.0, 1.0, exclude_max=True),
+)
+def test_full_jitter_backoff_is_anywhere_from_zero_to_its_capped_ceiling(
+    attempts: int, base: float, cap: float, jitter: float
+) -> None:
+    delay = compute_backoff(attempts, base=base, cap=cap, rng=FixedRandom(jitter), jitter=Jitter.FULL)
+    ceiling = min(cap, base * 2.0 ** min(attempts - 1, 64))
+    assert delay == FixedRandom(jitter).uniform(0.0, ceiling)
+    assert 0.0 <= delay <= ceiling
 
 
 def test_backoff_of_a_huge_attempt_count_is_the_cap_not_an_overflow() -> None:

@@ -15,7 +15,7 @@ from outbox_bridge.jobstore.webhooks import EVENTS, Delivery, DeliveryState, End
 from outbox_bridge.relay.webhook_request import cloud_event, headers
 
 T0 = 1_700_000_000.0
-POLICY = RetryPolicy(base=1.0, cap=3600.0, retry_seconds=86400.0)
+POLICY = RetryPolicy.of(base=1.0, cap=3600.0, retry_seconds=86400.0)
 
 
 def a_delivery(**fields: object) -> Delivery:
@@ -59,9 +59,9 @@ def test_the_last_retry_is_never_scheduled_past_the_window() -> None:
 
 
 def test_backoff_is_full_jitter_doubling_to_the_cap() -> None:
-    rng = random.Random(7)
+    policy = RetryPolicy.of(base=1.0, cap=3600.0, retry_seconds=86400.0, rng=random.Random(7))
     for attempts, ceiling in [(1, 1.0), (2, 2.0), (5, 16.0), (13, 3600.0), (500, 3600.0)]:
-        waits = [POLICY.backoff(attempts, rng) for _ in range(200)]
+        waits = [policy.backoff.seconds(attempts) for _ in range(200)]
         assert all(0.0 <= w <= ceiling for w in waits)
         assert min(waits) < ceiling * 0.1 and max(waits) > ceiling * 0.9  # anywhere from 0 to the ceiling
 
