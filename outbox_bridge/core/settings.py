@@ -65,6 +65,58 @@ class SecretFiles(PydanticBaseSettingsSource):
         return found
 
 
+# The validators of `Settings`' fields, each named in the class beside the fields it applies to.
+
+
+def empty_is_unset(value: object) -> object:
+    """`AUTH_ISSUER=` (set, but empty) means no issuer check, as when it is not set at all."""
+    return None if value == "" else value
+
+
+def split_kinds(value: object, info: ValidationInfo) -> object:
+    """A comma-separated list; ALLOWED_KINDS set but empty means unset."""
+    if isinstance(value, str):
+        names = tuple(k.strip() for k in value.split(",") if k.strip())
+        return names if names or info.field_name != "allowed_kinds" else None
+    return value
+
+
+def check_broker_addresses(value: str) -> str:
+    """Every listed address is a URL pika can use (`core.amqp_urls.check`)."""
+    amqp_urls.check(value)
+    return value
+
+
+def split_pairs(value: object) -> object:
+    """A comma-separated list of `kind=value`; each rate is checked (`limits.parse_rate`)."""
+    if not isinstance(value, str):
+        return value
+    pairs: dict[str, str] = {}
+    for item in (part.strip() for part in value.split(",")):
+        if not item:
+            continue
+        kind, equals, limit = (part.strip() for part in item.partition("="))
+        if not kind or not equals or not limit:
+            raise ValueError(f"{item!r} is not kind=value")
+        pairs[kind] = limit
+    return pairs
+
+
+def check_kind_caps(value: dict[str, int]) -> dict[str, int]:
+    """Every kind's cap (`KIND_MAX_RUNNING`) is 1 or more."""
+    for kind, cap in value.items():
+        if cap < 1:
+            raise ValueError(f"{kind}={cap}: a kind's cap is 1 or more")
+    return value
+
+
+def check_kind_rates(value: dict[str, str]) -> dict[str, str]:
+    """Every kind's rate (`KIND_RATE_LIMITS`) is one `parse_rate` reads."""
+    for kind, rate in value.items():
+        parse_rate(f"{kind}={rate}", rate)
+    return value
+
+
 class Settings(BaseSettings):
     # Each field's docstring is its description, which docs/settings.md shows (`core/reference.py`). A
     # refused value is never repeated in the error: it may hold a password (`SECRET_SETTINGS`).
@@ -325,58 +377,13 @@ class Settings(BaseSettings):
     stats_dir: Path | None = None
     """When set, long-running processes write their store counters and CPU time here (for the benchmark)."""
 
-    @field_validator("auth_issuer", "auth_audience", mode="before")
-    @classmethod
-    def _empty_is_unset(cls, value: object) -> object:
-        """`AUTH_ISSUER=` (set, but empty) means no issuer check, as when it is not set at all."""
-        return None if value == "" else value
-
-    @field_validator("allowed_kinds", "outbox_bridge_kinds", mode="before")
-    @classmethod
-    def _split_kinds(cls, value: object, info: ValidationInfo) -> object:
-        """A comma-separated list; ALLOWED_KINDS set but empty means unset."""
-        if isinstance(value, str):
-            names = tuple(k.strip() for k in value.split(",") if k.strip())
-            return names if names or info.field_name != "allowed_kinds" else None
-        return value
-
-    @field_validator("rabbitmq_url")
-    @classmethod
-    def _broker_addresses(cls, value: str) -> str:
-        """Every listed address is a URL pika can use (`core.amqp_urls.check`)."""
-        amqp_urls.check(value)
-        return value
-
-    @field_validator("kind_max_running", "kind_rate_limits", mode="before")
-    @classmethod
-    def _split_pairs(cls, value: object, info: ValidationInfo) -> object:
-        """A comma-separated list of `kind=value`; each rate is checked (`limits.parse_rate`)."""
-        if not isinstance(value, str):
-            return value
-        pairs: dict[str, str] = {}
-        for item in (part.strip() for part in value.split(",")):
-            if not item:
-                continue
-            kind, equals, limit = (part.strip() for part in item.partition("="))
-            if not kind or not equals or not limit:
-                raise ValueError(f"{item!r} is not kind=value")
-            pairs[kind] = limit
-        return pairs
-
-    @field_validator("kind_max_running")
-    @classmethod
-    def _positive_caps(cls, value: dict[str, int]) -> dict[str, int]:
-        for kind, cap in value.items():
-            if cap < 1:
-                raise ValueError(f"{kind}={cap}: a kind's cap is 1 or more")
-        return value
-
-    @field_validator("kind_rate_limits")
-    @classmethod
-    def _rates(cls, value: dict[str, str]) -> dict[str, str]:
-        for kind, rate in value.items():
-            parse_rate(f"{kind}={rate}", rate)
-        return value
+    # The validators are functions of this module (above), applied here to the fields they check.
+    _empty_is_unset = field_validator("auth_issuer", "auth_audience", mode="before")(empty_is_unset)
+    _split_kinds = field_validator("allowed_kinds", "outbox_bridge_kinds", mode="before")(split_kinds)
+    _broker_addresses = field_validator("rabbitmq_url")(check_broker_addresses)
+    _split_pairs = field_validator("kind_max_running", "kind_rate_limits", mode="before")(split_pairs)
+    _positive_caps = field_validator("kind_max_running")(check_kind_caps)
+    _rates = field_validator("kind_rate_limits")(check_kind_rates)
 
     @property
     def alive_within_seconds(self) -> float:
