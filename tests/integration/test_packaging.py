@@ -64,6 +64,9 @@ def test_the_repositorys_folders_are_subpackages_with_their_files(
     assert any(n.startswith("outbox_bridge/jobstore/migrations/versions/") for n in names)
     assert any(n.startswith("outbox_bridge/api/static/") for n in names)
     assert any(n.startswith("outbox_bridge/api/templates/") for n in names)
+    # Each store driver's statements, which it reads from its folder.
+    for driver in ("sqlite", "postgresql"):
+        assert f"outbox_bridge/jobstore/drivers/{driver}/sessions.sql" in names, driver
 
 
 def test_the_editable_install_adds_no_name_but_outbox_bridge(tmp_path: Path) -> None:

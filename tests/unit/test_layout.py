@@ -2,6 +2,8 @@
 shared pieces live in a room both sides import and nothing is borrowed sideways or from above."""
 
 import ast
+import os
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,14 @@ FLOORS = {
 
 
 PACKAGE = ROOT / "outbox_bridge"
+SETUPTOOLS = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+
+
+def folder_of(package: str) -> Path:
+    """Where the sources of `outbox_bridge.<package>` live: a folder of the package's own, or one at the
+    repository's top level that pyproject.toml maps into it (`package-dir`)."""
+    mapped = SETUPTOOLS["package-dir"].get(f"outbox_bridge.{package}")
+    return ROOT / mapped if mapped else PACKAGE / package
 
 
 def floor_of(module: str, names: list[str]) -> set[str]:
@@ -54,7 +64,7 @@ def imported_packages(path: Path) -> set[str]:
 def sources(package: str) -> list[Path]:
     if package == "outbox_bridge":
         return sorted(PACKAGE.glob("*.py"))
-    return sorted((PACKAGE / package).resolve().rglob("*.py"))
+    return sorted(folder_of(package).rglob("*.py"))
 
 
 @pytest.mark.parametrize("package", sorted(FLOORS))
@@ -69,5 +79,32 @@ def test_a_package_imports_only_packages_on_lower_floors(package: str) -> None:
 
 
 def test_every_package_of_the_project_has_a_floor() -> None:
-    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} | {"outbox_bridge"}
+    mapped = {name.split(".")[1] for name in SETUPTOOLS["package-dir"] if name.count(".") == 1}
+    packages = {p.parent.name for p in PACKAGE.glob("*/__init__.py")} | mapped | {"outbox_bridge"}
     assert packages == FLOORS.keys()
+
+
+def test_every_source_file_has_one_path() -> None:
+    """No symbolic link stands in for a second path: the mapped folders reach the package through
+    pyproject.toml alone."""
+    links = []
+    for directory, folders, files in os.walk(ROOT):
+        folders[:] = [name for name in folders if name not in {".venv", ".git", "build", "data"}]
+        links += [os.path.join(directory, name) for name in folders + files]
+    assert not [link for link in links if os.path.islink(link)]
+
+
+def test_the_wheel_names_every_package_of_the_mapped_folders() -> None:
+    """setuptools finds no package in a mapped folder by itself: pyproject.toml's `packages` names each."""
+    found = {"outbox_bridge"}
+    for package, folder in SETUPTOOLS["package-dir"].items():
+        for init in (ROOT / folder).rglob("__init__.py"):
+            parts = init.parent.relative_to(ROOT / folder).parts
+            if (
+                package == "outbox_bridge"
+                and parts
+                and f"outbox_bridge.{parts[0]}" in SETUPTOOLS["package-dir"]
+            ):
+                continue
+            found.add(".".join((package, *parts)))
+    assert found == set(SETUPTOOLS["packages"])
