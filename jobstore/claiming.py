@@ -213,7 +213,7 @@ def _take_within(
         conn, job_ids, worker, now, lease_seconds, guard=limits.kinds, drop_pending=drop_pending, ahead=ahead
     )
     left = [job_id for job_id in job_ids if job_id not in taken]
-    found = flow.candidates(conn, left, now, _QUEUED_CLAIMABLE) if left else []
+    found = flow.candidates(conn, left, now) if left else []
     if not found:
         return taken, set()
     decision = flow.admit(conn, limits, found, now)

@@ -28,31 +28,17 @@ walks the table again at its next claim."""
 
 from __future__ import annotations
 
-import functools
 import zlib
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    ColumnElement,
-    Connection,
-    Select,
-    and_,
-    bindparam,
-    func,
-    insert,
-    literal_column,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, literal_column, or_, select
 
-from outbox_bridge.jobstore import drivers, outbox
-from outbox_bridge.jobstore.schema import jobs, kind_rates, state_is
-from outbox_bridge.jobstore.schema import outbox as outbox_rows
+from outbox_bridge.jobstore import db, drivers, outbox
+from outbox_bridge.jobstore.schema import jobs, state_is
 from outbox_bridge.jobstore.states import State
 
 if TYPE_CHECKING:
@@ -121,42 +107,16 @@ class Decision:
 
 # Advisory lock spaces: apart from the tenants' (`tenantcap`) and from each other.
 _KIND_SPACE, _KEY_SPACE = 0x6B69, 0x6B65
-_RUNNING_KINDS = (
-    select(jobs.c.kind, func.count())
-    .where(state_is(State.RUNNING), jobs.c.kind.in_(bindparam("b_kinds", expanding=True)))
-    .group_by(jobs.c.kind)
-)
-_RUNNING_KEYS = (
-    select(jobs.c.tenant, jobs.c.concurrency_key, func.count())
-    .where(
-        jobs.c.tenant.in_(bindparam("b_tenants", expanding=True)),
-        jobs.c.concurrency_key.in_(bindparam("b_keys", expanding=True)),
-        state_is(State.RUNNING),
-    )
-    .group_by(jobs.c.tenant, jobs.c.concurrency_key)
-)
-_NEXT_STARTS = select(kind_rates.c.kind, kind_rates.c.next_start_at).where(
-    kind_rates.c.kind.in_(bindparam("b_kinds", expanding=True))
-)
 
 
-def candidates(
-    conn: Connection, job_ids: Sequence[str], now: float, claimable: ColumnElement[bool]
-) -> list[Candidate]:
-    """Those of `job_ids` that `claimable` (the claim's own condition for a queued job, reading `b_now`)
-    holds for at `now`, in the order of `job_ids`: the jobs a claim's guard left to the limits."""
+def candidates(conn: Connection, job_ids: Sequence[str], now: float) -> list[Candidate]:
+    """Those of `job_ids` that a claim could start at `now` but for the flow limits (the claim's own
+    condition for a queued job), in the order of `job_ids`: the jobs a claim's guard left to the limits."""
     if not job_ids:
         return []
-    found = conn.execute(_candidates(claimable), {"b_ids": list(job_ids), "b_now": now})
+    found = db.execute(conn, "limit_candidates", {"ids": _array(conn, job_ids), "now": now})
     by_id = {row[0]: Candidate(*row) for row in found}
     return [by_id[job_id] for job_id in dict.fromkeys(job_ids) if job_id in by_id]
-
-
-@functools.cache
-def _candidates(claimable: ColumnElement[bool]) -> Any:
-    return select(jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.concurrency_key).where(
-        jobs.c.id.in_(bindparam("b_ids", expanding=True)), claimable
-    )
 
 
 def admit(conn: Connection, limits: Limits, found: Sequence[Candidate], now: float) -> Decision:
@@ -165,8 +125,8 @@ def admit(conn: Connection, limits: Limits, found: Sequence[Candidate], now: flo
     capped = sorted({c.kind for c in found if c.kind in limits.kind_max_running})
     rated = sorted({c.kind for c in found if c.kind in limits.kind_intervals})
     keys = sorted({(c.tenant, c.key) for c in found if c.key is not None})
-    _lock(conn, [(_KIND_SPACE, kind) for kind in sorted({*capped, *rated})])
-    _lock(conn, [(_KEY_SPACE, f"{tenant}\x00{key}") for tenant, key in keys])
+    kind_locks = [(_KIND_SPACE, kind) for kind in sorted({*capped, *rated})]
+    _lock(conn, kind_locks + [(_KEY_SPACE, f"{tenant}\x00{key}") for tenant, key in keys])
     kinds_running = _running_kinds(conn, capped)
     keys_running = _running_keys(conn, keys)
     next_starts = _next_starts(conn, rated)
@@ -196,12 +156,10 @@ def started(conn: Connection, limits: Limits, kinds: Iterable[str], now: float) 
     later (the caller holds the kind's lock: `admit`), and the next of its held jobs is given its turn
     then (`_next_turn`)."""
     rated = sorted(set(kinds) & set(limits.kind_intervals))
-    for kind in rated:
-        due = now + limits.kind_intervals[kind]
-        changed = conn.execute(update(kind_rates).where(kind_rates.c.kind == kind).values(next_start_at=due))
-        if changed.rowcount == 0:
-            conn.execute(insert(kind_rates).values(kind=kind, next_start_at=due))
-    _next_turn(conn, rated, now)
+    if rated:
+        due = [{"kind": kind, "next_start_at": now + limits.kind_intervals[kind]} for kind in rated]
+        db.execute_many(conn, "limit_rate_started", due)
+        _next_turn(conn, rated, now)
 
 
 def hold(conn: Connection, decision: Decision, found: Sequence[Candidate], now: float) -> None:
@@ -212,11 +170,7 @@ def hold(conn: Connection, decision: Decision, found: Sequence[Candidate], now: 
     for why in Held:
         ids = [job_id for job_id, held in decision.held.items() if held is why]
         if ids:
-            conn.execute(
-                update(jobs)
-                .where(jobs.c.id.in_(ids), state_is(State.QUEUED))
-                .values(held_by=why.value, updated_at=now)
-            )
+            db.execute(conn, "limit_hold", {"ids": _array(conn, ids), "held_by": why.value, "now": now})
     rated = sorted({c.kind for c in found if decision.held.get(c.job_id) is Held.RATE})
     if rated:
         _next_turn(conn, rated, now)
@@ -226,53 +180,17 @@ def hold(conn: Connection, decision: Decision, found: Sequence[Candidate], now: 
 # start in) has an outbox row due at the kind's next start, the others none. When it starts, the claim gives
 # the next one its turn; when a job that arrived meanwhile took the start, it is refused again and keeps
 # the turn. One delivery per start, whatever the backlog.
-_HAS_TURN = (
-    select(jobs.c.id)
-    .select_from(jobs.join(outbox_rows, outbox_rows.c.job_id == jobs.c.id))
-    .where(
-        jobs.c.held_by == Held.RATE.value,
-        jobs.c.kind == bindparam("b_kind"),
-        state_is(State.QUEUED),
-        outbox_rows.c.published_at.is_(None),
-    )
-    .limit(1)
-)
-
-
-def _held_in_start_order(held: Held, *of: ColumnElement[bool]) -> Select[Any]:
-    """The ids of the queued jobs `held` holds back that match `of`, in the order jobs start in."""
-    return (
-        select(jobs.c.id)
-        .where(jobs.c.held_by == held.value, *of, state_is(State.QUEUED))
-        .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
-    )
-
-
-_FIRST_HELD_BY_RATE = _held_in_start_order(Held.RATE, jobs.c.kind == bindparam("b_kind")).limit(1)
-
-
 def _next_turn(conn: Connection, kinds: Sequence[str], now: float) -> int:
     """For each of `kinds` whose held jobs have none waiting for its turn, the first one's turn: an outbox
     row due at the kind's next start. Returns how many turns were given."""
     given = 0
     next_starts = _next_starts(conn, kinds)
     for kind in kinds:
-        if conn.execute(_HAS_TURN, {"b_kind": kind}).first() is not None:
-            continue
-        first = conn.execute(_FIRST_HELD_BY_RATE, {"b_kind": kind}).scalar()
-        if first is not None:
-            outbox.add(conn, str(first), available_at=max(next_starts.get(kind, now), now), now=now)
+        first = db.execute(conn, "limit_first_without_turn", {"kind": kind})
+        if first:
+            outbox.add(conn, str(first[0][0]), available_at=max(next_starts.get(kind, now), now), now=now)
             given += 1
     return given
-
-
-# The held jobs of one kind, or of one tenant's key, in the order jobs start in.
-_HELD_OF_KIND = _held_in_start_order(Held.KIND, jobs.c.kind == bindparam("b_kind")).limit(
-    bindparam("b_limit")
-)
-_HELD_OF_KEY = _held_in_start_order(
-    Held.KEY, jobs.c.tenant == bindparam("b_tenant"), jobs.c.concurrency_key == bindparam("b_key")
-).limit(bindparam("b_limit"))
 
 
 @dataclass(frozen=True)
@@ -311,21 +229,15 @@ def _with_room(
     for kind in kinds:
         room = limits.kind_max_running.get(kind, _NO_CAP) - running[kind]
         if room > 0:
-            chosen += conn.execute(_HELD_OF_KIND, {"b_kind": kind, "b_limit": room}).scalars()
+            rows = db.execute(conn, "limit_held_of_kind", {"kind": kind, "limit": room})
+            chosen += [row[0] for row in rows]
     keys_running = _running_keys(conn, keys)
     for tenant, key in keys:
         room = limits.key_max_running - keys_running[(tenant, key)]
         if room > 0:
-            params = {"b_tenant": tenant, "b_key": key, "b_limit": room}
-            chosen += conn.execute(_HELD_OF_KEY, params).scalars()
+            rows = db.execute(conn, "limit_held_of_key", {"tenant": tenant, "key": key, "limit": room})
+            chosen += [row[0] for row in rows]
     return list(dict.fromkeys(chosen))
-
-
-_HELD_GROUPS = (
-    select(jobs.c.held_by, jobs.c.kind, jobs.c.tenant, jobs.c.concurrency_key, func.count())
-    .where(jobs.c.held_by.is_not(None), state_is(State.QUEUED))
-    .group_by(jobs.c.held_by, jobs.c.kind, jobs.c.tenant, jobs.c.concurrency_key)
-)
 
 
 def release_held(conn: Connection, limits: Limits, now: float) -> int:
@@ -334,12 +246,8 @@ def release_held(conn: Connection, limits: Limits, now: float) -> int:
     PostgreSQL, a limit raised or removed), and give a rate-limited kind's held jobs their turn again
     when none has it (its delivery went missing); forget `held_by` of jobs no longer queued. One read of
     the (empty, mostly) held jobs' index when nothing is held. Returns how many jobs were announced."""
-    conn.execute(
-        update(jobs)
-        .where(jobs.c.held_by.is_not(None), jobs.c.state != State.QUEUED.value)
-        .values(held_by=None)
-    )
-    groups = conn.execute(_HELD_GROUPS).all()
+    db.execute(conn, "limit_forget_unqueued")
+    groups = db.execute(conn, "limit_held_groups")
     if not groups:
         return 0
     kinds = sorted({kind for why, kind, _, _, _ in groups if why == Held.KIND.value})
@@ -348,25 +256,23 @@ def release_held(conn: Connection, limits: Limits, now: float) -> int:
     rated = sorted({kind for why, kind, _, _, _ in groups if why == Held.RATE.value})
     if rated:
         unlimited = [kind for kind in rated if kind not in limits.kind_intervals]
-        announced += _announce(conn, [*_held_of(conn, unlimited)], now)
+        announced += _announce(conn, _held_of(conn, unlimited), now)
         announced += _next_turn(conn, [kind for kind in rated if kind in limits.kind_intervals], now)
     return announced
 
 
-def _held_of(conn: Connection, kinds: Sequence[str]) -> Iterator[str]:
+def _held_of(conn: Connection, kinds: Sequence[str]) -> list[str]:
     """The rate-held jobs of `kinds` (whose rate was removed)."""
-    if kinds:
-        query = select(jobs.c.id).where(
-            jobs.c.held_by == Held.RATE.value, jobs.c.kind.in_(kinds), state_is(State.QUEUED)
-        )
-        yield from conn.execute(query).scalars()
+    if not kinds:
+        return []
+    return [row[0] for row in db.execute(conn, "limit_held_of_rates", {"kinds": _array(conn, kinds)})]
 
 
 def _announce(conn: Connection, job_ids: list[str], now: float) -> int:
     """Each of `job_ids` is held no more and gets an outbox row, due now, in this order."""
     if not job_ids:
         return 0
-    conn.execute(update(jobs).where(jobs.c.id.in_(job_ids)).values(held_by=None, updated_at=now))
+    db.execute(conn, "limit_release", {"ids": _array(conn, job_ids), "now": now})
     outbox.add_many(conn, [(job_id, now, now) for job_id in job_ids])
     return len(job_ids)
 
@@ -409,37 +315,34 @@ class HeldCount:
     queued: int
 
 
-_HELD_COUNTS = (
-    select(jobs.c.kind, jobs.c.held_by, func.count())
-    .where(jobs.c.held_by.is_not(None), state_is(State.QUEUED))
-    .group_by(jobs.c.kind, jobs.c.held_by)
-    .order_by(jobs.c.kind, jobs.c.held_by)
-)
-
-
 def held_counts(conn: Connection) -> list[HeldCount]:
     """The jobs the limits hold back now, by kind and limit (a read of the held jobs' index)."""
-    return [HeldCount(str(kind), str(why), int(n)) for kind, why, n in conn.execute(_HELD_COUNTS)]
+    return [HeldCount(str(kind), str(why), int(n)) for kind, why, n in db.execute(conn, "limit_held_counts")]
 
 
 def _lock(conn: Connection, keys: Sequence[tuple[int, str]]) -> None:
-    drivers.of(conn).lock_keys(
-        conn, ((space, zlib.crc32(name.encode()) - 2**31) for space, name in sorted(keys))
-    )
+    """Take this transaction's lock on each (space, name), in the order given (`Driver.lock_keys`)."""
+    drivers.of(conn).lock_keys(conn, ((space, zlib.crc32(name.encode()) - 2**31) for space, name in keys))
+
+
+def _array(conn: Connection, values: Collection[str]) -> Any:
+    return drivers.of(conn).array(list(values))
 
 
 def _running_kinds(conn: Connection, kinds: Collection[str]) -> Counter[str]:
     if not kinds:
         return Counter()
-    rows = conn.execute(_RUNNING_KINDS, {"b_kinds": sorted(kinds)})
+    rows = db.execute(conn, "limit_running_by_kind", {"kinds": _array(conn, sorted(kinds))})
     return Counter({str(kind): int(count) for kind, count in rows})
 
 
 def _running_keys(conn: Connection, keys: Collection[tuple[str, str]]) -> Counter[tuple[str, str]]:
     if not keys:
         return Counter()
-    params = {"b_tenants": sorted({t for t, _ in keys}), "b_keys": sorted({k for _, k in keys})}
-    rows = conn.execute(_RUNNING_KEYS, params)
+    tenants, names = sorted({t for t, _ in keys}), sorted({k for _, k in keys})
+    rows = db.execute(
+        conn, "limit_running_by_key", {"tenants": _array(conn, tenants), "keys": _array(conn, names)}
+    )
     wanted = set(keys)
     counts: Counter[tuple[str, str]] = Counter()
     for tenant, key, count in rows:
@@ -451,4 +354,5 @@ def _running_keys(conn: Connection, keys: Collection[tuple[str, str]]) -> Counte
 def _next_starts(conn: Connection, kinds: Collection[str]) -> dict[str, float]:
     if not kinds:
         return {}
-    return {str(kind): float(at) for kind, at in conn.execute(_NEXT_STARTS, {"b_kinds": sorted(kinds)})}
+    rows = db.execute(conn, "limit_next_starts", {"kinds": _array(conn, sorted(kinds))})
+    return {str(kind): float(at) for kind, at in rows}

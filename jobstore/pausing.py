@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, and_, case, delete, func, insert, literal, select
+from sqlalchemy import Connection, select
 
-from outbox_bridge.jobstore import host_notify
-from outbox_bridge.jobstore.schema import jobs, kind_actions, outbox, paused_kinds, state_is
-from outbox_bridge.jobstore.states import State
+from outbox_bridge.jobstore import db, host_notify
+from outbox_bridge.jobstore.schema import jobs, paused_kinds
 
 # The job at hand is not of a paused kind: a condition of the claim's statements (a subquery of a table of a
 # few rows, read once per statement).
@@ -38,9 +37,9 @@ class PausedKind:
 
 def pause(conn: Connection, kind: str, now: float, *, actor: str, note: str | None = None) -> bool:
     """Pause `kind`, recorded; False (and nothing recorded) when it is paused already."""
-    if is_paused(conn, kind):
+    values = {"kind": kind, "now": now, "actor": actor, "note": note or None}
+    if not db.execute(conn, "kind_pause", values):
         return False
-    conn.execute(insert(paused_kinds).values(kind=kind, paused_at=now, paused_by=actor, note=note or None))
     _record(conn, kind, "pause", actor=actor, note=note, now=now)
     return True
 
@@ -48,57 +47,36 @@ def pause(conn: Connection, kind: str, now: float, *, actor: str, note: str | No
 def resume(conn: Connection, kind: str, now: float, *, actor: str, note: str | None = None) -> int | None:
     """Resume `kind`, recorded, and announce its queued jobs that have no delivery waiting to be published
     (`announce_queued`); how many were announced, or None (nothing changed) when it was not paused."""
-    if conn.execute(delete(paused_kinds).where(paused_kinds.c.kind == kind)).rowcount != 1:
+    if not db.execute(conn, "kind_resume", {"kind": kind}):
         return None
     _record(conn, kind, "resume", actor=actor, note=note, now=now)
     return announce_queued(conn, kind, now)
 
 
 def is_paused(conn: Connection, kind: str) -> bool:
-    return conn.execute(select(paused_kinds.c.kind).where(paused_kinds.c.kind == kind)).first() is not None
+    return bool(db.execute(conn, "kind_is_paused", {"kind": kind}))
 
 
 def paused(conn: Connection) -> list[PausedKind]:
     """The paused kinds, the longest paused first, each with its count of queued jobs."""
-    queued = (
-        select(func.count())
-        .where(state_is(State.QUEUED), jobs.c.kind == paused_kinds.c.kind)
-        .scalar_subquery()
-    )
-    rows = conn.execute(
-        select(paused_kinds, queued.label("queued")).order_by(paused_kinds.c.paused_at, paused_kinds.c.kind)
-    ).mappings()
-    return [PausedKind(**row) for row in rows]
+    return [PausedKind(*row) for row in db.execute(conn, "kind_paused")]
 
 
 def paused_since(conn: Connection) -> dict[str, float]:
     """When each paused kind was paused."""
-    rows = conn.execute(select(paused_kinds.c.kind, paused_kinds.c.paused_at))
-    return {str(kind): float(at) for kind, at in rows}
-
-
-_PENDING = select(outbox.c.id).where(outbox.c.job_id == jobs.c.id, outbox.c.published_at.is_(None)).exists()
+    return {str(kind): float(at) for kind, at in db.execute(conn, "kind_paused_since")}
 
 
 def announce_queued(conn: Connection, kind: str, now: float) -> int:
     """Give each queued job of `kind` with no delivery waiting to be published a new outbox row, due when
     the job is (a delayed one at its start), written in the order the jobs start in, in one statement.
     Returns how many were announced."""
-    due = case((jobs.c.available_at > now, jobs.c.available_at), else_=now)
-    waiting = and_(state_is(State.QUEUED), jobs.c.kind == kind, ~_PENDING)
-    rows = (
-        select(jobs.c.id, literal(now), due, literal(0), jobs.c.tenant, jobs.c.priority)
-        .where(waiting)
-        .order_by(jobs.c.priority, jobs.c.available_at, jobs.c.id)
-    )
-    columns = ["job_id", "created_at", "available_at", "publish_attempts", "tenant", "priority"]
-    announced = len(conn.execute(insert(outbox).from_select(columns, rows).returning(outbox.c.id)).all())
+    announced = len(db.execute(conn, "kind_announce_queued", {"kind": kind, "now": now}))
     if announced:
         host_notify.note_outbox_row(conn, now)
     return announced
 
 
 def _record(conn: Connection, kind: str, action: str, *, actor: str, note: str | None, now: float) -> None:
-    conn.execute(
-        insert(kind_actions).values(kind=kind, action=action, actor=actor, note=note or None, at=now)
-    )
+    values = {"kind": kind, "action": action, "actor": actor, "note": note or None, "now": now}
+    db.execute(conn, "kind_action_record", values)

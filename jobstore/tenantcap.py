@@ -15,9 +15,9 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Float, bindparam, func, select
+from sqlalchemy import Connection, func, select
 
-from outbox_bridge.jobstore import drivers, pausing
+from outbox_bridge.jobstore import db, drivers
 from outbox_bridge.jobstore.schema import jobs, state_is
 from outbox_bridge.jobstore.states import State
 
@@ -26,38 +26,13 @@ RETRY_SECONDS = 0.5
 # The advisory lock's first key: tenant locks do not collide with any other use of advisory locks.
 _LOCK_SPACE = 0x7465
 
-
-_RUNNING = (
-    select(jobs.c.tenant, func.count())
-    .where(state_is(State.RUNNING), jobs.c.tenant.in_(bindparam("b_tenants", expanding=True)))
-    .group_by(jobs.c.tenant)
-)
-_RUNNING_ALL = (
+# The running count per tenant as a subquery (`tenant`, `running`): what the fair turns of the relay's
+# lease (`jobstore.outbox`) and of the baseline's claim (`jobstore.claiming`) start from.
+RUNNING_BY_TENANT = (
     select(jobs.c.tenant, func.count().label("running"))
     .where(state_is(State.RUNNING))
     .group_by(jobs.c.tenant)
-)
-# The running count per tenant as a subquery (`tenant`, `running`): what the fair turns of the relay's
-# lease (`jobstore.outbox`) and of the baseline's claim (`jobstore.claiming`) start from.
-RUNNING_BY_TENANT = _RUNNING_ALL.subquery("running")
-# The queued jobs' tenants, walked by the queued jobs' tenant index one tenant at a time: the lowest tenant
-# name (past `b_after`), one seek however many jobs each tenant has queued (`other_tenant_due`).
-_FIRST_QUEUED_TENANT = select(func.min(jobs.c.tenant)).where(state_is(State.QUEUED))
-_NEXT_QUEUED_TENANT = select(func.min(jobs.c.tenant)).where(
-    state_is(State.QUEUED), jobs.c.tenant > bindparam("b_after")
-)
-# Whether one tenant has a queued job a claim could start now (due, of a kind not paused, held back by no
-# flow limit): its queued jobs, through the same index, up to the first such one.
-_TENANT_DUE = (
-    select(jobs.c.id)
-    .where(
-        state_is(State.QUEUED),
-        jobs.c.tenant == bindparam("b_tenant"),
-        jobs.c.available_at <= bindparam("b_now", type_=Float),
-        jobs.c.held_by.is_(None),
-        pausing.NOT_PAUSED,
-    )
-    .limit(1)
+    .subquery("running")
 )
 # A store with more tenants than this that have queued jobs, none of them due, counts as one where another
 # tenant has work (the walk stops there: each tenant it looks at costs a read of its queued jobs).
@@ -68,11 +43,11 @@ def running(conn: Connection, tenants: Collection[str] | None = None) -> Counter
     """How many jobs of each of `tenants` (every tenant: None) are `running` now. Reads only running jobs
     (the state index's prefix): a few, whatever the backlog."""
     if tenants is None:
-        rows = conn.execute(_RUNNING_ALL)
+        rows = db.execute(conn, "tenant_running_all")
     elif not tenants:
         return Counter()
     else:
-        rows = conn.execute(_RUNNING, {"b_tenants": sorted(set(tenants))})
+        rows = db.execute(conn, "tenant_running", {"tenants": drivers.of(conn).array(sorted(set(tenants)))})
     return Counter({str(tenant): int(count) for tenant, count in rows})
 
 
@@ -91,10 +66,10 @@ def other_tenant_due(conn: Connection, now: float, known: Collection[str], wante
     if wanted <= 0:
         return True
     found = looked = 0
-    tenant = conn.execute(_FIRST_QUEUED_TENANT).scalar()
+    tenant = db.execute(conn, "tenant_first_queued")[0][0]
     while tenant is not None:
         if tenant not in known:
-            if conn.execute(_TENANT_DUE, {"b_tenant": tenant, "b_now": now}).first() is not None:
+            if db.execute(conn, "tenant_due", {"tenant": tenant, "now": now}):
                 found += 1
                 if found >= wanted:
                     return True
@@ -102,7 +77,7 @@ def other_tenant_due(conn: Connection, now: float, known: Collection[str], wante
                 looked += 1
                 if looked >= MOST_TENANTS_LOOKED_AT:
                     return True
-        tenant = conn.execute(_NEXT_QUEUED_TENANT, {"b_after": tenant}).scalar()
+        tenant = db.execute(conn, "tenant_next_queued", {"after": tenant})[0][0]
     return False
 
 

@@ -163,7 +163,8 @@ class Driver:
         raise NotImplementedError
 
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
-        """Wait for and take this transaction's lock on each (space, key), in the order given."""
+        """Wait for and take this transaction's lock on each (space, key), in the order given, where the
+        database needs one (its statement `advisory_lock`); held until the transaction ends."""
         raise NotImplementedError
 
     def lock_role(self, conn: Connection) -> bool | None:

@@ -212,9 +212,6 @@ MARK_PUBLISHED = db.Direct.of(
     )
 )
 
-# This transaction's advisory lock on (space, key), held until it ends.
-ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:space, :key)")
-
 # The session lock the relay role's holder keeps on a connection of its own (`relayrole.RoleClaim`): the
 # server lets go of it the moment that connection ends, a killed holder's included. One per store (its
 # schema), apart from every other use of advisory locks by its first key.
@@ -317,8 +314,10 @@ class PostgreSQLDriver(Driver):
         return _locking(query, skip_locked)
 
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
-        for space, key in keys:
-            conn.execute(ADVISORY_LOCK, {"space": space, "key": key})
+        pairs = list(keys)
+        if pairs:  # one statement takes them all, in this order
+            params = {"spaces": [space for space, _ in pairs], "keys": [key for _, key in pairs]}
+            db.execute(conn, "advisory_lock", params)
 
     def lock_role(self, conn: Connection) -> bool | None:
         return bool(conn.execute(ROLE_LOCK, {"space": _ROLE_LOCK_SPACE}).scalar_one())
