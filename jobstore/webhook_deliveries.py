@@ -14,17 +14,14 @@ import random
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, insert, literal_column, select, update
+from sqlalchemy import Connection
 
 from outbox_bridge.core.backoff import Backoff, Jitter
-from outbox_bridge.jobstore.schema import webhook_attempts, webhook_deliveries, webhook_endpoints
+from outbox_bridge.jobstore import db, drivers
 from outbox_bridge.jobstore.webhooks import Delivery, DeliveryState, Endpoint
 
 # What a failed attempt's log keeps of the error, at most.
 MAX_ERROR_CHARS = 500
-# Written out, not bound: the partial index of due deliveries (`ix_webhook_deliveries_due_next_attempt_at`)
-# serves a statement whose WHERE clause says its condition in these words.
-_PENDING = webhook_deliveries.c.state == literal_column("'pending'")
 
 
 @dataclass(frozen=True)
@@ -101,80 +98,53 @@ def due(
     due first, then each one's second). At most `shares.per_endpoint` of one endpoint and
     `shares.per_tenant` of one tenant are read. Those of `skip_endpoints` and `skip_tenants` (at their share
     of requests in flight) and `skip_ids` (in flight) are left out."""
-    d = webhook_deliveries.c
-    query = select(
-        webhook_deliveries,
-        func.row_number().over(partition_by=d.endpoint_id, order_by=(d.next_attempt_at, d.id)).label("turn"),
-    ).where(_PENDING, d.next_attempt_at <= now)
-    if skip_endpoints:
-        query = query.where(d.endpoint_id.not_in(list(skip_endpoints)))
-    if skip_tenants:
-        query = query.where(d.tenant.not_in(list(skip_tenants)))
-    if skip_ids:
-        query = query.where(d.id.not_in(list(skip_ids)))
-    by_endpoint = query.subquery("by_endpoint")
-    e = by_endpoint.c
-    tenant_turn = func.row_number().over(partition_by=e.tenant, order_by=(e.turn, e.next_attempt_at, e.id))
-    by_tenant = (
-        select(by_endpoint, tenant_turn.label("tenant_turn"))
-        .where(e.turn <= shares.per_endpoint)
-        .subquery("by_tenant")
-    )
-    t = by_tenant.c
-    picked = (
-        select(*(t[column.name] for column in webhook_deliveries.c))
-        .where(t.tenant_turn <= shares.per_tenant)
-        .order_by(t.tenant_turn, t.next_attempt_at, t.id)
-        .limit(limit)
-    )
-    return [Delivery.from_row(row) for row in conn.execute(picked).mappings()]
+    driver = drivers.of(conn)
+    params = {
+        "now": now,
+        "limit": limit,
+        "per_endpoint": shares.per_endpoint,
+        "per_tenant": shares.per_tenant,
+        "skip_endpoints": driver.array(list(skip_endpoints)),
+        "skip_tenants": driver.array(list(skip_tenants)),
+        "skip_ids": driver.array(list(skip_ids)),
+    }
+    return [Delivery.from_row(row) for row in db.execute(conn, "webhook_deliveries_due", params)]
 
 
 def endpoints_of(conn: Connection, endpoint_ids: Collection[str]) -> dict[str, Endpoint]:
     """The endpoints among `endpoint_ids` that still exist, by id."""
-    rows = conn.execute(select(webhook_endpoints).where(webhook_endpoints.c.id.in_(list(endpoint_ids))))
-    return {row["id"]: Endpoint.from_row(row) for row in rows.mappings()}
+    rows = db.execute(conn, "webhook_endpoints_of", {"ids": drivers.of(conn).array(list(endpoint_ids))})
+    return {row[0]: Endpoint.from_row(row) for row in rows}
 
 
 def record_attempt(conn: Connection, delivery: Delivery, attempted: Attempted, decision: Decision) -> bool:
     """Write what the attempt at `delivery` got and the decision it led to, with the attempt's log row,
     guarded by the delivery being pending with the attempt count read with it. False (nothing written)
     when another writer changed it meanwhile."""
-    d = webhook_deliveries.c
     number = delivery.attempts + 1
     delivered = decision.state is DeliveryState.DELIVERED
     error = None if attempted.error is None else attempted.error[:MAX_ERROR_CHARS]
-    moved = conn.execute(
-        update(webhook_deliveries)
-        .where(d.id == delivery.id, d.state == DeliveryState.PENDING.value, d.attempts == delivery.attempts)
-        .values(
-            state=decision.state.value,
-            attempts=number,
-            next_attempt_at=decision.next_attempt_at,
-            last_status=attempted.status_code,
-            last_error=error,
-            delivered_at=attempted.at if delivered else None,
-        )
+    outcome = {"id": delivery.id, "attempt": number, "status_code": attempted.status_code, "error": error}
+    moved = db.execute(
+        conn,
+        "webhook_delivery_attempted",
+        outcome
+        | {
+            "attempts_read": delivery.attempts,
+            "state": decision.state.value,
+            "next_attempt_at": decision.next_attempt_at,
+            "delivered_at": attempted.at if delivered else None,
+        },
     )
-    if moved.rowcount != 1:
+    if not moved:
         return False
-    conn.execute(
-        insert(webhook_attempts).values(
-            delivery_id=delivery.id,
-            attempt=number,
-            at=attempted.at,
-            status_code=attempted.status_code,
-            latency_ms=attempted.latency_ms,
-            error=error,
-        )
-    )
+    logged = {"at": attempted.at, "latency_ms": attempted.latency_ms}
+    db.execute(conn, "webhook_attempt_add", outcome | logged)
     return True
 
 
 def pending_ages(conn: Connection, now: float) -> dict[str, float]:
     """For each endpoint with pending deliveries, how long its oldest one has waited (since it was written
     or replayed), in seconds."""
-    d = webhook_deliveries.c
-    since = func.coalesce(d.replayed_at, d.created_at)
-    rows = conn.execute(select(d.endpoint_id, func.min(since)).where(_PENDING).group_by(d.endpoint_id))
+    rows = db.execute(conn, "webhook_pending_ages")
     return {endpoint_id: max(0.0, now - float(oldest)) for endpoint_id, oldest in rows}

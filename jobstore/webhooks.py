@@ -11,22 +11,19 @@ did) is `jobstore.webhook_deliveries`.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 from urllib.parse import urlsplit
 
-from sqlalchemy import Connection, RowMapping, delete, insert, select, update
+from sqlalchemy import Connection
 
 from outbox_bridge.core import destinations
 from outbox_bridge.core.durations import parse_duration
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.signatures import new_secret
-from outbox_bridge.jobstore.schema import (
-    webhook_actions,
-    webhook_attempts,
-    webhook_deliveries,
-    webhook_endpoints,
-)
+from outbox_bridge.jobstore import db, drivers
 from outbox_bridge.jobstore.states import TERMINAL, State
 
 # Every event an endpoint may ask for, one per terminal state, in the order the states are listed.
@@ -84,8 +81,12 @@ class Endpoint:
     created_by: str
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> Endpoint:
-        return cls(**dict(row) | {"events": tuple(str(row["events"]).split(","))})
+    def from_row(cls, row: Sequence[Any]) -> Endpoint:
+        """The endpoint of a row read in the order of the fields (`webhook_endpoint` and the like), its
+        events stored joined by commas."""
+        fields = list(row)
+        fields[3] = tuple(str(fields[3]).split(","))
+        return cls(*fields)
 
     def sealed_secrets(self, now: float) -> tuple[str, ...]:
         """The sealed secrets that sign at `now`: the current one, and the previous one during a rotation's
@@ -113,8 +114,11 @@ class Delivery:
     replayed_at: float | None
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> Delivery:
-        return cls(**dict(row) | {"state": DeliveryState(row["state"])})
+    def from_row(cls, row: Sequence[Any]) -> Delivery:
+        """The delivery of a row read in the order of the fields (`webhook_delivery` and the like)."""
+        fields = list(row)
+        fields[7] = DeliveryState(fields[7])
+        return cls(*fields)
 
     @property
     def retrying_since(self) -> float:
@@ -208,35 +212,35 @@ def add_endpoint(
     new signing secret stored sealed by `sealer`. Returns the endpoint and its secret (`whsec_...`), which
     only its owner keeps: show it once."""
     secret, sealed_secret = new_secret(sealer)
-    endpoint_id = str(uuid.uuid4())
-    values = {
-        "id": endpoint_id,
-        "tenant": tenant,
-        "url": check_url(url),
-        "events": ",".join(check_events(events)),
-        "secret": sealed_secret,
-        "previous_secret": None,
-        "previous_secret_until": None,
-        "created_at": now,
-        "created_by": actor,
-    }
-    conn.execute(insert(webhook_endpoints).values(**values))
-    _record(conn, endpoint_id, Action.ADD, actor=actor, now=now)
-    return Endpoint.from_row(values), secret  # type: ignore[arg-type]
+    endpoint = Endpoint(
+        id=str(uuid.uuid4()),
+        tenant=tenant,
+        url=check_url(url),
+        events=check_events(events),
+        secret=sealed_secret,
+        previous_secret=None,
+        previous_secret_until=None,
+        created_at=now,
+        created_by=actor,
+    )
+    values = {"id": endpoint.id, "tenant": tenant, "url": endpoint.url, "events": ",".join(endpoint.events)}
+    db.execute(conn, "webhook_endpoint_add", values | {"secret": sealed_secret, "now": now, "actor": actor})
+    _record(conn, endpoint.id, Action.ADD, actor=actor, now=now)
+    return endpoint, secret
 
 
 def list_endpoints(conn: Connection, *, tenant: str | None = None) -> list[Endpoint]:
     """Every endpoint (or `tenant`'s), oldest first."""
-    query = select(webhook_endpoints).order_by(webhook_endpoints.c.created_at, webhook_endpoints.c.id)
-    if tenant is not None:
-        query = query.where(webhook_endpoints.c.tenant == tenant)
-    return [Endpoint.from_row(row) for row in conn.execute(query).mappings()]
+    if tenant is None:
+        rows = db.execute(conn, "webhook_endpoints_all")
+    else:
+        rows = db.execute(conn, "webhook_endpoints_of_tenant", {"tenant": tenant})
+    return [Endpoint.from_row(row) for row in rows]
 
 
 def get_endpoint(conn: Connection, endpoint_id: str) -> Endpoint | None:
-    row = conn.execute(select(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id)).mappings()
-    found = row.first()
-    return None if found is None else Endpoint.from_row(found)
+    rows = db.execute(conn, "webhook_endpoint", {"id": endpoint_id})
+    return Endpoint.from_row(rows[0]) if rows else None
 
 
 def remove_endpoint(conn: Connection, endpoint_id: str, now: float, *, actor: str) -> Endpoint:
@@ -246,10 +250,12 @@ def remove_endpoint(conn: Connection, endpoint_id: str, now: float, *, actor: st
     if endpoint is None:
         raise EndpointNotFound(endpoint_id)
     # Foreign keys cascade too; said here so no store setting decides it.
-    deliveries = select(webhook_deliveries.c.id).where(webhook_deliveries.c.endpoint_id == endpoint_id)
-    conn.execute(delete(webhook_attempts).where(webhook_attempts.c.delivery_id.in_(deliveries)))
-    conn.execute(delete(webhook_deliveries).where(webhook_deliveries.c.endpoint_id == endpoint_id))
-    conn.execute(delete(webhook_endpoints).where(webhook_endpoints.c.id == endpoint_id))
+    for statement in (
+        "webhook_endpoint_remove_attempts",
+        "webhook_endpoint_remove_deliveries",
+        "webhook_endpoint_remove",
+    ):
+        db.execute(conn, statement, {"id": endpoint_id})
     _record(conn, endpoint_id, Action.REMOVE, actor=actor, now=now)
     return endpoint
 
@@ -261,47 +267,40 @@ def rotate_secret(
     for `grace` seconds (a previous secret still in its grace is dropped). Recorded; `EndpointNotFound` when
     there is none. Returns the endpoint and the new secret (`whsec_...`), to be shown once."""
     secret, sealed_secret = new_secret(sealer)
-    moved = conn.execute(
-        update(webhook_endpoints)
-        .where(webhook_endpoints.c.id == endpoint_id)
-        .values(
-            previous_secret=webhook_endpoints.c.secret if grace > 0 else None,
-            previous_secret_until=now + grace if grace > 0 else None,
-            secret=sealed_secret,
-        )
-    )
-    if moved.rowcount != 1:
+    params = {
+        "id": endpoint_id,
+        "secret": sealed_secret,
+        "keep_previous": grace > 0,
+        "previous_until": now + grace if grace > 0 else None,
+    }
+    rows = db.execute(conn, "webhook_endpoint_rotate", params)
+    if not rows:
         raise EndpointNotFound(endpoint_id)
     _record(conn, endpoint_id, Action.ROTATE, actor=actor, now=now)
-    endpoint = get_endpoint(conn, endpoint_id)
-    assert endpoint is not None
-    return endpoint, secret
+    return Endpoint.from_row(rows[0]), secret
 
 
 def list_deliveries(conn: Connection, *, endpoint_id: str | None = None, limit: int = 50) -> list[Delivery]:
     """Deliveries, newest first (all endpoints', or `endpoint_id`'s)."""
-    d = webhook_deliveries.c
-    query = select(webhook_deliveries).order_by(d.created_at.desc(), d.id.desc()).limit(limit)
-    if endpoint_id is not None:
-        query = query.where(d.endpoint_id == endpoint_id)
-    return [Delivery.from_row(row) for row in conn.execute(query).mappings()]
+    if endpoint_id is None:
+        rows = db.execute(conn, "webhook_deliveries_newest", {"limit": limit})
+    else:
+        params = {"endpoint_id": endpoint_id, "limit": limit}
+        rows = db.execute(conn, "webhook_deliveries_newest_of_endpoint", params)
+    return [Delivery.from_row(row) for row in rows]
 
 
 def get_delivery(conn: Connection, delivery_id: str) -> Delivery | None:
-    found = conn.execute(select(webhook_deliveries).where(webhook_deliveries.c.id == delivery_id)).mappings()
-    row = found.first()
-    return None if row is None else Delivery.from_row(row)
+    rows = db.execute(conn, "webhook_delivery", {"id": delivery_id})
+    return Delivery.from_row(rows[0]) if rows else None
 
 
 def attempts_of(conn: Connection, delivery_ids: list[str]) -> dict[str, list[DeliveryAttempt]]:
     """Each delivery's attempts, oldest first."""
-    a = webhook_attempts.c
-    rows = conn.execute(
-        select(webhook_attempts).where(a.delivery_id.in_(delivery_ids)).order_by(a.delivery_id, a.attempt)
-    ).mappings()
+    rows = db.execute(conn, "webhook_attempts_of", {"ids": drivers.of(conn).array(delivery_ids)})
     found: dict[str, list[DeliveryAttempt]] = {d: [] for d in delivery_ids}
     for row in rows:
-        found[row["delivery_id"]].append(DeliveryAttempt(**row))
+        found[row[0]].append(DeliveryAttempt(*row))
     return found
 
 
@@ -309,17 +308,12 @@ def replay(conn: Connection, delivery_id: str, now: float, *, actor: str) -> Del
     """Make a delivered or failed delivery pending again, due now, under the same id (so a receiver that
     kept it can tell), with a fresh retry window; recorded. `DeliveryNotFound`, or `NotReplayable` for one
     still pending."""
-    d = webhook_deliveries.c
-    moved = conn.execute(
-        update(webhook_deliveries)
-        .where(d.id == delivery_id, d.state.in_([DeliveryState.DELIVERED.value, DeliveryState.FAILED.value]))
-        .values(state=DeliveryState.PENDING.value, next_attempt_at=now, replayed_at=now, delivered_at=None)
-    )
-    delivery = get_delivery(conn, delivery_id)
-    if delivery is None:
-        raise DeliveryNotFound(delivery_id)
-    if moved.rowcount != 1:
+    rows = db.execute(conn, "webhook_delivery_replay", {"id": delivery_id, "now": now})
+    if not rows:
+        if get_delivery(conn, delivery_id) is None:
+            raise DeliveryNotFound(delivery_id)
         raise NotReplayable(delivery_id)
+    delivery = Delivery.from_row(rows[0])
     _record(conn, delivery.endpoint_id, Action.REPLAY, actor=actor, now=now, delivery_id=delivery_id)
     return delivery
 
@@ -333,8 +327,5 @@ def _record(
     now: float,
     delivery_id: str | None = None,
 ) -> None:
-    conn.execute(
-        insert(webhook_actions).values(
-            endpoint_id=endpoint_id, delivery_id=delivery_id, action=action.value, actor=actor, at=now
-        )
-    )
+    values = {"endpoint_id": endpoint_id, "delivery_id": delivery_id, "action": action.value}
+    db.execute(conn, "webhook_action_record", values | {"actor": actor, "now": now})
