@@ -14,17 +14,17 @@ for the same job. Who added, paused, resumed or removed it is recorded (`schedul
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, RowMapping, delete, insert, select, update
+from sqlalchemy import Connection
 
 from outbox_bridge.core.recurrence import CatchUp, Recurrence, plan, slot_key
-from outbox_bridge.jobstore import intake
+from outbox_bridge.jobstore import db, intake
 from outbox_bridge.jobstore.errors import IdempotencyConflict, StoreError
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import dumps
-from outbox_bridge.jobstore.schema import schedule_actions, schedules
 
 
 class ScheduleExists(StoreError):
@@ -59,17 +59,29 @@ class PeriodicSchedule:
     created_by: str
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> PeriodicSchedule:
-        recurrence = Recurrence(
-            cron=row["cron"], timezone=row["timezone"], every_seconds=row["every_seconds"]
-        )
-        fields = {name: row[name] for name in _KEPT}
+    def from_row(cls, row: Sequence[Any]) -> PeriodicSchedule:
+        """The schedule of a row read in the order the `schedule` statement reads it (its payload stored
+        as JSON text)."""
+        (
+            tenant, name, kind, payload, priority, cron, timezone, every_seconds, catch_up, concurrency_key,
+            next_slot_at, last_slot_at, last_job_id, paused_at, paused_by, created_at, created_by,
+        ) = row  # fmt: skip
         return cls(
-            **fields,
-            payload=json.loads(row["payload"]),
-            priority=Priority(row["priority"]),
-            recurrence=recurrence,
-            catch_up=CatchUp(row["catch_up"]),
+            tenant=tenant,
+            name=name,
+            kind=kind,
+            payload=json.loads(payload),
+            priority=Priority(priority),
+            recurrence=Recurrence(cron=cron, timezone=timezone, every_seconds=every_seconds),
+            catch_up=CatchUp(catch_up),
+            concurrency_key=concurrency_key,
+            next_slot_at=next_slot_at,
+            last_slot_at=last_slot_at,
+            last_job_id=last_job_id,
+            paused_at=paused_at,
+            paused_by=paused_by,
+            created_at=created_at,
+            created_by=created_by,
         )
 
     @property
@@ -82,12 +94,6 @@ class PeriodicSchedule:
         if self.paused or self.next_slot_at > now:
             return None
         return now - self.next_slot_at
-
-
-_KEPT = (
-    "tenant", "name", "kind", "concurrency_key", "next_slot_at", "last_slot_at", "last_job_id", "paused_at",
-    "paused_by", "created_at", "created_by",
-)  # fmt: skip
 
 
 def add(
@@ -110,25 +116,24 @@ def add(
     CONCURRENCY_KEY_MAX_RUNNING of 1, a slot's job waits for the one before it to end."""
     if _row(conn, tenant, name) is not None:
         raise ScheduleExists(tenant, name)
-    conn.execute(
-        insert(schedules).values(
-            tenant=tenant,
-            name=name,
-            kind=kind,
-            payload=dumps(payload),
-            priority=int(priority),
-            cron=recurrence.cron,
-            timezone=recurrence.timezone,
-            every_seconds=recurrence.every_seconds,
-            catch_up=catch_up.value,
-            concurrency_key=concurrency_key,
-            next_slot_at=recurrence.first_after(now),
-            created_at=now,
-            created_by=actor,
-        )
-    )
+    values = {
+        "tenant": tenant,
+        "name": name,
+        "kind": kind,
+        "payload": dumps(payload),
+        "priority": int(priority),
+        "cron": recurrence.cron,
+        "timezone": recurrence.timezone,
+        "every_seconds": recurrence.every_seconds,
+        "catch_up": catch_up.value,
+        "concurrency_key": concurrency_key,
+        "next_slot_at": recurrence.first_after(now),
+        "now": now,
+        "actor": actor,
+    }
+    (added,) = db.execute(conn, "schedule_add", values)
     _record(conn, tenant, name, "add", actor=actor, now=now)
-    return get(conn, tenant, name)
+    return PeriodicSchedule.from_row(added)
 
 
 def get(conn: Connection, tenant: str, name: str) -> PeriodicSchedule:
@@ -141,36 +146,30 @@ def get(conn: Connection, tenant: str, name: str) -> PeriodicSchedule:
 
 def list_all(conn: Connection) -> list[PeriodicSchedule]:
     """Every schedule, by tenant and name."""
-    rows = conn.execute(select(schedules).order_by(schedules.c.tenant, schedules.c.name)).mappings()
-    return [PeriodicSchedule.from_row(row) for row in rows]
+    return [PeriodicSchedule.from_row(row) for row in db.execute(conn, "schedules_all")]
 
 
 def pause(conn: Connection, tenant: str, name: str, now: float, *, actor: str) -> bool:
     """Pause the schedule, recorded: it fires nothing until resumed. False (nothing recorded) when it is
     paused already; `ScheduleNotFound`."""
-    changed = conn.execute(
-        update(schedules)
-        .where(*_named(tenant, name), schedules.c.paused_at.is_(None))
-        .values(paused_at=now, paused_by=actor)
-    ).rowcount
-    return _changed(conn, changed, tenant, name, "pause", actor, now)
+    paused = db.execute(conn, "schedule_pause", {"tenant": tenant, "name": name, "now": now, "actor": actor})
+    return _changed(conn, bool(paused), tenant, name, "pause", actor, now)
 
 
 def resume(conn: Connection, tenant: str, name: str, now: float, *, actor: str) -> bool:
     """Resume the schedule, recorded: its next slot is the first after `now` (the slots it passed while
     paused make nothing, whatever its catch-up). False when it was not paused; `ScheduleNotFound`."""
     found = get(conn, tenant, name)
-    changed = conn.execute(
-        update(schedules)
-        .where(*_named(tenant, name), schedules.c.paused_at.is_not(None))
-        .values(paused_at=None, paused_by=None, next_slot_at=found.recurrence.next_after(now))
-    ).rowcount
-    return _changed(conn, changed, tenant, name, "resume", actor, now)
+    next_slot_at = found.recurrence.next_after(now)
+    resumed = db.execute(
+        conn, "schedule_resume", {"tenant": tenant, "name": name, "next_slot_at": next_slot_at}
+    )
+    return _changed(conn, bool(resumed), tenant, name, "resume", actor, now)
 
 
 def remove(conn: Connection, tenant: str, name: str, now: float, *, actor: str) -> None:
     """Remove the schedule, recorded (the jobs it made stay); `ScheduleNotFound`."""
-    if conn.execute(delete(schedules).where(*_named(tenant, name))).rowcount != 1:
+    if not db.execute(conn, "schedule_remove", {"tenant": tenant, "name": name}):
         raise ScheduleNotFound(tenant, name)
     _record(conn, tenant, name, "remove", actor=actor, now=now)
 
@@ -190,22 +189,17 @@ class Fired:
 
 def due(conn: Connection, now: float) -> list[tuple[str, str]]:
     """The schedules, not paused, whose next slot has come (tenant, name), soonest first."""
-    query = (
-        select(schedules.c.tenant, schedules.c.name)
-        .where(schedules.c.paused_at.is_(None), schedules.c.next_slot_at <= now)
-        .order_by(schedules.c.next_slot_at)
-    )
-    return [(str(tenant), str(name)) for tenant, name in conn.execute(query)]
+    return [(str(tenant), str(name)) for tenant, name in db.execute(conn, "schedules_due", {"now": now})]
 
 
 def fire(conn: Connection, tenant: str, name: str, now: float, *, max_attempts: int) -> Fired:
     """Make the jobs of the schedule's due slots (`core.recurrence.plan`) and move its next slot past
     `now`, in the caller's transaction; nothing when it is paused, gone or not due. On PostgreSQL the
     schedule's row is locked first, so a concurrent firing waits and then finds the slots fired."""
-    row = conn.execute(select(schedules).where(*_named(tenant, name)).with_for_update()).mappings().first()
-    if row is None or row["paused_at"] is not None or row["next_slot_at"] > now:
+    rows = db.execute(conn, "schedule_to_fire", {"tenant": tenant, "name": name})
+    schedule = PeriodicSchedule.from_row(rows[0]) if rows else None
+    if schedule is None or schedule.paused or schedule.next_slot_at > now:
         return Fired(tenant, name)
-    schedule = PeriodicSchedule.from_row(row)
     firing = plan(schedule.recurrence, schedule.next_slot_at, now, schedule.catch_up)
     made: list[tuple[float, str]] = []
     taken: list[float] = []
@@ -215,10 +209,9 @@ def fire(conn: Connection, tenant: str, name: str, now: float, *, max_attempts: 
             taken.append(slot)
         else:
             made.append((slot, job_id))
-    moved: dict[str, Any] = {"next_slot_at": firing.next_slot}
-    if made:
-        moved |= {"last_slot_at": made[-1][0], "last_job_id": made[-1][1]}
-    conn.execute(update(schedules).where(*_named(tenant, name)).values(**moved))
+    last_slot_at, last_job_id = made[-1] if made else (None, None)
+    moved = {"next_slot_at": firing.next_slot, "last_slot_at": last_slot_at, "last_job_id": last_job_id}
+    db.execute(conn, "schedule_fired", {"tenant": tenant, "name": name} | moved)
     return Fired(tenant, name, tuple(made), tuple(taken), firing.skipped)
 
 
@@ -239,18 +232,15 @@ def _make(
     return accepted.job.id if accepted.created else None
 
 
-def _row(conn: Connection, tenant: str, name: str) -> RowMapping | None:
-    return conn.execute(select(schedules).where(*_named(tenant, name))).mappings().first()
-
-
-def _named(tenant: str, name: str) -> tuple[Any, ...]:
-    return schedules.c.tenant == tenant, schedules.c.name == name
+def _row(conn: Connection, tenant: str, name: str) -> tuple[Any, ...] | None:
+    rows = db.execute(conn, "schedule", {"tenant": tenant, "name": name})
+    return rows[0] if rows else None
 
 
 def _changed(
-    conn: Connection, changed: int, tenant: str, name: str, action: str, actor: str, now: float
+    conn: Connection, changed: bool, tenant: str, name: str, action: str, actor: str, now: float
 ) -> bool:
-    if changed == 1:
+    if changed:
         _record(conn, tenant, name, action, actor=actor, now=now)
         return True
     get(conn, tenant, name)  # `ScheduleNotFound` when it is not there at all
@@ -258,6 +248,5 @@ def _changed(
 
 
 def _record(conn: Connection, tenant: str, name: str, action: str, *, actor: str, now: float) -> None:
-    conn.execute(
-        insert(schedule_actions).values(tenant=tenant, name=name, action=action, actor=actor, at=now)
-    )
+    values = {"tenant": tenant, "name": name, "action": action, "actor": actor, "now": now}
+    db.execute(conn, "schedule_action_record", values)

@@ -1,1 +1,74 @@
 -- The sqlite driver's statements: schedules (named blocks, as jobstore/drivers/sqlfile.py reads them).
+
+-- A schedule's row is read in the order `PeriodicSchedule.from_row` (jobstore.schedules) takes it.
+
+-- name: schedule_add
+-- A new schedule, returned as stored.
+INSERT INTO schedules
+    (tenant, name, kind, payload, priority, cron, timezone, every_seconds, catch_up, concurrency_key,
+     next_slot_at, created_at, created_by)
+VALUES (:tenant, :name, :kind, :payload, :priority, :cron, :timezone, :every_seconds,
+    :catch_up, :concurrency_key, :next_slot_at, :now, :actor)
+RETURNING tenant, name, kind, payload, priority, cron, timezone, every_seconds, catch_up, concurrency_key,
+    next_slot_at, last_slot_at, last_job_id, paused_at, paused_by, created_at, created_by;
+
+-- name: schedule
+SELECT tenant, name, kind, payload, priority, cron, timezone, every_seconds, catch_up, concurrency_key,
+    next_slot_at, last_slot_at, last_job_id, paused_at, paused_by, created_at, created_by
+FROM schedules
+WHERE tenant = :tenant AND name = :name;
+
+-- name: schedule_to_fire
+-- The schedule, to fire it. Nothing to lock: a firing's write transaction holds the store's one write lock
+-- from its BEGIN IMMEDIATE, so a concurrent firing begins after it ends and finds its slots fired.
+SELECT tenant, name, kind, payload, priority, cron, timezone, every_seconds, catch_up, concurrency_key,
+    next_slot_at, last_slot_at, last_job_id, paused_at, paused_by, created_at, created_by
+FROM schedules
+WHERE tenant = :tenant AND name = :name;
+
+-- name: schedules_all
+-- Every schedule, by tenant and name.
+SELECT tenant, name, kind, payload, priority, cron, timezone, every_seconds, catch_up, concurrency_key,
+    next_slot_at, last_slot_at, last_job_id, paused_at, paused_by, created_at, created_by
+FROM schedules
+ORDER BY tenant, name;
+
+-- name: schedules_due
+-- The schedules, not paused, whose next slot has come, soonest first.
+SELECT tenant, name
+FROM schedules
+WHERE paused_at IS NULL AND next_slot_at <= :now
+ORDER BY next_slot_at;
+
+-- name: schedule_pause
+-- No row when the schedule is paused already, or not there.
+UPDATE schedules
+SET paused_at = :now, paused_by = :actor
+WHERE tenant = :tenant AND name = :name AND paused_at IS NULL
+RETURNING name;
+
+-- name: schedule_resume
+-- No row when the schedule is not paused, or not there.
+UPDATE schedules
+SET paused_at = NULL, paused_by = NULL, next_slot_at = :next_slot_at
+WHERE tenant = :tenant AND name = :name AND paused_at IS NOT NULL
+RETURNING name;
+
+-- name: schedule_remove
+DELETE FROM schedules
+WHERE tenant = :tenant AND name = :name
+RETURNING name;
+
+-- name: schedule_fired
+-- The schedule's next slot moved past the firing; the last slot and job, when the firing made one (null
+-- parameters when it made none keep the ones before).
+UPDATE schedules
+SET next_slot_at = :next_slot_at,
+    last_slot_at = COALESCE(:last_slot_at, last_slot_at),
+    last_job_id = COALESCE(:last_job_id, last_job_id)
+WHERE tenant = :tenant AND name = :name;
+
+-- name: schedule_action_record
+-- What an operator did to a schedule, who and when.
+INSERT INTO schedule_actions (tenant, name, action, actor, at)
+VALUES (:tenant, :name, :action, :actor, :now);
