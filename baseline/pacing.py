@@ -29,7 +29,7 @@ def idle_pauses(rng: random.Random | None = None) -> Streak:
 
 
 class Polling:
-    """The baseline's table source for its store writer (`worker.writer.TableSource`): every round claims
+    """The baseline's table source for its store writer (`worker.modes.TableSource`): every round claims
     from the table. After a round that filled its room, the next follows at once (more may be due); after
     one that found fewer due jobs than room, the idle pause, doubling on each empty look; while the
     process listens for its store's notifications (`listening`, `baseline.listening`), at the longest pause

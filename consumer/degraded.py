@@ -30,7 +30,7 @@ class DegradedMode:
     """Whether the consumer claims from the jobs table now: once the broker has been unreachable
     (`down_for`, seconds) for longer than `settings.degraded_after_seconds`, never when that is 0. The store
     writer asks before each round (`check`) and reports what the table gave it (`took`): the consumer's
-    `worker.writer.TableSource`."""
+    `worker.modes.TableSource`."""
 
     reads_first = False  # its rounds follow the pause that a round claiming nothing starts
 

@@ -1,4 +1,5 @@
-"""Committing attempt outcomes: the one completer both worker modes hand every outcome to.
+"""Committing attempt outcomes: what is written for every outcome, in both worker modes (the completer's
+rounds, `worker.completer`) and inline (`outbox_bridge.testing`).
 
 Each outcome is written under its own fence in the caller's transaction, so a caller may commit the
 outcomes of several jobs together (and claim more work in the same transaction); a fenced one writes

@@ -1,14 +1,14 @@
-"""The queue a worker process's store writer takes its work from: items put by other threads, taken a batch
-at a time, with one object that says stop; and which of the deliveries it holds the broker link has said
-were held too long (`consumer.link.DeliveryAges`)."""
+"""The queue a worker process's store writer takes its work from: items put by other threads (deliveries,
+finished outcomes), taken a batch at a time, with one object that says stop and one that only wakes it."""
 
 from __future__ import annotations
 
-import collections
 import queue
 from typing import Any
 
 STOP: Any = object()
+# Put by `StoreWriter.nudge`: look at the table now (a commit announced due jobs, or the process stops).
+NUDGE: Any = object()
 MAX_BATCH = 512
 
 
@@ -39,20 +39,3 @@ def take_waiting(source: queue.SimpleQueue[Any], limit: int = MAX_BATCH) -> list
             break
         batch.append(item)
     return batch
-
-
-def held_past(delivery: Any, generation: int, upto: int) -> bool:
-    """Whether `delivery` (a `consumer.link.Delivery`) is one of those the link said were held too long:
-    of connection `generation`, with a tag up to `upto`."""
-    return bool(delivery.generation == generation and delivery.tag <= upto)
-
-
-def take_held(waiting: collections.deque[Any], generation: int, upto: int) -> list[Any]:
-    """Take the deliveries of `waiting` held too long (`held_past`) out of it, in order; the rest stay, in
-    theirs."""
-    taken = [delivery for delivery in waiting if held_past(delivery, generation, upto)]
-    if taken:
-        kept = [delivery for delivery in waiting if not held_past(delivery, generation, upto)]
-        waiting.clear()
-        waiting.extend(kept)
-    return taken

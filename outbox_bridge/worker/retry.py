@@ -7,14 +7,24 @@ write is fenced."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from functools import partial
+from typing import Any, TypeVar
+
+from sqlalchemy import Engine
 
 from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.jobstore import db
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
+# A store writer's transaction, while the store is unavailable, is tried again after this (doubling) pause.
+WRITE_RETRY_PAUSES = Backoff(0.05, 1.0)
+# While the store stays unavailable, the log says so again every this many tries.
+UNAVAILABLE_LOG_EVERY = 100
 
 
 def _never() -> bool:
@@ -49,3 +59,50 @@ def retry_while_unavailable(
             on_retry(exc, pause)
             if pause > 0:
                 time.sleep(pause)
+
+
+class PatientStore:
+    """The store as one thread of a worker process writes to it (the store writer's rounds): a transaction
+    retried while the store is unavailable, pausing 50 ms doubling to 1 s, for up to `give_up_after`
+    seconds (a lease's length). A streak of tries that found the store unavailable is said in the log at its
+    first try, every `UNAVAILABLE_LOG_EVERY` tries after it (a removed store file fails every try at once),
+    and once when the store answers again; a read that found it unavailable counts in the same streak
+    (`failed`, `answered`)."""
+
+    def __init__(self, engine: Engine, give_up_after: float) -> None:
+        self._engine = engine
+        self._give_up_after = give_up_after
+        self.tries = 0
+
+    def transact(self, fn: Callable[..., T], *args: Any) -> T | None:
+        """`fn(conn, *args)` in one write transaction, retried while the store is unavailable; None if it
+        never went through."""
+        try:
+            written = retry_while_unavailable(
+                partial(db.transact, self._engine, fn, *args),
+                give_up_after=self._give_up_after,
+                pauses=WRITE_RETRY_PAUSES,
+                on_retry=self.failed,
+            )
+        except db.StoreUnavailable as exc:
+            log.error("store unavailable, giving up: %s", exc)
+            return None
+        self.answered()
+        return written
+
+    def failed(self, exc: db.StoreUnavailable, pause: float = 0.0) -> None:
+        """One more try found the store unavailable; the next is in `pause` seconds."""
+        self.tries += 1
+        if self.tries == 1 or self.tries % UNAVAILABLE_LOG_EVERY == 0:
+            log.warning(
+                "store unavailable, pausing claims (%d tries in a row, next in %.2fs): %s",
+                self.tries,
+                pause,
+                exc,
+            )
+
+    def answered(self) -> None:
+        """A try went through: a streak of unavailable tries, if any, is over."""
+        if self.tries:
+            log.info("the store answers again after %d tries", self.tries)
+            self.tries = 0

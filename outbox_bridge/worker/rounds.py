@@ -1,5 +1,6 @@
 """What one round of a process's store writer (`worker.writer`) writes, in one transaction: the outcomes
-that finished, each under its own fence, then the claims of the deliveries it takes."""
+that finished, each under its own fence (`commit_all`, the completer's part), then the claims of the
+deliveries it takes (`claim_all`, in the order of `take_in_order`: the producer's part)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import claiming
 from outbox_bridge.jobstore.limits import NONE, Limits
+from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.jobstore.tenantcap import Share
 from outbox_bridge.worker.commit import commit_outcomes
@@ -39,14 +41,12 @@ class Delivery(Protocol):
 
 
 @dataclass
-class Round:
-    """What one round writes. `topped_up` once it has taken what arrived while it waited for the write lock
-    (a rerun of its transaction writes the same round). With `from_table` it also claims up to `table_room`
-    due jobs from the jobs table, within the process's `TENANT_SHARE` (`share`)."""
+class Claims:
+    """The claiming side's part of a round (`worker.producer`): the deliveries it claims, and with
+    `from_table` up to `table_room` due jobs from the jobs table, within the process's `TENANT_SHARE`
+    (`share`); and the jobs claimed ahead that a thread now runs, to be shown started (`marks`)."""
 
-    finished: list[Finished] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
-    topped_up: bool = False
     from_table: bool = False
     table_room: int = 0
     share: Share | None = None
@@ -55,9 +55,24 @@ class Round:
     marks: list[Running] = field(default_factory=list)  # jobs claimed ahead that a thread now runs
     table_ahead: bool = False  # its claim from the table was of jobs ahead of a free thread
 
+
+# What a round's claims got (`Producer.claim`): a result per delivery, and the jobs claimed from the table.
+Claimed = tuple[list[claiming.ClaimResult], list[Claim]]
+
+
+@dataclass
+class Round:
+    """What one round writes in its one transaction: the outcomes that finished (the completing side,
+    `worker.completer`), then its `claims` (the claiming side). `topped_up` once it has taken what arrived
+    while it waited for the write lock (a rerun of its transaction writes the same round)."""
+
+    finished: list[Finished] = field(default_factory=list)
+    claims: Claims = field(default_factory=Claims)
+    topped_up: bool = False
+
     @property
     def size(self) -> int:
-        return len(self.finished) + len(self.deliveries)
+        return len(self.finished) + len(self.claims.deliveries)
 
 
 def claim_all(
@@ -83,27 +98,10 @@ def claim_all(
 def commit_all(
     conn: Connection, finished: Sequence[Finished], backoff: Backoff, limits: Limits = NONE
 ) -> list[State | None]:
-    """Commit every finished outcome through the completer (`worker.commit.commit_outcomes`), in the
-    caller's transaction: a fenced one writes nothing (None) and does not disturb the others."""
+    """Commit every finished outcome (`worker.commit.commit_outcomes`), in the caller's transaction: a
+    fenced one writes nothing (None) and does not disturb the others."""
     outcomes = [(f.running.claim, f.outcome) for f in finished]
     return commit_outcomes(conn, outcomes, clock.now(), backoff, limits)
-
-
-def write_round(
-    conn: Connection,
-    finished: Sequence[Finished],
-    job_ids: Sequence[str],
-    worker: str,
-    lease_seconds: float,
-    backoff: Backoff,
-    tenant_cap: int = 0,
-    limits: Limits = NONE,
-    free: int | None = None,
-) -> tuple[list[State | None], list[claiming.ClaimResult]]:
-    """One round of the store writer: commit the finished outcomes, then claim the delivered jobs (within
-    `TENANT_MAX_RUNNING`, `tenant_cap`, and the flow `limits`; as started when `free` threads take all)."""
-    states = commit_all(conn, finished, backoff, limits)
-    return states, claim_all(conn, job_ids, worker, lease_seconds, tenant_cap, limits, free)
 
 
 def take_in_order(

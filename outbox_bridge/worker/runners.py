@@ -1,7 +1,8 @@
-"""The jobs a worker process has claimed and the threads that run them, in either worker mode: each thread
-takes the next claimed job, runs it with `worker.attempt.run_attempt` and hands the outcome back to the
-process's store writer, which commits it and then forgets the job. They also keep the claim budget
-(`worker.budget`) informed of how long jobs run, and say how many more jobs the process may claim now."""
+"""The executor: the jobs a worker process has claimed and the threads that run them, in either worker mode.
+Each thread takes the next claimed job (begun by the producer, `worker.producer`), runs it with
+`worker.attempt.run_attempt` and hands the outcome to the completer (`worker.completer`), which commits it
+and then forgets the job. They also keep the claim budget (`worker.budget`) informed of how long jobs run,
+and say how many more jobs the process may claim now."""
 
 from __future__ import annotations
 

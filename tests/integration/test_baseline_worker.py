@@ -32,7 +32,7 @@ from outbox_bridge.jobstore import claiming, db, fenced, migrate, queries
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.jobstore.writer_queue import WriterQueue
-from outbox_bridge.worker import budget, writer
+from outbox_bridge.worker import budget, producer
 from outbox_bridge.worker.release import Release, release
 from outbox_bridge.worker.shutdown import RELEASE_SETTLE_SECONDS
 from tests.conftest import make_settings
@@ -389,7 +389,7 @@ def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_on
     # Claiming ahead starts after 16 jobs in a row ran under half of `AHEAD_SECONDS`: at its 50 ms, one noop
     # held up 25 ms by a loaded machine (the suite's other processes) kept the worker from ever claiming
     # ahead. At 200 ms, a noop is short and a 0.5 s job long on any machine this suite runs on.
-    for module in (budget, writer):
+    for module in (budget, producer):
         monkeypatch.setattr(module, "AHEAD_SECONDS", 0.2)
     caplog.set_level(logging.INFO, logger="outbox_bridge.worker.runners")
     engine = db.make_engine(settings)

@@ -21,8 +21,8 @@ from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.schema import kind_actions, outbox
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry import instruments
+from outbox_bridge.worker.producer import REFUSED_AS
 from outbox_bridge.worker.rounds import claim_all
-from outbox_bridge.worker.writer import REFUSED_AS
 from tests.support.store import LEASE, claimed, every_row, job_row, new_job, publish_due
 
 EXPORT = {"rows": 3, "chunk": 3}

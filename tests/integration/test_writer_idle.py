@@ -15,7 +15,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.schema import jobs
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.worker import writer as writer_module
+from outbox_bridge.worker import completer
 from outbox_bridge.worker.budget import AHEAD_SECONDS
 from outbox_bridge.worker.inbox import MAX_BATCH
 from outbox_bridge.worker.lease import LeaseKeeper
@@ -43,13 +43,13 @@ def test_a_writer_that_holds_no_job_sleeps_until_work_arrives(
     engine: Engine, settings_factory: Callable[..., Settings], monkeypatch: Any
 ) -> None:
     waits: list[float | None] = []
-    take_batch = writer_module.take_batch
+    take_batch = completer.take_batch
 
     def counted(source: Any, limit: int = MAX_BATCH, timeout: float | None = None) -> Any:
         waits.append(timeout)
         return take_batch(source, limit, timeout)
 
-    monkeypatch.setattr(writer_module, "take_batch", counted)
+    monkeypatch.setattr(completer, "take_batch", counted)
     settings = settings_factory()
     keeper = LeaseKeeper(engine, settings).start()
     writer = StoreWriter(
