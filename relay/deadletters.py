@@ -10,14 +10,17 @@ Only then are those messages acked. Undecodable messages stay parked in `jobs.de
 operator to look at: that, and nothing else, is what `jobs.dead` holds.
 
 The check has a broker connection of its own (a `BlockingConnection` used by one store thread at a time),
-so the relay's publishing loop never waits on it.
+so the relay's publishing loop never waits on it. `DeadLetterReconciler` is the relay's service that runs it,
+on every relay whose publishing connection is up, the leader and the standbys alike.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +33,8 @@ from outbox_bridge.broker.message import JobMessage, UndecodableMessage
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, sweeper
+from outbox_bridge.relay.loop import RelayLoop
+from outbox_bridge.relay.services import PeriodicService
 
 log = logging.getLogger("relay")
 
@@ -124,3 +129,41 @@ def take(channel: Any, queue: str, limit: int) -> tuple[list[tuple[int, bytes]],
         held = held or method.message_count + 1
         taken.append((method.delivery_tag, body))
     return taken, held
+
+
+class DeadLetterReconciler(PeriodicService[Checked | None]):
+    """A `DeadLetterCheck` every `dead_letter_check_seconds` while `connected()` (the relay's publishing
+    connection is up: the broker is reachable). A broker failure is logged here and the store's by the
+    loop; what a check settled is logged."""
+
+    name = "dead letters"
+
+    def __init__(
+        self, settings: Settings, engine: Engine, loop: RelayLoop, connected: Callable[[], bool]
+    ) -> None:
+        super().__init__(loop, settings.dead_letter_check_seconds)
+        self._check = DeadLetterCheck(settings, engine)
+        self._connected = connected
+        # A check runs on a store thread; `stop` closes its connection on another: one at a time.
+        self._lock = threading.Lock()
+
+    def wanted(self) -> bool:
+        return self._connected()
+
+    def work(self) -> Checked | None:
+        with self._lock:
+            try:
+                return self._check.check()
+            except BROKER_ERRORS as exc:
+                log.warning("dead-letter check: broker connection failed: %r", exc)
+                return None
+
+    def done(self, result: Checked | None) -> None:
+        line = result.line() if result is not None else None
+        if line is not None:
+            log.info("%s", line)
+
+    def stop(self) -> None:
+        """Close the check's connection (once a check still running has ended)."""
+        with self._lock:
+            self._check.close()

@@ -1,11 +1,12 @@
-"""The relay's scheduled store work, which needs no broker: settle jobs whose lease or deadline ran out or
-whose worker is gone (`jobstore.sweeper`), drop outbox rows published longer ago than the retention,
-announce again queued jobs whose delivery was lost, and announce the held jobs a flow limit has room for
-(`jobstore.limits.release_held`). The job retention (`worker.retention`) runs on a timer of its own, less
-often."""
+"""The rescuer: the relay's scheduled store work, which needs no broker. Every `SWEEP_INTERVAL_SECONDS` it
+settles jobs whose lease or deadline ran out or whose worker is gone (`jobstore.sweeper`), drops outbox rows
+published longer ago than the retention, announces again queued jobs whose delivery was lost, and announces
+the held jobs a flow limit has room for (`jobstore.limits.release_held`). Every relay runs it, the leader and
+the standbys alike. The job retention (`relay.retention`) runs on a timer of its own, less often."""
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from dataclasses import dataclass
 
@@ -15,7 +16,11 @@ from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, limits, outbox, statistics, sweeper
 from outbox_bridge.jobstore.limits import Limits
+from outbox_bridge.relay.loop import RelayLoop
+from outbox_bridge.relay.services import PeriodicService
 from outbox_bridge.worker.commit import backoff_of
+
+log = logging.getLogger("relay")
 
 
 @dataclass(frozen=True)
@@ -53,3 +58,21 @@ def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
     released = db.transact(engine, limits.release_held, Limits.of(settings), now)
     statistics.tend(engine)
     return Housekept(swept, pruned, reannounced, released)
+
+
+class Rescuer(PeriodicService[Housekept]):
+    """`sweep_and_prune` every `sweep_interval_seconds`; what it found is logged."""
+
+    name = "housekeeping"
+
+    def __init__(self, settings: Settings, engine: Engine, loop: RelayLoop) -> None:
+        super().__init__(loop, settings.sweep_interval_seconds)
+        self._settings = settings
+        self._engine = engine
+
+    def work(self) -> Housekept:
+        return sweep_and_prune(self._engine, self._settings)
+
+    def done(self, result: Housekept) -> None:
+        for line in result.lines():
+            log.info("%s", line)

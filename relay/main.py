@@ -11,7 +11,7 @@ from typing import Any
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore.heartbeats import Heartbeat
-from outbox_bridge.relay.publisher import Relay
+from outbox_bridge.relay.relay import Relay
 from outbox_bridge.telemetry import tracing
 from outbox_bridge.worker.metrics import serve_metrics
 

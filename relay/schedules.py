@@ -1,11 +1,13 @@
-"""Firing the schedules' due slots: the relay that holds the relay role looks every `CHECK_SECONDS` and fires
-each schedule whose next slot has come, in a transaction of its own (`jobstore.schedules.fire`), so that one
-schedule the store refuses holds back no other. A relay that does not hold the role fires nothing; one that
-fires what another relay fired a moment before finds the slots' keys taken and makes nothing."""
+"""The scheduler, firing the schedules' due slots: the leader (the relay that holds the relay role) looks
+every `CHECK_SECONDS` and fires each schedule whose next slot has come, in a transaction of its own
+(`jobstore.schedules.fire`), so that one schedule the store refuses holds back no other. A relay that does
+not hold the role fires nothing; one that fires what another relay fired a moment before finds the slots'
+keys taken and makes nothing."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from sqlalchemy import Engine
 
@@ -14,6 +16,8 @@ from outbox_bridge.core.recurrence import MISSED_AFTER_SECONDS, slot_text
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, schedules
 from outbox_bridge.jobstore.schedules import Fired
+from outbox_bridge.relay.loop import RelayLoop
+from outbox_bridge.relay.services import PeriodicService
 
 log = logging.getLogger("relay")
 
@@ -53,3 +57,26 @@ def report(fired: list[Fired]) -> None:
                 done.skipped,
                 MISSED_AFTER_SECONDS,
             )
+
+
+class Scheduler(PeriodicService[list[Fired]]):
+    """`fire_due` every `CHECK_SECONDS` while `is_leader()`; what the firings did is logged (`report`)."""
+
+    name = "schedules"
+
+    def __init__(
+        self, settings: Settings, engine: Engine, loop: RelayLoop, is_leader: Callable[[], bool]
+    ) -> None:
+        super().__init__(loop, CHECK_SECONDS)
+        self._settings = settings
+        self._engine = engine
+        self._is_leader = is_leader
+
+    def wanted(self) -> bool:
+        return self._is_leader()
+
+    def work(self) -> list[Fired]:
+        return fire_due(self._engine, self._settings)
+
+    def done(self, result: list[Fired]) -> None:
+        report(result)

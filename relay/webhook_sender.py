@@ -67,8 +67,9 @@ class _Send:
 
 
 class WebhookSender:
-    """Construct, `start()`, and `stop()` when the relay stops. `holds_role()` says whether this relay may
-    send now; it is asked before each read and before each request."""
+    """One of the relay's services (`relay.services`): construct, `start()`, and `stop()` when the relay
+    stops. `holds_role()` says whether this relay is the leader and may send now; it is asked before each
+    read and before each request."""
 
     def __init__(self, settings: Settings, engine: Engine, holds_role: Callable[[], bool]) -> None:
         self.settings = settings

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, relayrole
-from outbox_bridge.relay.publisher import ROLE_SECONDS
+from outbox_bridge.relay.leader import LEADER_SECONDS
 from tests.conftest import make_settings
 from tests.support import procs
 from tests.support.relay_harness import Broker, seed_jobs, unpublished
@@ -60,7 +60,7 @@ def test_a_standby_takes_the_role_of_a_killed_holder_before_the_role_expires(
 
     after = role(engine)
     assert after.holder == f"{socket.gethostname()}:{standby.pid}"
-    assert after.expires_at - ROLE_SECONDS < before.expires_at, "taken only once the role expired"
+    assert after.expires_at - LEADER_SECONDS < before.expires_at, "taken only once the role expired"
     seed_jobs(engine, 3)
     procs.wait_for(lambda: unpublished(engine) == 0, 20, what="the new holder publishing")
     assert standby.terminate(30) == 0

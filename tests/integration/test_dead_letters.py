@@ -169,7 +169,7 @@ def test_a_relay_survives_an_error_raised_out_of_its_event_loop_and_publishes_on
 
     with running_relay(settings, engine) as relay:
         wait_for(lambda: relay.connected, 10, what="the relay connected")
-        relay.ioloop.add_callback_threadsafe(boom)
+        relay.loop.ioloop.add_callback_threadsafe(boom)
         wait_for(lambda: relay.connected, 10, what="the relay connected again")
         job_id = queued(engine, published=False)
         wait_for(lambda: depth(channel, settings.queue) == 1, 10, what="the job published")

@@ -106,7 +106,7 @@ def test_a_relay_whose_listening_connection_is_cut_polls_meanwhile_and_listens_a
     caplog.set_level(logging.WARNING, logger="outbox_bridge.relay.wake")
     with running_relay(quick, engine) as relay:
         wait_for(lambda: relay.connected, 15, what="relay connected")
-        wait_for(lambda: relay._wakeups.listening, 5, what="the relay listening")
+        wait_for(lambda: relay.publisher.wakeups.listening, 5, what="the relay listening")
         db.transact(
             engine,
             lambda conn: conn.execute(
@@ -119,7 +119,7 @@ def test_a_relay_whose_listening_connection_is_cut_polls_meanwhile_and_listens_a
         new_job(engine, "while deaf")
         wait_for(lambda: unpublished(engine) == 0, 10, what="the job published by the poll")
         wait_for(lambda: "lost the connection listening" in caplog.text, 10, what="the loss noticed")
-        wait_for(lambda: relay._wakeups.listening, 10, what="the relay listening again")
+        wait_for(lambda: relay.publisher.wakeups.listening, 10, what="the relay listening again")
         new_job(engine, "heard again")
         wait_for(lambda: unpublished(engine) == 0, 10, what="the second job published")
     assert len(broker.take_all(quiet_seconds=0.5)) == 2

@@ -14,7 +14,7 @@ from sqlalchemy import Engine
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.relay.publisher import ROLE_SECONDS
+from outbox_bridge.relay.leader import LEADER_SECONDS
 from tests.conftest import make_settings
 from tests.support import procs
 from tests.support.relay_harness import Broker, delay_outbox, outbox_rows, seed_jobs, unpublished
@@ -113,7 +113,7 @@ def test_a_holder_stopped_past_its_role_publishes_again_once_resumed(
         relay.signal(signal.SIGSTOP)
         try:
             seed_jobs(engine, 20)  # notified while stopped: the notifications wait in its socket
-            time.sleep(ROLE_SECONDS + 1)  # its role runs out meanwhile
+            time.sleep(LEADER_SECONDS + 1)  # its role runs out meanwhile
         finally:
             relay.signal(signal.SIGCONT)
         procs.wait_for(lambda: unpublished(engine) == 0, 10, what="the rows published once it was resumed")

@@ -20,7 +20,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, intake
 from outbox_bridge.jobstore.schema import jobs, outbox
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.relay.publisher import WRITE_BACK_GRACE_SECONDS, Relay
+from outbox_bridge.relay.relay import WRITE_BACK_GRACE_SECONDS, Relay
 
 
 def _insert_jobs(conn: Connection, count: int, spread_seconds: float) -> list[str]:
