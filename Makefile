@@ -71,15 +71,17 @@ chromium: ## make sure headless Chromium is present for the dashboard test
 	fi
 
 # mypy reads the package as the wheel installs it: the folders pyproject.toml maps into `outbox_bridge`
-# (api/, relay/, consumer/, ...) are laid out under build/typecheck/outbox_bridge, and its errors name the
-# files there (build/typecheck/outbox_bridge/api/app.py is api/app.py).
+# (api/, relay/, consumer/, ...) are laid out under build/typecheck/outbox_bridge, and mypy runs there (from
+# the checkout's root it would also find the checkout's own, partial, outbox_bridge/); its errors name the
+# files of that tree (outbox_bridge/api/app.py there is api/app.py here).
 TYPECHECK := build/typecheck
 
 lint: install ## ruff and mypy
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python scripts/package_tree.py $(TYPECHECK) >/dev/null
-	$(BIN)/mypy $(TYPECHECK)/outbox_bridge
+	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml \
+	  --cache-dir $(CURDIR)/.mypy_cache outbox_bridge
 
 bench: install ## the standard benchmark set (writes docs/bench/)
 	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
