@@ -3,27 +3,13 @@ is told why it cannot. One guarded UPDATE decides; a job is never taken twice.""
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import (
-    BindParameter,
-    ColumnElement,
-    Connection,
-    Float,
-    and_,
-    bindparam,
-    false,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import Connection
 
 from outbox_bridge.jobstore import db, drivers, events, fenced, outbox, pausing, queries, tenantcap
 from outbox_bridge.jobstore import limits as flow
@@ -31,8 +17,7 @@ from outbox_bridge.jobstore.intake import new_attempt_id
 from outbox_bridge.jobstore.limits import NONE as NO_LIMITS
 from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
-from outbox_bridge.jobstore.schema import attempts, jobs, state_in
-from outbox_bridge.jobstore.states import CLAIM, HELD, TERMINAL, State
+from outbox_bridge.jobstore.states import TERMINAL, State
 
 
 class Refusal(StrEnum):
@@ -55,94 +40,9 @@ class ClaimResult:
     state: State | None = None
 
 
-def _queued_due(now: ColumnElement[float], *, walk_priority: bool = False) -> ColumnElement[bool]:
-    """Queued, due, and not of a paused kind (`pausing`). `walk_priority`: written so that SQLite's planner
-    walks the (state, priority, available_at) index in order, not the (state, available_at) one's range and
-    a sort of what it finds."""
-    available_at = jobs.c.available_at + 0 if walk_priority else jobs.c.available_at
-    return and_(state_in(CLAIM.sources), available_at <= now, pausing.NOT_PAUSED)
-
-
-def _expired(now: ColumnElement[float]) -> ColumnElement[bool]:
-    """A held job whose worker let the lease run out is taken again (it stays running, under a new epoch),
-    unless that worker had started an external effect: that one is the sweeper's, to end `unknown`."""
-    return and_(
-        state_in(HELD),
-        jobs.c.lease_expires_at <= now,
-        or_(jobs.c.external_epoch.is_(None), jobs.c.external_epoch != jobs.c.epoch),
-    )
-
-
-def _takeable(now: ColumnElement[float]) -> ColumnElement[bool]:
-    return and_(
-        jobs.c.attempts < jobs.c.max_attempts,
-        jobs.c.cancel_requested == false(),
-        or_(jobs.c.deadline_at.is_(None), jobs.c.deadline_at > now),
-    )
-
-
-def _claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
-    return and_(or_(_queued_due(now), _expired(now)), _takeable(now))
-
-
-def _queued_claimable(now: ColumnElement[float]) -> ColumnElement[bool]:
-    """A queued job a claim may start, but for the flow limits."""
-    return and_(_queued_due(now), _takeable(now))
-
-
-_QUEUED_CLAIMABLE = _queued_claimable(bindparam("b_now", type_=Float))
-
-
-# Hot statements are built once with bound parameters: building a statement costs far more than running it.
-_NOW = bindparam("b_now", type_=Float)
-_IDS: BindParameter[list[str]] = bindparam("b_ids", expanding=True)
-
-
-# What a claim returns of each job it took: the fields of its `Claim`, in this order (`_claim_of`).
-_CLAIMED = (
-    jobs.c.id, jobs.c.epoch, jobs.c.attempts, jobs.c.kind, jobs.c.payload, jobs.c.tenant, jobs.c.owner,
-    jobs.c.operation_key, jobs.c.deadline_at, jobs.c.lease_expires_at, jobs.c.checkpoint, jobs.c.created_at,
-    jobs.c.traceparent, jobs.c.concurrency_key,
-)  # fmt: skip
-
-
-def _claim_statement(which: ColumnElement[bool]) -> Any:
-    return (
-        update(jobs)
-        .where(which, _claimable(_NOW))
-        .values(
-            state=State.RUNNING.value,
-            epoch=jobs.c.epoch + 1,
-            attempts=jobs.c.attempts + 1,
-            lease_owner=bindparam("b_worker"),
-            lease_expires_at=bindparam("b_lease_until", type_=Float),
-            updated_at=_NOW,
-            started_at=func.coalesce(jobs.c.started_at, _NOW),
-            held_by=None,
-            running_since=bindparam("b_running_since", type_=Float),
-        )
-        .returning(*_CLAIMED)
-    )
-
-
-# The same with each column a bound parameter, for `db.run_many` (one call into the driver for many rows).
-_INSERT_ATTEMPTS = insert(attempts).values(
-    {c: bindparam(c) for c in ("id", "job_id", "epoch", "worker", "started_at", "outcome")}
-)
-
-
-@functools.cache
-def _claim_many(limited: tuple[str, ...] | None) -> Any:
-    """The claim of the jobs `b_ids` names, taking only what no limit concerns when `limited` names the kinds
-    a limit concerns (`limits.unlimited`; `()`: none but concurrency keys), anything claimable when None.
-    Built once per guard: a process has one set of limits. Its driver runs it (`Driver.claim`)."""
-    which = jobs.c.id.in_(_IDS) if limited is None else and_(jobs.c.id.in_(_IDS), flow.unlimited(limited))
-    return _claim_statement(which)
-
-
 def _attempt_row(claim: Claim, now: float) -> dict[str, Any]:
     return {"id": claim.attempt_id, "job_id": claim.job_id, "epoch": claim.epoch, "worker": claim.worker,
-            "started_at": now, "outcome": "running"}  # fmt: skip
+            "started_at": now}  # fmt: skip
 
 
 def claim(conn: Connection, job_id: str, worker: str, now: float, lease_seconds: float) -> ClaimResult:
@@ -239,27 +139,27 @@ def _take_many(
     ahead: bool = False,
 ) -> dict[str, Claim | None]:
     """The claims of those of `job_ids` that were claimable (and, but for a `guard` of None, that no flow
-    limit concerns: `limits.unlimited`), by job id; with `drop_pending`, the pending outbox rows of the jobs
-    taken are dropped. With `ahead`, the jobs are claimed ahead of a free thread: they read as waiting for
-    one (`running_since` null) until `mark_running`."""
+    limit concerns: no concurrency key, and a kind not of `guard`), by job id; with `drop_pending`, the
+    pending outbox rows of the jobs taken are dropped. With `ahead`, the jobs are claimed ahead of a free
+    thread: they read as waiting for one (`running_since` null) until `mark_running`."""
     if not job_ids:
         return {}
     params = {
-        "b_now": now,
-        "b_worker": worker,
-        "b_lease_until": now + lease_seconds,
-        "b_running_since": None if ahead else now,
+        "now": now,
+        "worker": worker,
+        "lease_until": now + lease_seconds,
+        "running_since": None if ahead else now,
     }
     attempt_ids = {job_id: new_attempt_id() for job_id in job_ids}
     rows, written = drivers.of(conn).claim(
-        conn, _claim_many(guard), params, attempt_ids, drop_pending=drop_pending
+        conn, params, attempt_ids, limited=guard, drop_pending=drop_pending
     )
     taken = [_claim_of(row, attempt_ids[row[0]], worker) for row in rows]
     _lose_previous(conn, taken, now)
     events.note(conn, (events.of_claim("claimed", claim) for claim in taken))
     unwritten = [claim for claim in taken if claim.job_id not in written]
     if unwritten:
-        db.run_many(conn, _INSERT_ATTEMPTS, [_attempt_row(claim, now) for claim in unwritten])
+        db.execute_many(conn, "insert_attempt", [_attempt_row(claim, now) for claim in unwritten])
     return {claim.job_id: claim for claim in taken}
 
 
@@ -272,7 +172,7 @@ def _lose_previous(conn: Connection, taken: Sequence[Claim], now: float) -> None
 
 
 def _claim_of(row: Sequence[Any], attempt_id: str, worker: str) -> Claim:
-    """The `Claim` of a job a claim returned (`_CLAIMED`)."""
+    """The `Claim` of a job a claim returned (a row of `claim_by_ids`, its columns in this order)."""
     (job_id, epoch, attempts, kind, payload, tenant, owner, operation_key, deadline_at, lease_expires_at,
      checkpoint, created_at, traceparent, concurrency_key) = row  # fmt: skip
     return Claim(
@@ -310,54 +210,9 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
     return ClaimResult(refusal=Refusal.NEEDS_SWEEP, state=job.state)
 
 
-# Two statements, not one with an OR: each walks its own index in order and stops at the limit, where the
-# OR would gather and sort every due row (the whole backlog, in a burst) to take a few.
-def _due(which: ColumnElement[bool], *order: ColumnElement[Any]) -> Any:
-    return select(jobs.c.id).where(which, _takeable(_NOW)).order_by(*order).limit(bindparam("b_limit"))
-
-
-_EXPIRED_DUE = _due(_expired(_NOW), jobs.c.lease_expires_at)
-# Queued jobs by priority, then age: a walk of the (state, priority, available_at) index.
-# Passed over: the tenants at their cap or share (`b_capped`), the kinds at their cap or not due to start
-# again (`b_full_kinds`), and the jobs whose concurrency key is at its cap (`limits.KEY_HAS_ROOM`).
-_NOT_CAPPED = and_(
-    jobs.c.tenant.not_in(bindparam("b_capped", expanding=True)),
-    jobs.c.kind.not_in(bindparam("b_full_kinds", expanding=True)),
-    flow.KEY_HAS_ROOM,
-)
-_QUEUED_DUE = _due(
-    and_(_queued_due(_NOW, walk_priority=True), _NOT_CAPPED), jobs.c.priority, jobs.c.available_at
-)
-# When more are queued than a claim takes: by priority, then round-robin over tenants, then age. A job's
-# turn is its rank among its tenant's due jobs of that priority plus the jobs its tenant runs now: ranks
-# alone would start over at every claim, and a claim of one would always take the tenant whose first job
-# is oldest. It ranks every due job, so it runs only when there is a backlog of several tenants to order
-# (see `outbox` for the relay's same order).
-_TURN = func.row_number().over(
-    partition_by=(jobs.c.priority, jobs.c.tenant), order_by=(jobs.c.available_at, jobs.c.id)
-)
-_RUNNING = tenantcap.RUNNING_BY_TENANT
-_RANKED = (
-    select(
-        jobs.c.id,
-        jobs.c.priority,
-        jobs.c.available_at,
-        (_TURN + func.coalesce(_RUNNING.c.running, 0)).label("turn"),
-    )
-    .select_from(jobs.outerjoin(_RUNNING, _RUNNING.c.tenant == jobs.c.tenant))
-    .where(_queued_due(_NOW), _takeable(_NOW), _NOT_CAPPED)
-    .subquery("ranked")
-)
-_QUEUED_FAIR = (
-    select(_RANKED.c.id)
-    .order_by(_RANKED.c.priority, _RANKED.c.turn, _RANKED.c.available_at)
-    .limit(bindparam("b_limit"))
-)
-
-
-_NOTHING_PASSED_OVER = {"b_capped": [], "b_full_kinds": [], "b_key_max": 1}
-
-
+# The walks of `claim_due` (`claims.sql`): expired leases, then queued jobs, in two statements, not one
+# with an OR: each walks its own index in order and stops at the limit, where the OR would gather and sort
+# every due row (the whole backlog, in a burst) to take a few.
 def _due_ids(
     conn: Connection, now: float, limit: int, passed_over: dict[str, Any] | None = None
 ) -> list[str]:
@@ -365,39 +220,38 @@ def _due_ids(
     jobs (but for those `passed_over`: `_passed_over`): all of them when no more are due than fit; else by
     priority, a turn per tenant, then age. Rows another claimer has locked are skipped (where the database
     locks rows); a job ranked here that another claimer takes meanwhile is refused by the claim's guard."""
-    driver = drivers.of(conn)
-    expired = driver.locking(_EXPIRED_DUE, skip_locked=True)
-    job_ids = list(conn.execute(expired, {"b_now": now, "b_limit": limit}).scalars())
+    expired = db.execute(conn, "expired_leases_due_locking", {"now": now, "limit": limit})
+    job_ids = [str(row[0]) for row in expired]
     room = limit - len(job_ids)
     if room <= 0:
         return job_ids
-    queued_due = driver.locking(_QUEUED_DUE, skip_locked=True)
-    params = {"b_now": now, "b_limit": room + 1, **(passed_over or _NOTHING_PASSED_OVER)}
-    queued = list(conn.execute(queued_due, params).scalars())
+    params = {"now": now, "limit": room + 1, **(passed_over or _passed_over_params(conn, [], [], 1))}
+    queued = [str(row[0]) for row in db.execute(conn, "queued_due_locking", params)]
     if len(queued) > room and _several_tenants(conn):
-        ranked = list(conn.execute(_QUEUED_FAIR, {**params, "b_limit": 2 * room}).scalars())
-        queued = _unlocked(conn, driver, ranked, queued)[:room]
+        ranked = [str(row[0]) for row in db.execute(conn, "queued_due_fair", {**params, "limit": 2 * room})]
+        queued = _unlocked(conn, ranked, queued)[:room]
     return job_ids + queued[:room]
 
 
-_RANKED_IDS = select(jobs.c.id).where(jobs.c.id.in_(_IDS))
-# Two seeks of the (state, tenant) index: one tenant's backlog has no turns to rank.
-_TENANT_RANGE = select(
-    select(func.min(jobs.c.tenant)).where(state_in(CLAIM.sources)).scalar_subquery(),
-    select(func.max(jobs.c.tenant)).where(state_in(CLAIM.sources)).scalar_subquery(),
-)
+def _passed_over_params(
+    conn: Connection, capped: Sequence[str], full_kinds: Sequence[str], key_max: int
+) -> dict[str, Any]:
+    """The walks' parameters of what they pass over (`_passed_over`), each list one parameter."""
+    array = drivers.of(conn).array
+    return {"capped": array(capped), "full_kinds": array(full_kinds), "key_max": key_max}
 
 
 def _several_tenants(conn: Connection) -> bool:
-    lowest, highest = conn.execute(_TENANT_RANGE).one()
+    [(lowest, highest)] = db.execute(conn, "queued_tenant_range")
     return bool(lowest != highest)
 
 
-def _unlocked(conn: Connection, driver: drivers.Driver, ranked: list[str], walked: list[str]) -> list[str]:
+def _unlocked(conn: Connection, ranked: list[str], walked: list[str]) -> list[str]:
     """Those of `ranked` no other transaction holds locked, locked now, in the same order, then those of
     `walked` (locked by this transaction's walk) not among them. The ranking query cannot lock, and
     concurrent claimers all rank the same jobs first: each takes what it can, and its own walk's."""
-    free = set(conn.execute(driver.locking(_RANKED_IDS, skip_locked=True), {"b_ids": ranked}).scalars())
+    rows = db.execute(conn, "lock_ranked_jobs", {"ids": drivers.of(conn).array(ranked)})
+    free = {str(row[0]) for row in rows}
     taken = [job_id for job_id in ranked if job_id in free]
     return taken + [job_id for job_id in walked if job_id not in free]
 
@@ -445,11 +299,10 @@ def any_due(
     """Whether `claim_due` might take a job now: False only when it would take none (neither of its walks
     finds a row). It only reads, so an idle poller asks it in a read transaction before it takes the write
     lock for a claim."""
-    params = {"b_now": now, "b_limit": 1}
-    if conn.execute(_EXPIRED_DUE, params).first() is not None:
+    if db.execute(conn, "expired_leases_due", {"now": now, "limit": 1}):
         return True
     passed_over = _passed_over(conn, now, tenant_cap, share, limits)
-    return conn.execute(_QUEUED_DUE, params | passed_over).first() is not None
+    return bool(db.execute(conn, "queued_due", {"now": now, "limit": 1, **passed_over}))
 
 
 def _passed_over(
@@ -458,11 +311,8 @@ def _passed_over(
     """The walk's parameters of what it passes over: the tenants none of whose queued jobs a claim may take
     (at the deployment's cap, or at the claiming process's share), the kinds at their cap or not yet due to
     start again, and the most running jobs of one key."""
-    return {
-        "b_capped": sorted({*tenantcap.at_cap(conn, tenant_cap), *(share.full() if share else ())}),
-        "b_full_kinds": flow.full_kinds(conn, limits, now),
-        "b_key_max": limits.key_max_running,
-    }
+    capped = sorted({*tenantcap.at_cap(conn, tenant_cap), *(share.full() if share else ())})
+    return _passed_over_params(conn, capped, flow.full_kinds(conn, limits, now), limits.key_max_running)
 
 
 def claim_next(
@@ -481,9 +331,6 @@ def claim_next(
     return claims[0] if claims else None
 
 
-_QUEUED_TENANTS = select(jobs.c.id, jobs.c.tenant).where(jobs.c.id.in_(_IDS), state_in(CLAIM.sources))
-
-
 def _refused(
     conn: Connection, job_ids: list[str], cap: int, share: tenantcap.Share | None = None
 ) -> list[str]:
@@ -491,7 +338,8 @@ def _refused(
     PostgreSQL, the tenants concerned first when there is a cap: `tenantcap.lock`)."""
     if not job_ids:
         return []
-    queued = {str(r[0]): str(r[1]) for r in conn.execute(_QUEUED_TENANTS, {"b_ids": job_ids})}
+    rows = db.execute(conn, "queued_tenants_of", {"ids": drivers.of(conn).array(job_ids)})
+    queued = {str(job_id): str(tenant) for job_id, tenant in rows}
     candidates = [(job_id, queued[job_id]) for job_id in job_ids if job_id in queued]
     refused: list[str] = []
     if cap:
@@ -521,24 +369,9 @@ def _over_cap(conn: Connection, job_ids: list[str], cap: int, now: float) -> lis
     return refused
 
 
-# A job claimed ahead of a free thread has begun running on one: under its fence (id, epoch, running).
-_MARK_RUNNING = (
-    update(jobs)
-    .where(
-        jobs.c.id == bindparam("b_job"),
-        jobs.c.epoch == bindparam("b_epoch"),
-        state_in({State.RUNNING}),
-    )
-    .values(running_since=bindparam("b_since", type_=Float))
-)
-
-
 def mark_running(conn: Connection, began: Sequence[tuple[str, int, float]]) -> None:
     """Each (job id, epoch, when its thread began running it) of jobs a claim took `ahead`: the job reads
     as started from then on. A job that has ended, or that another epoch holds, is left as it is."""
     if began:
-        db.run_many(
-            conn,
-            _MARK_RUNNING,
-            [{"b_job": job, "b_epoch": epoch, "b_since": since} for job, epoch, since in began],
-        )
+        rows = [{"job": job, "epoch": epoch, "since": since} for job, epoch, since in began]
+        db.execute_many(conn, "mark_running", rows)

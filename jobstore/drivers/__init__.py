@@ -187,23 +187,24 @@ class Driver:
     def claim(
         self,
         conn: Connection,
-        statement: Any,
         params: Mapping[str, Any],
         attempt_ids: Mapping[str, str],
         *,
+        limited: Sequence[str] | None,
         drop_pending: bool,
     ) -> tuple[list[tuple[Any, ...]], set[str]]:
-        """Run the claim `statement` (an UPDATE of the jobs named by its `b_ids`, returning what a claim
-        returns) for the jobs `attempt_ids` names; with `drop_pending`, the jobs' pending outbox rows are
-        dropped too. The rows it returned, and the ids of the jobs whose first attempt row (under its id in
-        `attempt_ids`) it also wrote."""
+        """Claim the jobs `attempt_ids` names (`claim_by_ids`, with `params`: `now`, `worker`, `lease_until`,
+        `running_since`); with `limited` (the kinds a flow limit concerns), only those no limit concerns;
+        with `drop_pending`, the jobs' pending outbox rows are dropped too. The rows it returned (what a
+        claim returns), and the ids of the jobs whose first attempt row (under its id in `attempt_ids`) it
+        also wrote."""
         raise NotImplementedError
 
     def complete_many(
         self, conn: Connection, completions: Sequence[Completion], now: float
     ) -> list[tuple[Any, ...]]:
-        """Commit each completion under its own fence: the job (`fenced.complete_statement`) and the attempt
-        that ended. A row per job completed: its new state, then `events.COLUMNS`."""
+        """Commit each completion under its own fence (`complete_many`): the job and the attempt that
+        ended. A row per job completed: its new state, then `events.COLUMNS`."""
         raise NotImplementedError
 
     def read_due_at_once(

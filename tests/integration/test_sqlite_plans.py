@@ -12,21 +12,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from outbox_bridge.jobstore import claiming, db, migrate
+from outbox_bridge.jobstore import db, migrate
 from outbox_bridge.jobstore.drivers import sqlite as driver
 from tests.conftest import sqlite_settings
 
 PLANS = {
-    "claim by ids": (
-        driver.claiming(claiming._claim_many(None)),
-        "b_ids",
-        "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
-    ),
-    "claim by ids, guarded by limits": (
-        driver.claiming(claiming._claim_many(("export",))),
-        "b_ids",
-        "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
-    ),
     "relay role's mark": (
         driver.MARK_PUBLISHED,
         "b_ids",
@@ -58,9 +48,21 @@ def sqlite(tmp_path: Path) -> Iterator[Engine]:
     engine.dispose()
 
 
-def test_a_completion_looks_each_fenced_job_up(sqlite: Engine) -> None:
-    sql = db._compiled_in(driver.COMPLETE_MANY, "sqlite", "b_fences", 12, False, "b_fence_ids").sql
-    assert plan(sqlite, sql)[0] == "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)"
+# The driver's named statements that pick rows by a JSON array of ids, and the first step of each plan.
+NAMED_PLANS = {
+    "claim_by_ids": "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
+    "claim_drop_pending": "SEARCH outbox USING INDEX ix_outbox_job_id (job_id=?)",
+    "complete_many": "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
+    "lock_ranked_jobs": "SEARCH jobs USING COVERING INDEX sqlite_autoindex_jobs_1 (id=?)",
+    "queued_tenants_of": "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
+    "lose_running_attempts": "SEARCH attempts USING INDEX sqlite_autoindex_attempts_2 (job_id=?)",
+}
+
+
+@pytest.mark.parametrize("name", NAMED_PLANS)
+def test_a_named_statement_by_ids_looks_each_id_up(sqlite: Engine, name: str) -> None:
+    steps = plan(sqlite, driver.DRIVER.statement(name).sql)
+    assert steps[0] == NAMED_PLANS[name], steps
 
 
 @pytest.mark.parametrize("name", PLANS)

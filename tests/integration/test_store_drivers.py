@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Connection, Engine, select
 
 from outbox_bridge.core.clock import FakeClock
-from outbox_bridge.jobstore import claiming, db, drivers, fenced, intake, relayrole
+from outbox_bridge.jobstore import db, drivers, fenced, intake, relayrole
 from outbox_bridge.jobstore.schema import attempts, jobs, outbox
 from outbox_bridge.jobstore.statistics import TABLES
 from tests.support.store import claimed, new_job, new_jobs
@@ -77,12 +77,15 @@ def test_jobs_are_inserted_with_an_outbox_row_each_and_a_taken_key_is_skipped(
 def test_a_claim_takes_the_jobs_and_writes_their_first_attempts(engine: Engine, clock: FakeClock) -> None:
     job_ids = new_jobs(engine, 3)
     attempt_ids = {job_id: intake.new_attempt_id() for job_id in [*job_ids, "no-such-job"]}
-    params = {"b_now": clock.now(), "b_worker": "w1", "b_lease_until": clock.now() + 30}
+    params = {
+        "now": clock.now(),
+        "worker": "w1",
+        "lease_until": clock.now() + 30,
+        "running_since": clock.now(),
+    }
 
     def claim(conn: Connection) -> tuple[list[tuple[Any, ...]], set[str]]:
-        return drivers.of(conn).claim(
-            conn, claiming._claim_many(None), params, attempt_ids, drop_pending=True
-        )
+        return drivers.of(conn).claim(conn, params, attempt_ids, limited=None, drop_pending=True)
 
     rows, written = db.transact(engine, claim)
     assert sorted(str(row[0]) for row in rows) == sorted(job_ids)

@@ -23,34 +23,29 @@ from sqlalchemy import (
     ARRAY,
     Connection,
     Engine,
-    Float,
     Integer,
     Select,
     String,
-    Text,
-    and_,
     any_,
     bindparam,
     create_engine,
-    delete,
     event,
     func,
     insert,
     literal,
     select,
     text,
-    update,
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, IntegrityError
 
-from outbox_bridge.jobstore import db, fenced, host_notify, relayrole
+from outbox_bridge.jobstore import db, host_notify, relayrole
 from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications
 from outbox_bridge.jobstore.notifications import Listener
 from outbox_bridge.jobstore.outbox import EVENT_FACTS_RETURNED
 from outbox_bridge.jobstore.records import dumps
-from outbox_bridge.jobstore.schema import JOB_COLUMNS, attempts, jobs
+from outbox_bridge.jobstore.schema import JOB_COLUMNS, jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 
 if TYPE_CHECKING:
@@ -60,7 +55,6 @@ if TYPE_CHECKING:
 # A pooled connection back from the pool after this long idle is pinged before it is used.
 PING_AFTER_IDLE_SECONDS = 1.0
 _IDLE_SINCE = "idle_since"
-_NOW = bindparam("b_now", type_=Float)
 
 # --- the statements ---------------------------------------------------------------------------------------
 
@@ -101,75 +95,6 @@ _ANNOUNCED = (
     .cte("announced")
 )
 INSERT_JOBS = db.Direct.of(select(_INSERTED.c.id).add_cte(_ANNOUNCED), prepared=True)
-
-# The attempt ids chosen for the jobs a claim names, as rows (job_id, attempt_id).
-_ATTEMPT_IDS = (
-    func.unnest(
-        bindparam("b_attempt_jobs", type_=ARRAY(String)), bindparam("b_attempt_ids", type_=ARRAY(String))
-    )
-    .table_valued("job_id", "attempt_id")
-    .render_derived(name="fresh")
-)
-
-
-@functools.cache
-def claim_statements(claim: Any) -> tuple[Any, Any]:
-    """The claim `claim` (the shared UPDATE of the jobs) with the first attempt rows of the jobs it takes,
-    in one statement, and the same dropping their pending outbox rows too (the table's path). A job claimed
-    again (epoch > 1) gets its attempt row after its previous one is ended as lost, in statements of their
-    own (`claiming`). Prepared: the generic plan looks each id up by the primary key (the same statement
-    comparing `id = ANY(:ids)` got a generic plan that walked the state index instead)."""
-    taken = claim.cte("taken")
-    first_attempts = insert(attempts).from_select(
-        ["id", "job_id", "epoch", "worker", "started_at", "outcome"],
-        select(
-            _ATTEMPT_IDS.c.attempt_id,
-            taken.c.id,
-            taken.c.epoch,
-            bindparam("b_worker"),
-            _NOW,
-            literal("running"),
-        )
-        .select_from(taken.join(_ATTEMPT_IDS, _ATTEMPT_IDS.c.job_id == taken.c.id))
-        .where(taken.c.epoch == 1),
-    )
-    many = select(taken).add_cte(first_attempts.cte("first_attempts"))
-    dropped = delete(outbox_table).where(
-        outbox_table.c.job_id.in_(select(taken.c.id)), outbox_table.c.published_at.is_(None)
-    )
-    return many, many.add_cte(dropped.cte("dropped"))
-
-
-# Completions, one array per column: the jobs under their fences and the attempts they end, in one statement.
-_FINISHING = (
-    select(
-        func.unnest(
-            bindparam("b_jobs", type_=ARRAY(String)),
-            bindparam("b_epochs", type_=ARRAY(Integer)),
-            bindparam("b_attempts", type_=ARRAY(String)),
-            bindparam("b_outputs", type_=ARRAY(Text)),
-        )
-        .table_valued("job_id", "epoch", "attempt_id", "output")
-        .render_derived(name="finishing")
-    )
-).cte("finishing")
-_COMPLETED = fenced.complete_statement(
-    and_(jobs.c.id == _FINISHING.c.job_id, jobs.c.epoch == _FINISHING.c.epoch, fenced.still_held(_NOW)),
-    fenced.ATTEMPT_OF_EPOCH,
-).cte("completed")
-_ENDED = (
-    update(attempts)
-    .where(attempts.c.id == _FINISHING.c.attempt_id, _FINISHING.c.job_id == _COMPLETED.c.id)
-    .values(
-        outcome=_COMPLETED.c.state,
-        ended_at=_NOW,
-        output=_FINISHING.c.output,
-        error_code=None,
-        error_message=None,
-    )
-    .cte("ended")
-)
-COMPLETE_MANY = db.Direct.of(select(_COMPLETED).add_cte(_ENDED), prepared=True)
 
 # The relay's read: the walk of `outbox.due_order` (locking nothing, leaving out the rows the holder has
 # published and not yet written back), the rows' trace context and the next due time. It reads nothing
@@ -343,30 +268,36 @@ class PostgreSQLDriver(Driver):
     def claim(
         self,
         conn: Connection,
-        statement: Any,
         params: Mapping[str, Any],
         attempt_ids: Mapping[str, str],
         *,
+        limited: Sequence[str] | None,
         drop_pending: bool,
     ) -> tuple[list[tuple[Any, ...]], set[str]]:
-        many, due = claim_statements(statement)
-        named = {**params, "b_attempt_jobs": list(attempt_ids), "b_attempt_ids": list(attempt_ids.values())}
-        rows = db.direct_in(
-            conn, due if drop_pending else many, named, "b_ids", list(attempt_ids), prepared=True
-        )
+        """The jobs, their first attempt rows and (with `drop_pending`) the dropping of their pending
+        outbox rows, in one statement."""
+        values = {
+            **params,
+            "ids": list(attempt_ids),
+            "attempt_ids": list(attempt_ids.values()),
+            "limited": limited is not None,
+            "limited_kinds": list(limited or ()),
+            "drop_pending": drop_pending,
+        }
+        rows = db.execute(conn, "claim_by_ids", values)
         return rows, {str(row[0]) for row in rows if row[1] == 1}
 
     def complete_many(
         self, conn: Connection, completions: Sequence[Completion], now: float
     ) -> list[tuple[Any, ...]]:
         params = {
-            "b_now": now,
-            "b_jobs": [c.job_id for c in completions],
-            "b_epochs": [c.epoch for c in completions],
-            "b_attempts": [c.attempt_id for c in completions],
-            "b_outputs": [None if c.output is None else dumps(c.output) for c in completions],
+            "now": now,
+            "jobs": [c.job_id for c in completions],
+            "epochs": [c.epoch for c in completions],
+            "attempts": [c.attempt_id for c in completions],
+            "outputs": [None if c.output is None else dumps(c.output) for c in completions],
         }
-        return db.direct(conn, COMPLETE_MANY, params)
+        return db.execute(conn, "complete_many", params)
 
     def read_due_at_once(
         self, conn: Connection, *, now: float, limit: int, exclude: Sequence[int]

@@ -19,20 +19,19 @@ checks each plan on a new store.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Connection, Engine, Select, and_, bindparam, create_engine, event, insert, select
+from sqlalchemy import Connection, Engine, Select, bindparam, create_engine, event, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError
 
 from outbox_bridge.jobstore import db, fenced, host_notify, outbox, relayrole, storefile
 from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications
-from outbox_bridge.jobstore.schema import JOB_COLUMNS, attempts, jobs
+from outbox_bridge.jobstore.schema import JOB_COLUMNS, jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from outbox_bridge.jobstore.writer_queue import shared_writer_queue
 
@@ -40,7 +39,6 @@ if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
 
 
-JOBS_BY_ID = "INDEXED BY sqlite_autoindex_jobs_1"  # the index of the primary key, `jobs.id`
 BY_ROWID = "NOT INDEXED"  # an INTEGER PRIMARY KEY (`outbox.id`) is still looked up by its rowid
 
 # --- the statements ---------------------------------------------------------------------------------------
@@ -62,19 +60,6 @@ INSERT_OUTBOX_ROW = db.Direct.of(
     ),
     dialect="sqlite",
 )
-# An attempt row.
-_ATTEMPT_ROW = ("id", "job_id", "epoch", "worker", "started_at", "outcome")
-INSERT_ATTEMPT = db.Direct.of(
-    insert(attempts).values({c: bindparam(c) for c in _ATTEMPT_ROW}), dialect="sqlite"
-)
-# The completion of jobs under their fences, given twice: as a tuple `IN` of (job id, epoch), and their ids
-# as a plain `IN`, which the primary key's index looks up (a tuple `IN` it cannot: it walked the jobs
-# running under a live lease instead).
-COMPLETE_MANY = fenced.complete_statement(
-    and_(jobs.c.id.in_(bindparam("b_fence_ids", expanding=True)), fenced.FENCES), fenced.ATTEMPT_OF_EPOCH
-).with_hint(JOBS_BY_ID)
-# An attempt ended (`fenced.ended` gives its values).
-END_ATTEMPT = db.Direct.of(fenced.END_ATTEMPT, dialect="sqlite")
 # Confirmed outbox rows marked published while the relay role's token holds, by their rowids.
 MARK_PUBLISHED = (
     relayrole.marking(outbox_table.c.id.in_(bindparam("b_ids", expanding=True)))
@@ -94,12 +79,6 @@ _ADAPTED = {
     id(outbox.DUE_IN_ORDER): DUE_IN_ORDER,
     id(outbox.TENANT_RANGE): TENANT_RANGE,
 }
-
-
-@functools.cache
-def claiming(claim: Any) -> Any:
-    """A claim of jobs by id (`claiming`), looking each id up by the primary key."""
-    return claim.with_hint(JOBS_BY_ID)
 
 
 class SQLiteDriver(Driver):
@@ -220,24 +199,32 @@ class SQLiteDriver(Driver):
     def claim(
         self,
         conn: Connection,
-        statement: Any,
         params: Mapping[str, Any],
         attempt_ids: Mapping[str, str],
         *,
+        limited: Sequence[str] | None,
         drop_pending: bool,
     ) -> tuple[list[tuple[Any, ...]], set[str]]:
-        rows = db.direct_in(conn, claiming(statement), params, "b_ids", list(attempt_ids))
-        if drop_pending:
-            outbox.drop_pending_many(conn, [str(row[0]) for row in rows])
+        """The jobs in one statement, the pending outbox rows of those taken in another (with
+        `drop_pending`), then the first attempt rows in one call into the driver."""
+        values = {
+            **params,
+            "ids": self.array(list(attempt_ids)),
+            "limited": limited is not None,
+            "limited_kinds": self.array(limited or ()),
+        }
+        rows = db.execute(conn, "claim_by_ids", values)
+        if drop_pending and rows:
+            db.execute(conn, "claim_drop_pending", {"jobs": self.array([row[0] for row in rows])})
         first = [row for row in rows if row[1] == 1]
         if first:
-            started, worker = params["b_now"], params["b_worker"]
-            db.direct_many(
+            started, worker = params["now"], params["worker"]
+            db.execute_many(
                 conn,
-                INSERT_ATTEMPT,
+                "insert_attempt",
                 [
                     {"id": attempt_ids[row[0]], "job_id": row[0], "epoch": 1, "worker": worker,
-                     "started_at": started, "outcome": "running"}
+                     "started_at": started}
                     for row in first
                 ],
             )  # fmt: skip
@@ -246,10 +233,10 @@ class SQLiteDriver(Driver):
     def complete_many(
         self, conn: Connection, completions: Sequence[Completion], now: float
     ) -> list[tuple[Any, ...]]:
-        """The jobs in one statement (their fences as a tuple `IN`, and their ids once more as a plain `IN`
-        the primary key's index looks up), then the attempts in one call into the driver."""
-        fences = [(c.job_id, c.epoch) for c in completions]
-        rows = db.direct_in(conn, COMPLETE_MANY, {"b_now": now}, "b_fences", fences, firsts="b_fence_ids")
+        """The jobs in one statement (their fences as a JSON array of [job id, epoch]), then the attempts
+        they end in one call into the driver."""
+        fences = self.array([[c.job_id, c.epoch] for c in completions])
+        rows = db.execute(conn, "complete_many", {"fences": fences, "now": now})
         states = {str(row[1]): str(row[0]) for row in rows}
         ended = [
             fenced.ended(c.attempt_id, states[c.job_id], now, output=c.output)
@@ -257,7 +244,7 @@ class SQLiteDriver(Driver):
             if c.job_id in states
         ]
         if ended:
-            db.direct_many(conn, END_ATTEMPT, ended)
+            db.execute_many(conn, "end_attempt", ended)
         return rows
 
     def read_due_at_once(

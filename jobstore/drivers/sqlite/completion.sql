@@ -1,1 +1,164 @@
 -- The sqlite driver's statements: completion (named blocks, as jobstore/drivers/sqlfile.py reads them).
+--
+-- Every write of the worker holding a job is one guarded UPDATE under the fence: the job id, its epoch, the
+-- job still running, its lease alive and its deadline not passed. No row changed means the writer lost.
+
+-- name: complete_many
+-- Completions under their fences, `fences` a JSON array of [job id, epoch]: the jobs, in one statement
+-- (the attempts they end follow, end_attempt). The ids are given once more as a plain `IN`, which the
+-- primary key's index looks up (a row-value `IN` it cannot: it walked the jobs running under a live lease
+-- instead). The job ends `succeeded` with the result pointer bound to the attempt of its epoch, unless a
+-- cancel request was committed first and no external effect of this epoch had started: then it ends
+-- `cancelled`, with no result (decisions.decide_completion). A row per job completed: its new state, then
+-- the facts of its event.
+UPDATE jobs INDEXED BY sqlite_autoindex_jobs_1
+SET state = CASE
+        WHEN cancel_requested = 1 AND NOT (external_epoch IS NOT NULL AND external_epoch = epoch)
+        THEN 'cancelled' ELSE 'succeeded' END,
+    result_attempt_id = CASE
+        WHEN cancel_requested = 1 AND NOT (external_epoch IS NOT NULL AND external_epoch = epoch)
+        THEN NULL
+        ELSE (SELECT attempts.id FROM attempts
+              WHERE attempts.job_id = jobs.id AND attempts.epoch = jobs.epoch) END,
+    error_code = CASE
+        WHEN cancel_requested = 1 AND NOT (external_epoch IS NOT NULL AND external_epoch = epoch)
+        THEN 'cancelled' ELSE NULL END,
+    error_message = CASE
+        WHEN cancel_requested = 1 AND NOT (external_epoch IS NOT NULL AND external_epoch = epoch)
+        THEN 'cancelled before the result was committed' ELSE NULL END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = :now,
+    finished_at = :now
+WHERE id IN (SELECT json_extract(value, '$[0]') FROM json_each(:fences))
+  AND (id, epoch) IN (
+      SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(:fences)
+  )
+  AND state = 'running'
+  AND lease_expires_at > :now
+  AND (deadline_at IS NULL OR deadline_at > :now)
+RETURNING state, id, tenant, kind, epoch, attempts, traceparent;
+
+-- name: renew_lease
+-- The lease extended to `lease_until`; returns whether a cancel has been requested.
+UPDATE jobs
+SET lease_expires_at = :lease_until, updated_at = :now
+WHERE id = :id
+  AND epoch = :epoch
+  AND state = 'running'
+  AND lease_expires_at > :now
+  AND (deadline_at IS NULL OR deadline_at > :now)
+RETURNING cancel_requested;
+
+-- name: mark_external_started
+-- Before an external call: its effect may happen from here on (a lost lease then ends the job `unknown`).
+UPDATE jobs
+SET external_epoch = epoch, updated_at = :now
+WHERE id = :id
+  AND epoch = :epoch
+  AND state = 'running'
+  AND lease_expires_at > :now
+  AND (deadline_at IS NULL OR deadline_at > :now)
+RETURNING id;
+
+-- name: mark_attempt_external
+UPDATE attempts
+SET external_started_at = :now
+WHERE id = :attempt;
+
+-- name: save_checkpoint
+-- The latest safe progress (JSON text); returns the facts of the job's event.
+UPDATE jobs
+SET checkpoint = :checkpoint, checkpoint_epoch = epoch, updated_at = :now
+WHERE id = :id
+  AND epoch = :epoch
+  AND state = 'running'
+  AND lease_expires_at > :now
+  AND (deadline_at IS NULL OR deadline_at > :now)
+RETURNING id, tenant, kind, epoch, attempts, traceparent;
+
+-- name: fenced_job
+-- The whole job row under its fence: an attempt that raised reads what its failure is decided from (the
+-- write transaction holds the database: no other write moves the job meanwhile).
+SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoch, attempts, max_attempts,
+    lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
+    external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message, created_at,
+    updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key, held_by, running_since
+FROM jobs
+WHERE id = :id
+  AND epoch = :epoch
+  AND state = 'running'
+  AND lease_expires_at > :now
+  AND (deadline_at IS NULL OR deadline_at > :now);
+
+-- name: storage_faults
+-- How many of a job's ended attempts met a fault of the worker's storage (`code`).
+SELECT count(*)
+FROM attempts
+WHERE job_id = :job
+  AND error_code = :code;
+
+-- name: fail_job
+-- A failed attempt's decision applied under the fence: `state` with its error; a retry (`available_at`
+-- given) comes due then and gives back `refund` attempts of the budget, any other state is finished at
+-- `finished_at`.
+UPDATE jobs
+SET state = :state,
+    error_code = :code,
+    error_message = :message,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = :now,
+    available_at = COALESCE(:available_at, available_at),
+    attempts = attempts - :refund,
+    finished_at = COALESCE(:finished_at, finished_at)
+WHERE id = :id
+  AND epoch = :epoch
+  AND state = 'running'
+  AND lease_expires_at > :now
+  AND (deadline_at IS NULL OR deadline_at > :now)
+RETURNING id;
+
+-- name: release_job
+-- A job given back unfinished on a clean shutdown: `queued`, due now, its attempt not counted; `cancelled`
+-- instead when a cancel request was committed. Refused once an external effect of this epoch started.
+-- Returns the new state, then the facts of the job's event.
+UPDATE jobs
+SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE 'queued' END,
+    attempts = attempts - 1,
+    available_at = :now,
+    error_code = CASE WHEN cancel_requested = 1 THEN 'cancelled' ELSE error_code END,
+    error_message = CASE
+        WHEN cancel_requested = 1 THEN 'cancelled before it could finish' ELSE error_message END,
+    finished_at = CASE WHEN cancel_requested = 1 THEN :now ELSE NULL END,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = :now
+WHERE id = :id
+  AND epoch = :epoch
+  AND state = 'running'
+  AND lease_expires_at > :now
+  AND (deadline_at IS NULL OR deadline_at > :now)
+  AND (external_epoch IS NULL OR external_epoch <> :epoch)
+RETURNING state, id, tenant, kind, epoch, attempts, traceparent;
+
+-- name: end_attempt
+-- An attempt ended, once, with the outcome of the write that ended it.
+UPDATE attempts
+SET outcome = :outcome,
+    ended_at = :now,
+    output = :output,
+    error_code = :code,
+    error_message = :message
+WHERE id = :attempt;
+
+-- name: lose_running_attempts
+-- The running attempt of each job `jobs` names ends `lost`: its worker let the lease run out, and the job
+-- was claimed again or settled by the sweeper (then `code` and `message` say why).
+UPDATE attempts
+SET outcome = 'lost',
+    ended_at = :now,
+    error_code = :code,
+    error_message = :message
+WHERE job_id IN (SELECT value FROM json_each(:jobs))
+  AND outcome = 'running';
