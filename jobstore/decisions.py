@@ -73,8 +73,9 @@ def decide_completion(*, cancel_requested: bool, external_started: bool = False)
     started an external effect (an e-mail went out) ends `succeeded` even then: calling it `cancelled` would
     claim the effect did not happen.
 
-    This function is the rule itself, not a description of it: the guarded UPDATE of `fenced.complete` is
-    built from its truth table (`fenced._outcomes`), so the SQL cannot say otherwise."""
+    This function is the rule; each driver's completion statement (`complete_many` in its `completion.sql`)
+    writes it out, and the store's tests hold that statement to it in every case of its inputs
+    (`tests/integration/test_cancel_after_effect.py`)."""
     if cancel_requested and not external_started:
         return State.CANCELLED
     return State.SUCCEEDED

@@ -51,3 +51,19 @@ def test_the_pure_rule_matches_the_store() -> None:
     assert decide_completion(cancel_requested=True, external_started=True) is State.SUCCEEDED
     assert decide_completion(cancel_requested=True, external_started=False) is State.CANCELLED
     assert decide_completion(cancel_requested=False, external_started=False) is State.SUCCEEDED
+
+
+def test_the_completion_statement_applies_the_pure_rule_in_every_case(engine: Engine) -> None:
+    """Each driver writes the rule out in its completion statement (`complete_many`): for every case of its
+    inputs, the state a completion commits is the one `decide_completion` gives."""
+    for cancel_requested in (False, True):
+        for external_started in (False, True):
+            claim = claimed_notify(engine, f"case-{cancel_requested}-{external_started}")
+            if external_started:
+                db.transact(
+                    engine, fenced.mark_external_started, claim.job_id, claim.epoch, claim.attempt_id, NOW + 2
+                )
+            if cancel_requested:
+                db.transact(engine, operator.request_cancel, claim.job_id, NOW + 3)
+            expected = decide_completion(cancel_requested=cancel_requested, external_started=external_started)
+            assert complete(engine, claim) is expected, (cancel_requested, external_started)
