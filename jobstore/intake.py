@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from json.encoder import encode_basestring  # how `dumps` encodes a string
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, select
+from sqlalchemy import Connection, Engine
 
 from outbox_bridge.core.entropy import random_bytes
 from outbox_bridge.jobstore import db, drivers, events
@@ -18,7 +18,7 @@ from outbox_bridge.jobstore.errors import IdempotencyConflict
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Job, dumps
 from outbox_bridge.jobstore.schedule import Schedule, available_from
-from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore.schema import JOB_COLUMNS
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry.logs import JobEvent, job_event
 from outbox_bridge.telemetry.tracing import trace_id_of
@@ -251,11 +251,8 @@ def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) ->
     return Accepted(existing, created=False)
 
 
-_BY_KEY = select(jobs).where(
-    jobs.c.tenant == bindparam("b_tenant"), jobs.c.operation_key == bindparam("b_key")
-)
-
-
 def _find_by_key(conn: Connection, tenant: str, operation_key: str) -> Job | None:
-    row = conn.execute(_BY_KEY, {"b_tenant": tenant, "b_key": operation_key}).mappings().first()
-    return Job.from_row(row) if row else None
+    rows = db.execute(conn, "jobs_by_key", {"tenant": tenant, "operation_key": operation_key})
+    if not rows:
+        return None
+    return Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True)))  # type: ignore[arg-type]

@@ -24,19 +24,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import (
-    BindParameter,
-    ColumnElement,
-    Connection,
-    Engine,
-    Float,
-    Update,
-    bindparam,
-    exists,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from outbox_bridge.core import clock
@@ -48,10 +36,8 @@ from outbox_bridge.jobstore.outbox import (
     next_due,
     note_published_rows,
 )
-from outbox_bridge.jobstore.schema import jobs, outbox, relay_role
 
 NAME = "relay"
-_NOW = bindparam("b_now", type_=Float)
 
 
 @dataclass(frozen=True)
@@ -81,47 +67,22 @@ def me() -> str:
 
 def current(conn: Connection) -> Holder | None:
     """Who holds the role, or held it last (None: nobody ever did)."""
-    row = conn.execute(
-        select(relay_role.c.token, relay_role.c.holder, relay_role.c.expires_at).where(
-            relay_role.c.name == NAME
-        )
-    ).first()
-    return None if row is None else Holder(str(row[0]), str(row[1]), float(row[2]))
-
-
-_TAKE = text("""
-INSERT INTO relay_role (name, token, holder, expires_at) VALUES (:name, :token, :holder, :until)
-ON CONFLICT (name) DO UPDATE
-SET token = excluded.token, holder = excluded.holder, expires_at = excluded.expires_at
-WHERE relay_role.token = excluded.token OR relay_role.token = :gone OR relay_role.expires_at <= :now
-RETURNING token
-""")
+    rows = db.execute(conn, "leader_current", {"name": NAME})
+    return None if not rows else Holder(str(rows[0][0]), str(rows[0][1]), float(rows[0][2]))
 
 
 def take(conn: Connection, token: str, *, now: float, seconds: float, gone: str | None = None) -> bool:
     """Take the role under `token` until `now + seconds`, or renew it: only when nobody holds it, it
     expired, its holder's token is `gone` (a process seen dead), or `token` holds it already."""
-    row = conn.execute(
-        _TAKE,
-        {
-            "name": NAME,
-            "token": token,
-            "holder": me(),
-            "until": now + seconds,
-            "now": now,
-            "gone": gone or "",
-        },
-    ).first()
-    return row is not None
+    values = {
+        "name": NAME, "token": token, "holder": me(), "until": now + seconds, "now": now, "gone": gone or "",
+    }  # fmt: skip
+    return bool(db.execute(conn, "leader_take", values))
 
 
 def give_up(conn: Connection, token: str) -> None:
     """Hand the role back at once (a relay shutting down): a standby takes it at its next look."""
-    conn.execute(
-        update(relay_role)
-        .where(relay_role.c.name == NAME, relay_role.c.token == token)
-        .values(expires_at=0.0)
-    )
+    db.execute(conn, "leader_give_up", {"name": NAME, "token": token})
 
 
 class RoleClaim:
@@ -130,7 +91,7 @@ class RoleClaim:
 
     A standby takes the role when nobody holds it, it expired, or its holder is gone: its pid no longer
     exists on the standby's own host (`Holder.gone`), or, where the database has a session lock
-    (`Driver.lock_role`: PostgreSQL's advisory locks), the holder's lock is free. The holder keeps that lock
+    (`leader_lock`: PostgreSQL's advisory locks), the holder's lock is free. The holder keeps that lock
     on a connection of its own while it holds the role, and the server lets go of it the moment that
     connection ends, a killed holder's on any host included; so a standby that finds it free while the role
     is held takes over at its next look instead of at the expiry. A holder that took the role while a
@@ -178,14 +139,15 @@ class RoleClaim:
             self._drop()
 
     def _lock(self) -> bool:
-        """Hold the role's lock: True once held, False while another session holds it, or the database has
-        none, or does not answer."""
+        """Hold the role's lock (`leader_lock`): True once held, False while another session holds it, or
+        the database has none (NULL: the holder is then judged by its pid and its expiry alone), or does
+        not answer."""
         if self._locked or not self._locks:
             return self._locked
         try:
             if self._conn is None:
                 self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            held = drivers.of(self._conn).lock_role(self._conn)
+            [(held,)] = db.execute(self._conn, "leader_lock")
         except SQLAlchemyError:
             self._drop()  # the next look opens another
             return False
@@ -200,7 +162,7 @@ class RoleClaim:
             return
         self._locked = False
         try:
-            drivers.of(self._conn).unlock_role(self._conn)
+            db.execute(self._conn, "leader_unlock")
         except SQLAlchemyError:
             self._drop()
 
@@ -210,18 +172,6 @@ class RoleClaim:
         if conn is not None:
             conn.invalidate()
             conn.close()
-
-
-# The holder's writes change a row only while `b_token` holds the role.
-_HELD = exists().where(
-    relay_role.c.name == NAME, relay_role.c.token == bindparam("b_token"), relay_role.c.expires_at > _NOW
-)
-_IDS: BindParameter[int] = bindparam("b_ids", expanding=True)
-_ROWS = (
-    select(outbox.c.id, outbox.c.job_id, outbox.c.priority, outbox.c.tenant, jobs.c.traceparent)
-    .select_from(outbox.join(jobs, jobs.c.id == outbox.c.job_id))
-    .where(outbox.c.id.in_(_IDS))
-)
 
 
 def due(
@@ -238,7 +188,8 @@ def due(
     it found fewer than `limit`, when the next row not yet due comes due. A read: it takes no write lock."""
     walked = due_order(conn, now=now, limit=limit + len(exclude), tenant_cap=tenant_cap)
     ids = [i for i in walked if i not in exclude][:limit]
-    found = {int(r[0]): r for r in db.direct_in(conn, _ROWS, {}, "b_ids", ids)} if ids else {}
+    chosen = db.execute(conn, "outbox_rows_chosen", {"ids": drivers.of(conn).array(ids)}) if ids else []
+    found = {int(r[0]): r for r in chosen}
     rows = [found[i] for i in ids if i in found]
     lease = Lease(
         token,
@@ -255,8 +206,9 @@ def due_at_once(
     """Where the driver reads the due rows at once (`Driver.reads_due_in_one_statement`), without a tenant
     cap: `due` in one statement, which can run on its own (`db.read_one`), or None when more rows are due
     than the read takes and they belong to several tenants (`due` then ranks them)."""
-    returned = drivers.of(conn).read_due_at_once(conn, now=now, limit=limit, exclude=list(exclude))
-    return _lease_of(token, returned, limit)
+    driver = drivers.of(conn)
+    params = {"now": now, "limit": limit, "walk": limit + 1, "exclude": driver.array(list(exclude))}
+    return _lease_of(token, db.execute(conn, "outbox_read_due", params), limit)
 
 
 def _lease_of(token: str, returned: Sequence[Sequence[Any]], limit: int) -> tuple[Lease, float | None] | None:
@@ -314,14 +266,10 @@ def _read_due(
     return due(conn, token, now=now, limit=limit, exclude=exclude, tenant_cap=tenant_cap)
 
 
-def marking(rows: ColumnElement[bool]) -> Update:
-    """The mark of the unpublished outbox rows `rows` picks as published, while the role's token
-    (`b_token`) holds at `b_now`; each driver adds what it returns (`Driver.mark_published`)."""
-    return (
-        update(outbox)
-        .where(rows, outbox.c.published_at.is_(None), _HELD)
-        .values(published_at=_NOW, publish_attempts=outbox.c.publish_attempts + 1)
-    )
+def _held(token: str, now: float) -> dict[str, Any]:
+    """The values of the fence every write of the holder runs under: it changes a row only while `token`
+    holds the role at `now`."""
+    return {"name": NAME, "token": token, "now": now}
 
 
 def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float) -> int:
@@ -329,16 +277,7 @@ def mark_published(conn: Connection, token: str, ids: Sequence[int], now: float)
     Returns how many changed."""
     if not ids:
         return 0
-    return note_published_rows(
-        conn, drivers.of(conn).mark_published(conn, {"b_token": token, "b_now": now}, ids)
-    )
-
-
-_HOLD_BACK = (
-    update(outbox)
-    .where(outbox.c.id.in_(_IDS), outbox.c.published_at.is_(None), _HELD)
-    .values(available_at=bindparam("b_retry_at", type_=Float), publish_attempts=outbox.c.publish_attempts + 1)
-)
+    return note_published_rows(conn, drivers.of(conn).mark_published(conn, _held(token, now), ids))
 
 
 def hold_back(conn: Connection, token: str, ids: Sequence[int], *, now: float, retry_at: float) -> int:
@@ -346,5 +285,5 @@ def hold_back(conn: Connection, token: str, ids: Sequence[int], *, now: float, r
     role. Returns how many changed."""
     if not ids:
         return 0
-    params = {"b_token": token, "b_now": now, "b_retry_at": retry_at, "b_ids": list(ids)}
-    return int(conn.execute(_HOLD_BACK, params).rowcount)
+    params = {**_held(token, now), "retry_at": retry_at, "ids": drivers.of(conn).array(ids)}
+    return len(db.execute(conn, "outbox_hold_back", params))

@@ -98,7 +98,7 @@ class Driver:
 
     def reads_due_in_one_statement(self) -> bool:
         """The relay reads its due rows, their trace context and the next due time in one statement
-        (`read_due_at_once`)."""
+        (`outbox_read_due`, run by `relayrole.due_at_once`), committed by itself."""
         raise NotImplementedError
 
     # --- statements ----------------------------------------------------------------------------------
@@ -167,16 +167,6 @@ class Driver:
         database needs one (its statement `advisory_lock`); held until the transaction ends."""
         raise NotImplementedError
 
-    def lock_role(self, conn: Connection) -> bool | None:
-        """Take, for the session of `conn` (outside any transaction), the lock the relay role's holder keeps
-        while it lives (`relayrole.RoleClaim`): True once this session holds it, False while another does,
-        None where the database has no such lock (its holder is judged by its pid and its expiry alone)."""
-        return None
-
-    def unlock_role(self, conn: Connection) -> None:
-        """Let go of the lock `lock_role` took on `conn`'s session (nothing when it holds none)."""
-        return None
-
     # --- the path every job takes --------------------------------------------------------------------
 
     def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
@@ -207,15 +197,10 @@ class Driver:
         ended. A row per job completed: its new state, then `events.COLUMNS`."""
         raise NotImplementedError
 
-    def read_due_at_once(
-        self, conn: Connection, *, now: float, limit: int, exclude: Sequence[int]
-    ) -> list[tuple[Any, ...]]:
-        """The relay's read in one statement (where `reads_due_in_one_statement`): `relayrole.due_at_once`."""
-        raise NotImplementedError
-
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
-        """Mark the outbox rows `ids` published while the role's token holds (`params`); for each row marked,
-        its job's id, tenant, kind and trace context (`outbox.EVENT_FACTS_RETURNED`)."""
+        """Mark the outbox rows `ids` published while the role's token holds (`outbox_mark_published`, with
+        `params`: the role's `name`, its `token` and `now`); for each row marked, its job's id, tenant, kind
+        and trace context (`outbox.note_published_rows`)."""
         raise NotImplementedError
 
     def adapted(self, statement: Any) -> Any:

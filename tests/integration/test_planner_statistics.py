@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 
 from outbox_bridge.core import clock
 from outbox_bridge.jobstore import claiming, db, statistics
-from outbox_bridge.jobstore.drivers.postgresql import DUE_AT_ONCE
+from outbox_bridge.jobstore.drivers.postgresql import DRIVER
 from tests.support.procs import wait_for
 from tests.support.store import new_jobs
 
@@ -73,10 +73,11 @@ def test_a_burst_into_a_table_counted_nearly_empty_is_analyzed_and_walked_in_ord
 
 def read_pages(engine: Engine) -> int:
     """The pages the relay's read of due rows touched (`EXPLAIN (ANALYZE, BUFFERS)` of its statement)."""
-    params = {"b_now": clock.now(), "b_limit": 500, "b_walk": 501, "b_exclude": []}
+    read = DRIVER.statement("outbox_read_due").sql
+    params = {"now": clock.now(), "limit": 500, "walk": 501, "exclude": []}
     with engine.connect() as conn:
         cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
-        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + DUE_AT_ONCE.sql, params)
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + read, params)
         [[[plan]]] = cursor.fetchall()
     return int(plan["Plan"]["Shared Hit Blocks"]) + int(plan["Plan"]["Shared Read Blocks"])
 

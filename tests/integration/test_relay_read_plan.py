@@ -40,8 +40,8 @@ def backlog(engine: Engine) -> list[int]:
 
 def plan(engine: Engine, mode: str, exclude: list[int]) -> str:
     """EXPLAIN of the read as the relay prepares it, under `plan_cache_mode = mode`."""
-    sql = postgresql_driver.DUE_AT_ONCE.sql
-    for number, name in enumerate(("b_now", "b_limit", "b_walk", "b_exclude"), start=1):
+    sql = postgresql_driver.DRIVER.statement("outbox_read_due").sql
+    for number, name in enumerate(("now", "limit", "walk", "exclude"), start=1):
         sql = sql.replace(f"%({name})s", f"${number}")
     with engine.connect() as conn:
         driver = conn.connection.driver_connection

@@ -28,11 +28,9 @@ def due(
     engine: Engine, clock: FakeClock, token: str, limit: int = 100, exclude: frozenset[int] = frozenset()
 ) -> tuple[outbox.Lease, float | None]:
     read = db.read(engine, relayrole.due, token, now=clock.now(), limit=limit, exclude=exclude)
-    if engine.dialect.name == "postgresql":  # the relay's read there: one statement, on its own
-        at_once = db.read_one(
-            engine, relayrole.due_at_once, token, now=clock.now(), limit=limit, exclude=exclude
-        )
-        assert at_once == read, "the one-statement read disagrees with the general one"
+    # The relay's read on PostgreSQL: one statement, on its own (both drivers hold it).
+    at_once = db.read_one(engine, relayrole.due_at_once, token, now=clock.now(), limit=limit, exclude=exclude)
+    assert at_once == read, "the one-statement read disagrees with the general one"
     return read
 
 
@@ -115,9 +113,8 @@ def test_a_read_behind_a_backlog_of_several_tenants_gives_each_tenant_its_turn(
     first_tenants = [new_job(engine, f"a{n}", tenant="a") for n in range(3)]
     other = new_job(engine, "b0", tenant="b")
     assert take(engine, clock, "role")
-    if engine.dialect.name == "postgresql":  # the one statement leaves this read to the ranking
-        params = {"now": clock.now(), "limit": 2}
-        assert db.read_one(engine, relayrole.due_at_once, "role", **params) is None
+    # The one statement leaves this read to the ranking.
+    assert db.read_one(engine, relayrole.due_at_once, "role", now=clock.now(), limit=2) is None
     read, _ = db.read(engine, relayrole.due, "role", now=clock.now(), limit=2)
     assert [job for _, job in read.rows] == [first_tenants[0], other], (
         "b's first row waits behind a's first only"

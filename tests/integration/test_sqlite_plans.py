@@ -16,19 +16,6 @@ from outbox_bridge.jobstore import db, migrate
 from outbox_bridge.jobstore.drivers import sqlite as driver
 from tests.conftest import sqlite_settings
 
-PLANS = {
-    "relay role's mark": (
-        driver.MARK_PUBLISHED,
-        "b_ids",
-        "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)",
-    ),
-    "pending rows dropped by job": (
-        driver.DROP_PENDING_MANY,
-        "b_jobs",
-        "SEARCH outbox USING INDEX ix_outbox_job_id (job_id=?)",
-    ),
-}
-
 
 def plan(engine: Engine, sql: str) -> list[str]:
     params: dict[str, Any] = dict.fromkeys(re.findall(r":(\w+)", sql))
@@ -56,6 +43,12 @@ NAMED_PLANS = {
     "lock_ranked_jobs": "SEARCH jobs USING COVERING INDEX sqlite_autoindex_jobs_1 (id=?)",
     "queued_tenants_of": "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
     "lose_running_attempts": "SEARCH attempts USING INDEX sqlite_autoindex_attempts_2 (job_id=?)",
+    "jobs_present": "SEARCH jobs USING COVERING INDEX sqlite_autoindex_jobs_1 (id=?)",
+    "outbox_drop_pending_many": "SEARCH outbox USING INDEX ix_outbox_job_id (job_id=?)",
+    "outbox_rows_chosen": "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)",
+    "outbox_mark_published": "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)",
+    "outbox_event_facts": "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
+    "outbox_hold_back": "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)",
 }
 
 
@@ -65,21 +58,12 @@ def test_a_named_statement_by_ids_looks_each_id_up(sqlite: Engine, name: str) ->
     assert steps[0] == NAMED_PLANS[name], steps
 
 
-@pytest.mark.parametrize("name", PLANS)
-def test_a_statement_by_ids_looks_each_id_up(sqlite: Engine, name: str) -> None:
-    statement, parameter, expected = PLANS[name]
-    sql = db._compiled_in(statement, "sqlite", parameter, 12, False).sql
-    assert plan(sqlite, sql)[0] == expected
-
-
 def test_the_relay_walks_due_rows_in_order_on_their_index_without_sorting(sqlite: Engine) -> None:
-    assert plan(sqlite, db.Direct.of(driver.DUE_IN_ORDER, dialect="sqlite").sql) == [
+    assert plan(sqlite, driver.DRIVER.statement("outbox_due_in_order").sql) == [
         "SCAN outbox USING INDEX ix_outbox_due_priority_id"
     ]
 
 
 def test_the_relays_tenant_check_seeks_the_due_tenants_index(sqlite: Engine) -> None:
-    with sqlite.connect() as conn:
-        sql = str(driver.TENANT_RANGE.compile(dialect=conn.dialect))
-    steps = plan(sqlite, sql)
+    steps = plan(sqlite, driver.DRIVER.statement("outbox_tenant_range").sql)
     assert steps.count("SEARCH outbox USING INDEX ix_outbox_due_tenant") == 2, steps

@@ -132,7 +132,7 @@ def test_published_rows_are_marked_with_their_events_facts_while_the_token_holds
     assert db.transact(engine, relayrole.take, "role", now=clock.now(), seconds=60)
 
     def mark(token: str) -> list[Any]:
-        params = {"b_token": token, "b_now": clock.now()}
+        params = {"name": relayrole.NAME, "token": token, "now": clock.now()}
         return db.transact(engine, lambda conn: drivers.of(conn).mark_published(conn, params, row_ids))
 
     assert mark("another") == []

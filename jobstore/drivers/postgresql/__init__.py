@@ -19,34 +19,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import (
-    ARRAY,
-    Connection,
-    Engine,
-    Integer,
-    Select,
-    String,
-    any_,
-    bindparam,
-    create_engine,
-    event,
-    func,
-    insert,
-    literal,
-    select,
-    text,
-)
-from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy import Connection, Engine, Select, create_engine, event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, IntegrityError
 
-from outbox_bridge.jobstore import db, host_notify, relayrole
+from outbox_bridge.jobstore import db, host_notify
 from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications
 from outbox_bridge.jobstore.notifications import Listener
-from outbox_bridge.jobstore.outbox import EVENT_FACTS_RETURNED
 from outbox_bridge.jobstore.records import dumps
-from outbox_bridge.jobstore.schema import JOB_COLUMNS, jobs
-from outbox_bridge.jobstore.schema import outbox as outbox_table
+from outbox_bridge.jobstore.schema import JOB_COLUMNS
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
@@ -58,91 +39,6 @@ _IDLE_SINCE = "idle_since"
 
 # --- the statements ---------------------------------------------------------------------------------------
 
-
-def _array_of(type_: Any) -> ARRAY[Any]:
-    return ARRAY(String() if isinstance(type_, String) else type_)
-
-
-# New jobs, one array per column, and an outbox row for each one inserted (with its job's tenant and
-# priority), in one statement; a job whose tenant + key is taken is skipped. An array of `varchar(n)` would
-# truncate a longer value without a word (an explicit cast does), so the arrays are of unbounded strings and
-# the insert into the column itself refuses it.
-_ACCEPTING = (
-    func.unnest(*(bindparam(f"b_{column.name}", type_=_array_of(column.type)) for column in jobs.c))
-    .table_valued(*JOB_COLUMNS)
-    .render_derived(name="accepting")
-)
-_INSERTED = (
-    postgresql_insert(jobs)
-    .from_select(list(JOB_COLUMNS), select(_ACCEPTING))
-    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"])
-    .returning(jobs.c.id, jobs.c.created_at, jobs.c.available_at, jobs.c.tenant, jobs.c.priority)
-    .cte("inserted")
-)
-_ANNOUNCED = (
-    insert(outbox_table)
-    .from_select(
-        ["job_id", "created_at", "available_at", "publish_attempts", "tenant", "priority"],
-        select(
-            _INSERTED.c.id,
-            _INSERTED.c.created_at,
-            _INSERTED.c.available_at,
-            literal(0),
-            _INSERTED.c.tenant,
-            _INSERTED.c.priority,
-        ),
-    )
-    .cte("announced")
-)
-INSERT_JOBS = db.Direct.of(select(_INSERTED.c.id).add_cte(_ANNOUNCED), prepared=True)
-
-# The relay's read: the walk of `outbox.due_order` (locking nothing, leaving out the rows the holder has
-# published and not yet written back), the rows' trace context and the next due time. It reads nothing
-# (`serves` false) when more rows are due than the read takes and they belong to several tenants: that read
-# needs the fair ranking (`relayrole.due`). The rows left out are a hashed `NOT IN`: `id <> ALL(...)`
-# compared each row walked with every one of them (a relay's window holds up to 1,000), a cost that grew
-# with the backlog and more once the prepared statement's generic plan took over.
-DUE_AT_ONCE = db.Direct.of(
-    text("""
-WITH due AS (
-    SELECT id, job_id, tenant, priority FROM outbox
-    WHERE published_at IS NULL AND available_at <= :b_now
-      AND id NOT IN (SELECT unnest(CAST(:b_exclude AS bigint[])))
-    ORDER BY priority, id
-    LIMIT :b_walk
-), walk AS (
-    SELECT count(*) <= :b_limit
-        OR (SELECT min(tenant) FROM outbox WHERE published_at IS NULL)
-            = (SELECT max(tenant) FROM outbox WHERE published_at IS NULL) AS serves
-    FROM due
-), chosen AS (
-    SELECT id, job_id, priority, tenant FROM due WHERE (SELECT serves FROM walk) ORDER BY priority, id
-    LIMIT :b_limit
-)
-SELECT walk.serves,
-    (SELECT min(available_at) FROM outbox WHERE published_at IS NULL AND available_at > :b_now) AS next_due,
-    chosen.id, chosen.job_id, chosen.priority, chosen.tenant,
-    (SELECT traceparent FROM jobs WHERE jobs.id = chosen.job_id) AS traceparent
-FROM walk LEFT JOIN chosen ON true
-ORDER BY chosen.priority, chosen.id
-"""),
-    prepared=True,
-)
-
-# Confirmed rows marked published while the relay role's token holds, returning each job's tenant, kind and
-# trace context for its `published` event.
-MARK_PUBLISHED = db.Direct.of(
-    relayrole.marking(outbox_table.c.id == any_(bindparam("b_ids", type_=ARRAY(Integer)))).returning(
-        *EVENT_FACTS_RETURNED
-    )
-)
-
-# The session lock the relay role's holder keeps on a connection of its own (`relayrole.RoleClaim`): the
-# server lets go of it the moment that connection ends, a killed holder's included. One per store (its
-# schema), apart from every other use of advisory locks by its first key.
-ROLE_LOCK = text("SELECT pg_try_advisory_lock(:space, hashtext(current_schema()))")
-ROLE_UNLOCK = text("SELECT pg_advisory_unlock(:space, hashtext(current_schema()))")
-_ROLE_LOCK_SPACE = 0x726F
 
 # Whether the store's user may VACUUM and ANALYZE a table (`relid`): its owner's rights, the database
 # owner's, or (PostgreSQL 17 on) the MAINTAIN privilege. Another user's VACUUM is skipped with a warning in
@@ -244,20 +140,15 @@ class PostgreSQLDriver(Driver):
             params = {"spaces": [space for space, _ in pairs], "keys": [key for _, key in pairs]}
             db.execute(conn, "advisory_lock", params)
 
-    def lock_role(self, conn: Connection) -> bool | None:
-        return bool(conn.execute(ROLE_LOCK, {"space": _ROLE_LOCK_SPACE}).scalar_one())
-
-    def unlock_role(self, conn: Connection) -> None:
-        conn.execute(ROLE_UNLOCK, {"space": _ROLE_LOCK_SPACE})
-
     def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
-        """An accept of a key another uncommitted transaction is inserting waits for it, then skips the key if
-        it committed (the caller reads the winner's row) or inserts it if it rolled back."""
+        """The jobs and their outbox rows in one statement, one array per column. An accept of a key another
+        uncommitted transaction is inserting waits for it, then skips the key if it committed (the caller
+        reads the winner's row) or inserts it if it rolled back."""
         if not rows:
             return set()
-        params = {f"b_{name}": [row[name] for row in rows] for name in JOB_COLUMNS}
+        params = {name: [row[name] for row in rows] for name in JOB_COLUMNS}
         try:
-            created = {str(row[0]) for row in db.direct(conn, INSERT_JOBS, params)}
+            created = {str(row[0]) for row in db.execute(conn, "jobs_insert", params)}
         except IntegrityError as exc:  # read the winner's row on the rerun
             raise db.Retry("idempotency key raced") from exc
         if created:
@@ -299,14 +190,8 @@ class PostgreSQLDriver(Driver):
         }
         return db.execute(conn, "complete_many", params)
 
-    def read_due_at_once(
-        self, conn: Connection, *, now: float, limit: int, exclude: Sequence[int]
-    ) -> list[tuple[Any, ...]]:
-        params = {"b_now": now, "b_limit": limit, "b_walk": limit + 1, "b_exclude": list(exclude)}
-        return db.direct(conn, DUE_AT_ONCE, params)
-
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
-        return db.direct(conn, MARK_PUBLISHED, {**params, "b_ids": list(ids)})
+        return db.execute(conn, "outbox_mark_published", {**params, "ids": list(ids)})
 
     def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         with engine.connect() as conn:

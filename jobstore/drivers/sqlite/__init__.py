@@ -12,9 +12,8 @@ ANALYZE leaves in `sqlite_stat1`, and a store has none (nothing runs ANALYZE; ru
 describe empty tables). Without them SQLite takes an equality on an indexed column for more selective than a
 list of ids: a claim of 16 jobs by id walked every queued job through a state index, the relay's mark every
 unpublished row, and its read sorted every due row, each costing in proportion to the backlog. So the
-driver names the index of each (`INDEXED BY`, `NOT INDEXED`, rendered by `db.HintedSQLiteCompiler`), its own
-statements and the shared ones it adapts (`SQLiteDriver.adapted`); `tests/integration/test_sqlite_plans.py`
-checks each plan on a new store.
+driver's statements name the index of each (`INDEXED BY`, `NOT INDEXED`, in its `.sql` files);
+`tests/integration/test_sqlite_plans.py` checks each plan on a new store.
 """
 
 from __future__ import annotations
@@ -24,61 +23,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Connection, Engine, Select, bindparam, create_engine, event, insert, select
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import Connection, Engine, Select, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError
 
-from outbox_bridge.jobstore import db, fenced, host_notify, outbox, relayrole, storefile
+from outbox_bridge.jobstore import db, fenced, host_notify, outbox, storefile
 from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications
-from outbox_bridge.jobstore.schema import JOB_COLUMNS, jobs
-from outbox_bridge.jobstore.schema import outbox as outbox_table
 from outbox_bridge.jobstore.writer_queue import shared_writer_queue
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-
-
-BY_ROWID = "NOT INDEXED"  # an INTEGER PRIMARY KEY (`outbox.id`) is still looked up by its rowid
-
-# --- the statements ---------------------------------------------------------------------------------------
-
-# A new job, unless its tenant + key is taken.
-INSERT_JOB = db.Direct.of(
-    sqlite_insert(jobs)
-    .values({name: bindparam(name) for name in JOB_COLUMNS})
-    .on_conflict_do_nothing(index_elements=["tenant", "operation_key"]),
-    dialect="sqlite",
-)
-# Which of the ids given are jobs (a batch whose inserts the driver did not all count).
-JOBS_PRESENT = select(jobs.c.id).where(jobs.c.id.in_(bindparam("b_ids", expanding=True)))
-# A new job's outbox row, with its job's tenant and priority.
-INSERT_OUTBOX_ROW = db.Direct.of(
-    insert(outbox_table).values(
-        {c: bindparam(c) for c in ("job_id", "created_at", "available_at", "tenant", "priority")}
-        | {"publish_attempts": 0}
-    ),
-    dialect="sqlite",
-)
-# Confirmed outbox rows marked published while the relay role's token holds, by their rowids.
-MARK_PUBLISHED = (
-    relayrole.marking(outbox_table.c.id.in_(bindparam("b_ids", expanding=True)))
-    .with_hint(BY_ROWID)
-    .returning(outbox_table.c.job_id)
-)
-
-
-# The shared statements this driver sends with their index named.
-DROP_PENDING = outbox.DROP_PENDING.with_hint("INDEXED BY ix_outbox_job_id")
-DROP_PENDING_MANY = outbox.DROP_PENDING_MANY.with_hint("INDEXED BY ix_outbox_job_id")
-DUE_IN_ORDER = outbox.DUE_IN_ORDER.with_hint(outbox_table, "INDEXED BY ix_outbox_due_priority_id")
-TENANT_RANGE = outbox.tenant_range("INDEXED BY ix_outbox_due_tenant")
-_ADAPTED = {
-    id(outbox.DROP_PENDING): DROP_PENDING,
-    id(outbox.DROP_PENDING_MANY): DROP_PENDING_MANY,
-    id(outbox.DUE_IN_ORDER): DUE_IN_ORDER,
-    id(outbox.TENANT_RANGE): TENANT_RANGE,
-}
 
 
 class SQLiteDriver(Driver):
@@ -171,28 +125,24 @@ class SQLiteDriver(Driver):
         return None  # write transactions run one at a time
 
     def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
-        """The job rows below SQLAlchemy (`db.direct_many`). When the driver counts every row inserted (the
+        """The job rows in one call into sqlite3 (`db.execute_many`). When it counts every row inserted (the
         common case), that is all of them; otherwise one indexed lookup of our ids says which (a key taken
-        before, or twice in this batch, skipped its row). When a concurrent accept of the same key wins,
-        ours fails on the unique key."""
+        before, or twice in this batch, skipped its row). Then the outbox rows of the new jobs, in one call
+        too, each read from its job's row. When a concurrent accept of the same key wins, ours fails on the
+        unique key."""
         if not rows:
             return set()
         try:
-            inserted = db.direct_many(conn, INSERT_JOB, rows)
+            inserted = db.execute_many(conn, "jobs_insert", rows)
         except IntegrityError as exc:  # read the winner's row on the rerun
             raise db.Retry("idempotency key raced") from exc
         ids = [row["id"] for row in rows]
         created = set(ids) if inserted == len(rows) else {
-            str(r[0]) for r in db.direct_in(conn, JOBS_PRESENT, {}, "b_ids", ids)
+            str(r[0]) for r in db.execute(conn, "jobs_present", {"ids": self.array(ids)})
         }  # fmt: skip
         new = rows if len(created) == len(rows) else [r for r in rows if r["id"] in created]
         if new:
-            announced = [
-                {"job_id": row["id"], "created_at": row["created_at"], "available_at": row["available_at"],
-                 "tenant": row["tenant"], "priority": row["priority"]}
-                for row in new
-            ]  # fmt: skip
-            db.direct_many(conn, INSERT_OUTBOX_ROW, announced)
+            db.execute_many(conn, "outbox_add_accepted", new)
             host_notify.note_outbox_row(conn, min(row["available_at"] for row in new))
         return created
 
@@ -247,20 +197,12 @@ class SQLiteDriver(Driver):
             db.execute_many(conn, "end_attempt", ended)
         return rows
 
-    def read_due_at_once(
-        self, conn: Connection, *, now: float, limit: int, exclude: Sequence[int]
-    ) -> list[tuple[Any, ...]]:
-        raise NotImplementedError("SQLite reads the due rows in steps (`relayrole.due`)")
-
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
         """The mark returns the job ids alone, and their events' facts are read after it by job id: a
         correlated subquery in SQLite's RETURNING cannot use an index (3.40 scans `jobs` for every row
         returned)."""
-        marked = [str(r[0]) for r in db.direct_in(conn, MARK_PUBLISHED, params, "b_ids", ids)]
-        return outbox.event_facts(conn, marked)
-
-    def adapted(self, statement: Any) -> Any:
-        return _ADAPTED.get(id(statement), statement)
+        marked = db.execute(conn, "outbox_mark_published", {**params, "ids": self.array(ids)})
+        return outbox.event_facts(conn, [str(r[0]) for r in marked])
 
     def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         # SQLite's planner keeps no statistics the store relies on, and it drops a row's index entries when
