@@ -6,18 +6,18 @@ did not happen."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, and_, insert, select, update
+from sqlalchemy import Connection
 
-from outbox_bridge.jobstore import events, outbox, queries
+from outbox_bridge.jobstore import db, drivers, events, outbox, queries
 from outbox_bridge.jobstore.errors import InvalidTransition, JobNotFound
 from outbox_bridge.jobstore.filters import JobFilter
 from outbox_bridge.jobstore.records import Job, OperatorAction
-from outbox_bridge.jobstore.schema import jobs, operator_actions, state_in
-from outbox_bridge.jobstore.states import CANCEL_QUEUED, HELD, REQUEUE, RESOLVE, State
+from outbox_bridge.jobstore.states import REQUEUE, RESOLVE, State
 
 
 class CancelOutcome(StrEnum):
@@ -36,6 +36,17 @@ class Action(StrEnum):
     RESOLVE_FAILED = "resolve_failed"
 
 
+class Moved(NamedTuple):
+    """What a move returns for its event (`events.COLUMNS`, read by `events.of_row`)."""
+
+    id: str
+    tenant: str
+    kind: str
+    epoch: int
+    attempts: int
+    traceparent: str | None
+
+
 _CANCEL_ACTIONS = {CancelOutcome.CANCELLED: Action.CANCEL, CancelOutcome.REQUESTED: Action.REQUEST_CANCEL}
 _RESOLVE_ACTIONS = {State.SUCCEEDED: Action.RESOLVE_SUCCEEDED, State.FAILED: Action.RESOLVE_FAILED}
 
@@ -43,31 +54,16 @@ _RESOLVE_ACTIONS = {State.SUCCEEDED: Action.RESOLVE_SUCCEEDED, State.FAILED: Act
 def request_cancel(conn: Connection, job_id: str, now: float, *, tenant: str | None = None) -> CancelOutcome:
     """Cancel a queued job at once, flag a running one, leave a finished one as it is.
     `JobNotFound` for an unknown id or another tenant's job."""
-    owned = jobs.c.id == job_id if tenant is None else and_(jobs.c.id == job_id, jobs.c.tenant == tenant)
-    queued = conn.execute(
-        update(jobs)
-        .where(owned, state_in(CANCEL_QUEUED.sources))
-        .values(
-            state=State.CANCELLED.value,
-            cancel_requested=True,
-            error_code="cancelled",
-            error_message="cancelled before it started",
-            updated_at=now,
-            finished_at=now,
-        )
-        .returning(*events.COLUMNS)
-    ).first()
-    if queued is not None:
+    params = {"id": job_id, "tenant": tenant, "now": now}
+    queued = db.execute(conn, "job_cancel_queued", params)
+    if queued:
         outbox.drop_pending(conn, job_id)
-        events.note(conn, [events.of_row("cancelled", queued)])
+        events.note(conn, [events.of_row("cancelled", Moved(*queued[0]))])
         return CancelOutcome.CANCELLED
     # A held job only gets the flag (no state change): its worker sees it and the job ends at its next write.
-    running = conn.execute(
-        update(jobs).where(owned, state_in(HELD)).values(cancel_requested=True, updated_at=now)
-    )
-    if running.rowcount == 1:
+    if db.execute(conn, "job_request_cancel_running", params):
         return CancelOutcome.REQUESTED
-    if conn.execute(select(jobs.c.id).where(owned)).first() is None:
+    if not db.execute(conn, "job_exists", {"id": job_id, "tenant": tenant}):
         raise JobNotFound(job_id)
     return CancelOutcome.UNCHANGED
 
@@ -84,24 +80,6 @@ def cancel(
     return outcome, _job(conn, job_id)
 
 
-def _requeued(now: float) -> dict[str, Any]:
-    """A requeued job's columns: queued now, with a fresh attempt budget and no error, lease or effect mark.
-    The epoch is kept, so nothing from an older attempt can write."""
-    return {
-        "state": State.QUEUED.value,
-        "attempts": 0,
-        "available_at": now,
-        "cancel_requested": False,
-        "external_epoch": None,
-        "error_code": None,
-        "error_message": None,
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "finished_at": None,
-        "updated_at": now,
-    }
-
-
 def requeue(
     conn: Connection,
     job_id: str,
@@ -115,12 +93,13 @@ def requeue(
     new delivery, recorded (an `unknown` one only if `unknown_too`). `InvalidTransition` in any other state,
     `JobNotFound` for an unknown id."""
     sources = REQUEUE.sources if unknown_too else REQUEUE.sources - {State.UNKNOWN}
-    result = conn.execute(update(jobs).where(jobs.c.id == job_id, state_in(sources)).values(**_requeued(now)))
-    if result.rowcount != 1:
+    params = {"id": job_id, "states": _states(conn, sources), "now": now}
+    rows = db.execute(conn, "job_requeue", params)
+    if not rows:
         raise _not_in(conn, job_id, "requeue")
     outbox.add(conn, job_id, available_at=now, now=now)
     record(conn, [job_id], Action.REQUEUE, actor=actor, note=note, now=now)
-    job = _job(conn, job_id)
+    job = queries.job_of(rows[0])
     events.note(conn, [events.of_job("requeued", job, reason="operator", actor=actor)])
     return job
 
@@ -158,9 +137,13 @@ def requeue_matching(
     """Operator: `requeue` every job `matching` names that is in a requeueable state, as one guarded UPDATE,
     with one recorded action and one new delivery per job, all in the caller's transaction. Returns the ids
     it requeued (none when nothing matched)."""
-    guarded = requeueable(matching).clauses()
-    moved = conn.execute(update(jobs).where(*guarded).values(**_requeued(now)).returning(*events.COLUMNS))
-    rows = sorted(moved, key=lambda row: str(row.id))
+    guarded = requeueable(matching)
+    if guarded.matches_nothing:
+        return []
+    # A requeue's filter names finished states (`requeueable`): its jobs are read by id or from their index.
+    statement = "jobs_requeue_ids" if guarded.shape == "ids" else "jobs_requeue_finished"
+    moved = db.execute(conn, statement, guarded.params(conn) | {"now": now})
+    rows = sorted((Moved(*row) for row in moved), key=lambda row: str(row.id))
     ids = [str(row.id) for row in rows]
     events.note(conn, (events.of_row("requeued", row, reason="operator", actor=actor) for row in rows))
     if ids:
@@ -176,21 +159,18 @@ def resolve(conn: Connection, job_id: str, outcome: State, note: str, now: float
     if outcome not in RESOLVE.targets:
         raise ValueError(f"resolve to succeeded or failed, not {outcome}")
     failed = outcome is State.FAILED
-    result = conn.execute(
-        update(jobs)
-        .where(jobs.c.id == job_id, state_in(RESOLVE.sources))
-        .values(
-            state=outcome.value,
-            error_code="resolved_failed" if failed else None,
-            error_message=f"resolved by operator: {note}" if failed else None,
-            updated_at=now,
-            finished_at=now,
-        )
-    )
-    if result.rowcount != 1:
+    params = {
+        "id": job_id,
+        "state": outcome.value,
+        "error_code": "resolved_failed" if failed else None,
+        "error_message": f"resolved by operator: {note}" if failed else None,
+        "now": now,
+    }
+    rows = db.execute(conn, "job_resolve", params)
+    if not rows:
         raise _not_in(conn, job_id, "resolve")
     record(conn, [job_id], _RESOLVE_ACTIONS[outcome], actor=actor, note=note, now=now)
-    job = _job(conn, job_id)
+    job = queries.job_of(rows[0])
     events.note(conn, [events.of_job("resolved", job, state=outcome.value, actor=actor)])
     return job
 
@@ -212,7 +192,12 @@ def record(
         {"job_id": j, "action": action.value, "actor": actor, "note": note or None, "at": now}
         for j in job_ids
     ]
-    conn.execute(insert(operator_actions), rows)
+    db.execute_many(conn, "operator_action_add", rows)
+
+
+def _states(conn: Connection, states: Collection[State]) -> Any:
+    """`states` as one parameter of a statement."""
+    return drivers.of(conn).array(sorted(state.value for state in states))
 
 
 def _job(conn: Connection, job_id: str) -> Job:

@@ -1,4 +1,5 @@
-"""Reads: listings, results, counts. No writes here."""
+"""Reads: listings, results, counts. No writes here. Each is a named statement of the store's driver
+(`reads.sql`); a job is read with every column of the jobs table, in the table's order (`job_of`)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, String, and_, bindparam, func, literal_column, or_, select, union_all
+from sqlalchemy import Connection
 
-from outbox_bridge.jobstore import pausing
+from outbox_bridge.jobstore import db, drivers
 from outbox_bridge.jobstore.filters import JobFilter
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
-from outbox_bridge.jobstore.schema import FINISHED, attempts, jobs, operator_actions, state_is
+from outbox_bridge.jobstore.schema import JOB_COLUMNS, attempts, operator_actions
 from outbox_bridge.jobstore.states import State
 
 
@@ -61,17 +63,24 @@ class Page:
     next_cursor: str | None
 
 
-_BY_ID = select(jobs).where(jobs.c.id == bindparam("b_id"))
-_BY_ID_AND_TENANT = _BY_ID.where(jobs.c.tenant == bindparam("b_tenant"))
+_ATTEMPT_COLUMNS = tuple(column.name for column in attempts.c)
+_ACTION_COLUMNS = tuple(column.name for column in operator_actions.c)
+
+
+def job_of(row: tuple[Any, ...]) -> Job:
+    """The job a row of all the jobs table's columns, in the table's order, holds."""
+    return Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True)))  # type: ignore[arg-type]
+
+
+def attempt_of(row: tuple[Any, ...]) -> Attempt:
+    """The attempt a row of all the attempts table's columns, in the table's order, holds."""
+    return Attempt.from_row(dict(zip(_ATTEMPT_COLUMNS, row, strict=True)))  # type: ignore[arg-type]
 
 
 def get_job(conn: Connection, job_id: str, *, tenant: str | None = None) -> Job | None:
     """The job, or None when it does not exist or belongs to another tenant."""
-    if tenant is None:
-        row = conn.execute(_BY_ID, {"b_id": job_id}).mappings().first()
-    else:
-        row = conn.execute(_BY_ID_AND_TENANT, {"b_id": job_id, "b_tenant": tenant}).mappings().first()
-    return Job.from_row(row) if row else None
+    rows = db.execute(conn, "job_get", {"id": job_id, "tenant": tenant})
+    return job_of(rows[0]) if rows else None
 
 
 @dataclass(frozen=True)
@@ -107,72 +116,51 @@ def list_jobs(
 
 def find_jobs(conn: Connection, matching: JobFilter, *, limit: int = 50, cursor: str | None = None) -> Page:
     """The jobs `matching` names, newest first, `limit` at a time after `cursor`."""
-    query = select(jobs).order_by(jobs.c.created_at.desc(), jobs.c.id.desc()).limit(limit + 1)
-    query = query.where(*matching.clauses())
-    if cursor:
-        created, job_id = decode_cursor(cursor)
-        query = query.where(
-            or_(jobs.c.created_at < created, and_(jobs.c.created_at == created, jobs.c.id < job_id))
-        )
-    found = [Job.from_row(r) for r in conn.execute(query).mappings()]
+    created, job_id = decode_cursor(cursor) if cursor else (None, None)
+    if matching.matches_nothing:
+        return Page([], None)
+    params = matching.params(conn) | {"after_created_at": created, "after_id": job_id, "limit": limit + 1}
+    found = [job_of(row) for row in db.execute(conn, f"jobs_find_{matching.shape}", params)]
     items = found[:limit]
     return Page(items, encode_cursor(items[-1]) if len(found) > limit else None)
 
 
 def count_jobs(conn: Connection, matching: JobFilter) -> int:
     """How many jobs `matching` names."""
-    query = select(func.count()).select_from(jobs).where(*matching.clauses())
-    return int(conn.execute(query).scalar_one())
+    if matching.matches_nothing:
+        return 0
+    [(count,)] = db.execute(conn, f"jobs_count_{matching.shape}", matching.params(conn))
+    return int(count)
 
 
 def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
-    rows = conn.execute(select(attempts).where(attempts.c.job_id == job_id).order_by(attempts.c.epoch))
-    return [Attempt.from_row(r) for r in rows.mappings()]
+    return [attempt_of(row) for row in db.execute(conn, "job_attempts", {"job_id": job_id})]
 
 
 def actions_of(conn: Connection, job_id: str) -> list[OperatorAction]:
     """What operators did to the job, oldest first."""
-    query = (
-        select(operator_actions)
-        .where(operator_actions.c.job_id == job_id)
-        .order_by(operator_actions.c.at, operator_actions.c.id)
-    )
-    return [OperatorAction.from_row(r) for r in conn.execute(query).mappings()]
+    rows = db.execute(conn, "job_operator_actions", {"job_id": job_id})
+    return [OperatorAction.from_row(dict(zip(_ACTION_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
 
 
 def committed_result(conn: Connection, job_id: str, *, tenant: str | None = None) -> Attempt | None:
     """The attempt the job's result pointer names, only once the job has succeeded."""
-    query = (
-        select(attempts)
-        .join(jobs, jobs.c.result_attempt_id == attempts.c.id)
-        .where(jobs.c.id == job_id, state_is(State.SUCCEEDED))
-    )
-    if tenant is not None:
-        query = query.where(jobs.c.tenant == tenant)
-    row = conn.execute(query).mappings().first()
-    return Attempt.from_row(row) if row else None
+    rows = db.execute(conn, "job_committed_result", {"job_id": job_id, "tenant": tenant})
+    return attempt_of(rows[0]) if rows else None
 
 
 def counts_by_state(conn: Connection, *, tenant: str | None = None) -> dict[str, int]:
     """How many jobs are in each state (of `tenant`'s, when given): the queued and the running jobs counted
     in their own indexes, the finished ones in theirs, never a read of the whole table."""
-    of_tenant = [] if tenant is None else [jobs.c.tenant == tenant]
-    parts = [
-        select(literal_column(f"'{state.value}'", String), func.count()).where(state_is(state), *of_tenant)
-        for state in (State.QUEUED, State.RUNNING)
-    ]
-    finished = select(jobs.c.state, func.count()).where(FINISHED, *of_tenant).group_by(jobs.c.state)
     counts = {s.value: 0 for s in State}
-    counts.update({str(state): int(n) for state, n in conn.execute(union_all(*parts, finished)).all()})
+    rows = db.execute(conn, "job_counts_by_state", {"tenant": tenant})
+    counts.update({str(state): int(n) for state, n in rows})
     return counts
 
 
 def finished_since(conn: Connection, since: float, bucket_seconds: float) -> Sequence[tuple[float, int]]:
     """Jobs finished per time bucket since `since` (for throughput charts)."""
-    bucket = func.floor((jobs.c.finished_at - since) / bucket_seconds)
-    rows = conn.execute(
-        select(bucket, func.count()).where(jobs.c.finished_at >= since).group_by(bucket).order_by(bucket)
-    ).all()
+    rows = db.execute(conn, "jobs_finished_per_bucket", {"since": since, "bucket_seconds": bucket_seconds})
     return [(since + float(b) * bucket_seconds, int(n)) for b, n in rows]
 
 
@@ -188,11 +176,7 @@ def due_queue(conn: Connection, now: float) -> DueQueue:
     """The queued jobs due at `now` (a delayed job counts from its `run_at`, a retry from the end of its
     backoff), but for those of a paused kind, which wait on purpose (`pausing`); one range of the (state,
     available_at) index."""
-    count, oldest = conn.execute(
-        select(func.count(), func.min(jobs.c.available_at)).where(
-            state_is(State.QUEUED), jobs.c.available_at <= now, pausing.NOT_PAUSED
-        )
-    ).one()
+    [(count, oldest)] = db.execute(conn, "jobs_due_queue", {"now": now})
     age = 0.0 if oldest is None else max(0.0, now - float(oldest))
     return DueQueue(int(count), age)
 
@@ -208,14 +192,9 @@ class Leases:
 def leases_by_owner(conn: Connection) -> dict[str, Leases]:
     """The leases of the running jobs by owner (the worker name a claim wrote): one GROUP BY over one range
     of the (state, lease_expires_at) index. What a process holds, counted from the store."""
-    query = (
-        select(jobs.c.lease_owner, func.count(), func.min(jobs.c.lease_expires_at))
-        .where(state_is(State.RUNNING), jobs.c.lease_owner.is_not(None))
-        .group_by(jobs.c.lease_owner)
-    )
     return {
         str(owner): Leases(int(count), None if soonest is None else float(soonest))
-        for owner, count, soonest in conn.execute(query).all()
+        for owner, count, soonest in db.execute(conn, "leases_by_owner")
     }
 
 
@@ -223,13 +202,8 @@ def running_jobs_of(conn: Connection, owners: Sequence[str], *, limit: int) -> l
     """Up to `limit` running jobs whose lease any of `owners` holds, the soonest lease expiry first."""
     if not owners:
         return []
-    query = (
-        select(jobs)
-        .where(state_is(State.RUNNING), jobs.c.lease_owner.in_(sorted(owners)))
-        .order_by(jobs.c.lease_expires_at, jobs.c.id)
-        .limit(limit)
-    )
-    return [Job.from_row(r) for r in conn.execute(query).mappings()]
+    params = {"owners": drivers.of(conn).array(sorted(owners)), "limit": limit}
+    return [job_of(row) for row in db.execute(conn, "jobs_running_of", params)]
 
 
 def last_workers(conn: Connection, job_ids: Sequence[str]) -> dict[str, str]:
@@ -237,9 +211,5 @@ def last_workers(conn: Connection, job_ids: Sequence[str]) -> dict[str, str]:
     has none."""
     if not job_ids:
         return {}
-    query = (
-        select(attempts.c.job_id, attempts.c.worker)
-        .join(jobs, and_(jobs.c.id == attempts.c.job_id, jobs.c.epoch == attempts.c.epoch))
-        .where(jobs.c.id.in_(sorted(job_ids)))
-    )
-    return {str(job_id): str(worker) for job_id, worker in conn.execute(query).all()}
+    rows = db.execute(conn, "jobs_last_workers", {"ids": drivers.of(conn).array(sorted(job_ids))})
+    return {str(job_id): str(worker) for job_id, worker in rows}
