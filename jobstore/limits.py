@@ -22,9 +22,9 @@ limit held it. A consumer acks its delivery (`claiming.Refusal.HELD`) and nothin
   the kind's next start, and the claim that starts a job of the kind gives the next one its turn
   (`_next_turn`): one delivery per start, whatever the backlog.
 
-The baseline's claim (the table's path) passes over the kinds at their cap or not yet due to start again and
-the keys at their cap (`full_kinds`, `KEY_HAS_ROOM`), then admits as above; it holds nothing back, since it
-walks the table again at its next claim."""
+The baseline's claim (the table's path) passes over the kinds at their cap or not yet due to start again
+(`full_kinds`) and the keys at their cap (a condition of its statement), then admits as above; it holds
+nothing back, since it walks the table again at its next claim."""
 
 from __future__ import annotations
 
@@ -35,11 +35,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Connection, and_, bindparam, func, literal_column, or_, select
+from sqlalchemy import Connection
 
 from outbox_bridge.jobstore import db, drivers, outbox
-from outbox_bridge.jobstore.schema import jobs, state_is
-from outbox_bridge.jobstore.states import State
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
@@ -76,17 +74,6 @@ class Limits:
 
 
 NONE = Limits()
-
-
-def unlimited(kinds: tuple[str, ...]) -> ColumnElement[bool]:
-    """A claim's guard: the job is running (taken over from an expired lease: no count changes), or no limit
-    concerns it (no concurrency key, and its kind is none of `kinds`). The kinds are written into the
-    statement: there are a few, fixed for a process, and the statement is built once for them."""
-    free: ColumnElement[bool] = jobs.c.concurrency_key.is_(None)
-    if kinds:
-        names: list[Any] = [literal_column("'" + kind.replace("'", "''") + "'") for kind in kinds]
-        free = and_(free, jobs.c.kind.not_in(names))
-    return or_(state_is(State.RUNNING), free)
 
 
 @dataclass(frozen=True)
@@ -288,22 +275,6 @@ def full_kinds(conn: Connection, limits: Limits, now: float) -> list[str]:
     rated = sorted(limits.kind_intervals)
     full |= {kind for kind, at in _next_starts(conn, rated).items() if at > now}
     return sorted(full)
-
-
-# Whether a queued job's key, if it has one, has room for it: the table's claim walks past the jobs of a
-# key at its cap (a subquery per keyed job only: `concurrency_key IS NULL` decides the rest).
-_OTHER = jobs.alias("running_with_key")
-KEY_HAS_ROOM = or_(
-    jobs.c.concurrency_key.is_(None),
-    select(func.count())
-    .where(
-        _OTHER.c.tenant == jobs.c.tenant,
-        _OTHER.c.concurrency_key == jobs.c.concurrency_key,
-        state_is(State.RUNNING, _OTHER),
-    )
-    .scalar_subquery()
-    < bindparam("b_key_max"),
-)
 
 
 @dataclass(frozen=True)

@@ -15,25 +15,15 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection
 
 from outbox_bridge.jobstore import db, drivers
-from outbox_bridge.jobstore.schema import jobs, state_is
-from outbox_bridge.jobstore.states import State
 
 # A capped tenant's job a consumer was handed is delivered again this much later.
 RETRY_SECONDS = 0.5
 # The advisory lock's first key: tenant locks do not collide with any other use of advisory locks.
 _LOCK_SPACE = 0x7465
 
-# The running count per tenant as a subquery (`tenant`, `running`): what the fair turns of the relay's
-# lease (`jobstore.outbox`) and of the baseline's claim (`jobstore.claiming`) start from.
-RUNNING_BY_TENANT = (
-    select(jobs.c.tenant, func.count().label("running"))
-    .where(state_is(State.RUNNING))
-    .group_by(jobs.c.tenant)
-    .subquery("running")
-)
 # A store with more tenants than this that have queued jobs, none of them due, counts as one where another
 # tenant has work (the walk stops there: each tenant it looks at costs a read of its queued jobs).
 MOST_TENANTS_LOOKED_AT = 16

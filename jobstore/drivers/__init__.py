@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
-from sqlalchemy import Connection, Engine, Select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL, make_url
 
 from outbox_bridge.jobstore.drivers.sqlfile import Statement, load
@@ -156,11 +156,6 @@ class Driver:
         raise NotImplementedError
 
     # --- locks ---------------------------------------------------------------------------------------
-
-    def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
-        """`query`, locking the rows it reads until the transaction ends (with `skip_locked`, leaving out
-        those another transaction holds)."""
-        raise NotImplementedError
 
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
         """Wait for and take this transaction's lock on each (space, key), in the order given, where the

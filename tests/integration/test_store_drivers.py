@@ -163,8 +163,8 @@ def test_rows_are_read_locking_and_keys_are_locked_in_a_transaction(engine: Engi
     def lock(conn: Connection) -> list[str]:
         driver = drivers.of(conn)
         driver.lock_keys(conn, [(1, 2), (1, 3)])
-        query = driver.locking(select(jobs.c.id), skip_locked=True)
-        return list(conn.execute(query).scalars())
+        rows = db.execute(conn, "lock_ranked_jobs", {"ids": driver.array([job_id, "no-such-job"])})
+        return [str(row[0]) for row in rows]
 
     assert db.transact(engine, lock) == [job_id]
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Connection, Engine, Select, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import IntegrityError
 
@@ -117,9 +117,6 @@ class SQLiteDriver(Driver):
     def notifier(self, engine: Engine) -> host_notify.Notifier | None:
         database = self.file(engine.url)
         return None if database is None else host_notify.Notifier(host_notify.directory_for(database))
-
-    def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
-        return query  # a write transaction holds the whole database already
 
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
         return None  # write transactions run one at a time
