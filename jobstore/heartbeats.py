@@ -26,13 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Connection, Engine, bindparam, delete, insert, select, update
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from outbox_bridge.core import clock, version
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
-from outbox_bridge.jobstore.schema import processes
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +42,6 @@ BEATING = ROLES
 # deletes it. Long enough that an operator can still find the row of a process that was just killed.
 FORGET_AFTER_BEATS = 60
 STORE_ERRORS = (db.StoreUnavailable, SQLAlchemyError)
-
-_UPDATE = (
-    update(processes)
-    .where(processes.c.id == bindparam("b_id"))
-    .values(last_seen_at=bindparam("b_now"), detail=bindparam("b_detail"))
-)
-_INSERT = insert(processes)
-_FORGET = delete(processes).where(processes.c.last_seen_at < bindparam("b_before"))
-_REMOVE = delete(processes).where(processes.c.id == bindparam("b_id"))
 
 
 @dataclass(frozen=True)
@@ -72,9 +62,10 @@ def beat(conn: Connection, me: Process, now: float, *, forget_before: float) -> 
     """Record that `me` is alive at `now` with its latest `detail` (its row is created at its first beat),
     and delete every row not seen since `forget_before`."""
     detail = json.dumps(me.detail, sort_keys=True, separators=(",", ":"))
-    if conn.execute(_UPDATE, {"b_id": me.id, "b_now": now, "b_detail": detail}).rowcount == 0:
-        conn.execute(
-            _INSERT,
+    if not db.execute(conn, "process_beat", {"id": me.id, "now": now, "detail": detail}):
+        db.execute(
+            conn,
+            "process_add",
             {
                 "id": me.id,
                 "role": me.role,
@@ -86,12 +77,12 @@ def beat(conn: Connection, me: Process, now: float, *, forget_before: float) -> 
                 "detail": detail,
             },
         )
-    conn.execute(_FORGET, {"b_before": forget_before})
+    db.execute(conn, "processes_forget", {"before": forget_before})
 
 
 def remove(conn: Connection, process_id: str) -> bool:
     """Delete the row of a process that stopped cleanly; False when it was already gone."""
-    return conn.execute(_REMOVE, {"b_id": process_id}).rowcount > 0
+    return bool(db.execute(conn, "process_remove", {"id": process_id}))
 
 
 def alive(conn: Connection, now: float, within: float) -> list[Process]:
@@ -101,24 +92,14 @@ def alive(conn: Connection, now: float, within: float) -> list[Process]:
 
 def seen_since(conn: Connection, since: float) -> list[Process]:
     """The processes whose row was last written at or after `since`, by role, host, then pid."""
-    rows = conn.execute(
-        select(processes)
-        .where(processes.c.last_seen_at >= since)
-        .order_by(processes.c.role, processes.c.host, processes.c.pid, processes.c.started_at)
-    ).mappings()
+    rows = db.execute(conn, "processes_seen_since", {"since": since})
     return [
         Process(
-            id=row["id"],
-            role=row["role"],
-            host=row["host"],
-            pid=row["pid"],
-            version=row["version"],
-            started_at=row["started_at"],
-            last_seen_at=row["last_seen_at"],
-            detail=json.loads(row["detail"]),
+            id=id_, role=role, host=host, pid=pid, version=version_, started_at=started_at,
+            last_seen_at=last_seen_at, detail=json.loads(detail),
         )
-        for row in rows
-    ]
+        for id_, role, host, pid, version_, started_at, last_seen_at, detail in rows
+    ]  # fmt: skip
 
 
 def by_role(alive_processes: list[Process]) -> dict[str, int]:

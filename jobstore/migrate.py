@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine
 
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
 
 # The newest migration's revision: what `db upgrade` migrates to (`tests/unit/test_migration_head.py`).
 HEAD = "0019"
-_VERSION = text("SELECT version_num FROM alembic_version")
 
 
 class SchemaNotCurrent(RuntimeError):
@@ -52,9 +51,11 @@ def current_revision(engine: Engine) -> str | None:
 
 
 def _revision(conn: Connection) -> str | None:
-    if not inspect(conn).has_table("alembic_version"):
+    [(tables,)] = db.execute(conn, "schema_revision_table")
+    if not tables:
         return None
-    return conn.execute(_VERSION).scalar()
+    rows = db.execute(conn, "schema_revision")
+    return str(rows[0][0]) if rows else None
 
 
 def revision_of(conn: Connection) -> str | None:

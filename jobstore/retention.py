@@ -7,7 +7,8 @@ may have claimed) since then is left alone. Its attempts and outbox rows go with
 ON DELETE CASCADE (on for every SQLite connection, see `jobstore.db`), as do the rows of any other table
 that references a job that way (its completion webhooks' deliveries and their attempts). `unknown` jobs are
 never deleted: they wait for an operator; nor is a job whose webhook delivery is still pending, until it
-is delivered or has failed.
+is delivered or has failed. The rule is written once in each of the driver's statements that apply it
+(`upkeep.sql`: `jobs_expired`, `jobs_expired_after`, `jobs_delete_expired`), with `PRUNABLE`'s states.
 """
 
 from __future__ import annotations
@@ -16,23 +17,12 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, select, tuple_
+from sqlalchemy import Connection
 
-from outbox_bridge.jobstore.schema import attempts, jobs, state_in, webhook_deliveries
-from outbox_bridge.jobstore.states import PRUNABLE
+from outbox_bridge.jobstore import db, drivers
 
 # Jobs deleted per transaction: small enough that SQLite's write lock is held briefly.
 BATCH = 500
-
-
-def _expired(cutoff: float) -> ColumnElement[bool]:
-    # A job whose completion webhook is still pending waits for it: its delivery goes with it.
-    pending = (
-        select(webhook_deliveries.c.id)
-        .where(webhook_deliveries.c.job_id == jobs.c.id, webhook_deliveries.c.state == "pending")
-        .exists()
-    )
-    return and_(state_in(PRUNABLE), jobs.c.finished_at < cutoff, ~pending)
 
 
 def expired(
@@ -40,15 +30,12 @@ def expired(
 ) -> list[tuple[float, str]]:
     """(finish time, id) of up to `limit` jobs the retention deletes at `cutoff`, oldest first (read from
     the finished jobs' index, `ix_jobs_finished_state_finished_at`), after the job `after` in that order."""
-    query = (
-        select(jobs.c.finished_at, jobs.c.id)
-        .where(_expired(cutoff))
-        .order_by(jobs.c.finished_at, jobs.c.id)
-        .limit(limit)
-    )
-    if after is not None:
-        query = query.where(tuple_(jobs.c.finished_at, jobs.c.id) > after)
-    return [(float(finished_at), str(job_id)) for finished_at, job_id in conn.execute(query).all()]
+    if after is None:
+        rows = db.execute(conn, "jobs_expired", {"cutoff": cutoff, "limit": limit})
+    else:
+        params = {"cutoff": cutoff, "limit": limit, "after_finished_at": after[0], "after_id": after[1]}
+        rows = db.execute(conn, "jobs_expired_after", params)
+    return [(float(finished_at), str(job_id)) for finished_at, job_id in rows]
 
 
 def delete_expired(conn: Connection, job_ids: Collection[str], cutoff: float) -> list[str]:
@@ -57,8 +44,8 @@ def delete_expired(conn: Connection, job_ids: Collection[str], cutoff: float) ->
     `cutoff` (requeued, then perhaps running, since it was chosen) is not deleted and not returned."""
     if not job_ids:
         return []
-    statement = delete(jobs).where(jobs.c.id.in_(list(job_ids)), _expired(cutoff)).returning(jobs.c.id)
-    return list(conn.execute(statement).scalars())
+    params = {"ids": drivers.of(conn).array(list(job_ids)), "cutoff": cutoff}
+    return [str(job_id) for (job_id,) in db.execute(conn, "jobs_delete_expired", params)]
 
 
 def prune(conn: Connection, cutoff: float, *, limit: int = BATCH) -> list[str]:
@@ -79,12 +66,9 @@ def job_files(conn: Connection, job_ids: Sequence[str]) -> dict[str, JobFiles]:
     """`JobFiles` for each of `job_ids` that exists; a job that does not is absent."""
     if not job_ids:
         return {}
-    results = dict(
-        conn.execute(select(jobs.c.id, jobs.c.result_attempt_id).where(jobs.c.id.in_(job_ids))).all()
-    )
-    rows = conn.execute(
-        select(attempts.c.job_id, attempts.c.id, attempts.c.outcome).where(attempts.c.job_id.in_(job_ids))
-    ).all()
+    ids = drivers.of(conn).array(list(job_ids))
+    results = dict(db.execute(conn, "jobs_result_attempts", {"ids": ids}))
+    rows = db.execute(conn, "jobs_attempt_outcomes", {"ids": ids})
     every: defaultdict[str, set[str]] = defaultdict(set)
     keep: defaultdict[str, set[str]] = defaultdict(set)
     for job_id, attempt_id, outcome in rows:

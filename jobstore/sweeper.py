@@ -16,16 +16,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from enum import StrEnum
+from typing import Any
 
-from sqlalchemy import Connection, Exists, and_, or_, select, union_all, update
+from sqlalchemy import Connection
 
 from outbox_bridge.core.backoff import Backoff
-from outbox_bridge.jobstore import conditions, fenced, pausing
+from outbox_bridge.jobstore import conditions, db, drivers, fenced, queries
 from outbox_bridge.jobstore import outbox as outbox_rows
 from outbox_bridge.jobstore.decisions import Decision, decide_expired_lease
 from outbox_bridge.jobstore.records import Job
-from outbox_bridge.jobstore.schema import jobs, outbox, state_in, state_is
-from outbox_bridge.jobstore.states import EXPIRE_LEASE, EXPIRE_QUEUED, State
+from outbox_bridge.jobstore.states import State
 
 # A running job of a gone worker is settled before its lease runs out only once it has gone unrenewed this
 # long (a live worker's lease keeper renews at least every two seconds).
@@ -38,24 +38,12 @@ def sweep_expired(
     """Settle up to `limit` overdue jobs, and (given the processes' `heartbeat` interval) the running jobs
     of gone workers; returns how many went to each state."""
     settled: Counter[str] = Counter()
-    overdue_running = and_(
-        state_in(EXPIRE_LEASE.sources),
-        or_(jobs.c.lease_expires_at <= now, jobs.c.deadline_at <= now),
-    )
-    overdue_queued = and_(state_in(EXPIRE_QUEUED.sources), jobs.c.deadline_at <= now)
     # The running jobs, then the queued ones, each read from its state's index in that index's order.
-    running = select(jobs).where(overdue_running).order_by(jobs.c.lease_expires_at).limit(limit).subquery()
-    queued = select(jobs).where(overdue_queued).order_by(jobs.c.available_at).limit(limit).subquery()
-    rows = conn.execute(union_all(select(running), select(queued))).mappings().all()[:limit]
-    for job in [Job.from_row(row) for row in rows]:
+    rows = db.execute(conn, "jobs_overdue", {"now": now, "limit": limit})[:limit]
+    for job in [queries.job_of(row) for row in rows]:
         decision = _decide(job, now, backoff)
-        guard = and_(
-            jobs.c.id == job.id,
-            jobs.c.epoch == job.epoch,
-            overdue_running if job.state is State.RUNNING else overdue_queued,
-        )
-        if fenced.apply_decision(conn, job, decision, now, guard=guard):
-            _close_attempt(conn, job, decision, now)
+        settle = "job_settle_overdue_running" if job.state is State.RUNNING else "job_settle_overdue_queued"
+        if _settle(conn, settle, job, decision, now, {}):
             settled[decision.state.value] += 1
     if heartbeat is not None and len(rows) < limit:
         settled.update(rescue_gone(conn, now, backoff=backoff, heartbeat=heartbeat, limit=limit - len(rows)))
@@ -73,17 +61,11 @@ def rescue_gone(
     gone = conditions.gone_owners(conn, now, heartbeat)
     if not gone:
         return settled
-    abandoned = and_(
-        state_in(EXPIRE_LEASE.sources),
-        jobs.c.lease_owner.in_(sorted(gone)),
-        jobs.c.updated_at <= now - RESCUE_QUIET_SECONDS,
-    )
-    rows = conn.execute(select(jobs).where(abandoned).order_by(jobs.c.updated_at).limit(limit)).mappings()
-    for job in [Job.from_row(row) for row in rows]:
+    guard = {"owners": drivers.of(conn).array(sorted(gone)), "quiet_since": now - RESCUE_QUIET_SECONDS}
+    rows = db.execute(conn, "jobs_abandoned", {**guard, "limit": limit})
+    for job in [queries.job_of(row) for row in rows]:
         decision = _decide(job, now, backoff, lease_ran_out=True)
-        guard = and_(jobs.c.id == job.id, jobs.c.epoch == job.epoch, abandoned)
-        if fenced.apply_decision(conn, job, decision, now, guard=guard):
-            _close_attempt(conn, job, decision, now)
+        if _settle(conn, "job_settle_abandoned", job, decision, now, guard):
             settled[decision.state.value] += 1
     return settled
 
@@ -103,12 +85,20 @@ def _decide(job: Job, now: float, backoff: Backoff, *, lease_ran_out: bool = Fal
     )
 
 
-def _close_attempt(conn: Connection, job: Job, decision: Decision, now: float) -> None:
-    if job.state is not State.RUNNING:
-        return
-    fenced.lose_running_attempts(
-        conn, [job.id], now, code=decision.error_code, message=decision.error_message
-    )
+def _settle(
+    conn: Connection, statement: str, job: Job, decision: Decision, now: float, guard: dict[str, Any]
+) -> bool:
+    """Move `job` as `decision` says with `statement`, under its epoch and the `guard` it was read under,
+    then end its running attempt as lost; False (nothing written) when the guard no longer holds."""
+    params = {**guard, **fenced.decided(decision, now), "id": job.id, "epoch": job.epoch, "now": now}
+    if not db.execute(conn, statement, params):
+        return False
+    fenced.after_decision(conn, job, decision, now)
+    if job.state is State.RUNNING:
+        fenced.lose_running_attempts(
+            conn, [job.id], now, code=decision.error_code, message=decision.error_message
+        )
+    return True
 
 
 def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: int = 500) -> int:
@@ -117,26 +107,13 @@ def reannounce_stale(conn: Connection, now: float, *, older_than: float, limit: 
     announces it). Its message was lost on the way (dead-lettered after too many redeliveries, say, or lost
     with a broker's data): without this it would wait forever. A duplicate this makes is absorbed by the
     claim. Returns how many jobs were announced again."""
-    waiting = _waiting_delivery()
-    stale = (
-        select(jobs.c.id)
-        .where(
-            state_is(State.QUEUED),
-            jobs.c.available_at <= older_than,
-            jobs.c.updated_at <= older_than,
-            ~waiting,
-            pausing.NOT_PAUSED,
-            jobs.c.held_by.is_(None),  # a limit's own sweep announces those (`limits.release_held`)
-        )
-        .order_by(jobs.c.available_at)
-        .limit(limit)
-    )
-    ids = list(conn.execute(stale).scalars())
+    # A job a limit holds back is left to that limit's own sweep (`limits.release_held`).
+    stale = db.execute(conn, "jobs_stale_queued", {"older_than": older_than, "limit": limit})
+    ids = [str(job_id) for (job_id,) in stale]
     if not ids:
         return 0
-    conn.execute(update(jobs).where(jobs.c.id.in_(ids), state_is(State.QUEUED)).values(updated_at=now))
-    for job_id in ids:
-        outbox_rows.add(conn, job_id, available_at=now, now=now)
+    db.execute(conn, "jobs_touch_queued", {"ids": drivers.of(conn).array(ids), "now": now})
+    outbox_rows.add_many(conn, [(job_id, now, now) for job_id in ids])
     return len(ids)
 
 
@@ -152,11 +129,7 @@ class DeadLetterOutcome(StrEnum):
 def settle_dead_letters(conn: Connection, job_ids: Sequence[str], now: float) -> dict[str, DeadLetterOutcome]:
     """For each job whose message was dead-lettered: a queued job with no outbox row waiting to be published
     gets one, due when the job is; every other job needs nothing. Returns what became of each job."""
-    rows = conn.execute(
-        select(jobs.c.id, jobs.c.state, jobs.c.available_at, _waiting_delivery().label("waiting")).where(
-            jobs.c.id.in_(job_ids)
-        )
-    ).all()
+    rows = db.execute(conn, "jobs_dead_lettered", {"ids": drivers.of(conn).array(list(job_ids))})
     outcomes = dict.fromkeys(job_ids, DeadLetterOutcome.UNKNOWN)
     for job_id, state, available_at, waiting in rows:
         if state != State.QUEUED.value:
@@ -167,8 +140,3 @@ def settle_dead_letters(conn: Connection, job_ids: Sequence[str], now: float) ->
             outbox_rows.add(conn, job_id, available_at=max(now, available_at), now=now)
             outcomes[job_id] = DeadLetterOutcome.ANNOUNCED
     return outcomes
-
-
-def _waiting_delivery() -> Exists:
-    """The job of the row at hand has an outbox row not yet published."""
-    return select(outbox.c.id).where(outbox.c.job_id == jobs.c.id, outbox.c.published_at.is_(None)).exists()

@@ -12,13 +12,14 @@ locks. Committed outbox rows are announced by the store's own trigger (`NOTIFY`)
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, Select, create_engine, event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, IntegrityError
 
@@ -37,33 +38,6 @@ PING_AFTER_IDLE_SECONDS = 1.0
 _IDLE_SINCE = "idle_since"
 
 # --- the statements ---------------------------------------------------------------------------------------
-
-
-# Whether the store's user may VACUUM and ANALYZE a table (`relid`): its owner's rights, the database
-# owner's, or (PostgreSQL 17 on) the MAINTAIN privilege. Another user's VACUUM is skipped with a warning in
-# the server's log, so the upkeep does not ask for it.
-_MAINTAINABLE = (
-    "pg_has_role((SELECT relowner FROM pg_class WHERE oid = relid), 'USAGE')"
-    " OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE')"
-    " OR CASE WHEN current_setting('server_version_num')::int >= 170000"
-    " THEN has_table_privilege(relid, 'MAINTAIN') ELSE false END"
-)
-# For each store table: whether its planner statistics went stale (`min_changed` rows and a `fraction` of it
-# changed since an ANALYZE at least `stale_after` seconds ago), whether it is worn (`min_dead` dead row
-# versions, last vacuumed at least `worn_after` seconds ago), whoever ran the last one, and whether the
-# store's user may do either (neither is due when it may not).
-UPKEEP = text(
-    "SELECT relname,"
-    " maintainable AND n_mod_since_analyze > GREATEST(:min_changed, :fraction * n_live_tup)"
-    " AND COALESCE(GREATEST(last_analyze, last_autoanalyze), '-infinity')"
-    " < now() - make_interval(secs => :stale_after),"
-    " maintainable AND n_dead_tup >= :min_dead"
-    " AND COALESCE(GREATEST(last_vacuum, last_autovacuum), '-infinity')"
-    " < now() - make_interval(secs => :worn_after),"
-    " maintainable"
-    f" FROM (SELECT *, {_MAINTAINABLE} AS maintainable FROM pg_stat_user_tables"
-    " WHERE relid = ANY(CAST(:tables AS regclass[]))) AS tables"
-)
 
 
 class PostgreSQLDriver(Driver):
@@ -130,6 +104,9 @@ class PostgreSQLDriver(Driver):
     def notifier(self, engine: Engine) -> host_notify.Notifier | None:
         return None  # the store's trigger notifies
 
+    def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
+        return _locking(query, skip_locked)
+
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
         pairs = list(keys)
         if pairs:  # one statement takes them all, in this order
@@ -191,7 +168,7 @@ class PostgreSQLDriver(Driver):
 
     def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         with engine.connect() as conn:
-            rows = conn.execute(UPKEEP, params).all()
+            rows = db.execute(conn, "upkeep_due", params)
         stale = sorted(str(name) for name, is_stale, _, _ in rows if is_stale)
         worn = sorted(str(name) for name, _, is_worn, _ in rows if is_worn)
         refused = sorted(str(name) for name, _, _, maintainable in rows if not maintainable)
@@ -209,6 +186,12 @@ class PostgreSQLDriver(Driver):
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.execute(text(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) {table}"))
+
+
+@functools.lru_cache(maxsize=64)
+def _locking(query: Select[Any], skip_locked: bool) -> Select[Any]:
+    """`query` FOR UPDATE, built once per query: building a statement costs more than running it."""
+    return query.with_for_update(skip_locked=skip_locked)
 
 
 def connection_name(role: str | None) -> str:

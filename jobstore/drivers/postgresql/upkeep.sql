@@ -1,1 +1,235 @@
 -- The postgresql driver's statements: upkeep (named blocks, as jobstore/drivers/sqlfile.py reads them).
+
+-- Heartbeats (`jobstore.heartbeats`): one row per live process, written every few seconds.
+
+-- name: process_beat
+UPDATE processes SET last_seen_at = %(now)s, detail = %(detail)s
+WHERE id = %(id)s
+RETURNING id;
+
+-- name: process_add
+INSERT INTO processes (id, role, host, pid, version, started_at, last_seen_at, detail)
+VALUES (%(id)s, %(role)s, %(host)s, %(pid)s, %(version)s, %(started_at)s, %(last_seen_at)s, %(detail)s);
+
+-- name: processes_forget
+-- The rows of processes gone quiet for long (killed, not stopped).
+DELETE FROM processes WHERE last_seen_at < %(before)s;
+
+-- name: process_remove
+DELETE FROM processes WHERE id = %(id)s RETURNING id;
+
+-- name: processes_seen_since
+SELECT id, role, host, pid, version, started_at, last_seen_at, detail
+FROM processes
+WHERE last_seen_at >= %(since)s
+ORDER BY role, host, pid, started_at;
+
+-- The job retention (`jobstore.retention`). A job it deletes is in a finished state but unknown (its
+-- `PRUNABLE` states), finished before the cutoff, and has no completion webhook still pending; each of
+-- these statements holds the whole rule, read from the finished jobs' index.
+
+-- name: jobs_expired
+-- (finish time, id) of the first jobs the retention deletes, oldest first.
+SELECT finished_at, id
+FROM jobs
+WHERE state IN ('cancelled', 'dead', 'failed', 'succeeded') AND finished_at IS NOT NULL
+  AND finished_at < %(cutoff)s
+  AND NOT EXISTS (
+    SELECT 1 FROM webhook_deliveries
+    WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = 'pending'
+  )
+ORDER BY finished_at, id
+LIMIT %(limit)s;
+
+-- name: jobs_expired_after
+-- `jobs_expired` after the job (finish time, id) given, in that order.
+SELECT finished_at, id
+FROM jobs
+WHERE state IN ('cancelled', 'dead', 'failed', 'succeeded') AND finished_at IS NOT NULL
+  AND finished_at < %(cutoff)s
+  AND NOT EXISTS (
+    SELECT 1 FROM webhook_deliveries
+    WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = 'pending'
+  )
+  AND (finished_at, id) > (%(after_finished_at)s, %(after_id)s)
+ORDER BY finished_at, id
+LIMIT %(limit)s;
+
+-- name: jobs_delete_expired
+-- Those of the jobs given that the retention still deletes, with their attempts and outbox rows (ON DELETE
+-- CASCADE); the ids deleted.
+DELETE FROM jobs
+WHERE id = ANY(%(ids)s::text[])
+  AND state IN ('cancelled', 'dead', 'failed', 'succeeded') AND finished_at IS NOT NULL
+  AND finished_at < %(cutoff)s
+  AND NOT EXISTS (
+    SELECT 1 FROM webhook_deliveries
+    WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = 'pending'
+  )
+RETURNING id;
+
+-- name: jobs_result_attempts
+-- Each of the jobs given that exists, and the attempt its result pointer names.
+SELECT id, result_attempt_id FROM jobs WHERE id = ANY(%(ids)s::text[]);
+
+-- name: jobs_attempt_outcomes
+-- Every attempt of the jobs given, and its outcome.
+SELECT job_id, id, outcome FROM attempts WHERE job_id = ANY(%(ids)s::text[]);
+
+-- The sweeper (`jobstore.sweeper`). A job it settles is moved by its own guarded UPDATE, under the job's
+-- epoch and the condition it was read under, so a worker that renewed in between wins. The move applies the
+-- sweeper's decision (`fenced.decided`): `state` with its error; a retry (`available_at` given) comes
+-- due then and gives back `refund` attempts of the budget, any other state is finished at `finished_at`.
+
+-- name: jobs_overdue
+-- The running jobs whose lease ran out or whose deadline passed, then the queued jobs whose deadline
+-- passed, each read from its state's index in that index's order: up to `limit` of each.
+SELECT * FROM (
+  SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoch, attempts, max_attempts,
+         lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
+         external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
+         created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
+         held_by, running_since
+  FROM jobs
+  WHERE state = 'running' AND (lease_expires_at <= %(now)s OR deadline_at <= %(now)s)
+  ORDER BY lease_expires_at
+  LIMIT %(limit)s
+) AS running
+UNION ALL
+SELECT * FROM (
+  SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoch, attempts, max_attempts,
+         lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
+         external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
+         created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
+         held_by, running_since
+  FROM jobs
+  WHERE state = 'queued' AND deadline_at <= %(now)s
+  ORDER BY available_at
+  LIMIT %(limit)s
+) AS queued;
+
+-- name: job_settle_overdue_running
+UPDATE jobs
+SET state = %(state)s,
+    error_code = %(code)s,
+    error_message = %(message)s,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = %(now)s,
+    available_at = COALESCE(%(available_at)s, available_at),
+    attempts = attempts - %(refund)s,
+    finished_at = COALESCE(%(finished_at)s, finished_at)
+WHERE id = %(id)s AND epoch = %(epoch)s
+  AND state = 'running' AND (lease_expires_at <= %(now)s OR deadline_at <= %(now)s)
+RETURNING id;
+
+-- name: job_settle_overdue_queued
+UPDATE jobs
+SET state = %(state)s,
+    error_code = %(code)s,
+    error_message = %(message)s,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = %(now)s,
+    available_at = COALESCE(%(available_at)s, available_at),
+    attempts = attempts - %(refund)s,
+    finished_at = COALESCE(%(finished_at)s, finished_at)
+WHERE id = %(id)s AND epoch = %(epoch)s
+  AND state = 'queued' AND deadline_at <= %(now)s
+RETURNING id;
+
+-- name: jobs_abandoned
+-- The running jobs whose lease one of the gone owners holds and that have gone unrenewed since
+-- `quiet_since`, the longest unrenewed first.
+SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoch, attempts, max_attempts,
+         lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
+         external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
+         created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
+         held_by, running_since
+FROM jobs
+WHERE state = 'running'
+  AND lease_owner = ANY(%(owners)s::text[])
+  AND updated_at <= %(quiet_since)s
+ORDER BY updated_at
+LIMIT %(limit)s;
+
+-- name: job_settle_abandoned
+UPDATE jobs
+SET state = %(state)s,
+    error_code = %(code)s,
+    error_message = %(message)s,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = %(now)s,
+    available_at = COALESCE(%(available_at)s, available_at),
+    attempts = attempts - %(refund)s,
+    finished_at = COALESCE(%(finished_at)s, finished_at)
+WHERE id = %(id)s AND epoch = %(epoch)s
+  AND state = 'running'
+  AND lease_owner = ANY(%(owners)s::text[])
+  AND updated_at <= %(quiet_since)s
+RETURNING id;
+
+-- name: jobs_stale_queued
+-- Queued jobs due since before `older_than` and unchanged since then, with no outbox row waiting to be
+-- published, not of a paused kind, and held back by no limit (a limit's own sweep announces those).
+SELECT id
+FROM jobs
+WHERE state = 'queued'
+  AND available_at <= %(older_than)s
+  AND updated_at <= %(older_than)s
+  AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.job_id = jobs.id AND outbox.published_at IS NULL)
+  AND kind NOT IN (SELECT kind FROM paused_kinds)
+  AND held_by IS NULL
+ORDER BY available_at
+LIMIT %(limit)s;
+
+-- name: jobs_touch_queued
+-- Those of the jobs given still queued, changed now (announced again).
+UPDATE jobs SET updated_at = %(now)s
+WHERE id = ANY(%(ids)s::text[]) AND state = 'queued';
+
+-- name: jobs_dead_lettered
+-- Each of the jobs given: its state, when it is due, and whether an outbox row waits to be published.
+SELECT id, state, available_at,
+       EXISTS (SELECT 1 FROM outbox WHERE outbox.job_id = jobs.id AND outbox.published_at IS NULL)
+FROM jobs
+WHERE id = ANY(%(ids)s::text[]);
+
+-- The schema's revision (`jobstore.migrate`): whether the store's schema has the table Alembic keeps it
+-- in, and the revision it holds.
+
+-- name: schema_revision_table
+SELECT count(*) FROM pg_tables WHERE schemaname = current_schema() AND tablename = 'alembic_version';
+
+-- name: schema_revision
+SELECT version_num FROM alembic_version;
+
+-- name: upkeep_due
+-- For each store table named (`jobstore.statistics`): whether its planner statistics went stale (more than
+-- `min_changed` rows, and a `fraction` of it, changed since an ANALYZE at least `stale_after` seconds ago),
+-- whether it is worn (`min_dead` dead row versions, last vacuumed at least `worn_after` seconds ago),
+-- whoever ran the last one, and whether the store's user may do either: its owner's rights, the database
+-- owner's, or (PostgreSQL 17 on) the MAINTAIN privilege. Another user's VACUUM is skipped with a warning in
+-- the server's log, so neither is due when the user may not.
+SELECT relname,
+       maintainable
+         AND n_mod_since_analyze > GREATEST(%(min_changed)s, %(fraction)s * n_live_tup)
+         AND COALESCE(GREATEST(last_analyze, last_autoanalyze), '-infinity')
+             < now() - make_interval(secs => %(stale_after)s),
+       maintainable
+         AND n_dead_tup >= %(min_dead)s
+         AND COALESCE(GREATEST(last_vacuum, last_autovacuum), '-infinity')
+             < now() - make_interval(secs => %(worn_after)s),
+       maintainable
+FROM (
+  SELECT *,
+         pg_has_role((SELECT relowner FROM pg_class WHERE oid = relid), 'USAGE')
+         OR pg_has_role((SELECT datdba FROM pg_database WHERE datname = current_database()), 'USAGE')
+         OR CASE WHEN current_setting('server_version_num')::int >= 170000
+                 THEN has_table_privilege(relid, 'MAINTAIN')
+                 ELSE false
+            END AS maintainable
+  FROM pg_stat_user_tables
+  WHERE relid = ANY(CAST(%(tables)s AS regclass[]))
+) AS tables;
