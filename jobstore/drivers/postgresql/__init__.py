@@ -12,14 +12,13 @@ locks. Committed outbox rows are announced by the store's own trigger (`NOTIFY`)
 
 from __future__ import annotations
 
-import functools
 import os
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Connection, Engine, Select, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, IntegrityError
 
@@ -104,9 +103,6 @@ class PostgreSQLDriver(Driver):
     def notifier(self, engine: Engine) -> host_notify.Notifier | None:
         return None  # the store's trigger notifies
 
-    def locking(self, query: Select[Any], *, skip_locked: bool = False) -> Select[Any]:
-        return _locking(query, skip_locked)
-
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
         pairs = list(keys)
         if pairs:  # one statement takes them all, in this order
@@ -186,12 +182,6 @@ class PostgreSQLDriver(Driver):
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.execute(text(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) {table}"))
-
-
-@functools.lru_cache(maxsize=64)
-def _locking(query: Select[Any], skip_locked: bool) -> Select[Any]:
-    """`query` FOR UPDATE, built once per query: building a statement costs more than running it."""
-    return query.with_for_update(skip_locked=skip_locked)
 
 
 def connection_name(role: str | None) -> str:
