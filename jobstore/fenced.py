@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from sqlalchemy import ColumnElement, Connection, update
+from sqlalchemy import Connection
 
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import db, drivers, events, outbox
 from outbox_bridge.jobstore.decisions import STORAGE_FAULT, Decision, decide_failure
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Job, dumps
-from outbox_bridge.jobstore.schema import JOB_COLUMNS, jobs
+from outbox_bridge.jobstore.schema import JOB_COLUMNS
 from outbox_bridge.jobstore.states import State
 
 
@@ -161,9 +161,9 @@ def _storage_faults(conn: Connection, job_id: str) -> int:
 
 
 def decided(decision: Decision, now: float) -> dict[str, Any]:
-    """The values a statement that applies `decision` at `now` writes (`fail_job`): the state and its error;
-    for a retry, when it comes due and the attempts it gives back (`refund`); for any other state, when it
-    finished."""
+    """The values a statement that applies `decision` at `now` writes (`fail_job`, the sweeper's settling
+    statements): the state and its error; for a retry, when it comes due and the attempts it gives back
+    (`refund`); for any other state, when it finished."""
     retry = decision.state is State.QUEUED
     return {
         "state": decision.state.value,
@@ -184,32 +184,6 @@ def after_decision(conn: Connection, job: Job, decision: Decision, now: float) -
     else:
         event = events.of_job(decision.state.value, job, error_code=decision.error_code)
     events.note(conn, [event])
-
-
-def apply_decision(
-    conn: Connection, job: Job, decision: Decision, now: float, *, guard: ColumnElement[bool]
-) -> bool:
-    """Move `job` as `decision` says, under `guard` (the sweeper's), then `after_decision`. Returns False
-    (and writes nothing) when the guard no longer holds."""
-    values = decided(decision, now)
-    moved = {
-        "state": values["state"],
-        "error_code": values["code"],
-        "error_message": values["message"],
-        "lease_owner": None,
-        "lease_expires_at": None,
-        "updated_at": now,
-    }
-    if decision.state is State.QUEUED:
-        moved["available_at"] = values["available_at"]
-        if decision.refund:
-            moved["attempts"] = jobs.c.attempts - 1
-    else:
-        moved["finished_at"] = now
-    if conn.execute(update(jobs).where(guard).values(**moved)).rowcount != 1:
-        return False
-    after_decision(conn, job, decision, now)
-    return True
 
 
 def release(conn: Connection, job_id: str, epoch: int, attempt_id: str, now: float) -> None:
