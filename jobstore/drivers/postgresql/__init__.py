@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DisconnectionError, IntegrityError
 
@@ -171,17 +171,14 @@ class PostgreSQLDriver(Driver):
         return stale, worn, refused
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
-        conn.execute(text(f"SET LOCAL lock_timeout = '{lock_timeout}'"))
-        conn.execute(text(f"ANALYZE {table}"))
+        db.execute(conn, "upkeep_lock_timeout", {"lock_timeout": lock_timeout})
+        db.execute(conn, f"analyze_{table}")
 
     def vacuum(self, engine: Engine, table: str) -> None:
-        # VACUUM runs outside a transaction. SKIP_LOCKED: a table another VACUUM (autovacuum's) or an ANALYZE
-        # holds is left to it. INDEX_CLEANUP ON: the dead entries are what the walks step over, and without
-        # it PostgreSQL keeps them while the dead rows sit on under 2 % of the table's pages, as a queue's
-        # recent rows do in a table that keeps a day of them.
+        # VACUUM runs outside a transaction (`upkeep.sql` says how it runs).
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.execute(text(f"VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) {table}"))
+            db.execute(conn, f"vacuum_{table}")
 
 
 def connection_name(role: str | None) -> str:

@@ -233,3 +233,33 @@ FROM (
   FROM pg_stat_user_tables
   WHERE relid = ANY(CAST(%(tables)s AS regclass[]))
 ) AS tables;
+
+-- The upkeep of a table (`Driver.analyze`, `Driver.vacuum`): one statement per table, the tables being
+-- those a job's moves leave dead row versions in (`statistics.TABLES`).
+
+-- name: upkeep_lock_timeout
+-- How long the statements after it in the transaction wait for a lock (SET LOCAL lock_timeout).
+SELECT set_config('lock_timeout', %(lock_timeout)s, true);
+
+-- name: analyze_attempts
+ANALYZE attempts;
+
+-- name: analyze_jobs
+ANALYZE jobs;
+
+-- name: analyze_outbox
+ANALYZE outbox;
+
+-- A VACUUM runs outside a transaction. SKIP_LOCKED: a table another VACUUM (autovacuum's) or an ANALYZE
+-- holds is left to it. INDEX_CLEANUP ON: the dead entries are what the walks step over, and without it
+-- PostgreSQL keeps them while the dead rows sit on under 2 percent of the table's pages, as a queue's recent
+-- rows do in a table that keeps a day of them.
+
+-- name: vacuum_attempts
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) attempts;
+
+-- name: vacuum_jobs
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) jobs;
+
+-- name: vacuum_outbox
+VACUUM (SKIP_LOCKED, INDEX_CLEANUP ON) outbox;

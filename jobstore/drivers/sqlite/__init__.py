@@ -207,7 +207,7 @@ class SQLiteDriver(Driver):
         return [], [], []
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
-        conn.exec_driver_sql(f"ANALYZE {table}")
+        db.execute(conn, f"analyze_{table}")  # (no lock to wait for: the transaction holds the database)
 
     def vacuum(self, engine: Engine, table: str) -> None:
         pass  # (never worn; SQLite's VACUUM would rebuild the whole file)
