@@ -24,9 +24,9 @@ FROM processes
 WHERE last_seen_at >= :since
 ORDER BY role, host, pid, started_at;
 
--- The job retention (`jobstore.retention`). A job it deletes is in a finished state but unknown (its
--- `PRUNABLE` states), finished before the cutoff, and has no completion webhook still pending; each of
--- these statements holds the whole rule, read from the finished jobs' index.
+-- The job retention (`jobstore.retention`). A job it deletes is in a finished state other than `unknown`
+-- (`PRUNABLE`), finished before the cutoff, and has no completion webhook still pending; each of these
+-- statements holds the whole rule, read from the finished jobs' index.
 
 -- name: jobs_expired
 -- (finish time, id) of the first jobs the retention deletes, oldest first.
