@@ -2,9 +2,9 @@
 in their order. A running job of a paused kind runs on to its end.
 
 The claim decides (`claiming`): its statements pass over the queued jobs of the kinds in `paused_kinds`
-(`NOT_PAUSED`, read in the claim's own statement, so a pause is in force for every claim that starts after
-it commits). A job passed over spends no attempt and keeps its place. A consumer whose delivery names a job
-of a paused kind acks the delivery without running it (`claiming.Refusal.KIND_PAUSED`): no redelivery loop,
+(read in the claim's own statement, so a pause is in force for every claim that starts after it commits).
+A job passed over spends no attempt and keeps its place. A consumer whose delivery names a job of a paused
+kind acks the delivery without running it (`claiming.Refusal.KIND_PAUSED`): no redelivery loop,
 nothing dead-lettered, and the job stays queued with nothing left to deliver it. Resuming the kind gives
 every such job a new outbox row, in the order the jobs start in (priority, then age), in the transaction
 that resumes it; the baseline's claims find them in the table. Jobs whose delivery was still on its way
@@ -16,14 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection
 
 from outbox_bridge.jobstore import db, host_notify
-from outbox_bridge.jobstore.schema import jobs, paused_kinds
-
-# The job at hand is not of a paused kind: a condition of the claim's statements (a subquery of a table of a
-# few rows, read once per statement).
-NOT_PAUSED = jobs.c.kind.not_in(select(paused_kinds.c.kind))
 
 
 @dataclass(frozen=True)
