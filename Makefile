@@ -81,7 +81,7 @@ lint: install ## ruff and mypy
 	$(BIN)/ruff format --check .
 	$(BIN)/python scripts/package_tree.py $(TYPECHECK) >/dev/null
 	cd $(TYPECHECK) && $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml \
-	  --cache-dir $(CURDIR)/.mypy_cache outbox_bridge
+	  --cache-dir $(CURDIR)/build/mypy-cache outbox_bridge
 
 bench: install ## the standard benchmark set (writes docs/bench/)
 	@command -v wrk >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \

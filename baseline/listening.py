@@ -18,8 +18,7 @@ from collections.abc import Callable
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import drivers
-from outbox_bridge.jobstore.drivers import Notifications
-from outbox_bridge.jobstore.notifications import ListenerLost
+from outbox_bridge.jobstore.drivers import ListenerLost, Notifications
 
 log = logging.getLogger(__name__)
 

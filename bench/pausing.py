@@ -21,6 +21,7 @@ from pathlib import Path
 
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.drivers.sqlite import writer_queue_path
 from outbox_bridge.launch.stack import Service
 
 TRIES = 40
@@ -52,9 +53,9 @@ def paused(processes: Sequence[Service], settings: Settings) -> Iterator[int]:
 
 
 def writable(database: Path) -> bool:
-    """Whether a writer could begin on `database` now: nobody heads its writer queue (`jobstore.writer_queue`)
-    or holds SQLite's write lock."""
-    fd = os.open(db.writer_queue_path(database), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    """Whether a writer could begin on `database` now: nobody heads its writer queue
+    (`drivers.sqlite.writer_queue`) or holds SQLite's write lock."""
+    fd = os.open(writer_queue_path(database), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

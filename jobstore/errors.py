@@ -47,3 +47,7 @@ class InvalidTransition(StoreError):
         self.job_id = job_id
         self.state = state
         self.action = action
+
+
+class Retry(Exception):
+    """Raised inside a transaction to roll it back and run it again (e.g. a lost insert race)."""

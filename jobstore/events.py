@@ -1,9 +1,11 @@
-"""The job events of the transaction running on a connection: each transition notes its events here as it
-makes its move, and `db.transact` hands them to the log (`telemetry.logs.emit`) only once that transaction
-has committed. A transaction that rolls back, or runs again, logs nothing of what it had noted."""
+"""What the transaction running on a connection noted, for `db.transact` to act on once it has committed:
+its job events (each transition notes its events here as it makes its move; they go to the log,
+`telemetry.logs.emit`) and the earliest due time of the outbox rows it added (the relays are told of it,
+`Driver.announce`). A transaction that rolls back, or runs again, acts on nothing of what it had noted."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,6 +17,7 @@ from outbox_bridge.telemetry.logs import JobEvent, job_event
 from outbox_bridge.telemetry.tracing import trace_id_of
 
 _KEY = "outbox_bridge.job_events"
+_DUE_KEY = "outbox_due"  # the earliest available_at of the outbox rows the transaction added
 
 # What a move's RETURNING clause adds, so that its event is built without another statement.
 COLUMNS = (jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.epoch, jobs.c.attempts, jobs.c.traceparent)
@@ -52,9 +55,29 @@ def note(conn: Connection, events: Iterable[JobEvent]) -> None:
 def forget(conn: Connection) -> None:
     """Drop what an earlier transaction on this connection noted (it rolled back)."""
     conn.info.pop(_KEY, None)
+    conn.info.pop(_DUE_KEY, None)
 
 
 def committed(conn: Connection) -> list[JobEvent]:
     """The events of the transaction just committed on `conn`, in the order noted; clears them."""
     events: list[JobEvent] = conn.info.pop(_KEY, [])
     return events
+
+
+def note_outbox_row(conn: Connection, available_at: float) -> None:
+    """Record, in the caller's transaction, that it adds an outbox row coming due at `available_at`; the
+    relays are told once the transaction commits."""
+    info = conn.info
+    info[_DUE_KEY] = min(available_at, info.get(_DUE_KEY, math.inf))
+
+
+def outbox_due_so_far(conn: Connection) -> float | None:
+    """The earliest due time the transaction running on `conn` has added so far, or None."""
+    due: float | None = conn.info.get(_DUE_KEY)
+    return due
+
+
+def outbox_due(conn: Connection) -> float | None:
+    """The earliest due time the transaction just committed on `conn` added, or None; clears it."""
+    due: float | None = conn.info.pop(_DUE_KEY, None)
+    return due

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import db, drivers, events, outbox
 from outbox_bridge.jobstore.decisions import STORAGE_FAULT, Decision, decide_failure
+from outbox_bridge.jobstore.drivers import attempt_ended
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Job, dumps
 from outbox_bridge.jobstore.schema import JOB_COLUMNS
@@ -218,23 +219,10 @@ def _end_attempt(
     message: str | None = None,
 ) -> None:
     db.execute(
-        conn, "end_attempt", ended(attempt_id, outcome, now, output=output, code=code, message=message)
+        conn,
+        "end_attempt",
+        attempt_ended(attempt_id, outcome, now, output=output, code=code, message=message),
     )
-
-
-def ended(
-    attempt_id: str,
-    outcome: str,
-    now: float,
-    *,
-    output: dict[str, Any] | None = None,
-    code: str | None = None,
-    message: str | None = None,
-) -> dict[str, Any]:
-    """The parameters of `end_attempt`: the attempt `attempt_id` ended at `now` with `outcome`."""
-    encoded = None if output is None else dumps(output)
-    return {"attempt": attempt_id, "outcome": outcome, "now": now, "output": encoded,
-            "code": code, "message": message}  # fmt: skip
 
 
 def lose_running_attempts(

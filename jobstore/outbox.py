@@ -10,16 +10,16 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from outbox_bridge.jobstore import db, drivers, events, host_notify, tenantcap
+from outbox_bridge.jobstore import db, drivers, events, tenantcap
 from outbox_bridge.telemetry.logs import job_event
 from outbox_bridge.telemetry.tracing import trace_id_of
 
 
 def add(conn: Connection, job_id: str, *, available_at: float, now: float) -> None:
     """Queue a delivery of `job_id` that comes due at `available_at`; the relays are notified when the
-    caller's transaction commits (`jobstore.host_notify`)."""
+    caller's transaction commits (`Driver.announce`)."""
     db.execute(conn, "outbox_add", {"job_id": job_id, "created_at": now, "available_at": available_at})
-    host_notify.note_outbox_row(conn, available_at)
+    events.note_outbox_row(conn, available_at)
 
 
 def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -> None:
@@ -31,7 +31,7 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -
         "outbox_add",
         [{"job_id": job_id, "created_at": now, "available_at": at} for job_id, at, now in deliveries],
     )
-    host_notify.note_outbox_row(conn, min(at for _, at, _ in deliveries))
+    events.note_outbox_row(conn, min(at for _, at, _ in deliveries))
 
 
 def drop_pending(conn: Connection, job_id: str) -> None:
@@ -87,16 +87,6 @@ def _within_cap(conn: Connection, rows: list[tuple[int, str]], cap: int) -> list
     running = tenantcap.running(conn, {tenant for _, tenant in rows})
     admitted = set(tenantcap.admit([(str(i), tenant) for i, tenant in rows], running, cap)[0])
     return [row for row in rows if str(row[0]) in admitted]
-
-
-def event_facts(conn: Connection, job_ids: Sequence[str]) -> list[tuple[Any, ...]]:
-    """(job id, tenant, kind, trace context) of each of `job_ids`, for its `published` event: what a mark
-    that returns the job ids alone reads after it (`Driver.mark_published`)."""
-    if not job_ids:
-        return []
-    rows = db.execute(conn, "outbox_event_facts", {"job_ids": drivers.of(conn).array(job_ids)})
-    found = {str(r[0]): tuple(r[1:]) for r in rows}
-    return [(job_id, *found.get(job_id, (None, None, None))) for job_id in job_ids]
 
 
 def note_published_rows(conn: Connection, rows: Sequence[Sequence[Any]]) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from outbox_bridge.jobstore import db, host_notify
+from outbox_bridge.jobstore import db, events
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def announce_queued(conn: Connection, kind: str, now: float) -> int:
     Returns how many were announced."""
     announced = len(db.execute(conn, "kind_announce_queued", {"kind": kind, "now": now}))
     if announced:
-        host_notify.note_outbox_row(conn, now)
+        events.note_outbox_row(conn, now)
     return announced
 
 

@@ -11,7 +11,7 @@ writes a batch (`intake.accept_prepared`), once every one of them passed the rul
 After the commit the relays are told at once: on PostgreSQL by the outbox table's trigger (NOTIFY is sent
 at commit), on SQLite by a datagram to their notify sockets when the connection goes back to its engine's
 pool after the transaction committed (as `with engine.begin()` and a `Session` do). A connection kept
-open across several transactions notifies them when it is returned; until then the relay finds the job by
+open across several transactions tells them when it is returned; until then the relay finds the job by
 its own poll.
 """
 
@@ -41,7 +41,8 @@ from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.handlers.registry import BUILT_IN, KINDS
 from outbox_bridge.handlers.registry import load as load_kinds
-from outbox_bridge.jobstore import drivers, events, host_notify, intake, migrate
+from outbox_bridge.jobstore import drivers, events, intake, migrate
+from outbox_bridge.jobstore.drivers import Notifier
 from outbox_bridge.jobstore.errors import IdempotencyConflict
 from outbox_bridge.telemetry.logs import emit
 
@@ -280,7 +281,7 @@ def _hold_announcement(connection: Connection) -> None:
     """Move what `intake.accept` noted for the store's own transactions (the outbox row's due time, the
     `accepted` event) aside, to be announced after the caller's commit (`_listen`)."""
     pending = connection.info.setdefault(_PENDING, {"due": math.inf, "events": [], "committed": False})
-    due = host_notify.noted(connection)
+    due = events.outbox_due(connection)
     if due is not None:
         pending["due"] = min(pending["due"], due)
     pending["events"].extend(events.committed(connection))
@@ -309,7 +310,7 @@ def _listen(engine: Engine) -> None:
     event.listen(engine.pool, "checkin", returned)
 
 
-def _notifier(engine: Engine) -> host_notify.Notifier | None:
-    """What notifies the relays after the caller's commit: a SQLite file store's notify sockets; None where
-    the database announces new rows itself (PostgreSQL's trigger notifies)."""
+def _notifier(engine: Engine) -> Notifier | None:
+    """What tells the relays after the caller's commit: a SQLite file store's notify sockets; None where
+    the database announces new rows itself (PostgreSQL's trigger)."""
     return drivers.of(engine).notifier(engine)

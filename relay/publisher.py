@@ -1,7 +1,7 @@
 """The publisher: due outbox rows -> RabbitMQ under publisher confirms, while this relay is the leader.
 
 Every relay keeps a broker connection (`relay.connector`); only the leader (`relay.leader`) reads the due
-rows and publishes them. A writer that commits outbox rows notifies the relay (`relay.wake`), which reads
+rows and publishes them. A writer that commits outbox rows tells the relay (`relay.wake`), which reads
 them at once; polling only finds rows nobody announced. At most `relay_window` messages are unconfirmed at a
 time, and no more wait in the queue than the consumers will take soon (`relay.backpressure`). What the broker
 said is written back in groups (`relay.writeback`): a row is marked published only after the broker

@@ -2,11 +2,11 @@
 announced to come due later, and on a slow poll for rows nobody announced.
 
 The relay listens where its store's driver says (`Driver.listen`): a Unix socket beside a SQLite file that
-writers notify after their commit (`jobstore.host_notify`), or a listening connection to PostgreSQL, whose
-trigger notifies (`jobstore.notifications`). Without one (a directory the relay cannot write, a store it
-cannot listen on) the relay polls at `relay_poll_seconds`. Where the database notifies, a listener that is
-lost, or could not be opened, is opened again every `RELISTEN_SECONDS`, and the relay leases once when it
-is back, for what it may have missed."""
+writers tell after their commit (`drivers.sqlite.notify_sockets`), or a listening connection to PostgreSQL,
+whose trigger tells it (`drivers.postgresql.listener`). Without one (a directory the relay cannot write, a
+store it cannot listen on) the relay polls at `relay_poll_seconds`. Where the database tells listeners
+itself, a listener that is lost, or could not be opened, is opened again every `RELISTEN_SECONDS`, and the
+relay leases once when it is back, for what it may have missed."""
 
 from __future__ import annotations
 
@@ -21,8 +21,7 @@ from pika.adapters.select_connection import IOLoop, PollEvents
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import drivers
-from outbox_bridge.jobstore.drivers import Notifications
-from outbox_bridge.jobstore.notifications import ListenerLost
+from outbox_bridge.jobstore.drivers import ListenerLost, Notifications
 
 log = logging.getLogger(__name__)
 

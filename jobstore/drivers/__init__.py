@@ -19,17 +19,19 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL, make_url
 
+from outbox_bridge.jobstore.drivers.sending import sending
 from outbox_bridge.jobstore.drivers.sqlfile import Statement, load
+from outbox_bridge.jobstore.records import dumps
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
-    from outbox_bridge.jobstore.host_notify import Notifier
 
 # The databases a store can live in, by SQLAlchemy's name for them.
 DRIVERS = ("sqlite", "postgresql")
@@ -52,10 +54,14 @@ class Completion(Protocol):
     def output(self) -> dict[str, Any] | None: ...
 
 
+class ListenerLost(Exception):
+    """What a process listened on to hear of committed outbox rows broke (`Notifications.take`)."""
+
+
 class Notifications(Protocol):
     """What a process listens on to hear that outbox rows were committed (`Driver.listen`): the socket beside
-    a SQLite file (`jobstore.host_notify`) or a connection listening on PostgreSQL (`jobstore.notifications`).
-    Its `fileno()` turns readable when one arrives."""
+    a SQLite file (`drivers.sqlite.notify_sockets`) or a connection listening on PostgreSQL
+    (`drivers.postgresql.listener`). Its `fileno()` turns readable when one arrives."""
 
     def fileno(self) -> int: ...
 
@@ -63,6 +69,40 @@ class Notifications(Protocol):
         """The earliest due time announced since the last call, or None; `ListenerLost` when it broke."""
 
     def close(self) -> None: ...
+
+
+class Notifier(Protocol):
+    """What tells the processes listening on a store that outbox rows committed (`Driver.notifier`)."""
+
+    def notify(self, due: float) -> None:
+        """The rows added come due at `due` at the earliest; never blocks, never fails the writer."""
+
+
+class WriterTurns(Protocol):
+    """The queue a store's writers take turns in before they begin (`Driver.writer_turns`)."""
+
+    def held_here(self) -> bool:
+        """This thread holds the head of the queue already."""
+
+    def acquire(self, timeout: float) -> bool:
+        """Wait at most `timeout` seconds for the head of the queue; whether it was reached."""
+
+    def release(self) -> None: ...
+
+
+def attempt_ended(
+    attempt_id: str,
+    outcome: str,
+    now: float,
+    *,
+    output: dict[str, Any] | None = None,
+    code: str | None = None,
+    message: str | None = None,
+) -> dict[str, Any]:
+    """The parameters of `end_attempt`: the attempt `attempt_id` ended at `now` with `outcome`."""
+    encoded = None if output is None else dumps(output)
+    return {"attempt": attempt_id, "outcome": outcome, "now": now, "output": encoded,
+            "code": code, "message": message}  # fmt: skip
 
 
 class UnknownDatabase(ValueError):
@@ -139,9 +179,64 @@ class Driver:
         none). A `prepared` statement is parsed and planned once per connection where the database can."""
         raise NotImplementedError
 
+    def raised(self, conn: Connection, sql: str, values: Any) -> AbstractContextManager[None]:
+        """The database driver's errors in the block raised as SQLAlchemy raises them for `conn.execute`:
+        its `DBAPIError` family (`OperationalError`, `IntegrityError`, ...), carrying the statement and the
+        driver's own error; a lost connection is invalidated (`db.transact` then runs the transaction again
+        on a new one). Every store function runs on a SQLAlchemy `Connection`, often the caller's own
+        (`outbox_bridge.enqueue(conn, ...)`), so its callers and `transact`'s retries see one family of errors
+        whichever way a statement was sent."""
+        raise NotImplementedError
+
+    def run(self, conn: Connection, name: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+        """Run the statement `name` on `conn`'s driver connection, in its transaction, below SQLAlchemy's
+        execution layer (which costs more client CPU than a statement of the path every job takes:
+        `docs/scaling.md`); its rows, as tuples (none for a statement that returns none)."""
+        return self.send(conn, self.statement(name), params)
+
+    def run_many(self, conn: Connection, name: str, rows: Sequence[Mapping[str, Any]]) -> int:
+        """`run` of a statement that returns nothing, once for each of `rows` (one call into the database
+        driver); the number of rows it changed in all."""
+        return self.send_many(conn, self.statement(name), rows)
+
+    def send(
+        self, conn: Connection, statement: Statement, params: Mapping[str, Any]
+    ) -> list[tuple[Any, ...]]:
+        """`run` of `statement`, named or not."""
+        sending(conn, statement.sql, params, many=False)
+        with self.raised(conn, statement.sql, params):
+            return self.execute(
+                conn.connection.driver_connection, statement.sql, params, prepared=statement.prepared
+            )
+
+    def send_many(self, conn: Connection, statement: Statement, rows: Sequence[Mapping[str, Any]]) -> int:
+        """`run_many` of `statement`, named or not."""
+        sending(conn, statement.sql, rows, many=True)
+        with self.raised(conn, statement.sql, rows):
+            cursor = conn.connection.driver_connection.cursor()  # type: ignore[union-attr]
+            cursor.executemany(statement.sql, rows)
+            return int(cursor.rowcount)
+
     def check(self, conn: Connection) -> str | None:
         """Why this database cannot hold the store as the store's processes open it, or None."""
         raise NotImplementedError
+
+    # --- write transactions --------------------------------------------------------------------------
+
+    def writer_turns(self, engine: Engine) -> WriterTurns | None:
+        """The queue `engine`'s write transactions wait in before they begin, or None (each begins at
+        once)."""
+        return None
+
+    def still_in_place(self, engine: Engine, conn: Connection) -> bool:
+        """What `conn` just committed is in the store `engine` opens (a file can be removed or replaced
+        under an open connection: the transaction then runs again)."""
+        return True
+
+    def announce(self, engine: Engine, due: float) -> None:
+        """A write transaction of `engine` committed outbox rows, due at `due` at the earliest: tell the
+        processes listening, where the database does not tell them itself."""
+        return None
 
     # --- hearing of new outbox rows --------------------------------------------------------------------
 
@@ -197,11 +292,6 @@ class Driver:
         `params`: the role's `name`, its `token` and `now`); for each row marked, its job's id, tenant, kind
         and trace context (`outbox.note_published_rows`)."""
         raise NotImplementedError
-
-    def adapted(self, statement: Any) -> Any:
-        """A shared statement (one the store's modules run through `db.run` or `db.direct_in`) as this
-        driver sends it: the same, or with what its database needs added."""
-        return statement
 
     # --- upkeep --------------------------------------------------------------------------------------
 

@@ -18,10 +18,8 @@ sqlite3. A list of values is one parameter: an array on PostgreSQL (`= ANY(%(ids
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 _NAME = re.compile(r"^--\s*name:\s*(\w+)\s*$")
 _PREPARED = re.compile(r"^--\s*:prepared\s*$")
@@ -34,13 +32,11 @@ class BadStatementFile(ValueError):
 
 @dataclass(frozen=True)
 class Statement:
-    """One named statement: its text as the database's driver receives it (`db.direct` sends it)."""
+    """One named statement: its text as the database's driver receives it (`Driver.run` sends it)."""
 
     name: str
     sql: str
     prepared: bool = False
-    # Values sent with every run (none for a written statement; `db.direct` reads it).
-    defaults: Mapping[str, Any] = field(default_factory=dict)
 
 
 def parse(text: str, source: str) -> dict[str, Statement]:

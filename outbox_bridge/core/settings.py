@@ -248,7 +248,7 @@ class Settings(BaseSettings):
     """The most messages a relay has published and the broker has not confirmed yet; it reads more rows
     once the room for half a batch (`RELAY_BATCH_SIZE`) is free."""
     relay_poll_seconds: float = Field(default=0.05, gt=0)
-    """How often a relay looks for due outbox rows when nothing tells it of them. Where a commit notifies
+    """How often a relay looks for due outbox rows when nothing tells it of them. Where a commit tells
     the relay (a SQLite file in a directory it can write, PostgreSQL's LISTEN), it looks every second
     instead (or this, if longer), for rows no notification announced."""
     relay_lease_seconds: float = Field(default=30.0, gt=0)

@@ -29,9 +29,9 @@ from outbox_bridge.core.backoff import Backoff, Streak
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import claiming, db, fenced, migrate, queries
+from outbox_bridge.jobstore.drivers.sqlite.writer_queue import WriterQueue
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.jobstore.writer_queue import WriterQueue
 from outbox_bridge.worker import budget, producer
 from outbox_bridge.worker.release import Release, release
 from outbox_bridge.worker.shutdown import RELEASE_SETTLE_SECONDS

@@ -115,7 +115,8 @@ def test_a_second_writer_cannot_start_its_body_until_the_first_commits(
     assert len(bodies_started) == 1, "the body ran while the other process held the lock"
     assert bodies_started[0] >= released_at
     assert seen_by_b == 1, "B's body started only after A committed, so it sees A's job"
-    # B waited for A's lock (in the writer queue, see jobstore/writer_queue.py, rather than retrying).
+    # B waited for A's lock (in the writer queue, see jobstore/drivers/sqlite/writer_queue.py, rather than
+    # retrying).
     assert db.stats.snapshot()["lock_wait_seconds"] - waited_before >= HOLD / 2
     assert db.read(sqlite_engine, count_jobs) == 2
 

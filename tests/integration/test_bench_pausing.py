@@ -15,7 +15,7 @@ import pytest
 
 from outbox_bridge.bench import pausing
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore.drivers.sqlite import writer_queue_path
 from outbox_bridge.launch.stack import Service
 
 pytestmark = pytest.mark.databases("sqlite")
@@ -46,7 +46,7 @@ def store(tmp_path: Path) -> Path:
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("CREATE TABLE ticks (n INTEGER)")
-    assert db.writer_queue_path(path) == Path(f"{path}-write-turn")  # the holder's queue file is the store's
+    assert writer_queue_path(path) == Path(f"{path}-write-turn")  # the holder's queue file is the store's
     return path
 
 

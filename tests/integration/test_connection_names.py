@@ -12,7 +12,7 @@ from sqlalchemy import Engine, text
 
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
-from outbox_bridge.jobstore.notifications import Listener
+from outbox_bridge.jobstore.drivers.postgresql.listener import Listener
 
 pytestmark = pytest.mark.databases("postgresql")
 

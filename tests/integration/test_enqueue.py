@@ -18,7 +18,9 @@ from sqlalchemy.orm import Session
 import outbox_bridge
 from outbox_bridge import enqueuing
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, host_notify, migrate, notifications
+from outbox_bridge.jobstore import db, migrate
+from outbox_bridge.jobstore.drivers.postgresql.listener import Listener
+from outbox_bridge.jobstore.drivers.sqlite import notify_sockets
 from outbox_bridge.jobstore.schema import jobs, outbox
 from tests.support.store import job_row, new_job
 
@@ -193,7 +195,7 @@ def test_on_sqlite_the_relays_are_notified_after_the_commit_not_before(
 ) -> None:
     database = db.sqlite_path(settings)
     assert database is not None
-    socket = host_notify.NotifySocket.open(host_notify.directory_for(database))
+    socket = notify_sockets.NotifySocket.open(notify_sockets.directory_for(database))
     assert socket is not None
     try:
         with app_engine.begin() as conn:
@@ -206,7 +208,7 @@ def test_on_sqlite_the_relays_are_notified_after_the_commit_not_before(
 
 @pytest.mark.databases("postgresql")
 def test_on_postgresql_the_relays_are_notified_at_the_commit(app_engine: Engine, settings: Settings) -> None:
-    listener = notifications.Listener.open(settings.database_url)
+    listener = Listener.open(settings.database_url)
     assert listener is not None
     try:
         with app_engine.begin() as conn:

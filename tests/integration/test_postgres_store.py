@@ -21,8 +21,19 @@ from sqlalchemy.exc import DataError, IntegrityError
 from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, operator, relayrole, sweeper
+from outbox_bridge.jobstore import (
+    claiming,
+    db,
+    drivers,
+    fenced,
+    intake,
+    migrate,
+    operator,
+    relayrole,
+    sweeper,
+)
 from outbox_bridge.jobstore.drivers import postgresql as postgresql_driver
+from outbox_bridge.jobstore.drivers.sqlfile import Statement
 from outbox_bridge.jobstore.errors import Fenced, IdempotencyConflict
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.schema import attempts, jobs
@@ -309,13 +320,13 @@ def _count_runs(runs: list[int]) -> Callable[[Connection], int]:
     return work
 
 
-_SELECT_ONE = db.Direct.of(text("SELECT :b_value"))
+_SELECT_ONE = Statement("select_one", "SELECT %(b_value)s::int")
 
 
 def _count_direct_runs(runs: list[int]) -> Callable[[Connection], int]:
     def work(conn: Connection) -> int:
         runs.append(1)
-        return int(db.direct(conn, _SELECT_ONE, {"b_value": 1})[0][0])
+        return int(drivers.of(conn).send(conn, _SELECT_ONE, {"b_value": 1})[0][0])
 
     return work
 
@@ -325,7 +336,7 @@ def test_a_connection_dropped_while_in_the_pool_is_replaced_and_the_transaction_
     pg_engine: Engine, counted: Callable[[list[int]], Callable[[Connection], int]]
 ) -> None:
     """A connection in steady use is not pinged at checkout: the lost one fails the first statement, which
-    committed nothing, so `transact` runs the transaction again on a new connection. `db.direct` bypasses
+    committed nothing, so `transact` runs the transaction again on a new connection. `Driver.run` bypasses
     SQLAlchemy's execution layer, not its error handling: its lost connection is invalidated the same way."""
     pg_engine.pool.dispose()
     _terminate_backend_of_next_connection(pg_engine)
@@ -349,22 +360,21 @@ def test_a_direct_statement_raises_sqlalchemys_errors_and_its_transaction_rolls_
     pg_engine: Engine,
 ) -> None:
     (job_id,) = seed(pg_engine, 1)
-    insert_twice = db.Direct.of(
-        text(
-            "INSERT INTO outbox (job_id, created_at, available_at, publish_attempts) VALUES (:b_job, 0, 0, 0)"
-        )
+    insert_twice = Statement(
+        "insert_twice",
+        "INSERT INTO outbox (job_id, created_at, available_at, publish_attempts) VALUES (%(b_job)s, 0, 0, 0)",
     )
-    duplicate_attempt = db.Direct.of(
-        text(
-            "INSERT INTO attempts (id, job_id, epoch, worker, started_at, outcome)"
-            " VALUES ('a', :b_job, 1, 'w', 0, 'x')"
-        )
+    duplicate_attempt = Statement(
+        "duplicate_attempt",
+        "INSERT INTO attempts (id, job_id, epoch, worker, started_at, outcome)"
+        " VALUES ('a', %(b_job)s, 1, 'w', 0, 'x')",
     )
 
     def write(conn: Connection) -> None:
-        db.direct(conn, insert_twice, {"b_job": job_id})
-        db.direct(conn, duplicate_attempt, {"b_job": job_id})
-        db.direct(conn, duplicate_attempt, {"b_job": job_id})
+        driver = drivers.of(conn)
+        driver.send(conn, insert_twice, {"b_job": job_id})
+        driver.send(conn, duplicate_attempt, {"b_job": job_id})
+        driver.send(conn, duplicate_attempt, {"b_job": job_id})
 
     before = len(all_rows(pg_engine, outbox_table))
     with pytest.raises(IntegrityError):

@@ -1,4 +1,5 @@
-"""Relays woken by commits on a PostgreSQL store (jobstore/notifications.py, relay/wake.py), against a real
+"""Relays woken by commits on a PostgreSQL store (jobstore/drivers/postgresql/listener.py, relay/wake.py),
+against a real
 PostgreSQL and a real RabbitMQ: nothing is announced for a rolled-back transaction, and a relay whose
 listening connection is cut polls meanwhile and listens again. That a committed job is published at once,
 and a row announced for later when it comes due, is shown for both stores in test_relay_wakeup.py."""
@@ -17,7 +18,7 @@ from sqlalchemy import Connection, Engine, text
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, outbox
-from outbox_bridge.jobstore.notifications import Listener
+from outbox_bridge.jobstore.drivers.postgresql.listener import Listener
 from outbox_bridge.relay import wake
 from tests.conftest import make_settings
 from tests.support.procs import wait_for

@@ -1,4 +1,5 @@
-"""Relays woken by commits (relay/wake.py; jobstore/host_notify.py, and jobstore/notifications.py on
+"""Relays woken by commits (relay/wake.py; jobstore/drivers/sqlite/notify_sockets.py, and
+jobstore/drivers/postgresql/listener.py on
 PostgreSQL) on a real store and a real RabbitMQ: a committed job is published without waiting for a poll, a
 row announced for later is published when it comes due (also one no notification announced to this relay,
 and one notified while a sooner one's timer was set: a lease that drains the due rows asks when the next
@@ -19,7 +20,8 @@ from sqlalchemy import Connection, Engine, select
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, host_notify, intake, outbox, queries
+from outbox_bridge.jobstore import db, intake, outbox, queries
+from outbox_bridge.jobstore.drivers.sqlite import notify_sockets
 from outbox_bridge.jobstore.schedule import Schedule
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from tests.conftest import make_settings
@@ -105,11 +107,11 @@ def test_an_idle_relay_with_a_notify_socket_reads_the_store_about_once_a_second(
 
 @pytest.mark.databases("sqlite")
 def test_a_notify_socket_reports_the_earliest_of_several_notifications(tmp_path: Path) -> None:
-    notify_socket = host_notify.NotifySocket.open(tmp_path / "relays")
+    notify_socket = notify_sockets.NotifySocket.open(tmp_path / "relays")
     assert notify_socket is not None
     try:
         assert notify_socket.take() is None
-        notifier = host_notify.Notifier(tmp_path / "relays")
+        notifier = notify_sockets.Notifier(tmp_path / "relays")
         for due in (30.0, 10.0, 20.0):
             notifier.notify(due)
         assert notify_socket.take() == 10.0
@@ -125,7 +127,7 @@ def test_a_commit_that_adds_outbox_rows_notifies_and_a_rolled_back_one_does_not(
 ) -> None:
     database = db.sqlite_path(settings)
     assert database is not None
-    notify_socket = host_notify.NotifySocket.open(host_notify.directory_for(database))
+    notify_socket = notify_sockets.NotifySocket.open(notify_sockets.directory_for(database))
     assert notify_socket is not None
     try:
         job_id = new_job(engine, "notifies")
@@ -150,8 +152,8 @@ def test_a_killed_relays_notify_socket_is_skipped_and_removed_by_the_next_relay(
     left = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     left.bind(str(directory / "relay-999999999"))
     left.close()  # the socket file stays, with nobody listening: as a SIGKILLed relay leaves it
-    host_notify.Notifier(directory).notify(1.0)  # refused, and not an error
-    notify_socket = host_notify.NotifySocket.open(directory)
+    notify_sockets.Notifier(directory).notify(1.0)  # refused, and not an error
+    notify_socket = notify_sockets.NotifySocket.open(directory)
     assert notify_socket is not None
     try:
         assert os.listdir(directory) == [f"relay-{os.getpid()}"]

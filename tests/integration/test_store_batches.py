@@ -108,12 +108,11 @@ def test_complete_many_completes_each_under_its_own_fence_and_leaves_the_fenced_
 def test_batches_whose_sizes_are_filled_up_claim_and_complete_each_job_once(
     engine: Engine, clock: FakeClock
 ) -> None:
-    # 11 jobs, a number a statement compiled per length of list fills up to 12 ids (`db.padded_count`), the
-    # last id twice: whatever the length of the list, each job is taken and completed once.
+    # 11 jobs, a length of list no power of two: whatever the length of the list, each job is taken and
+    # completed once.
     job_ids = new_jobs(engine, 11)
     results = claim_many(engine, clock, job_ids)
     claims = [r.claim for r in results]
     assert all(c is not None for c in claims) and len({c.attempt_id for c in claims}) == 11
     assert complete_many(engine, clock, claims) == [State.SUCCEEDED] * 11
-    assert len(attempt_rows(engine)) == 11, "one attempt each, the repeated id's too"
-    assert db.padded_count(11) == 12
+    assert len(attempt_rows(engine)) == 11, "one attempt each"

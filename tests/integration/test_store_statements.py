@@ -1,6 +1,6 @@
 """Every statement a store engine's connections send is seen once, before it is sent, by the store's own
 observer (`db.watch_statements`, `db.statements_seen`), whichever way it was sent: through SQLAlchemy
-(`conn.execute`) or below it, on the database driver's connection (`db.direct`, `db.direct_many`, SQLite's
+(`conn.execute`) or below it, on the database driver's connection (`Driver.run`, `Driver.run_many`, SQLite's
 BEGIN). The statement count and `transact_one`'s one-statement guard see them the same way, and SQLAlchemy's
 own events fire only for what SQLAlchemy ran."""
 
@@ -9,21 +9,31 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, bindparam, event, select, text, update
+from sqlalchemy import Connection, Engine, event, text
 
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db
-from outbox_bridge.jobstore.schema import jobs
+from outbox_bridge.jobstore import db, drivers
+from outbox_bridge.jobstore.drivers.sqlfile import Statement
 
 THROUGH_SQLALCHEMY = "SELECT 1"
-BELOW_SQLALCHEMY = select(jobs.c.id).where(jobs.c.id == bindparam("b_id"))
-MANY_BELOW_SQLALCHEMY = update(jobs).where(jobs.c.id == bindparam("b_id")).values(kind="renamed")
+# The same statements in each database driver's parameter style.
+PARAMETER = {"sqlite": ":b_id", "postgresql": "%(b_id)s"}
+
+
+def below(conn: Connection, params: dict[str, str]) -> list[Any]:
+    sql = f"SELECT id FROM jobs WHERE id = {PARAMETER[conn.dialect.name]}"
+    return drivers.of(conn).send(conn, Statement("below", sql), params)
+
+
+def many_below(conn: Connection, rows: list[dict[str, str]]) -> int:
+    sql = f"UPDATE jobs SET kind = 'renamed' WHERE id = {PARAMETER[conn.dialect.name]}"
+    return drivers.of(conn).send_many(conn, Statement("many_below", sql), rows)
 
 
 def both_ways(conn: Connection) -> None:
     conn.execute(text(THROUGH_SQLALCHEMY))
-    db.run(conn, BELOW_SQLALCHEMY, {"b_id": "nobody"})
-    db.run_many(conn, MANY_BELOW_SQLALCHEMY, [{"b_id": "nobody"}, {"b_id": "nobody-else"}])
+    below(conn, {"b_id": "nobody"})
+    many_below(conn, [{"b_id": "nobody"}, {"b_id": "nobody-else"}])
 
 
 def test_a_statement_sent_either_way_is_seen_and_counted_once(engine: Engine) -> None:
@@ -66,12 +76,12 @@ def test_a_watcher_sees_statements_until_it_stops_and_only_on_its_engine(
     try:
         db.read(other, lambda conn: conn.execute(text(THROUGH_SQLALCHEMY)))
         assert watched == []
-        db.read(engine, lambda conn: db.run(conn, BELOW_SQLALCHEMY, {"b_id": "nobody"}))
+        db.read(engine, lambda conn: below(conn, {"b_id": "nobody"}))
         assert len(watched) == 1 + (engine.dialect.name == "sqlite")  # (and its BEGIN DEFERRED)
     finally:
         stop()
         other.dispose()
-    db.read(engine, lambda conn: db.run(conn, BELOW_SQLALCHEMY, {"b_id": "nobody"}))
+    db.read(engine, lambda conn: below(conn, {"b_id": "nobody"}))
     assert len(watched) == 1 + (engine.dialect.name == "sqlite"), "seen after the watcher stopped"
 
 

@@ -1,4 +1,5 @@
-"""The writer queue (jobstore/writer_queue.py) on a real SQLite file: writers of several processes wait in
+"""The writer queue (jobstore/drivers/sqlite/writer_queue.py) on a real SQLite file: writers of several
+processes wait in
 the queue instead of retrying SQLite's lock, a transaction still holds SQLite's lock from its BEGIN against
 writers that do not queue, and a head of the queue that never leaves it delays a writer by at most the lock
 timeout."""
@@ -20,8 +21,9 @@ from sqlalchemy import Connection, Engine, func, select
 
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, migrate
+from outbox_bridge.jobstore.drivers.sqlite import writer_queue_path
+from outbox_bridge.jobstore.drivers.sqlite.writer_queue import WriterQueue
 from outbox_bridge.jobstore.schema import jobs
-from outbox_bridge.jobstore.writer_queue import WriterQueue
 from tests.conftest import make_settings
 from tests.support.store import add_job
 
@@ -126,7 +128,7 @@ def test_a_head_that_never_leaves_the_queue_delays_a_writer_by_at_most_the_lock_
     database = db.sqlite_path(settings)
     assert database is not None
     with subprocess.Popen(
-        [sys.executable, "-c", QUEUE_HEAD, str(db.writer_queue_path(database))],
+        [sys.executable, "-c", QUEUE_HEAD, str(writer_queue_path(database))],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

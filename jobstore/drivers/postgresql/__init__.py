@@ -7,24 +7,27 @@ attempt rows, a completion the jobs and the attempts they end. Rows arrive as on
 statement whose best plan depends on its values (the relay's read behind a backlog) is planned at every run.
 Claimers lock the rows they take and skip those another holds; the tenant cap and flow limits take advisory
 locks. Committed outbox rows are announced by the store's own trigger (`NOTIFY`), to listening relays
-(`jobstore.notifications`).
+(`drivers.postgresql.listener`).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import psycopg
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DisconnectionError, IntegrityError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 
-from outbox_bridge.jobstore import db, host_notify
-from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications
-from outbox_bridge.jobstore.notifications import Listener
+from outbox_bridge.jobstore import events
+from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications, Notifier
+from outbox_bridge.jobstore.drivers.postgresql.listener import Listener
+from outbox_bridge.jobstore.errors import Retry
 from outbox_bridge.jobstore.records import dumps
 from outbox_bridge.jobstore.schema import JOB_COLUMNS
 
@@ -94,20 +97,33 @@ class PostgreSQLDriver(Driver):
         cursor = driver_connection.execute(sql, values, prepare=prepared)
         return cursor.fetchall() if cursor.description is not None else []
 
+    @contextmanager
+    def raised(self, conn: Connection, sql: str, values: Any) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.Error as exc:
+            driver = conn.connection.driver_connection
+            lost = conn.dialect.is_disconnect(exc, driver, None)  # type: ignore[arg-type]
+            if lost:
+                conn.invalidate(exc)
+            raise DBAPIError.instance(
+                sql, values, exc, psycopg.Error, connection_invalidated=lost, dialect=conn.dialect
+            ) from exc
+
     def check(self, conn: Connection) -> str | None:
         return None
 
     def listen(self, settings: Settings, role: str) -> Notifications | None:
         return Listener.open(settings.database_url, role=role, application_name=connection_name(role))
 
-    def notifier(self, engine: Engine) -> host_notify.Notifier | None:
-        return None  # the store's trigger notifies
+    def notifier(self, engine: Engine) -> Notifier | None:
+        return None  # the store's trigger tells the listeners
 
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
         pairs = list(keys)
         if pairs:  # one statement takes them all, in this order
             params = {"spaces": [space for space, _ in pairs], "keys": [key for _, key in pairs]}
-            db.execute(conn, "advisory_lock", params)
+            self.run(conn, "advisory_lock", params)
 
     def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
         """The jobs and their outbox rows in one statement, one array per column. An accept of a key another
@@ -117,12 +133,12 @@ class PostgreSQLDriver(Driver):
             return set()
         params = {name: [row[name] for row in rows] for name in JOB_COLUMNS}
         try:
-            created = {str(row[0]) for row in db.execute(conn, "jobs_insert", params)}
+            created = {str(row[0]) for row in self.run(conn, "jobs_insert", params)}
         except IntegrityError as exc:  # read the winner's row on the rerun
-            raise db.Retry("idempotency key raced") from exc
+            raise Retry("idempotency key raced") from exc
         if created:
             due = min(row["available_at"] for row in rows if row["id"] in created)
-            host_notify.note_outbox_row(conn, due)
+            events.note_outbox_row(conn, due)
         return created
 
     def claim(
@@ -144,7 +160,7 @@ class PostgreSQLDriver(Driver):
             "limited_kinds": list(limited or ()),
             "drop_pending": drop_pending,
         }
-        rows = db.execute(conn, "claim_by_ids", values)
+        rows = self.run(conn, "claim_by_ids", values)
         return rows, {str(row[0]) for row in rows if row[1] == 1}
 
     def complete_many(
@@ -157,28 +173,28 @@ class PostgreSQLDriver(Driver):
             "attempts": [c.attempt_id for c in completions],
             "outputs": [None if c.output is None else dumps(c.output) for c in completions],
         }
-        return db.execute(conn, "complete_many", params)
+        return self.run(conn, "complete_many", params)
 
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
-        return db.execute(conn, "outbox_mark_published", {**params, "ids": list(ids)})
+        return self.run(conn, "outbox_mark_published", {**params, "ids": list(ids)})
 
     def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         with engine.connect() as conn:
-            rows = db.execute(conn, "upkeep_due", params)
+            rows = self.run(conn, "upkeep_due", params)
         stale = sorted(str(name) for name, is_stale, _, _ in rows if is_stale)
         worn = sorted(str(name) for name, _, is_worn, _ in rows if is_worn)
         refused = sorted(str(name) for name, _, _, maintainable in rows if not maintainable)
         return stale, worn, refused
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
-        db.execute(conn, "upkeep_lock_timeout", {"lock_timeout": lock_timeout})
-        db.execute(conn, f"analyze_{table}")
+        self.run(conn, "upkeep_lock_timeout", {"lock_timeout": lock_timeout})
+        self.run(conn, f"analyze_{table}", {})
 
     def vacuum(self, engine: Engine, table: str) -> None:
         # VACUUM runs outside a transaction (`upkeep.sql` says how it runs).
         with engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            db.execute(conn, f"vacuum_{table}")
+            self.run(conn, f"vacuum_{table}", {})
 
 
 def connection_name(role: str | None) -> str:

@@ -2,10 +2,11 @@
 
 Engines open the file in WAL mode with `synchronous=FULL` by default, foreign keys on, and a real `BEGIN
 IMMEDIATE` for every write transaction (pysqlite's own BEGIN handling is switched off, per SQLAlchemy's
-documented recipe); writers queue (`jobstore.writer_queue`) and the store retries the lock errors that remain
-(`jobstore.db`). A statement writes one table, so an accept, a claim and a completion are each a few
-statements in one transaction. Processes on the host hear of new outbox rows through the notify sockets
-beside the file (`jobstore.host_notify`), notified after the commit.
+documented recipe); writers queue (`drivers.sqlite.writer_queue`) and the store retries the lock errors
+that remain (`jobstore.db`). A statement writes one table, so an accept, a claim and a completion are each a
+few statements in one transaction. Processes on the host hear of new outbox rows through the notify sockets
+beside the file (`drivers.sqlite.notify_sockets`), told after the commit. An engine only ever uses the file
+its URL names now (`drivers.sqlite.storefile`).
 
 The hot statements name the index SQLite is to use. SQLite chooses a statement's index from the statistics
 ANALYZE leaves in `sqlite_stat1`, and a store has none (nothing runs ANALYZE; run on a new store it would
@@ -19,17 +20,24 @@ driver's statements name the index of each (`INDEXED BY`, `NOT INDEXED`, in its 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import sqlite3
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from outbox_bridge.jobstore import db, fenced, host_notify, outbox, storefile
-from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications
-from outbox_bridge.jobstore.writer_queue import shared_writer_queue
+from outbox_bridge.jobstore import events
+from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications, WriterTurns, attempt_ended
+from outbox_bridge.jobstore.drivers.sending import sending
+from outbox_bridge.jobstore.drivers.sqlite import storefile
+from outbox_bridge.jobstore.drivers.sqlite.notify_sockets import Notifier, NotifySocket, directory_for
+from outbox_bridge.jobstore.drivers.sqlite.writer_queue import WriterQueue, shared_writer_queue
+from outbox_bridge.jobstore.errors import Retry
 
 if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
@@ -74,14 +82,13 @@ class SQLiteDriver(Driver):
         self, url: URL, settings: Settings, options: dict[str, Any], *, role: str | None, **kwargs: Any
     ) -> Engine:
         engine = create_engine(url, execution_options=options, **kwargs)
-        engine.dialect.statement_compiler = db.HintedSQLiteCompiler
-        _install_hooks(engine, settings.sqlite_synchronous)
+        _install_hooks(self, engine, settings.sqlite_synchronous)
         notifier = self.notifier(engine)
         if notifier is not None:
-            db.notify_after_commits(engine, notifier)
+            _notifiers[engine] = notifier
         database = self.file(url)
         if database is not None:
-            db.queue_writers(engine, shared_writer_queue(db.writer_queue_path(database)))
+            _writer_queues[engine] = shared_writer_queue(writer_queue_path(database))
             if not url.query.get("uri"):  # a URI names its own file and open mode
                 storefile.guard(engine, database)
         return engine
@@ -97,6 +104,24 @@ class SQLiteDriver(Driver):
         # sqlite3 keeps every statement it ran prepared in its connection's cache.
         return driver_connection.execute(sql, values).fetchall()
 
+    @contextmanager
+    def raised(self, conn: Connection, sql: str, values: Any) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(sql, values, exc, sqlite3.Error, dialect=conn.dialect) from exc
+
+    def writer_turns(self, engine: Engine) -> WriterTurns | None:
+        return _writer_queues.get(engine)
+
+    def still_in_place(self, engine: Engine, conn: Connection) -> bool:
+        return storefile.still_named(engine, conn)
+
+    def announce(self, engine: Engine, due: float) -> None:
+        notifier = _notifiers.get(engine)
+        if notifier is not None:
+            notifier.notify(due)
+
     def check(self, conn: Connection) -> str | None:
         mode = str(conn.exec_driver_sql("PRAGMA journal_mode").scalar())
         if mode.lower() == "wal":
@@ -108,21 +133,17 @@ class SQLiteDriver(Driver):
 
     def listen(self, settings: Settings, role: str) -> Notifications | None:
         database = self.file(make_url(settings.database_url))
-        return (
-            None
-            if database is None
-            else host_notify.NotifySocket.open(host_notify.directory_for(database), role=role)
-        )
+        return None if database is None else NotifySocket.open(directory_for(database), role=role)
 
-    def notifier(self, engine: Engine) -> host_notify.Notifier | None:
+    def notifier(self, engine: Engine) -> Notifier | None:
         database = self.file(engine.url)
-        return None if database is None else host_notify.Notifier(host_notify.directory_for(database))
+        return None if database is None else Notifier(directory_for(database))
 
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
         return None  # write transactions run one at a time
 
     def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
-        """The job rows in one call into sqlite3 (`db.execute_many`). When it counts every row inserted (the
+        """The job rows in one call into sqlite3 (`run_many`). When it counts every row inserted (the
         common case), that is all of them; otherwise one indexed lookup of our ids says which (a key taken
         before, or twice in this batch, skipped its row). Then the outbox rows of the new jobs, in one call
         too, each read from its job's row. When a concurrent accept of the same key wins, ours fails on the
@@ -130,17 +151,17 @@ class SQLiteDriver(Driver):
         if not rows:
             return set()
         try:
-            inserted = db.execute_many(conn, "jobs_insert", rows)
+            inserted = self.run_many(conn, "jobs_insert", rows)
         except IntegrityError as exc:  # read the winner's row on the rerun
-            raise db.Retry("idempotency key raced") from exc
+            raise Retry("idempotency key raced") from exc
         ids = [row["id"] for row in rows]
         created = set(ids) if inserted == len(rows) else {
-            str(r[0]) for r in db.execute(conn, "jobs_present", {"ids": self.array(ids)})
+            str(r[0]) for r in self.run(conn, "jobs_present", {"ids": self.array(ids)})
         }  # fmt: skip
         new = rows if len(created) == len(rows) else [r for r in rows if r["id"] in created]
         if new:
-            db.execute_many(conn, "outbox_add_accepted", new)
-            host_notify.note_outbox_row(conn, min(row["available_at"] for row in new))
+            self.run_many(conn, "outbox_add_accepted", new)
+            events.note_outbox_row(conn, min(row["available_at"] for row in new))
         return created
 
     def claim(
@@ -160,13 +181,13 @@ class SQLiteDriver(Driver):
             "limited": limited is not None,
             "limited_kinds": self.array(limited or ()),
         }
-        rows = db.execute(conn, "claim_by_ids", values)
+        rows = self.run(conn, "claim_by_ids", values)
         if drop_pending and rows:
-            db.execute(conn, "claim_drop_pending", {"jobs": self.array([row[0] for row in rows])})
+            self.run(conn, "claim_drop_pending", {"jobs": self.array([row[0] for row in rows])})
         first = [row for row in rows if row[1] == 1]
         if first:
             started, worker = params["now"], params["worker"]
-            db.execute_many(
+            self.run_many(
                 conn,
                 "insert_attempt",
                 [
@@ -183,23 +204,31 @@ class SQLiteDriver(Driver):
         """The jobs in one statement (their fences as a JSON array of [job id, epoch]), then the attempts
         they end in one call into the driver."""
         fences = self.array([[c.job_id, c.epoch] for c in completions])
-        rows = db.execute(conn, "complete_many", {"fences": fences, "now": now})
+        rows = self.run(conn, "complete_many", {"fences": fences, "now": now})
         states = {str(row[1]): str(row[0]) for row in rows}
         ended = [
-            fenced.ended(c.attempt_id, states[c.job_id], now, output=c.output)
+            attempt_ended(c.attempt_id, states[c.job_id], now, output=c.output)
             for c in completions
             if c.job_id in states
         ]
         if ended:
-            db.execute_many(conn, "end_attempt", ended)
+            self.run_many(conn, "end_attempt", ended)
         return rows
 
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
         """The mark returns the job ids alone, and their events' facts are read after it by job id: a
         correlated subquery in SQLite's RETURNING cannot use an index (3.40 scans `jobs` for every row
         returned)."""
-        marked = db.execute(conn, "outbox_mark_published", {**params, "ids": self.array(ids)})
-        return outbox.event_facts(conn, [str(r[0]) for r in marked])
+        marked = [
+            str(r[0]) for r in self.run(conn, "outbox_mark_published", {**params, "ids": self.array(ids)})
+        ]
+        if not marked:
+            return []
+        found = {
+            str(r[0]): tuple(r[1:])
+            for r in self.run(conn, "outbox_event_facts", {"job_ids": self.array(marked)})
+        }
+        return [(job_id, *found.get(job_id, (None, None, None))) for job_id in marked]
 
     def upkeep_due(self, engine: Engine, params: Mapping[str, Any]) -> tuple[list[str], list[str], list[str]]:
         # SQLite's planner keeps no statistics the store relies on, and it drops a row's index entries when
@@ -207,13 +236,26 @@ class SQLiteDriver(Driver):
         return [], [], []
 
     def analyze(self, conn: Connection, table: str, *, lock_timeout: str) -> None:
-        db.execute(conn, f"analyze_{table}")  # (no lock to wait for: the transaction holds the database)
+        self.run(conn, f"analyze_{table}", {})  # (no lock to wait for: the transaction holds the database)
 
     def vacuum(self, engine: Engine, table: str) -> None:
         pass  # (never worn; SQLite's VACUUM would rebuild the whole file)
 
 
-def _install_hooks(engine: Engine, synchronous: str) -> None:
+# The writer queue of each SQLite file engine, and what tells its relays after a commit that added outbox
+# rows (neither for an in-memory database).
+_writer_queues: weakref.WeakKeyDictionary[Engine, WriterQueue] = weakref.WeakKeyDictionary()
+_notifiers: weakref.WeakKeyDictionary[Engine, Notifier] = weakref.WeakKeyDictionary()
+
+
+def writer_queue_path(database: Path) -> Path:
+    """The file the writers on one host queue on, beside the database."""
+    # `-write-turn`, the name it had before it was called the writer queue: processes running the earlier
+    # code lock the same file, so every writer on the host still waits in one queue.
+    return database.with_name(f"{database.name}-write-turn")
+
+
+def _install_hooks(driver: SQLiteDriver, engine: Engine, synchronous: str) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Stop pysqlite from issuing its own (deferred) BEGIN; `_on_begin` issues ours.
@@ -230,7 +272,10 @@ def _install_hooks(engine: Engine, synchronous: str) -> None:
         # On the driver's connection: SQLAlchemy's execution layer would double what a BEGIN costs at the
         # head of the writer queue. Its errors are SQLAlchemy's all the same, so `transact` retries a busy
         # lock.
-        db.begin_directly(conn, f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'IMMEDIATE')}")
+        sql = f"BEGIN {conn.get_execution_options().get('sqlite_begin', 'IMMEDIATE')}"
+        sending(conn, sql, (), many=False)
+        with driver.raised(conn, sql, ()):
+            conn.connection.driver_connection.execute(sql)  # type: ignore[union-attr]
 
 
 DRIVER = SQLiteDriver()

@@ -1,6 +1,6 @@
 """PostgreSQL: the relays' doorbell rung by the store itself. A statement-level trigger on `outbox` sends one
 `NOTIFY` per INSERT statement on the channel of the table's schema, carrying the earliest `available_at`
-among the rows it added (`jobstore.notifications`); PostgreSQL delivers it when the transaction commits.
+among the rows it added (`drivers.postgresql.listener`); PostgreSQL delivers it when the transaction commits.
 Every writer of outbox rows rings the relays this way, without a statement of its own. Nothing on SQLite,
 whose relays are rung through Unix sockets after the commit (`jobstore.doorbells`).
 
@@ -18,8 +18,8 @@ down_revision = "0007"
 branch_labels = None
 depends_on = None
 
-# The channel's prefix is `jobstore.notifications.CHANNEL_PREFIX`, written out: a migration does not change
-# when the code does.
+# The channel's prefix is `drivers.postgresql.listener.CHANNEL_PREFIX`, written out: a migration does not
+# change when the code does.
 _FUNCTION = """
 CREATE FUNCTION outbox_bridge_ring_relays() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE

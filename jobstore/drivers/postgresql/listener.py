@@ -23,16 +23,14 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from sqlalchemy.engine import make_url
 
+from outbox_bridge.jobstore.drivers import ListenerLost
+
 log = logging.getLogger(__name__)
 
 # One channel per schema (the trigger's `TG_TABLE_SCHEMA`, the listener's `current_schema()`): deployments
 # that share a database in schemas of their own do not wake each other.
 CHANNEL_PREFIX = "outbox_bridge."
 CONNECT_TIMEOUT_SECONDS = 5
-
-
-class ListenerLost(Exception):
-    """The listening connection failed: notifications may have been missed."""
 
 
 class Listener:

@@ -1,14 +1,14 @@
 """Notifying the relays on the host when outbox rows are committed, instead of leaving them to poll.
 
 A relay listens on a Unix datagram socket (its `NotifySocket`) in a directory beside the SQLite file. After a
-write transaction that added outbox rows commits, `db.transact` notifies every socket there (`Notifier`):
+write transaction that added outbox rows commits, `db.transact` sends to every socket there (`Notifier`):
 one datagram carrying the earliest `available_at` among the rows it added, so a relay leases rows that are
 due at once and sets a timer for rows that come due later (a retry after its backoff).
 
 Notifying never blocks a writer and never fails it: a full socket buffer means the relay is awake already,
 and a socket whose relay was killed refuses and is skipped. Relays still poll, rarely, for rows no
 notification announces (written by a program that does not notify, or whose relay's lease ran out). A
-PostgreSQL store's relays are notified by LISTEN/NOTIFY instead (`jobstore.notifications`), which reaches
+PostgreSQL store's relays hear of rows by LISTEN/NOTIFY instead (`drivers.postgresql.listener`), which reaches
 relays on every host.
 
 Socket paths are limited to 108 bytes, so sockets are addressed through a descriptor of their directory
@@ -22,7 +22,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
-import math
 import os
 import socket
 import struct
@@ -30,40 +29,14 @@ import threading
 import weakref
 from pathlib import Path
 
-from sqlalchemy import Connection
-
 log = logging.getLogger(__name__)
 
 _MESSAGE = struct.Struct("!d")
-_DUE_KEY = "outbox_due"  # on the connection's info: the earliest available_at this transaction added
 
 
 def directory_for(database: Path) -> Path:
     """Where the relays of the SQLite database at `database` keep their notify sockets."""
     return database.with_name(f"{database.name}-relays")
-
-
-def note_outbox_row(conn: Connection, available_at: float) -> None:
-    """Record, in the caller's transaction, that it adds an outbox row coming due at `available_at`; the
-    relays are notified once the transaction commits."""
-    info = conn.info
-    info[_DUE_KEY] = min(available_at, info.get(_DUE_KEY, math.inf))
-
-
-def forget(conn: Connection) -> None:
-    """Drop what an earlier transaction on this connection noted (it rolled back)."""
-    conn.info.pop(_DUE_KEY, None)
-
-
-def pending(conn: Connection) -> float | None:
-    """The earliest due time the transaction running on `conn` has added so far, or None."""
-    due: float | None = conn.info.get(_DUE_KEY)
-    return due
-
-
-def noted(conn: Connection) -> float | None:
-    """The earliest due time the transaction just committed on `conn` added, or None; clears it."""
-    return conn.info.pop(_DUE_KEY, None)
 
 
 class _Directory:
@@ -81,7 +54,7 @@ class _Directory:
         os.close(self.fd)
 
 
-_sender: socket.socket | None = None  # one unbound socket per process notifies every socket
+_sender: socket.socket | None = None  # one unbound socket per process sends to every socket
 _sender_lock = threading.Lock()
 
 
