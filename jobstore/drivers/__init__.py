@@ -117,6 +117,9 @@ class Driver:
     # The folder of the driver's `.sql` files, and those files, in the order they are read.
     folder: ClassVar[Path]
     sql_files: ClassVar[tuple[str, ...]]
+    # The statements only this driver sends, from its own methods (the other database does that work
+    # differently); every other name is in both drivers' files, for the store's modules to run by name.
+    own_statements: ClassVar[frozenset[str]] = frozenset()
     # The execution options of a read transaction.
     read_options: ClassVar[Mapping[str, Any]]
 
@@ -138,7 +141,7 @@ class Driver:
 
     def reads_due_in_one_statement(self) -> bool:
         """The relay reads its due rows, their trace context and the next due time in one statement
-        (`outbox_read_due`, run by `relayrole.due_at_once`), committed by itself."""
+        (`outbox_read_due`, run by `leader.due_at_once`), committed by itself."""
         raise NotImplementedError
 
     # --- statements ----------------------------------------------------------------------------------

@@ -25,8 +25,14 @@ def test_every_file_a_driver_names_reads_as_named_statements(name: str) -> None:
         assert not OTHER_STYLE[name].search(statement.sql), (name, statement.name)
 
 
-def test_both_drivers_write_the_same_statements() -> None:
-    sqlite, postgresql = (set(drivers.named(name).statements) for name in drivers.DRIVERS)
+def test_both_drivers_write_the_same_statements_but_their_own() -> None:
+    """A statement the store's modules run by name is in both drivers' files; one a driver sends from its
+    own methods alone is declared as its own, and is not written out in the other's."""
+    sqlite_driver, postgresql_driver = (drivers.named(name) for name in drivers.DRIVERS)
+    assert sqlite_driver.own_statements <= set(sqlite_driver.statements)
+    assert postgresql_driver.own_statements <= set(postgresql_driver.statements)
+    sqlite = set(sqlite_driver.statements) - sqlite_driver.own_statements
+    postgresql = set(postgresql_driver.statements) - postgresql_driver.own_statements
     assert sqlite == postgresql, {
         "only on SQLite": sqlite - postgresql,
         "only on PostgreSQL": postgresql - sqlite,

@@ -59,6 +59,18 @@ class PostgreSQLDriver(Driver):
         "reads.sql",
         "upkeep.sql",
     )
+    # Advisory locks, and the upkeep of the tables (SQLite's planner keeps no statistics the store relies
+    # on, and it leaves no dead row versions behind).
+    own_statements: ClassVar[frozenset[str]] = frozenset(
+        {
+            "advisory_lock",
+            "upkeep_due",
+            "upkeep_lock_timeout",
+            "vacuum_attempts",
+            "vacuum_jobs",
+            "vacuum_outbox",
+        }
+    )
     read_options: ClassVar[Mapping[str, Any]] = {}
 
     def commits_statement_alone(self) -> bool:

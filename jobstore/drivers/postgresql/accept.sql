@@ -39,16 +39,6 @@ WITH inserted AS (
 )
 SELECT id FROM inserted;
 
--- name: jobs_present
--- Which of the ids given are jobs.
-SELECT id FROM jobs WHERE id = ANY(%(ids)s::text[]);
-
--- name: outbox_add_accepted
--- The outbox row of a job just inserted, read from the job's own row (its id, times, tenant and priority):
--- the relay reads the due rows by tenant and priority.
-INSERT INTO outbox (job_id, created_at, available_at, publish_attempts, tenant, priority)
-VALUES (%(id)s, %(created_at)s, %(available_at)s, 0, %(tenant)s, %(priority)s);
-
 -- name: jobs_by_key
 -- The job that holds a tenant + idempotency key, every column.
 SELECT

@@ -58,14 +58,6 @@ SELECT id, epoch, attempts, kind, payload, tenant, owner, operation_key, deadlin
     checkpoint, created_at, traceparent, concurrency_key
 FROM taken;
 
--- name: claim_drop_pending
--- The pending outbox rows of the jobs `jobs` a claim took. This driver's claim drops them in its own
--- statement (claim_by_ids with drop_pending); the statement is here for a claim that took its jobs in a
--- statement of its own, as the SQLite driver's does.
-DELETE FROM outbox
-WHERE job_id = ANY(%(jobs)s::text[])
-  AND published_at IS NULL;
-
 -- name: insert_attempt
 -- An attempt begun: the attempt row of a job a claim took.
 INSERT INTO attempts (id, job_id, epoch, worker, started_at, outcome)

@@ -22,11 +22,11 @@ WHERE job_id = ANY(%(job_ids)s::text[]) AND published_at IS NULL;
 
 -- name: outbox_read_due
 -- :prepared
--- The relay's read in one statement (`relayrole.due_at_once`), committed by itself: the walk of
+-- The relay's read in one statement (`leader.due_at_once`), committed by itself: the walk of
 -- `outbox_due_in_order` (locking nothing, leaving out the rows the leader has published and not yet
 -- written back), the rows' trace context and the next due time. It reads nothing (`serves` false) when
 -- more rows are due than the read takes and they belong to several tenants: that read needs the ranking of
--- `outbox_due_by_turns` (`relayrole.due`). The rows left out are a hashed `NOT IN`: `id <> ALL(...)`
+-- `outbox_due_by_turns` (`leader.due`). The rows left out are a hashed `NOT IN`: `id <> ALL(...)`
 -- compared each row walked with every one of them (a relay's window holds up to 1,000), a cost that grew
 -- with the backlog and more once the prepared statement's generic plan took over.
 WITH due AS (
@@ -108,12 +108,6 @@ RETURNING job_id,
     (SELECT tenant FROM jobs WHERE jobs.id = outbox.job_id),
     (SELECT kind FROM jobs WHERE jobs.id = outbox.job_id),
     (SELECT traceparent FROM jobs WHERE jobs.id = outbox.job_id);
-
--- name: outbox_event_facts
--- The tenant, kind and trace context of each job given, for its `published` event.
-SELECT id, tenant, kind, traceparent
-FROM jobs
-WHERE id = ANY(%(job_ids)s::text[]);
 
 -- name: outbox_hold_back
 -- Rows the broker refused come due again later, while the leader's token holds the role.

@@ -1,7 +1,7 @@
 -- The sqlite driver's statements: leader (named blocks, as jobstore/drivers/sqlfile.py reads them).
 --
 -- One relay at a time publishes the outbox: the leader, under a lease of its role in `relay_role`
--- (`jobstore.relayrole`), held under a fresh token each time it is taken.
+-- (`jobstore.leader`), held under a fresh token each time it is taken.
 
 -- name: leader_current
 -- Who holds the role, or held it last.

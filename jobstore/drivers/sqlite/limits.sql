@@ -3,11 +3,6 @@
 -- paused kinds (jobstore/pausing.py). Their counts are exact without locks: SQLite's write transactions run
 -- one at a time.
 
--- name: advisory_lock
--- SQLite has no advisory locks, and needs none (one writer at a time): the driver's lock_keys sends nothing.
--- The block is here because both drivers name the same statements.
-SELECT NULL WHERE 0;
-
 -- --- flow limits: KIND_MAX_RUNNING, KIND_RATE_LIMITS, concurrency keys ------------------------------------
 
 -- name: limit_candidates

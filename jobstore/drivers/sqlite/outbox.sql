@@ -26,7 +26,7 @@ DELETE FROM outbox INDEXED BY ix_outbox_job_id
 WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND published_at IS NULL;
 
 -- name: outbox_read_due
--- The relay's read in one statement (`relayrole.due_at_once`): the walk of `outbox_due_in_order`, leaving
+-- The relay's read in one statement (`leader.due_at_once`): the walk of `outbox_due_in_order`, leaving
 -- out the rows given (published, not yet written back), each row's trace context and the next due time.
 -- It reads nothing (`serves` false) when more rows are due than the read takes and they belong to several
 -- tenants: that read needs the ranking of `outbox_due_by_turns`. (The relay reads in steps on SQLite, in a

@@ -205,20 +205,8 @@ SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'alembic_vers
 -- name: schema_revision
 SELECT version_num FROM alembic_version;
 
--- name: upkeep_due
--- For each store table named (`jobstore.statistics`): whether its planner statistics went stale, whether
--- it is worn, and whether the store's user may keep it up. On SQLite, never stale (its planner keeps no
--- statistics the store relies on), never worn (it drops a row's index entries when the row changes), and
--- always its user's to keep: the driver gives this answer without sending the statement.
-SELECT value, 0, 0, 1 FROM json_each(:tables);
-
 -- The upkeep of a table (`Driver.analyze`, `Driver.vacuum`): one statement per table, the tables being
 -- those a job's moves leave dead row versions in (`statistics.TABLES`).
-
--- name: upkeep_lock_timeout
--- SQLite waits for no table lock: a write transaction holds the whole database. The driver sends nothing;
--- the block is here because both drivers name the same statements.
-SELECT NULL WHERE 0;
 
 -- name: analyze_attempts
 ANALYZE attempts;
@@ -228,16 +216,3 @@ ANALYZE jobs;
 
 -- name: analyze_outbox
 ANALYZE outbox;
-
--- SQLite leaves no dead row versions behind (it drops a row's index entries when the row changes), and its
--- VACUUM would rebuild the whole file: the driver sends nothing. The blocks are here because both drivers
--- name the same statements.
-
--- name: vacuum_attempts
-SELECT NULL WHERE 0;
-
--- name: vacuum_jobs
-SELECT NULL WHERE 0;
-
--- name: vacuum_outbox
-SELECT NULL WHERE 0;
