@@ -1,6 +1,6 @@
 """The store's hot transactions timed one by one, in one process: what each costs a writer, apart from the
 rest of a deployment. Each round accepts one job, reads it as the holder of the relay role does and marks it
-published (what a relay runs, through `jobstore.relayrole`), and reads again from an empty outbox; `--gap`
+published (what a relay runs, through `jobstore.leader`), and reads again from an empty outbox; `--gap`
 sleeps before each round, as a light load leaves every process idle between jobs.
 
     python -m outbox_bridge.bench.roundtrips \
@@ -20,7 +20,7 @@ from typing import Any
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, intake, migrate, relayrole
+from outbox_bridge.jobstore import db, intake, leader, migrate
 
 STEPS = ("accept", "read", "mark", "read_empty")
 
@@ -37,9 +37,7 @@ def measure(settings: Settings, rounds: int, gap: float) -> dict[str, float]:
     migrate.init_schema(settings, engine)
     request = {"tenant": "t", "owner": "o", "kind": "noop", "payload": {}, "max_attempts": 3}
     token = str(uuid.uuid4())
-    held = db.transact(
-        engine, relayrole.take, token, now=clock.now(), seconds=max(60.0, rounds * (gap + 0.1))
-    )
+    held = db.transact(engine, leader.take, token, now=clock.now(), seconds=max(60.0, rounds * (gap + 0.1)))
     assert held, "another relay holds the relay role on this store"
     times: dict[str, list[float]] = {step: [] for step in STEPS}
     for _ in range(rounds):
@@ -49,15 +47,15 @@ def measure(settings: Settings, rounds: int, gap: float) -> dict[str, float]:
             intake.accept_committed, engine, lambda f=fields: [intake.prepare(**f)]
         )  # as the api
         times["accept"].append(took)
-        (lease, _), took = _timed(relayrole.read, engine, token, now=clock.now(), limit=10)
+        (lease, _), took = _timed(leader.read, engine, token, now=clock.now(), limit=10)
         times["read"].append(took)
         ids = [row_id for row_id, _ in lease.rows] if lease is not None else []
         # As the relay writes a group of confirms back (`relay.ledger.write_results`).
-        _, took = _timed(db.transact_one, engine, relayrole.mark_published, token, ids, clock.now())
+        _, took = _timed(db.transact_one, engine, leader.mark_published, token, ids, clock.now())
         times["mark"].append(took)
-        _, took = _timed(relayrole.read, engine, token, now=clock.now(), limit=10)
+        _, took = _timed(leader.read, engine, token, now=clock.now(), limit=10)
         times["read_empty"].append(took)
-    db.transact(engine, relayrole.give_up, token)
+    db.transact(engine, leader.give_up, token)
     engine.dispose()
     return {step: statistics.median(values) for step, values in times.items()}
 

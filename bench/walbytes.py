@@ -27,7 +27,7 @@ from sqlalchemy import Engine, event
 from outbox_bridge.core import clock
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import claiming, db, fenced, intake, migrate, relayrole, webhooks
+from outbox_bridge.jobstore import claiming, db, fenced, intake, leader, migrate, webhooks
 from outbox_bridge.jobstore.webhooks import Endpoint
 
 STEPS = ("accept", "mark", "claim", "complete")
@@ -66,7 +66,7 @@ def scratch_store(path: Path, settings: Settings) -> tuple[Settings, Engine]:
     settings = settings.model_copy(update={"database_url": f"sqlite:///{path}"})
     engine = db.make_engine(settings)
     migrate.init_schema(settings, engine)
-    assert db.transact(engine, relayrole.take, ROLE, now=clock.now(), seconds=10 * 365 * 86400.0)
+    assert db.transact(engine, leader.take, ROLE, now=clock.now(), seconds=10 * 365 * 86400.0)
     return settings, engine
 
 
@@ -116,8 +116,8 @@ def life(
         for _ in range(batch)
     ]  # fmt: skip
     accepted = step("accept", intake.accept_prepared, requests)
-    due, _ = db.read(engine, relayrole.due, ROLE, now=clock.now(), limit=batch)
-    step("mark", relayrole.mark_published, ROLE, [row_id for row_id, _ in due.rows], clock.now())
+    due, _ = db.read(engine, leader.due, ROLE, now=clock.now(), limit=batch)
+    step("mark", leader.mark_published, ROLE, [row_id for row_id, _ in due.rows], clock.now())
     claimed = step(
         "claim", claiming.claim_many, [a.job.id for a in accepted], WORKER, clock.now(), LEASE_SECONDS
     )

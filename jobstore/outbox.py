@@ -1,5 +1,5 @@
 """The outbox: rows that say "job X needs attention", written in the transaction that needs the attention
-and published by the relay that holds the relay role (`jobstore.relayrole`: its reads of the due rows, in
+and published by the relay that holds the relay role (`jobstore.leader`: its reads of the due rows, in
 `due_order`, and its fenced marks)."""
 
 from __future__ import annotations

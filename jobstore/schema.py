@@ -208,7 +208,7 @@ processes = Table(
 
 
 # Who publishes the outbox on SQLite: one relay at a time holds the role under a token it renews
-# (`jobstore.relayrole`); the others stand by. A fresh token each time the role is taken: marks written under
+# (`jobstore.leader`); the others stand by. A fresh token each time the role is taken: marks written under
 # an older one change nothing.
 relay_role = Table(
     "relay_role",

@@ -1,12 +1,12 @@
-"""Which relay leads: one relay at a time holds the relay role (`jobstore.relayrole`) and is the leader; it
+"""Which relay leads: one relay at a time holds the relay role (`jobstore.leader`) and is the leader; it
 alone publishes the outbox, fires the schedules and sends the webhooks. The others stand by and take the role
 when its holder stops, dies or lets it expire.
 
 The role is held `LEADER_SECONDS` from each renewal; its holder looks every `TEND_SECONDS` and renews once
 less than `RENEW_SECONDS` is left (a standby looks as often, with a read, and takes the role at once when its
-holder is gone: `relayrole.RoleClaim`); nothing is done as the leader in its last `MARGIN_SECONDS`. Only a
-relay whose broker connection is up and confirming may lead: one that cannot hands the role back for a
-standby to take."""
+holder is gone: `jobstore.leader.LeaderClaim`); nothing is done as the leader in its last `MARGIN_SECONDS`.
+Only a relay whose broker connection is up and confirming may lead: one that cannot hands the role back for
+a standby to take."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from functools import partial
 from sqlalchemy import Engine
 
 from outbox_bridge.core import clock
-from outbox_bridge.jobstore import relayrole
+from outbox_bridge.jobstore import leader as store_leader
 from outbox_bridge.relay.loop import RelayLoop
 
 log = logging.getLogger("relay")
@@ -42,7 +42,7 @@ class Leadership:
         elected: Callable[[], None],
     ) -> None:
         self._loop = loop
-        self._claim = relayrole.RoleClaim(engine, LEADER_SECONDS)
+        self._claim = store_leader.LeaderClaim(engine, LEADER_SECONDS)
         self._trouble = trouble
         self._elected = elected
         # The token the role is held under, and until when (store clock).

@@ -3,7 +3,7 @@ about them.
 
 Confirms are grouped: every confirmation that arrived while the previous write was running goes into the
 next `PublishResults`, written in one transaction, so the relay writes once per group rather than once per
-message. The holder of the relay role takes no lease on rows (`read_due`, `jobstore.relayrole`): the
+message. The holder of the relay role takes no lease on rows (`read_due`, `jobstore.leader`): the
 results are its only writes."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, relayrole
+from outbox_bridge.jobstore import db, leader
 from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.relay.window import Sent
 
@@ -86,11 +86,10 @@ def settle(conn: Connection, batch: PublishResults, *, now: float) -> WrittenBac
     """Write what the broker said, in the caller's transaction, while each row's token holds the relay
     role: confirmed rows are marked published and refused ones held back; unsent ones need no write (they
     are still due). A relay whose role has passed on writes nothing."""
-    marked = sum(relayrole.mark_published(conn, token, ids, now) for token, ids in batch.confirmed.items())
+    marked = sum(leader.mark_published(conn, token, ids, now) for token, ids in batch.confirmed.items())
     retry_at = now + REFUSED_RETRY_SECONDS
     released = sum(
-        relayrole.hold_back(conn, token, ids, now=now, retry_at=retry_at)
-        for token, ids in batch.refused.items()
+        leader.hold_back(conn, token, ids, now=now, retry_at=retry_at) for token, ids in batch.refused.items()
     )
     released += _count(batch.unsent)
     return WrittenBack(marked=marked, stale=batch.confirmed_count - marked, released=released)
@@ -118,8 +117,8 @@ def write_results(engine: Engine, batch: PublishResults, *, now: float) -> Writt
 def read_due(
     engine: Engine, settings: Settings, limit: int, token: str, exclude: Collection[int], *, idle: bool
 ) -> Leased:
-    """The relay role's lease: a read of up to `limit` due rows, leaving out `exclude` (`relayrole.read`)."""
-    lease, next_due = relayrole.read(
+    """The relay role's lease: a read of up to `limit` due rows, leaving out `exclude` (`leader.read`)."""
+    lease, next_due = leader.read(
         engine, token, now=clock.now(), limit=limit, exclude=exclude, tenant_cap=settings.tenant_max_running,
         idle=idle,
     )  # fmt: skip

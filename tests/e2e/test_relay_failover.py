@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import Engine
 
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, relayrole
+from outbox_bridge.jobstore import db
+from outbox_bridge.jobstore import leader as store_leader
 from outbox_bridge.relay.leader import LEADER_SECONDS
 from tests.conftest import make_settings
 from tests.support import procs
@@ -36,8 +37,8 @@ def broker(settings: Settings, rabbitmq_url: str) -> Iterator[Broker]:
     broker.cleanup()
 
 
-def role(engine: Engine) -> relayrole.Holder:
-    found = db.read(engine, relayrole.current)
+def role(engine: Engine) -> store_leader.Holder:
+    found = db.read(engine, store_leader.current)
     assert found is not None
     return found
 

@@ -1,4 +1,4 @@
-"""The outbox: the relay role's holder reads the due rows, oldest first up to its limit (`relayrole.due`),
+"""The outbox: the relay role's holder reads the due rows, oldest first up to its limit (`leader.due`),
 marks the ones it published; published rows are pruned; the backlog counts what is due."""
 
 from __future__ import annotations

@@ -27,9 +27,9 @@ from outbox_bridge.jobstore import (
     drivers,
     fenced,
     intake,
+    leader,
     migrate,
     operator,
-    relayrole,
     sweeper,
 )
 from outbox_bridge.jobstore.drivers import postgresql as postgresql_driver
@@ -249,12 +249,12 @@ class Workload:
     def relay(self, i: int) -> None:
         token = f"relay-{i}"
         while self.going():
-            if not db.transact(self.engine, relayrole.take, token, now=clock.now(), seconds=1.0):
+            if not db.transact(self.engine, leader.take, token, now=clock.now(), seconds=1.0):
                 time.sleep(0.05)  # another relay holds the role
                 continue
-            due, _ = db.read(self.engine, relayrole.due, token, now=clock.now(), limit=20)
+            due, _ = db.read(self.engine, leader.due, token, now=clock.now(), limit=20)
             ids = [row_id for row_id, _ in due.rows]
-            db.transact(self.engine, relayrole.mark_published, token, ids, clock.now())
+            db.transact(self.engine, leader.mark_published, token, ids, clock.now())
             if not ids:
                 time.sleep(0.01)
 

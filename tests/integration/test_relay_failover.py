@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import Engine, insert, text
 
 from outbox_bridge.core.clock import FakeClock
-from outbox_bridge.jobstore import db, relayrole
-from outbox_bridge.jobstore.relayrole import RoleClaim
+from outbox_bridge.jobstore import db, leader
+from outbox_bridge.jobstore.leader import LeaderClaim
 from outbox_bridge.jobstore.schema import relay_role
 from tests.support.processes import gone_pid
 
@@ -20,16 +20,16 @@ ROLE = 5.0
 
 
 @pytest.fixture
-def claims(engine: Engine) -> Iterator[list[RoleClaim]]:
+def claims(engine: Engine) -> Iterator[list[LeaderClaim]]:
     """Each relay's claim a test makes (it appends them); every one is closed at the end."""
-    made: list[RoleClaim] = []
+    made: list[LeaderClaim] = []
     yield made
     for claim in made:
         claim.close()
 
 
-def relay(engine: Engine, claims: list[RoleClaim]) -> RoleClaim:
-    claim = RoleClaim(engine, ROLE)
+def relay(engine: Engine, claims: list[LeaderClaim]) -> LeaderClaim:
+    claim = LeaderClaim(engine, ROLE)
     claims.append(claim)
     return claim
 
@@ -46,15 +46,15 @@ def cut_the_role_locks_connection(engine: Engine) -> int:
         return int(conn.execute(query).scalar_one())
 
 
-def holder(engine: Engine) -> relayrole.Holder:
-    found = db.read(engine, relayrole.current)
+def holder(engine: Engine) -> leader.Holder:
+    found = db.read(engine, leader.current)
     assert found is not None
     return found
 
 
 @pytest.mark.databases("postgresql")
 def test_a_standby_takes_the_role_at_once_when_the_holders_connection_ends(
-    engine: Engine, clock: FakeClock, claims: list[RoleClaim]
+    engine: Engine, clock: FakeClock, claims: list[LeaderClaim]
 ) -> None:
     first, standby = relay(engine, claims), relay(engine, claims)
     token, _ = first.take_or_renew(None)
@@ -70,7 +70,7 @@ def test_a_standby_takes_the_role_at_once_when_the_holders_connection_ends(
 
 @pytest.mark.databases("postgresql")
 def test_a_holder_that_took_an_expired_role_takes_the_lock_once_the_stalled_holder_lets_go(
-    engine: Engine, clock: FakeClock, claims: list[RoleClaim]
+    engine: Engine, clock: FakeClock, claims: list[LeaderClaim]
 ) -> None:
     stalled, second, third = relay(engine, claims), relay(engine, claims), relay(engine, claims)
     old, _ = stalled.take_or_renew(None)
@@ -84,17 +84,17 @@ def test_a_holder_that_took_an_expired_role_takes_the_lock_once_the_stalled_hold
 
 
 def test_a_standby_takes_the_role_of_a_holder_whose_pid_is_gone_from_this_host(
-    engine: Engine, clock: FakeClock, claims: list[RoleClaim]
+    engine: Engine, clock: FakeClock, claims: list[LeaderClaim]
 ) -> None:
     dead = f"{socket.gethostname()}:{gone_pid()}"
-    row = {"name": relayrole.NAME, "token": "dead", "holder": dead, "expires_at": clock.now() + ROLE}
+    row = {"name": leader.NAME, "token": "dead", "holder": dead, "expires_at": clock.now() + ROLE}
     db.transact(engine, lambda conn: conn.execute(insert(relay_role).values(**row)))
     taken, _ = relay(engine, claims).take_or_renew(None)
     assert taken is not None and holder(engine).token == taken
 
 
 def test_a_standby_leaves_a_live_holder_alone_until_its_role_expires(
-    engine: Engine, clock: FakeClock, claims: list[RoleClaim]
+    engine: Engine, clock: FakeClock, claims: list[LeaderClaim]
 ) -> None:
     first, standby = relay(engine, claims), relay(engine, claims)
     token, _ = first.take_or_renew(None)
@@ -106,7 +106,7 @@ def test_a_standby_leaves_a_live_holder_alone_until_its_role_expires(
 
 
 def test_a_holder_that_hands_the_role_back_lets_a_standby_take_it_at_once(
-    engine: Engine, clock: FakeClock, claims: list[RoleClaim]
+    engine: Engine, clock: FakeClock, claims: list[LeaderClaim]
 ) -> None:
     first, standby = relay(engine, claims), relay(engine, claims)
     token, _ = first.take_or_renew(None)

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from outbox_bridge.jobstore import db, relayrole
+from outbox_bridge.jobstore import db, leader
 from outbox_bridge.jobstore.drivers import postgresql as postgresql_driver
 from tests.support.store import new_jobs
 
@@ -73,7 +73,7 @@ def test_the_read_walks_the_due_index_and_leaves_out_the_sent_rows_through_a_has
 
 def test_the_read_returns_the_rows_after_the_sent_ones_in_order(engine: Engine, backlog: list[int]) -> None:
     found = db.read_one(
-        engine, relayrole.due_at_once, "token", now=time.time(), limit=LIMIT, exclude=backlog[:SENT]
+        engine, leader.due_at_once, "token", now=time.time(), limit=LIMIT, exclude=backlog[:SENT]
     )
 
     assert found is not None

@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from outbox_bridge.broker.topology import ROUTING_KEY
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, relayrole
+from outbox_bridge.jobstore import db, leader
 from outbox_bridge.relay import ledger
 from outbox_bridge.relay.window import Sent
 from tests.conftest import make_settings
@@ -74,11 +74,11 @@ def test_a_nacked_message_leaves_its_row_pending(settings: Settings, engine: Eng
 
 def test_a_relay_whose_role_passed_on_cannot_mark_rows(engine: Engine, clock: FakeClock) -> None:
     seed_jobs(engine, 4)
-    assert db.transact(engine, relayrole.take, "old", now=clock.now(), seconds=5)
-    stale, _ = db.read(engine, relayrole.due, "old", now=clock.now(), limit=10)
+    assert db.transact(engine, leader.take, "old", now=clock.now(), seconds=5)
+    stale, _ = db.read(engine, leader.due, "old", now=clock.now(), limit=10)
     clock.advance(6)
-    assert db.transact(engine, relayrole.take, "new", now=clock.now(), seconds=5)
-    current, _ = db.read(engine, relayrole.due, "new", now=clock.now(), limit=10)
+    assert db.transact(engine, leader.take, "new", now=clock.now(), seconds=5)
+    current, _ = db.read(engine, leader.due, "new", now=clock.now(), limit=10)
     assert [row for row, _ in current.rows] == [row for row, _ in stale.rows]
 
     late = ledger.PublishResults()

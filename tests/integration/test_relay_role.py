@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from outbox_bridge.core.clock import FakeClock
-from outbox_bridge.jobstore import db, outbox, relayrole
+from outbox_bridge.jobstore import db, leader, outbox
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from tests.integration.test_outbox import add_row, rows
 from tests.support.store import new_job
@@ -21,15 +21,15 @@ ROLE = 5.0
 
 
 def take(engine: Engine, clock: FakeClock, token: str, gone: str | None = None) -> bool:
-    return db.transact(engine, relayrole.take, token, now=clock.now(), seconds=ROLE, gone=gone)
+    return db.transact(engine, leader.take, token, now=clock.now(), seconds=ROLE, gone=gone)
 
 
 def due(
     engine: Engine, clock: FakeClock, token: str, limit: int = 100, exclude: frozenset[int] = frozenset()
 ) -> tuple[outbox.Lease, float | None]:
-    read = db.read(engine, relayrole.due, token, now=clock.now(), limit=limit, exclude=exclude)
+    read = db.read(engine, leader.due, token, now=clock.now(), limit=limit, exclude=exclude)
     # The relay's read on PostgreSQL: one statement, on its own (both drivers hold it).
-    at_once = db.read_one(engine, relayrole.due_at_once, token, now=clock.now(), limit=limit, exclude=exclude)
+    at_once = db.read_one(engine, leader.due_at_once, token, now=clock.now(), limit=limit, exclude=exclude)
     assert at_once == read, "the one-statement read disagrees with the general one"
     return read
 
@@ -56,7 +56,7 @@ def writer_holding_the_outbox(engine: Engine) -> Iterator[None]:
 def test_one_token_holds_the_role_until_it_expires_or_is_handed_back(
     engine: Engine, clock: FakeClock
 ) -> None:
-    assert db.read(engine, relayrole.current) is None
+    assert db.read(engine, leader.current) is None
     assert take(engine, clock, "a")
     assert not take(engine, clock, "b"), "taken while another holds it"
     clock.advance(ROLE - 1)
@@ -65,21 +65,21 @@ def test_one_token_holds_the_role_until_it_expires_or_is_handed_back(
     assert not take(engine, clock, "b"), "the renewal counts from when it was renewed"
     clock.advance(1.5)
     assert take(engine, clock, "b"), "an expired role is anyone's"
-    held = db.read(engine, relayrole.current)
-    assert held is not None and held.token == "b" and held.holder == relayrole.me()
+    held = db.read(engine, leader.current)
+    assert held is not None and held.token == "b" and held.holder == leader.me()
     assert not take(engine, clock, "a"), "the old holder's token no longer renews it"
-    db.transact(engine, relayrole.give_up, "b")
+    db.transact(engine, leader.give_up, "b")
     assert take(engine, clock, "c"), "a role handed back is taken at once"
     assert take(engine, clock, "d", gone="c"), "so is one whose holder was seen gone"
     assert not take(engine, clock, "e", gone="c"), "but only the gone holder's"
 
 
 def test_a_holder_seen_gone_is_one_whose_process_is_not_running_here() -> None:
-    alive = relayrole.Holder("t", relayrole.me(), 0.0)
+    alive = leader.Holder("t", leader.me(), 0.0)
     assert not alive.gone()
-    host = relayrole.me().rpartition(":")[0]
-    assert relayrole.Holder("t", f"{host}:{2**22 + 12345}", 0.0).gone()  # above Linux's pid_max
-    assert not relayrole.Holder("t", f"elsewhere.example:{2**22 + 12345}", 0.0).gone(), "another host's"
+    host = leader.me().rpartition(":")[0]
+    assert leader.Holder("t", f"{host}:{2**22 + 12345}", 0.0).gone()  # above Linux's pid_max
+    assert not leader.Holder("t", f"elsewhere.example:{2**22 + 12345}", 0.0).gone(), "another host's"
 
 
 def test_the_holder_reads_due_rows_in_their_order_leaving_out_its_own_without_a_write_lock(
@@ -114,8 +114,8 @@ def test_a_read_behind_a_backlog_of_several_tenants_gives_each_tenant_its_turn(
     other = new_job(engine, "b0", tenant="b")
     assert take(engine, clock, "role")
     # The one statement leaves this read to the ranking.
-    assert db.read_one(engine, relayrole.due_at_once, "role", now=clock.now(), limit=2) is None
-    read, _ = db.read(engine, relayrole.due, "role", now=clock.now(), limit=2)
+    assert db.read_one(engine, leader.due_at_once, "role", now=clock.now(), limit=2) is None
+    read, _ = db.read(engine, leader.due, "role", now=clock.now(), limit=2)
     assert [job for _, job in read.rows] == [first_tenants[0], other], (
         "b's first row waits behind a's first only"
     )
@@ -129,9 +129,9 @@ def test_marks_and_hold_backs_change_rows_only_while_the_token_holds_the_role(
     assert take(engine, clock, "role")
     read, _ = due(engine, clock, "role")
     (a, _), (b, _), (c, _) = read.rows
-    assert db.transact(engine, relayrole.mark_published, "role", [a], clock.now()) == 1
+    assert db.transact(engine, leader.mark_published, "role", [a], clock.now()) == 1
     retry_at = clock.now() + 1.0
-    assert db.transact(engine, relayrole.hold_back, "role", [b], now=clock.now(), retry_at=retry_at) == 1
+    assert db.transact(engine, leader.hold_back, "role", [b], now=clock.now(), retry_at=retry_at) == 1
     by_id = {r["id"]: r for r in rows(engine)}
     assert by_id[a]["published_at"] == clock.now() and by_id[a]["publish_attempts"] == 1
     assert by_id[b]["published_at"] is None and by_id[b]["available_at"] == retry_at
@@ -139,7 +139,7 @@ def test_marks_and_hold_backs_change_rows_only_while_the_token_holds_the_role(
     assert [i for i, _ in due(engine, clock, "role")[0].rows] == [c], "a held-back row waits its retry"
     clock.advance(1.0)
     assert [i for i, _ in due(engine, clock, "role")[0].rows] == [b, c]
-    assert db.transact(engine, relayrole.mark_published, "role", [a], clock.now()) == 0, "marked once"
+    assert db.transact(engine, leader.mark_published, "role", [a], clock.now()) == 0, "marked once"
 
 
 def test_a_holder_whose_role_passed_on_marks_and_holds_back_nothing(engine: Engine, clock: FakeClock) -> None:
@@ -149,15 +149,13 @@ def test_a_holder_whose_role_passed_on_marks_and_holds_back_nothing(engine: Engi
     read, _ = due(engine, clock, "old")
     (a, _), (b, _) = read.rows
     clock.advance(ROLE + 1)  # the old holder stalled past its role
-    assert db.transact(engine, relayrole.mark_published, "old", [a], clock.now()) == 0, "expired"
+    assert db.transact(engine, leader.mark_published, "old", [a], clock.now()) == 0, "expired"
     assert take(engine, clock, "new")
-    assert db.transact(engine, relayrole.mark_published, "old", [a], clock.now()) == 0, "taken over"
-    assert (
-        db.transact(engine, relayrole.hold_back, "old", [b], now=clock.now(), retry_at=clock.now() + 9) == 0
-    )
+    assert db.transact(engine, leader.mark_published, "old", [a], clock.now()) == 0, "taken over"
+    assert db.transact(engine, leader.hold_back, "old", [b], now=clock.now(), retry_at=clock.now() + 9) == 0
     before = rows(engine)
     assert all(r["published_at"] is None and r["publish_attempts"] == 0 for r in before)
     # The new holder finds both rows due and marks them.
     taken, _ = due(engine, clock, "new")
     assert [i for i, _ in taken.rows] == [a, b]
-    assert db.transact(engine, relayrole.mark_published, "new", [a, b], clock.now()) == 2
+    assert db.transact(engine, leader.mark_published, "new", [a, b], clock.now()) == 2

@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import Connection, Engine, select
 
 from outbox_bridge.core.clock import FakeClock
-from outbox_bridge.jobstore import db, drivers, fenced, intake, relayrole
+from outbox_bridge.jobstore import db, drivers, fenced, intake, leader
 from outbox_bridge.jobstore.schema import attempts, jobs, outbox
 from outbox_bridge.jobstore.statistics import TABLES
 from tests.support.store import claimed, new_job, new_jobs
@@ -129,10 +129,10 @@ def test_published_rows_are_marked_with_their_events_facts_while_the_token_holds
 ) -> None:
     db.transact(engine, intake.accept_prepared, prepared(clock.now(), "a", traceparent=TRACEPARENT))
     row_ids = db.read(engine, lambda conn: list(conn.execute(select(outbox.c.id)).scalars()))
-    assert db.transact(engine, relayrole.take, "role", now=clock.now(), seconds=60)
+    assert db.transact(engine, leader.take, "role", now=clock.now(), seconds=60)
 
     def mark(token: str) -> list[Any]:
-        params = {"name": relayrole.NAME, "token": token, "now": clock.now()}
+        params = {"name": leader.NAME, "token": token, "now": clock.now()}
         return db.transact(engine, lambda conn: drivers.of(conn).mark_published(conn, params, row_ids))
 
     assert mark("another") == []
@@ -146,14 +146,14 @@ TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
 def test_the_relays_read_finds_what_the_read_in_steps_finds(engine: Engine, clock: FakeClock) -> None:
-    """`relayrole.read` reads at once where the driver can (`reads_due_in_one_statement`), in steps
+    """`leader.read` reads at once where the driver can (`reads_due_in_one_statement`), in steps
     elsewhere."""
     new_jobs(engine, 3)
-    found, _ = relayrole.read(engine, "role", now=clock.now(), limit=10)
-    in_steps, _ = db.read(engine, relayrole.due, "role", now=clock.now(), limit=10)
+    found, _ = leader.read(engine, "role", now=clock.now(), limit=10)
+    in_steps, _ = db.read(engine, leader.due, "role", now=clock.now(), limit=10)
     assert found is not None and found.rows == in_steps.rows and len(found.rows) == 3
     if drivers.of(engine).reads_due_in_one_statement():
-        at_once = db.read_one(engine, relayrole.due_at_once, "role", now=clock.now(), limit=10)
+        at_once = db.read_one(engine, leader.due_at_once, "role", now=clock.now(), limit=10)
         assert at_once is not None and at_once[0].rows == in_steps.rows
 
 

@@ -1,4 +1,4 @@
-"""The orders the store hands work out in, on both stores: the relay role's read (`relayrole.due`) and the
+"""The orders the store hands work out in, on both stores: the relay role's read (`leader.due`) and the
 table's claim (`claiming.claim_due`, the baseline's). A `high` job queued behind a backlog of `normal` ones
 goes first, a `low` one last; among jobs of one priority, tenants take turns, then the oldest goes first."""
 

@@ -2,7 +2,7 @@
 
 The store's interface is its operations: accept a batch (`intake`), claim by ids and claim due (`claiming`),
 complete and fail a round's attempts (`fenced`, through `worker.commit`), renew a lease and release a job
-(`fenced`), take the leader role, read due outbox rows and mark them published (`relayrole`), sweep expired
+(`fenced`), take the leader role, read due outbox rows and mark them published (`leader`), sweep expired
 leases and re-announce (`sweeper`), prune (`retention`), cancel, requeue and resolve (`operator`). `record`
 runs one typical call of each on an empty store and notes every statement it sends, through SQLAlchemy or
 below it (`db.statements_seen`): the plan tests explain each one
@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, update
 
 from outbox_bridge.core.backoff import Backoff
-from outbox_bridge.jobstore import claiming, db, fenced, intake, operator, relayrole, retention, sweeper
+from outbox_bridge.jobstore import claiming, db, fenced, intake, leader, operator, retention, sweeper
 from outbox_bridge.jobstore.schema import jobs
 from outbox_bridge.jobstore.states import State
 
@@ -90,18 +90,16 @@ def record(engine: Engine) -> list[Operation]:
     )
     a, b, c, d, e = (outcome.job.id for outcome in accepted)
 
-    token = relayrole.me()
-    scene.run(
-        "take the relay role", "relayrole.take", db.transact, relayrole.take, token, now=now, seconds=LEASE
-    )
-    lease, _ = scene.run("read due outbox rows", "relayrole.read", relayrole.read, token, now=now, limit=100)
+    token = leader.me()
+    scene.run("take the relay role", "leader.take", db.transact, leader.take, token, now=now, seconds=LEASE)
+    lease, _ = scene.run("read due outbox rows", "leader.read", leader.read, token, now=now, limit=100)
     assert lease is not None
     published = [outbox_id for outbox_id, _job_id in lease.rows]
     scene.run(
         "mark published",
-        "relayrole.mark_published",
+        "leader.mark_published",
         db.transact,
-        relayrole.mark_published,
+        leader.mark_published,
         token,
         published,
         now,

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, select
 
 from outbox_bridge.core import clock
-from outbox_bridge.jobstore import claiming, db, intake, queries, relayrole
+from outbox_bridge.jobstore import claiming, db, intake, leader, queries
 from outbox_bridge.jobstore.outbox import Lease
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Claim, Job
@@ -119,9 +119,9 @@ def every_row(engine: Engine) -> dict[str, list[dict[str, Any]]]:
 
 
 def due_rows(engine: Engine, *, now: float | None = None, limit: int = 100, tenant_cap: int = 0) -> Lease:
-    """The due outbox rows the relay role's holder would read now (`relayrole.due`), in its order."""
+    """The due outbox rows the relay role's holder would read now (`leader.due`), in its order."""
     at = clock.now() if now is None else now
-    found, _ = db.read(engine, relayrole.due, RELAY, now=at, limit=limit, tenant_cap=tenant_cap)
+    found, _ = db.read(engine, leader.due, RELAY, now=at, limit=limit, tenant_cap=tenant_cap)
     return found
 
 
@@ -131,8 +131,8 @@ def publish(engine: Engine, row_ids: list[int], *, now: float | None = None) -> 
     at = clock.now() if now is None else now
 
     def mark(conn: Connection) -> int:
-        assert relayrole.take(conn, RELAY, now=at, seconds=3600.0), "another relay holds the role"
-        return relayrole.mark_published(conn, RELAY, row_ids, at)
+        assert leader.take(conn, RELAY, now=at, seconds=3600.0), "another relay holds the role"
+        return leader.mark_published(conn, RELAY, row_ids, at)
 
     return db.transact(engine, mark)
 

@@ -1,4 +1,5 @@
-"""The relay role: one relay at a time publishes the outbox, under a lease of the role itself.
+"""The leader: one relay at a time publishes the outbox, under a lease of the leadership itself (the relay
+role, as the operators' docs and the table `relay_role` call it).
 
 A relay leasing rows writes before every publish: one more write transaction on the path of every job,
 where the accept before it and the claim after it take one each (on SQLite a hold of its single write lock,
@@ -6,7 +7,7 @@ on PostgreSQL a commit that waits for its WAL flush). The holder of the role ins
 publishes them, and writes only what the broker said, in groups: a confirmed row is marked published, a
 refused one is held back a little (`hold_back`), one never confirmed needs no write at all (it is still
 due). The relays that do not hold the role stand by, and take it when it expires or its holder's process
-is gone (`RoleClaim`). On PostgreSQL the read is one statement, committed by itself (`due_at_once`).
+is gone (`LeaderClaim`). On PostgreSQL the read is one statement, committed by itself (`due_at_once`).
 
 The promises of the row lease carry over. The role is held under a fresh token each time it is taken,
 until `expires_at`, and renewed well before that; every write of the holder names its token and changes
@@ -85,9 +86,9 @@ def give_up(conn: Connection, token: str) -> None:
     db.execute(conn, "leader_give_up", {"name": NAME, "token": token})
 
 
-class RoleClaim:
-    """One relay's claim on the role: `take_or_renew` at each of its looks (on one thread at a time),
-    `give_up` when it stops or hands the role back, `close` at its end.
+class LeaderClaim:
+    """One relay's claim on the leadership (the role): `take_or_renew` at each of its looks (on one thread
+    at a time), `give_up` when it stops or hands the role back, `close` at its end.
 
     A standby takes the role when nobody holds it, it expired, or its holder is gone: its pid no longer
     exists on the standby's own host (`Holder.gone`), or, where the database has a session lock
