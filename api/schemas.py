@@ -57,8 +57,8 @@ ConcurrencyKey = Annotated[
     AfterValidator(_printable),
 ]
 
-# Which flow limit holds a queued job back (`jobstore.limits.Held`), and what each is, as the command line
-# and the dashboard name it.
+# Which flow limit holds a queued job back (`jobstore.limits.HoldReason`), and what each is, as the command
+# line and the dashboard name it.
 HeldBy = Literal["kind", "key", "rate"]
 HELD_BY_MEANING: dict[str, str] = {
     "kind": "its kind's running cap (KIND_MAX_RUNNING)",

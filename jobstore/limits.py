@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from outbox_bridge.core.settings import Settings
 
 
-class Held(StrEnum):
+class HoldReason(StrEnum):
     """Which limit held a queued job back (`jobs.held_by`)."""
 
     KIND = "kind"  # KIND_MAX_RUNNING
@@ -89,7 +89,7 @@ class Decision:
     """What `admit` decided, in the claim's order."""
 
     admitted: list[Candidate] = field(default_factory=list)
-    held: dict[str, Held] = field(default_factory=dict)
+    held: dict[str, HoldReason] = field(default_factory=dict)
 
 
 # Advisory lock spaces: apart from the tenants' (`tenantcap`) and from each other.
@@ -123,13 +123,13 @@ def admit(conn: Connection, limits: Limits, found: Sequence[Candidate], now: flo
     for c in found:
         cap = limits.kind_max_running.get(c.kind)
         if cap is not None and kinds_running[c.kind] + started[c.kind] >= cap:
-            decision.held[c.job_id] = Held.KIND
+            decision.held[c.job_id] = HoldReason.KIND
         elif c.key is not None and keys_running[(c.tenant, c.key)] + keyed[(c.tenant, c.key)] >= (
             limits.key_max_running
         ):
-            decision.held[c.job_id] = Held.KEY
+            decision.held[c.job_id] = HoldReason.KEY
         elif c.kind in limits.kind_intervals and (started[c.kind] or next_starts.get(c.kind, now) > now):
-            decision.held[c.job_id] = Held.RATE
+            decision.held[c.job_id] = HoldReason.RATE
         else:
             decision.admitted.append(c)
             started[c.kind] += 1
@@ -154,11 +154,11 @@ def hold(conn: Connection, decision: Decision, found: Sequence[Candidate], now: 
     with no held job waiting for its turn gives the first one its turn (`_next_turn`)."""
     if not decision.held:
         return
-    for why in Held:
+    for why in HoldReason:
         ids = [job_id for job_id, held in decision.held.items() if held is why]
         if ids:
             db.execute(conn, "limit_hold", {"ids": _array(conn, ids), "held_by": why.value, "now": now})
-    rated = sorted({c.kind for c in found if decision.held.get(c.job_id) is Held.RATE})
+    rated = sorted({c.kind for c in found if decision.held.get(c.job_id) is HoldReason.RATE})
     if rated:
         _next_turn(conn, rated, now)
 
@@ -237,10 +237,10 @@ def release_held(conn: Connection, limits: Limits, now: float) -> int:
     groups = db.execute(conn, "limit_held_groups")
     if not groups:
         return 0
-    kinds = sorted({kind for why, kind, _, _, _ in groups if why == Held.KIND.value})
-    keys = sorted({(tenant, key) for why, _, tenant, key, _ in groups if why == Held.KEY.value})
+    kinds = sorted({kind for why, kind, _, _, _ in groups if why == HoldReason.KIND.value})
+    keys = sorted({(tenant, key) for why, _, tenant, key, _ in groups if why == HoldReason.KEY.value})
     announced = _announce(conn, _with_room(conn, limits, kinds, keys), now)
-    rated = sorted({kind for why, kind, _, _, _ in groups if why == Held.RATE.value})
+    rated = sorted({kind for why, kind, _, _, _ in groups if why == HoldReason.RATE.value})
     if rated:
         unlimited = [kind for kind in rated if kind not in limits.kind_intervals]
         announced += _announce(conn, _held_of(conn, unlimited), now)
@@ -282,7 +282,7 @@ class HeldCount:
     """How many queued jobs of a kind one limit holds back."""
 
     kind: str
-    held_by: str  # `Held`
+    held_by: str  # `HoldReason`
     queued: int
 
 

@@ -45,7 +45,7 @@ class Job:
     priority: Priority = Priority.NORMAL
     schedule_name: str | None = None  # the schedule that made it for one of its slots (`jobstore.schedules`)
     concurrency_key: str | None = None  # at most CONCURRENCY_KEY_MAX_RUNNING of its tenant's run at once
-    held_by: str | None = None  # the flow limit that holds it back, while queued (`jobstore.limits.Held`)
+    held_by: str | None = None  # while queued, the flow limit that holds it back (`limits.HoldReason`)
     running_since: float | None = None  # running: when its thread began; None while it waits for one
 
     @classmethod

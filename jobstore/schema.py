@@ -88,7 +88,8 @@ jobs = Table(
     Column("schedule_name", String(128)),
     # At most `CONCURRENCY_KEY_MAX_RUNNING` running jobs of a tenant share one (`jobstore.limits`).
     Column("concurrency_key", String(128)),
-    # Which limit (`jobstore.limits.Held`) held the queued job back at its last claim; null once claimed.
+    # Which limit (`jobstore.limits.HoldReason`) held the queued job back at its last claim; null once
+    # claimed.
     Column("held_by", String(16)),
     # A running job: when a worker's thread began running its attempt. Null while the worker that claimed
     # it holds it waiting for a thread (it claimed ahead of its threads, `worker.budget`). Written by the

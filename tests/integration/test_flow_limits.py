@@ -17,7 +17,7 @@ from outbox_bridge.broker.connection import QueueDepth
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import claiming, db, limits, overview
-from outbox_bridge.jobstore.limits import Held, Limits
+from outbox_bridge.jobstore.limits import HoldReason, Limits
 from outbox_bridge.jobstore.schema import jobs
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from outbox_bridge.jobstore.states import State
@@ -84,7 +84,7 @@ def test_a_capped_kind_runs_no_more_than_its_cap_and_the_rest_are_held_not_redel
     assert running_of(engine, kind="export") == 2
     for job_id in exports[2:]:
         job = job_row(engine, job_id)
-        assert (job.state, job.attempts, job.held_by) == (State.QUEUED, 0, Held.KIND.value)
+        assert (job.state, job.attempts, job.held_by) == (State.QUEUED, 0, HoldReason.KIND.value)
     assert pending_rows(engine) == [], "a held job is not delivered again until it has room"
 
 
@@ -136,7 +136,7 @@ def test_a_concurrency_key_lets_one_of_a_tenants_jobs_run_at_a_time_and_keys_of_
     results = deliver(engine, clock, same + other_key + other_tenant, KEYED)
 
     assert [r.refusal for r in results] == [None, claiming.Refusal.HELD, claiming.Refusal.HELD, None, None]
-    assert job_row(engine, same[1]).held_by == Held.KEY.value
+    assert job_row(engine, same[1]).held_by == HoldReason.KEY.value
     finish(engine, clock, [results[0].claim], KEYED, settings)
     [(announced, _)] = pending_rows(engine)
     assert announced in same[1:], "one held job of the key for the one place that opened"
