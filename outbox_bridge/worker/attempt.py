@@ -45,7 +45,7 @@ from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry import tracing
 from outbox_bridge.telemetry.instruments import ACCEPT_TO_START, RUN_SECONDS
-from outbox_bridge.worker.lease import Held
+from outbox_bridge.worker.lease import LeasedJob
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class StoreContext:
     engine: Engine
     settings: Settings
     claim: Claim
-    held: Held
+    held: LeasedJob
     checkpoint: dict[str, Any] | None = field(init=False)
 
     def __post_init__(self) -> None:

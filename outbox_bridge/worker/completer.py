@@ -36,7 +36,7 @@ from outbox_bridge.telemetry.instruments import FENCED_WRITES
 from outbox_bridge.worker.attempt import discard_uncommitted
 from outbox_bridge.worker.counts import WriterCounts
 from outbox_bridge.worker.inbox import NUDGE, take_batch, take_waiting
-from outbox_bridge.worker.lease import Held
+from outbox_bridge.worker.lease import LeasedJob
 from outbox_bridge.worker.modes import Acker
 from outbox_bridge.worker.producer import Claimed, Producer
 from outbox_bridge.worker.release import Release
@@ -181,7 +181,7 @@ class Completer:
                 self._counts.ended(_outcome_name(f.running.held, state))
 
 
-def _outcome_name(held: Held, state: State | None) -> str:
+def _outcome_name(held: LeasedJob, state: State | None) -> str:
     if state is not None:
         return state.value
     return Release.RELEASED.value if held.handed_back else "fenced"

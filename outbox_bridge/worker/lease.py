@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 
 @dataclass
-class Held:
-    """A job this process is running, as the lease keeper sees it."""
+class LeasedJob:
+    """A job this process is running under its lease, as the lease keeper sees it."""
 
     claim: Claim
     cancel_requested: bool = False
@@ -44,7 +44,7 @@ class LeaseKeeper:
         self._engine = engine
         self._lease = settings.lease_seconds
         self._interval = interval if interval is not None else min(1.0, settings.lease_seconds / 3)
-        self._held: dict[str, Held] = {}
+        self._held: dict[str, LeasedJob] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="lease-keeper", daemon=True)
@@ -58,8 +58,8 @@ class LeaseKeeper:
         if self._thread.is_alive():
             self._thread.join(timeout=5)
 
-    def hold(self, claim: Claim) -> Held:
-        held = Held(claim)
+    def hold(self, claim: Claim) -> LeasedJob:
+        held = LeasedJob(claim)
         with self._lock:
             self._held[claim.job_id] = held
         return held
@@ -68,7 +68,7 @@ class LeaseKeeper:
         with self._lock:
             self._held.pop(job_id, None)
 
-    def held(self) -> list[Held]:
+    def held(self) -> list[LeasedJob]:
         with self._lock:
             return list(self._held.values())
 
@@ -82,7 +82,7 @@ class LeaseKeeper:
                 except db.StoreUnavailable as exc:
                     log.warning("lease renewal postponed: %s", exc)
 
-    def _renew_all(self, conn: Connection, current: list[Held]) -> None:
+    def _renew_all(self, conn: Connection, current: list[LeasedJob]) -> None:
         now, renewed_at = clock.now(), time.monotonic()
         for held in current:
             try:

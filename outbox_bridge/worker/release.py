@@ -14,7 +14,7 @@ from outbox_bridge.jobstore import db, fenced, queries
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.worker.lease import Held
+from outbox_bridge.worker.lease import LeasedJob
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +52,12 @@ def _why_refused(engine: Engine, claim: Claim) -> Release:
     return Release.NOT_HELD
 
 
-def _nothing(_held: Held) -> None:
+def _nothing(_held: LeasedJob) -> None:
     return None
 
 
 def release_all(
-    engine: Engine, held: Iterable[Held], on_released: Callable[[Held], None] = _nothing
+    engine: Engine, held: Iterable[LeasedJob], on_released: Callable[[LeasedJob], None] = _nothing
 ) -> Counter[Release]:
     """Give back each held job (`release`) and count what became of them. A released job is marked lost,
     so its running attempt stops at its next check and what it returns is fenced out; then

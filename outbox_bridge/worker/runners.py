@@ -23,7 +23,7 @@ from outbox_bridge.handlers.base import JobError
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.worker.attempt import AttemptOutcome, StoreContext, run_attempt
 from outbox_bridge.worker.budget import ClaimBudget
-from outbox_bridge.worker.lease import Held, LeaseKeeper
+from outbox_bridge.worker.lease import LeasedJob, LeaseKeeper
 from outbox_bridge.worker.release import release_all
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ class Running:
     broker delivery it came with (None when it was claimed from the table)."""
 
     claim: Claim
-    held: Held
+    held: LeasedJob
     delivery: Any = None
     started: float | None = None  # when a thread began running it (monotonic), until its code returned
     traceparent: str | None = None  # the delivery's trace context: the run span's parent (`run_attempt`)
@@ -214,7 +214,7 @@ class Runners:
         by_attempt = {running.claim.attempt_id: running for running in waiting}
         released: list[Running] = []
 
-        def forget(held: Held) -> None:
+        def forget(held: LeasedJob) -> None:
             running = by_attempt.pop(held.claim.attempt_id)
             if self.forget(running):
                 released.append(running)

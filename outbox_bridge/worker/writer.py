@@ -33,7 +33,7 @@ from outbox_bridge.worker.commit import backoff_of
 from outbox_bridge.worker.completer import Completer
 from outbox_bridge.worker.counts import WriterCounts
 from outbox_bridge.worker.inbox import NUDGE, STOP
-from outbox_bridge.worker.lease import Held, LeaseKeeper
+from outbox_bridge.worker.lease import LeasedJob, LeaseKeeper
 from outbox_bridge.worker.modes import Acker, NoDeliveries, TableSource
 from outbox_bridge.worker.producer import Producer
 from outbox_bridge.worker.release import Release, release_all
@@ -143,7 +143,7 @@ class StoreWriter:
         released (its external effect started, or its lease is already gone) runs on, to be finished."""
         released: list[Delivery] = []
 
-        def forget(held: Held) -> None:
+        def forget(held: LeasedJob) -> None:
             running = self._runners.claimed_as(held.claim.attempt_id)
             if running is not None and self._runners.forget(running):
                 self.counts.ended(Release.RELEASED.value)

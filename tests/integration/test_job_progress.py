@@ -28,7 +28,7 @@ from outbox_bridge.jobstore.schedule import Schedule
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.worker.attempt import StoreContext, run_attempt
 from outbox_bridge.worker.commit import backoff_of, commit_outcomes
-from outbox_bridge.worker.lease import Held
+from outbox_bridge.worker.lease import LeasedJob
 from tests.integration.test_kinds_document import INVOICE, WORKER
 from tests.support.kinds import claim
 from tests.support.procs import settings_env
@@ -56,7 +56,7 @@ def as_pairs(samples: list[ProgressView | None]) -> list[tuple[int, int | None] 
 
 def run_sampled(engine: Engine, settings: Settings, taken: Claim) -> Sampled:
     """Run the claimed job to its committed outcome, sampling its progress after every checkpoint."""
-    ctx = Sampled(engine, settings, taken, Held(taken))
+    ctx = Sampled(engine, settings, taken, LeasedJob(taken))
     outcome = run_attempt(ctx)
     [state] = db.transact(engine, commit_outcomes, [(taken, outcome)], now(), backoff_of(settings))
     assert state is State.SUCCEEDED

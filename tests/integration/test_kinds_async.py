@@ -24,7 +24,7 @@ from outbox_bridge.jobstore import db, operator, queries
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.worker.attempt import AttemptOutcome, StoreContext, run_attempt
 from outbox_bridge.worker.commit import backoff_of, commit_outcomes
-from outbox_bridge.worker.lease import Held
+from outbox_bridge.worker.lease import LeasedJob
 from tests.support.kinds import claim, run
 from tests.support.store import claimed, job_row, new_job
 
@@ -122,7 +122,7 @@ def attempt_with(
 ) -> tuple[AttemptOutcome, State | None]:
     """Run one attempt with the lease keeper's flags as given (`cancel_requested`, `lost`), and commit it."""
     taken = claim(engine, settings, job_id)
-    outcome = run_attempt(StoreContext(engine, settings, taken, Held(taken, **flags)))
+    outcome = run_attempt(StoreContext(engine, settings, taken, LeasedJob(taken, **flags)))
     [state] = db.transact(engine, commit_outcomes, [(taken, outcome)], now(), backoff_of(settings))
     return outcome, state
 
@@ -163,7 +163,7 @@ def test_an_async_kind_stops_at_a_cancel_request_it_checks(engine: Engine, setti
     job_id = submit(engine, "async_steps")
     taken = claim(engine, settings, job_id)
     assert db.transact(engine, operator.request_cancel, job_id, now()) is operator.CancelOutcome.REQUESTED
-    outcome = run_attempt(StoreContext(engine, settings, taken, Held(taken, cancel_requested=True)))
+    outcome = run_attempt(StoreContext(engine, settings, taken, LeasedJob(taken, cancel_requested=True)))
     [state] = db.transact(engine, commit_outcomes, [(taken, outcome)], now(), backoff_of(settings))
 
     assert outcome.cancelled and state is State.CANCELLED
@@ -176,7 +176,7 @@ def test_an_async_kind_fenced_out_by_another_worker_writes_nothing(
     job_id = submit(engine, "async_steps")
     taken = claim(engine, settings, job_id)
     again = claimed(engine, job_id, "worker-2", now=now() + settings.lease_seconds + 1)  # its lease ran out
-    outcome = run_attempt(StoreContext(engine, settings, taken, Held(taken)))
+    outcome = run_attempt(StoreContext(engine, settings, taken, LeasedJob(taken)))
     [state] = db.transact(engine, commit_outcomes, [(taken, outcome)], now(), backoff_of(settings))
 
     assert outcome.lease_lost and state is None  # its first checkpoint was refused, and it stopped there
