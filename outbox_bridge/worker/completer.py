@@ -69,7 +69,7 @@ class Completer:
         acker: Acker,
     ) -> None:
         self._settings = settings
-        self._inbox = inbox  # Delivery | Finished | NUDGE | STOP
+        self._inbox = inbox  # BrokerDelivery | Finished | NUDGE | STOP
         self._runners = runners
         self._producer = producer
         self._store = store

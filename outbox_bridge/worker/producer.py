@@ -41,7 +41,7 @@ from outbox_bridge.worker.held import HeldDeliveries
 from outbox_bridge.worker.modes import Acker, TableSource
 from outbox_bridge.worker.polling import any_due
 from outbox_bridge.worker.retry import PatientStore
-from outbox_bridge.worker.rounds import Claimed, Claims, Delivery, claim_all, take_in_order
+from outbox_bridge.worker.rounds import BrokerDelivery, Claimed, Claims, claim_all, take_in_order
 from outbox_bridge.worker.runners import Runners
 from outbox_bridge.worker.share import TenantShare
 
@@ -95,11 +95,11 @@ class Producer:
         self._share = TenantShare(settings.tenant_share, concurrency)
         self._bursting = False
         self._failed_rounds = 0  # rounds in a row the store took nothing from
-        self._waiting: collections.deque[Delivery] = collections.deque()  # delivered, not claimed yet
+        self._waiting: collections.deque[BrokerDelivery] = collections.deque()  # delivered, not claimed yet
         self._accepting = True
         self._held = HeldDeliveries(settings, store, acker, counts)
 
-    def offered(self, deliveries: Sequence[Delivery]) -> None:
+    def offered(self, deliveries: Sequence[BrokerDelivery]) -> None:
         """Deliveries that arrived join those waiting to be claimed."""
         self._waiting.extend(deliveries)
         self._share.saw(delivery.tenant for delivery in deliveries)
@@ -269,7 +269,7 @@ class Producer:
     def _waiting_tenants(self) -> Counter[str]:
         return Counter(delivery.tenant for delivery in self._waiting)
 
-    def _claimed(self, deliveries: list[Delivery], results: list[ClaimResult], ahead: bool) -> None:
+    def _claimed(self, deliveries: list[BrokerDelivery], results: list[ClaimResult], ahead: bool) -> None:
         """Begin the claimed jobs (claimed as started at once, or all `ahead` of a thread: `claim_all`);
         ack the refused ones."""
         refused = []

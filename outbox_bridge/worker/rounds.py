@@ -23,7 +23,7 @@ from outbox_bridge.worker.commit import commit_outcomes
 from outbox_bridge.worker.runners import Finished, Running
 
 
-class Delivery(Protocol):
+class BrokerDelivery(Protocol):
     """A broker delivery as the writer sees it (`consumer.link.Delivery`): the job it names, and what held
     deliveries are ordered by."""
 
@@ -46,7 +46,7 @@ class Claims:
     `from_table` up to `table_room` due jobs from the jobs table, within the process's `TENANT_SHARE`
     (`share`); and the jobs claimed ahead that a thread now runs, to be shown started (`marks`)."""
 
-    deliveries: list[Delivery] = field(default_factory=list)
+    deliveries: list[BrokerDelivery] = field(default_factory=list)
     from_table: bool = False
     table_room: int = 0
     share: Share | None = None
@@ -105,8 +105,8 @@ def commit_all(
 
 
 def take_in_order(
-    waiting: collections.deque[Delivery], count: int, running: Counter[str], most: int | None = None
-) -> list[Delivery]:
+    waiting: collections.deque[BrokerDelivery], count: int, running: Counter[str], most: int | None = None
+) -> list[BrokerDelivery]:
     """Take `count` of the held deliveries, in the order the store hands out work: priority first, then
     turns across tenants (a delivery's turn is its rank among its tenant's held deliveries of that priority
     plus the jobs its tenant runs here), then arrival. The rest stay, in arrival order. While everything
@@ -122,7 +122,7 @@ def take_in_order(
         seen[(delivery.priority, delivery.tenant)] += 1
         turn = seen[(delivery.priority, delivery.tenant)] + running[delivery.tenant]
         keyed.append(((delivery.priority, turn, index), delivery))
-    first: list[tuple[tuple[int, int, int], Delivery]] = []
+    first: list[tuple[tuple[int, int, int], BrokerDelivery]] = []
     taken: Counter[str] = Counter()
     for key, delivery in sorted(keyed, key=lambda pair: pair[0]):
         if len(first) == count:

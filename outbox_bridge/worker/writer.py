@@ -38,7 +38,7 @@ from outbox_bridge.worker.modes import Acker, NoDeliveries, TableSource
 from outbox_bridge.worker.producer import Producer
 from outbox_bridge.worker.release import Release, release_all
 from outbox_bridge.worker.retry import PatientStore
-from outbox_bridge.worker.rounds import Delivery
+from outbox_bridge.worker.rounds import BrokerDelivery
 from outbox_bridge.worker.runners import Runners, Running
 
 
@@ -72,7 +72,7 @@ class StoreWriter:
         self._engine = engine
         self._acker: Acker = acker or NoDeliveries()
         self._worker = worker
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # Delivery | Finished | NUDGE | STOP
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # BrokerDelivery | Finished | NUDGE | STOP
         self.counts = WriterCounts()
         limits = Limits.of(settings)
         store = PatientStore(engine, settings.lease_seconds)
@@ -97,7 +97,7 @@ class StoreWriter:
         self._completer.start()
         return self
 
-    def offer(self, delivery: Delivery) -> None:
+    def offer(self, delivery: BrokerDelivery) -> None:
         """Queue a delivery for claiming (called on the broker link's thread; never blocks)."""
         self._inbox.put(delivery)
 
@@ -141,7 +141,7 @@ class StoreWriter:
         """Give every job still running back to the queue (`worker.release`: queued again with a new
         outbox row) and ack the delivery of each one released. Returns what became of them: a job not
         released (its external effect started, or its lease is already gone) runs on, to be finished."""
-        released: list[Delivery] = []
+        released: list[BrokerDelivery] = []
 
         def forget(held: LeasedJob) -> None:
             running = self._runners.claimed_as(held.claim.attempt_id)
