@@ -36,7 +36,10 @@ class NotifyPayload(BaseModel):
 
 
 @dataclass(frozen=True)
-class Delivery:
+class ProviderReceipt:
+    """What the provider answered to one send: the id of its message, and whether it had seen the idempotency
+    key before (nothing new was sent)."""
+
     provider_message_id: str
     duplicate: bool
 
@@ -46,7 +49,7 @@ class Provider(Protocol):
 
     def send(
         self, *, tenant: str, operation_key: str, job_id: str, epoch: int, to: str, message: str
-    ) -> Delivery: ...
+    ) -> ProviderReceipt: ...
 
 
 @dataclass(frozen=True)
@@ -61,14 +64,14 @@ class StubProvider:
 
     def send(
         self, *, tenant: str, operation_key: str, job_id: str, epoch: int, to: str, message: str
-    ) -> Delivery:
+    ) -> ProviderReceipt:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a+", encoding="utf-8") as log:
             fcntl.flock(log.fileno(), fcntl.LOCK_EX)
             log.seek(0)
             seen = log.read()
             earlier = _first_message_id(seen.splitlines(), tenant, operation_key)
-            delivery = Delivery(earlier or f"msg-{uuid.uuid4().hex}", duplicate=earlier is not None)
+            receipt = ProviderReceipt(earlier or f"msg-{uuid.uuid4().hex}", duplicate=earlier is not None)
             line = {
                 "tenant": tenant,
                 "operation_key": operation_key,
@@ -77,14 +80,14 @@ class StubProvider:
                 "to": to,
                 "message": message,
                 "at": clock.now(),
-                "provider_message_id": delivery.provider_message_id,
-                "duplicate": delivery.duplicate,
+                "provider_message_id": receipt.provider_message_id,
+                "duplicate": receipt.duplicate,
             }
             torn = bool(seen) and not seen.endswith("\n")  # a writer was killed mid-line
             log.write(("\n" if torn else "") + json.dumps(line) + "\n")
             log.flush()
             os.fsync(log.fileno())
-        return delivery
+        return receipt
 
 
 def _first_message_id(lines: list[str], tenant: str, operation_key: str) -> str | None:
@@ -117,7 +120,7 @@ def send_notification(ctx: JobContext, payload: NotifyPayload, provider: Provide
     ctx.check_cancel()
     ctx.mark_external_started()
     faults.hit("notify.after_external_started")
-    delivery = provider.send(
+    receipt = provider.send(
         tenant=ctx.tenant,
         operation_key=ctx.operation_key,
         job_id=ctx.job_id,
@@ -127,9 +130,9 @@ def send_notification(ctx: JobContext, payload: NotifyPayload, provider: Provide
     )
     faults.hit("notify.after_call")
     return {
-        "provider_message_id": delivery.provider_message_id,
+        "provider_message_id": receipt.provider_message_id,
         "operation_key": ctx.operation_key,
-        "duplicate": delivery.duplicate,
+        "duplicate": receipt.duplicate,
     }
 
 

@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from outbox_bridge.handlers.base import Cancelled, LeaseLost
-from outbox_bridge.handlers.notify import Delivery, NotifyPayload, send_notification
+from outbox_bridge.handlers.notify import NotifyPayload, ProviderReceipt, send_notification
 
 PAYLOAD = NotifyPayload(to="ops@example.com", message="disk almost full")
 
@@ -59,10 +59,10 @@ class RecordingProvider:
     journal: Journal
     calls: list[dict[str, Any]] = field(default_factory=list)
 
-    def send(self, **call: Any) -> Delivery:
+    def send(self, **call: Any) -> ProviderReceipt:
         self.journal.events.append("sent")
         self.calls.append(call)
-        return Delivery("msg-1", duplicate=False)
+        return ProviderReceipt("msg-1", duplicate=False)
 
 
 def test_the_external_effect_is_marked_before_the_provider_is_called() -> None:
