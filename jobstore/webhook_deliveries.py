@@ -18,7 +18,7 @@ from sqlalchemy import Connection
 
 from outbox_bridge.core.backoff import Backoff, Jitter
 from outbox_bridge.jobstore import db, drivers
-from outbox_bridge.jobstore.webhooks import Delivery, DeliveryState, Endpoint
+from outbox_bridge.jobstore.webhooks import DeliveryState, Endpoint, WebhookDelivery
 
 # What a failed attempt's log keeps of the error, at most.
 MAX_ERROR_CHARS = 500
@@ -63,7 +63,7 @@ class Decision:
     next_attempt_at: float
 
 
-def decide(delivery: Delivery, attempted: Attempted, policy: RetryPolicy, now: float) -> Decision:
+def decide(delivery: WebhookDelivery, attempted: Attempted, policy: RetryPolicy, now: float) -> Decision:
     """Delivered on a 2xx; otherwise pending again after the backoff, or failed once its retry window
     (`policy.retry_seconds` from `delivery.retrying_since`) is over. The last retry is never scheduled past
     the window's end."""
@@ -92,7 +92,7 @@ def due(
     skip_endpoints: Collection[str] = (),
     skip_tenants: Collection[str] = (),
     skip_ids: Collection[str] = (),
-) -> list[Delivery]:
+) -> list[WebhookDelivery]:
     """Up to `limit` pending deliveries due at `now`, in turns: each tenant's first, then each tenant's
     second, and so on, where a tenant's deliveries take turns across its endpoints (each endpoint's longest
     due first, then each one's second). At most `shares.per_endpoint` of one endpoint and
@@ -108,7 +108,7 @@ def due(
         "skip_tenants": driver.array(list(skip_tenants)),
         "skip_ids": driver.array(list(skip_ids)),
     }
-    return [Delivery.from_row(row) for row in db.execute(conn, "webhook_deliveries_due", params)]
+    return [WebhookDelivery.from_row(row) for row in db.execute(conn, "webhook_deliveries_due", params)]
 
 
 def endpoints_of(conn: Connection, endpoint_ids: Collection[str]) -> dict[str, Endpoint]:
@@ -117,7 +117,9 @@ def endpoints_of(conn: Connection, endpoint_ids: Collection[str]) -> dict[str, E
     return {row[0]: Endpoint.from_row(row) for row in rows}
 
 
-def record_attempt(conn: Connection, delivery: Delivery, attempted: Attempted, decision: Decision) -> bool:
+def record_attempt(
+    conn: Connection, delivery: WebhookDelivery, attempted: Attempted, decision: Decision
+) -> bool:
     """Write what the attempt at `delivery` got and the decision it led to, with the attempt's log row,
     guarded by the delivery being pending with the attempt count read with it. False (nothing written)
     when another writer changed it meanwhile."""

@@ -97,7 +97,9 @@ class Endpoint:
 
 
 @dataclass(frozen=True)
-class Delivery:
+class WebhookDelivery:
+    """One event sent to one endpoint, and where its attempts stand (`webhook_deliveries`)."""
+
     id: str
     endpoint_id: str
     tenant: str
@@ -114,7 +116,7 @@ class Delivery:
     replayed_at: float | None
 
     @classmethod
-    def from_row(cls, row: Sequence[Any]) -> Delivery:
+    def from_row(cls, row: Sequence[Any]) -> WebhookDelivery:
         """The delivery of a row read in the order of the fields (`webhook_delivery` and the like)."""
         fields = list(row)
         fields[7] = DeliveryState(fields[7])
@@ -280,19 +282,21 @@ def rotate_secret(
     return Endpoint.from_row(rows[0]), secret
 
 
-def list_deliveries(conn: Connection, *, endpoint_id: str | None = None, limit: int = 50) -> list[Delivery]:
+def list_deliveries(
+    conn: Connection, *, endpoint_id: str | None = None, limit: int = 50
+) -> list[WebhookDelivery]:
     """Deliveries, newest first (all endpoints', or `endpoint_id`'s)."""
     if endpoint_id is None:
         rows = db.execute(conn, "webhook_deliveries_newest", {"limit": limit})
     else:
         params = {"endpoint_id": endpoint_id, "limit": limit}
         rows = db.execute(conn, "webhook_deliveries_newest_of_endpoint", params)
-    return [Delivery.from_row(row) for row in rows]
+    return [WebhookDelivery.from_row(row) for row in rows]
 
 
-def get_delivery(conn: Connection, delivery_id: str) -> Delivery | None:
+def get_delivery(conn: Connection, delivery_id: str) -> WebhookDelivery | None:
     rows = db.execute(conn, "webhook_delivery", {"id": delivery_id})
-    return Delivery.from_row(rows[0]) if rows else None
+    return WebhookDelivery.from_row(rows[0]) if rows else None
 
 
 def attempts_of(conn: Connection, delivery_ids: list[str]) -> dict[str, list[DeliveryAttempt]]:
@@ -304,7 +308,7 @@ def attempts_of(conn: Connection, delivery_ids: list[str]) -> dict[str, list[Del
     return found
 
 
-def replay(conn: Connection, delivery_id: str, now: float, *, actor: str) -> Delivery:
+def replay(conn: Connection, delivery_id: str, now: float, *, actor: str) -> WebhookDelivery:
     """Make a delivered or failed delivery pending again, due now, under the same id (so a receiver that
     kept it can tell), with a fresh retry window; recorded. `DeliveryNotFound`, or `NotReplayable` for one
     still pending."""
@@ -313,7 +317,7 @@ def replay(conn: Connection, delivery_id: str, now: float, *, actor: str) -> Del
         if get_delivery(conn, delivery_id) is None:
             raise DeliveryNotFound(delivery_id)
         raise NotReplayable(delivery_id)
-    delivery = Delivery.from_row(rows[0])
+    delivery = WebhookDelivery.from_row(rows[0])
     _record(conn, delivery.endpoint_id, Action.REPLAY, actor=actor, now=now, delivery_id=delivery_id)
     return delivery
 

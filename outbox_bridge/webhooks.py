@@ -24,7 +24,7 @@ from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore import webhooks as store
-from outbox_bridge.jobstore.webhooks import Delivery, DeliveryAttempt, Endpoint
+from outbox_bridge.jobstore.webhooks import DeliveryAttempt, Endpoint, WebhookDelivery
 
 webhooks_app = typer.Typer(help="Completion webhooks: endpoints per tenant, their secrets and deliveries.")
 
@@ -216,7 +216,7 @@ def _endpoint_document(endpoint: Endpoint) -> dict[str, Any]:
     }
 
 
-def _delivery_document(delivery: Delivery, attempts: list[DeliveryAttempt]) -> dict[str, Any]:
+def _delivery_document(delivery: WebhookDelivery, attempts: list[DeliveryAttempt]) -> dict[str, Any]:
     return {
         "id": delivery.id,
         "endpoint_id": delivery.endpoint_id,

@@ -26,7 +26,7 @@ from outbox_bridge.core import clock
 from outbox_bridge.core.destinations import PrivateDestination
 from outbox_bridge.core.signatures import signature
 from outbox_bridge.jobstore.webhook_deliveries import Attempted
-from outbox_bridge.jobstore.webhooks import Delivery
+from outbox_bridge.jobstore.webhooks import WebhookDelivery
 
 if TYPE_CHECKING:
     import httpcore
@@ -38,7 +38,7 @@ TYPE_PREFIX = "outbox_bridge."
 KEEPALIVE_SECONDS = 5.0
 
 
-def cloud_event(delivery: Delivery, view: dict[str, Any]) -> bytes:
+def cloud_event(delivery: WebhookDelivery, view: dict[str, Any]) -> bytes:
     """The delivery as a CloudEvents 1.0 structured JSON event whose `data` is the job's view."""
     event = {
         "specversion": "1.0",

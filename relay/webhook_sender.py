@@ -39,7 +39,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, queries
 from outbox_bridge.jobstore import webhook_deliveries as store
 from outbox_bridge.jobstore.webhook_deliveries import Attempted, RetryPolicy, Shares
-from outbox_bridge.jobstore.webhooks import Delivery, DeliveryState, Endpoint
+from outbox_bridge.jobstore.webhooks import DeliveryState, Endpoint, WebhookDelivery
 from outbox_bridge.relay import webhook_request
 from outbox_bridge.telemetry import instruments
 
@@ -62,7 +62,7 @@ _OUTCOMES = {
 
 @dataclass(frozen=True)
 class _Send:
-    delivery: Delivery
+    delivery: WebhookDelivery
     endpoint: Endpoint
 
 
@@ -174,7 +174,7 @@ class WebhookSender:
         with self._lock:
             return len(found) == limit and len(self._in_flight) < self.settings.webhook_senders
 
-    def _take(self, delivery: Delivery, endpoint: Endpoint) -> bool:
+    def _take(self, delivery: WebhookDelivery, endpoint: Endpoint) -> bool:
         """Count `delivery` in flight, unless every thread is taken or its endpoint or tenant is at its
         share."""
         with self._lock:
@@ -217,7 +217,7 @@ class WebhookSender:
                 del self._per_tenant[send.delivery.tenant]
         self._wake.set()
 
-    def _deliver(self, delivery: Delivery, endpoint: Endpoint) -> None:
+    def _deliver(self, delivery: WebhookDelivery, endpoint: Endpoint) -> None:
         """One attempt at `delivery`, its outcome written back."""
         job = db.read(self.engine, queries.get_job, delivery.job_id)
         if job is None:  # deleted since (its deliveries go with it)
@@ -249,7 +249,7 @@ class WebhookSender:
             return self._client
 
     def _log(
-        self, delivery: Delivery, endpoint: Endpoint, attempted: Attempted, state: DeliveryState
+        self, delivery: WebhookDelivery, endpoint: Endpoint, attempted: Attempted, state: DeliveryState
     ) -> None:
         if state is DeliveryState.FAILED:
             log.warning(

@@ -41,7 +41,7 @@ from outbox_bridge.core.durations import FORMAT, format_age
 from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, webhook_deliveries, webhooks
-from outbox_bridge.jobstore.webhooks import Delivery, DeliveryAttempt, Endpoint
+from outbox_bridge.jobstore.webhooks import DeliveryAttempt, Endpoint, WebhookDelivery
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ class AddForm:
 
 def _listing(
     conn: Connection, endpoint_id: str | None, now: float
-) -> tuple[list[Endpoint], list[Delivery], dict[str, list[DeliveryAttempt]], dict[str, float]]:
+) -> tuple[list[Endpoint], list[WebhookDelivery], dict[str, list[DeliveryAttempt]], dict[str, float]]:
     endpoints = webhooks.list_endpoints(conn)
     found = webhooks.list_deliveries(conn, endpoint_id=endpoint_id, limit=RECENT_DELIVERIES)
     attempts = webhooks.attempts_of(conn, [d.id for d in found])

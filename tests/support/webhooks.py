@@ -23,7 +23,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore import webhooks as store
 from outbox_bridge.jobstore.schema import webhook_attempts
-from outbox_bridge.jobstore.webhooks import Delivery, Endpoint
+from outbox_bridge.jobstore.webhooks import Endpoint, WebhookDelivery
 
 
 def add_endpoint(
@@ -42,7 +42,7 @@ def add_endpoint(
     )
 
 
-def deliveries(engine: Engine) -> list[Delivery]:
+def deliveries(engine: Engine) -> list[WebhookDelivery]:
     return db.read(engine, lambda conn: store.list_deliveries(conn, limit=1000))
 
 

@@ -11,21 +11,21 @@ import pytest
 
 from outbox_bridge.core.signatures import signature
 from outbox_bridge.jobstore.webhook_deliveries import Attempted, RetryPolicy, decide
-from outbox_bridge.jobstore.webhooks import EVENTS, Delivery, DeliveryState, Endpoint, check_events
+from outbox_bridge.jobstore.webhooks import EVENTS, DeliveryState, Endpoint, WebhookDelivery, check_events
 from outbox_bridge.relay.webhook_request import cloud_event, headers
 
 T0 = 1_700_000_000.0
 POLICY = RetryPolicy.of(base=1.0, cap=3600.0, retry_seconds=86400.0)
 
 
-def a_delivery(**fields: object) -> Delivery:
+def a_delivery(**fields: object) -> WebhookDelivery:
     values: dict[str, object] = {
         "id": "d1", "endpoint_id": "e1", "tenant": "acme", "job_id": "j1", "event": "job.dead",
         "occurred_at": T0, "created_at": T0, "state": DeliveryState.PENDING, "attempts": 0,
         "next_attempt_at": T0, "last_status": None, "last_error": None, "delivered_at": None,
         "replayed_at": None,
     }  # fmt: skip
-    return Delivery(**values | fields)  # type: ignore[arg-type]
+    return WebhookDelivery(**values | fields)  # type: ignore[arg-type]
 
 
 def answered(status: int | None) -> Attempted:
