@@ -116,15 +116,15 @@ def _take_within(
     found = flow.candidates(conn, left, now) if left else []
     if not found:
         return taken, set()
-    decision = flow.admit(conn, limits, found, now)
-    admitted = [c.job_id for c in decision.admitted]
+    admission = flow.admit(conn, limits, found, now)
+    admitted = [c.job_id for c in admission.admitted]
     more = _take_many(
         conn, admitted, worker, now, lease_seconds, guard=None, drop_pending=drop_pending, ahead=ahead
     )
     flow.started(conn, limits, {claim.kind for claim in more.values() if claim is not None}, now)
     if hold:
-        flow.hold(conn, decision, found, now)
-    return taken | more, set(decision.held)
+        flow.hold(conn, admission, found, now)
+    return taken | more, set(admission.held)
 
 
 def _take_many(

@@ -85,8 +85,9 @@ class Candidate:
 
 
 @dataclass
-class Decision:
-    """What `admit` decided, in the claim's order."""
+class Admission:
+    """What `admit` decided about a claim's candidates: those the limits let start, in the claim's order,
+    and why each of the others is held back."""
 
     admitted: list[Candidate] = field(default_factory=list)
     held: dict[str, HoldReason] = field(default_factory=dict)
@@ -106,7 +107,7 @@ def candidates(conn: Connection, job_ids: Sequence[str], now: float) -> list[Can
     return [by_id[job_id] for job_id in dict.fromkeys(job_ids) if job_id in by_id]
 
 
-def admit(conn: Connection, limits: Limits, found: Sequence[Candidate], now: float) -> Decision:
+def admit(conn: Connection, limits: Limits, found: Sequence[Candidate], now: float) -> Admission:
     """Split `found`, in order, into the jobs the limits let start now and those they hold back (and why),
     counting what runs now under the locks that make the count exact."""
     capped = sorted({c.kind for c in found if c.kind in limits.kind_max_running})
@@ -117,25 +118,25 @@ def admit(conn: Connection, limits: Limits, found: Sequence[Candidate], now: flo
     kinds_running = _running_kinds(conn, capped)
     keys_running = _running_keys(conn, keys)
     next_starts = _next_starts(conn, rated)
-    decision = Decision()
+    admission = Admission()
     started: Counter[str] = Counter()
     keyed: Counter[tuple[str, str]] = Counter()
     for c in found:
         cap = limits.kind_max_running.get(c.kind)
         if cap is not None and kinds_running[c.kind] + started[c.kind] >= cap:
-            decision.held[c.job_id] = HoldReason.KIND
+            admission.held[c.job_id] = HoldReason.KIND
         elif c.key is not None and keys_running[(c.tenant, c.key)] + keyed[(c.tenant, c.key)] >= (
             limits.key_max_running
         ):
-            decision.held[c.job_id] = HoldReason.KEY
+            admission.held[c.job_id] = HoldReason.KEY
         elif c.kind in limits.kind_intervals and (started[c.kind] or next_starts.get(c.kind, now) > now):
-            decision.held[c.job_id] = HoldReason.RATE
+            admission.held[c.job_id] = HoldReason.RATE
         else:
-            decision.admitted.append(c)
+            admission.admitted.append(c)
             started[c.kind] += 1
             if c.key is not None:
                 keyed[(c.tenant, c.key)] += 1
-    return decision
+    return admission
 
 
 def started(conn: Connection, limits: Limits, kinds: Iterable[str], now: float) -> None:
@@ -149,16 +150,16 @@ def started(conn: Connection, limits: Limits, kinds: Iterable[str], now: float) 
         _next_turn(conn, rated, now)
 
 
-def hold(conn: Connection, decision: Decision, found: Sequence[Candidate], now: float) -> None:
-    """Mark the jobs `decision` held back (of `found`, what it decided on) as held; a rate-limited kind
+def hold(conn: Connection, admission: Admission, found: Sequence[Candidate], now: float) -> None:
+    """Mark the jobs `admission` held back (of `found`, what it was decided on) as held; a rate-limited kind
     with no held job waiting for its turn gives the first one its turn (`_next_turn`)."""
-    if not decision.held:
+    if not admission.held:
         return
     for why in HoldReason:
-        ids = [job_id for job_id, held in decision.held.items() if held is why]
+        ids = [job_id for job_id, held in admission.held.items() if held is why]
         if ids:
             db.execute(conn, "limit_hold", {"ids": _array(conn, ids), "held_by": why.value, "now": now})
-    rated = sorted({c.kind for c in found if decision.held.get(c.job_id) is HoldReason.RATE})
+    rated = sorted({c.kind for c in found if admission.held.get(c.job_id) is HoldReason.RATE})
     if rated:
         _next_turn(conn, rated, now)
 
