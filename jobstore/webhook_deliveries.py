@@ -58,21 +58,25 @@ class Attempted:
 
 
 @dataclass(frozen=True)
-class Decision:
+class RetryDecision:
+    """What follows an attempt at a delivery (`decide`): the state it is left in, and when it is attempted
+    next while pending."""
+
     state: DeliveryState
     next_attempt_at: float
 
 
-def decide(delivery: WebhookDelivery, attempted: Attempted, policy: RetryPolicy, now: float) -> Decision:
+def decide(delivery: WebhookDelivery, attempted: Attempted, policy: RetryPolicy, now: float) -> RetryDecision:
     """Delivered on a 2xx; otherwise pending again after the backoff, or failed once its retry window
     (`policy.retry_seconds` from `delivery.retrying_since`) is over. The last retry is never scheduled past
     the window's end."""
     if attempted.delivered:
-        return Decision(DeliveryState.DELIVERED, delivery.next_attempt_at)
+        return RetryDecision(DeliveryState.DELIVERED, delivery.next_attempt_at)
     ends = delivery.retrying_since + policy.retry_seconds
     if now >= ends:
-        return Decision(DeliveryState.FAILED, delivery.next_attempt_at)
-    return Decision(DeliveryState.PENDING, min(ends, now + policy.backoff.seconds(delivery.attempts + 1)))
+        return RetryDecision(DeliveryState.FAILED, delivery.next_attempt_at)
+    retry_at = now + policy.backoff.seconds(delivery.attempts + 1)
+    return RetryDecision(DeliveryState.PENDING, min(ends, retry_at))
 
 
 @dataclass(frozen=True)
@@ -118,7 +122,7 @@ def endpoints_of(conn: Connection, endpoint_ids: Collection[str]) -> dict[str, E
 
 
 def record_attempt(
-    conn: Connection, delivery: WebhookDelivery, attempted: Attempted, decision: Decision
+    conn: Connection, delivery: WebhookDelivery, attempted: Attempted, decision: RetryDecision
 ) -> bool:
     """Write what the attempt at `delivery` got and the decision it led to, with the attempt's log row,
     guarded by the delivery being pending with the attempt count read with it. False (nothing written)

@@ -19,7 +19,7 @@ from outbox_bridge.core.sealing import Sealer
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, fenced
 from outbox_bridge.jobstore.schema import webhook_actions, webhook_deliveries, webhook_endpoints
-from outbox_bridge.jobstore.webhook_deliveries import Attempted, Decision, record_attempt
+from outbox_bridge.jobstore.webhook_deliveries import Attempted, RetryDecision, record_attempt
 from outbox_bridge.jobstore.webhooks import DeliveryState, get_delivery
 from tests.support.cli import Ran, done, invoke, refused, rows, runner
 from tests.support.store import claimed, new_job
@@ -155,7 +155,7 @@ def test_deliveries_replay_and_remove(cli: CliRunner, settings: Settings, engine
     delivery = db.read(engine, get_delivery, pending["id"])
     assert delivery is not None
     attempted = Attempted(at=clock.now(), status_code=200, latency_ms=12.5)
-    decision = Decision(DeliveryState.DELIVERED, delivery.next_attempt_at)
+    decision = RetryDecision(DeliveryState.DELIVERED, delivery.next_attempt_at)
     assert db.transact(engine, record_attempt, delivery, attempted, decision)
     (shown,) = json.loads(done(run(cli, "deliveries", "--endpoint", added["id"], "--json")))["deliveries"]
     assert shown["state"] == "delivered" and shown["attempt_log"][0]["status_code"] == 200

@@ -27,7 +27,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.core.signatures import signature
 from outbox_bridge.jobstore import db, fenced, intake
 from outbox_bridge.jobstore.schema import webhook_actions, webhook_deliveries, webhook_endpoints
-from outbox_bridge.jobstore.webhook_deliveries import Attempted, Decision, record_attempt
+from outbox_bridge.jobstore.webhook_deliveries import Attempted, RetryDecision, record_attempt
 from outbox_bridge.jobstore.webhooks import DeliveryState, get_delivery, get_endpoint
 from tests.support.store import claimed, new_job
 from tests.support.webhooks import add_endpoint, deliveries, verify
@@ -82,9 +82,8 @@ def test_a_replay_from_the_page_makes_a_delivered_delivery_pending_and_records_w
     assert "still pending" in unquote(refused.cookies.get("outbox_bridge_flash", ""))
 
     sent = Attempted(at=clock.now(), status_code=200, latency_ms=1.0)
-    assert db.transact(
-        engine, record_attempt, delivery, sent, Decision(DeliveryState.DELIVERED, delivery.next_attempt_at)
-    )
+    delivered = RetryDecision(DeliveryState.DELIVERED, delivery.next_attempt_at)
+    assert db.transact(engine, record_attempt, delivery, sent, delivered)
     done = client.post(path, headers=bearer(settings), data={"back": "/ui/webhooks"})
     assert done.status_code == 303 and "replayed" in unquote(done.cookies.get("outbox_bridge_flash", ""))
     again = db.read(engine, get_delivery, delivery.id)

@@ -16,7 +16,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, fenced, intake, operator, retention, sweeper
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.jobstore.webhook_deliveries import Attempted, Decision, Shares, due, record_attempt
+from outbox_bridge.jobstore.webhook_deliveries import Attempted, RetryDecision, Shares, due, record_attempt
 from outbox_bridge.jobstore.webhooks import EVENTS, DeliveryState
 from tests.support.store import LEASE, claimed, job_row, new_job
 from tests.support.webhooks import add_endpoint, attempt_rows, deliveries
@@ -224,7 +224,7 @@ def test_the_job_retention_deletes_delivered_rows_with_their_job_and_keeps_a_job
     by_job = {d.job_id: d for d in deliveries(engine)}
     sent = by_job[delivered_job]
     attempted = Attempted(at=clock.now(), status_code=200, latency_ms=3.0)
-    decision = Decision(DeliveryState.DELIVERED, sent.next_attempt_at)
+    decision = RetryDecision(DeliveryState.DELIVERED, sent.next_attempt_at)
     assert db.transact(engine, record_attempt, sent, attempted, decision)
     clock.advance(10)
 
