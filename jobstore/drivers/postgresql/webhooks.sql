@@ -1,7 +1,7 @@
 -- The postgresql driver's statements: webhooks (named blocks, as jobstore/drivers/sqlfile.py reads them).
 
 -- Endpoints and what operators do to them (jobstore.webhooks). An endpoint's row is read in the order of
--- the `Endpoint` fields, a delivery's in the order of the `Delivery` fields.
+-- the `Endpoint` fields, a delivery's in the order of the `WebhookDelivery` fields.
 
 -- name: webhook_endpoint_add
 INSERT INTO webhook_endpoints
