@@ -134,7 +134,7 @@ def fail(
     rows = db.execute(conn, "fenced_job", _fenced(job_id, epoch, now))
     if not rows:
         raise Fenced(job_id, epoch)
-    job = Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True)))  # type: ignore[arg-type]
+    job = Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True)))
     storage_faults = _storage_faults(conn, job_id) + 1 if code == STORAGE_FAULT else 0
     decision = decide_failure(
         permanent=permanent,

@@ -255,4 +255,4 @@ def _find_by_key(conn: Connection, tenant: str, operation_key: str) -> Job | Non
     rows = db.execute(conn, "jobs_by_key", {"tenant": tenant, "operation_key": operation_key})
     if not rows:
         return None
-    return Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True)))  # type: ignore[arg-type]
+    return Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True)))

@@ -69,12 +69,12 @@ _ACTION_COLUMNS = tuple(column.name for column in operator_actions.c)
 
 def job_of(row: tuple[Any, ...]) -> Job:
     """The job a row of all the jobs table's columns, in the table's order, holds."""
-    return Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True)))  # type: ignore[arg-type]
+    return Job.from_row(dict(zip(JOB_COLUMNS, row, strict=True)))
 
 
 def attempt_of(row: tuple[Any, ...]) -> Attempt:
     """The attempt a row of all the attempts table's columns, in the table's order, holds."""
-    return Attempt.from_row(dict(zip(_ATTEMPT_COLUMNS, row, strict=True)))  # type: ignore[arg-type]
+    return Attempt.from_row(dict(zip(_ATTEMPT_COLUMNS, row, strict=True)))
 
 
 def get_job(conn: Connection, job_id: str, *, tenant: str | None = None) -> Job | None:
@@ -140,7 +140,7 @@ def attempts_of(conn: Connection, job_id: str) -> list[Attempt]:
 def actions_of(conn: Connection, job_id: str) -> list[OperatorAction]:
     """What operators did to the job, oldest first."""
     rows = db.execute(conn, "job_operator_actions", {"job_id": job_id})
-    return [OperatorAction.from_row(dict(zip(_ACTION_COLUMNS, row, strict=True))) for row in rows]  # type: ignore[arg-type]
+    return [OperatorAction.from_row(dict(zip(_ACTION_COLUMNS, row, strict=True))) for row in rows]
 
 
 def committed_result(conn: Connection, job_id: str, *, tenant: str | None = None) -> Attempt | None:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
-
-from sqlalchemy import RowMapping
 
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.states import State
@@ -49,7 +48,7 @@ class Job:
     running_since: float | None = None  # running: when its thread began; None while it waits for one
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> Job:
+    def from_row(cls, row: Mapping[str, Any]) -> Job:
         values = dict(row)
         values["payload"] = json.loads(values["payload"])
         values["checkpoint"] = json.loads(values["checkpoint"]) if values["checkpoint"] else None
@@ -83,7 +82,7 @@ class Attempt:
     error_message: str | None
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> Attempt:
+    def from_row(cls, row: Mapping[str, Any]) -> Attempt:
         values = dict(row)
         values["output"] = json.loads(values["output"]) if values["output"] else None
         return cls(**values)
@@ -101,7 +100,7 @@ class OperatorAction:
     at: float
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> OperatorAction:
+    def from_row(cls, row: Mapping[str, Any]) -> OperatorAction:
         return cls(**dict(row))
 
 

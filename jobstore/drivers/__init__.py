@@ -114,9 +114,23 @@ class Driver:
     drivers; a driver's module holds its statements, named, beside the methods that run them."""
 
     name: ClassVar[str]
-    # The folder of the driver's `.sql` files, and those files, in the order they are read.
+    # The folder of the driver's `.sql` files, and those files, in the order they are read: one per area of
+    # the store, the same in every driver's folder.
     folder: ClassVar[Path]
-    sql_files: ClassVar[tuple[str, ...]]
+    sql_files: ClassVar[tuple[str, ...]] = (
+        "accept.sql",
+        "claims.sql",
+        "completion.sql",
+        "outbox.sql",
+        "leader.sql",
+        "webhooks.sql",
+        "schedules.sql",
+        "sessions.sql",
+        "limits.sql",
+        "operator.sql",
+        "reads.sql",
+        "upkeep.sql",
+    )
     # The statements only this driver sends, from its own methods (the other database does that work
     # differently); every other name is in both drivers' files, for the store's modules to run by name.
     own_statements: ClassVar[frozenset[str]] = frozenset()

@@ -45,20 +45,6 @@ _IDLE_SINCE = "idle_since"
 class PostgreSQLDriver(Driver):
     name: ClassVar[str] = "postgresql"
     folder: ClassVar[Path] = Path(__file__).parent
-    sql_files: ClassVar[tuple[str, ...]] = (
-        "accept.sql",
-        "claims.sql",
-        "completion.sql",
-        "outbox.sql",
-        "leader.sql",
-        "webhooks.sql",
-        "schedules.sql",
-        "sessions.sql",
-        "limits.sql",
-        "operator.sql",
-        "reads.sql",
-        "upkeep.sql",
-    )
     # Advisory locks, and the upkeep of the tables (SQLite's planner keeps no statistics the store relies
     # on, and it leaves no dead row versions behind).
     own_statements: ClassVar[frozenset[str]] = frozenset(

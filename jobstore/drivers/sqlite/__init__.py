@@ -46,20 +46,6 @@ if TYPE_CHECKING:
 class SQLiteDriver(Driver):
     name: ClassVar[str] = "sqlite"
     folder: ClassVar[Path] = Path(__file__).parent
-    sql_files: ClassVar[tuple[str, ...]] = (
-        "accept.sql",
-        "claims.sql",
-        "completion.sql",
-        "outbox.sql",
-        "leader.sql",
-        "webhooks.sql",
-        "schedules.sql",
-        "sessions.sql",
-        "limits.sql",
-        "operator.sql",
-        "reads.sql",
-        "upkeep.sql",
-    )
     # An accept, a claim and a mark take a few statements here where PostgreSQL takes one.
     own_statements: ClassVar[frozenset[str]] = frozenset(
         {"jobs_present", "outbox_add_accepted", "claim_drop_pending", "outbox_event_facts"}
