@@ -220,13 +220,14 @@ def _due_ids(
     jobs (but for those `passed_over`: `_passed_over`): all of them when no more are due than fit; else by
     priority, a turn per tenant, then age. Rows another claimer has locked are skipped (where the database
     locks rows); a job ranked here that another claimer takes meanwhile is refused by the claim's guard."""
-    expired = db.execute(conn, "expired_leases_due_locking", {"now": now, "limit": limit})
+    locking = drivers.of(conn).locking
+    expired = db.execute(conn, locking("expired_leases_due"), {"now": now, "limit": limit})
     job_ids = [str(row[0]) for row in expired]
     room = limit - len(job_ids)
     if room <= 0:
         return job_ids
     params = {"now": now, "limit": room + 1, **(passed_over or _passed_over_params(conn, [], [], 1))}
-    queued = [str(row[0]) for row in db.execute(conn, "queued_due_locking", params)]
+    queued = [str(row[0]) for row in db.execute(conn, locking("queued_due"), params)]
     if len(queued) > room and _several_tenants(conn):
         ranked = [str(row[0]) for row in db.execute(conn, "queued_due_fair", {**params, "limit": 2 * room})]
         queued = _unlocked(conn, ranked, queued)[:room]

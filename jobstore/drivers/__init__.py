@@ -176,6 +176,12 @@ class Driver:
         """`values` as one parameter of a statement (a list that `ANY` or `json_each` reads)."""
         raise NotImplementedError
 
+    def locking(self, name: str) -> str:
+        """The statement a claim sends for the read `name`: where the database locks rows, its variant that
+        locks the rows it returns and skips those another claimer holds (`<name>_locking`); else `name`
+        itself (SQLite's write transactions run one at a time)."""
+        return name
+
     # --- engines and statements ----------------------------------------------------------------------
 
     def make_engine(

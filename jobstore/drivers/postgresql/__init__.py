@@ -45,8 +45,8 @@ _IDLE_SINCE = "idle_since"
 class PostgreSQLDriver(Driver):
     name: ClassVar[str] = "postgresql"
     folder: ClassVar[Path] = Path(__file__).parent
-    # Advisory locks, and the upkeep of the tables (SQLite's planner keeps no statistics the store relies
-    # on, and it leaves no dead row versions behind).
+    # Advisory locks, the claim's reads that lock their rows (`locking`), and the upkeep of the tables
+    # (SQLite's planner keeps no statistics the store relies on, and it leaves no dead row versions behind).
     own_statements: ClassVar[frozenset[str]] = frozenset(
         {
             "advisory_lock",
@@ -55,6 +55,8 @@ class PostgreSQLDriver(Driver):
             "vacuum_attempts",
             "vacuum_jobs",
             "vacuum_outbox",
+            "expired_leases_due_locking",
+            "queued_due_locking",
         }
     )
     read_options: ClassVar[Mapping[str, Any]] = {}
@@ -73,6 +75,9 @@ class PostgreSQLDriver(Driver):
 
     def array(self, values: Sequence[Any]) -> Any:
         return list(values)  # psycopg sends a list as an array
+
+    def locking(self, name: str) -> str:
+        return f"{name}_locking"
 
     def make_engine(
         self, url: URL, settings: Settings, options: dict[str, Any], *, role: str | None, **kwargs: Any

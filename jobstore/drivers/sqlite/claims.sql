@@ -4,7 +4,7 @@
 -- job that is queued, due and of a kind not paused, or running under a lease that expired with no external
 -- effect started; within its attempt budget, with no cancel requested, before its deadline. The same guard
 -- is written in each statement below that picks jobs a claim may take. A write transaction holds the whole
--- database: nothing here locks rows, and the statements named `_locking` are those a claim sends.
+-- database: nothing here locks rows, and a claim sends the plain reads (`Driver.locking`).
 
 -- name: claim_by_ids
 -- The claim of the jobs `ids` names (a JSON array), each looked up by the primary key's index (without
@@ -65,46 +65,12 @@ WHERE state = 'running'
 ORDER BY lease_expires_at
 LIMIT :limit;
 
--- name: expired_leases_due_locking
--- expired_leases_due for a claim (PostgreSQL locks the rows there).
-SELECT id
-FROM jobs
-WHERE state = 'running'
-  AND lease_expires_at <= :now
-  AND (external_epoch IS NULL OR external_epoch <> epoch)
-  AND attempts < max_attempts
-  AND cancel_requested = 0
-  AND (deadline_at IS NULL OR deadline_at > :now)
-ORDER BY lease_expires_at
-LIMIT :limit;
-
 -- name: queued_due
 -- The queued jobs a claim of the table may start, by priority, then age: a walk of the (state, priority,
 -- available_at) index in order (the due time is compared as `available_at + 0`, so that the planner does
 -- not take the (state, available_at) index's range and sort what it finds). Passed over: the tenants at
 -- their cap or share (`capped`), the kinds at their cap or not due to start again (`full_kinds`), and the
 -- jobs whose concurrency key runs `key_max` jobs of its tenant.
-SELECT id
-FROM jobs
-WHERE state = 'queued'
-  AND available_at + 0 <= :now
-  AND kind NOT IN (SELECT kind FROM paused_kinds)
-  AND tenant NOT IN (SELECT value FROM json_each(:capped))
-  AND kind NOT IN (SELECT value FROM json_each(:full_kinds))
-  AND (concurrency_key IS NULL
-       OR (SELECT count(*)
-           FROM jobs AS running_with_key
-           WHERE running_with_key.tenant = jobs.tenant
-             AND running_with_key.concurrency_key = jobs.concurrency_key
-             AND running_with_key.state = 'running') < :key_max)
-  AND attempts < max_attempts
-  AND cancel_requested = 0
-  AND (deadline_at IS NULL OR deadline_at > :now)
-ORDER BY jobs.priority, jobs.available_at
-LIMIT :limit;
-
--- name: queued_due_locking
--- queued_due for a claim (PostgreSQL locks the rows there).
 SELECT id
 FROM jobs
 WHERE state = 'queued'
