@@ -7,20 +7,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
 
 from outbox_bridge.jobstore.records import Claim, Job
-from outbox_bridge.jobstore.schema import jobs
 from outbox_bridge.telemetry.logs import JobEvent, job_event
 from outbox_bridge.telemetry.tracing import trace_id_of
 
 _KEY = "outbox_bridge.job_events"
 _DUE_KEY = "outbox_due"  # the earliest available_at of the outbox rows the transaction added
 
-# What a move's RETURNING clause adds, so that its event is built without another statement.
-COLUMNS = (jobs.c.id, jobs.c.tenant, jobs.c.kind, jobs.c.epoch, jobs.c.attempts, jobs.c.traceparent)
+
+class Returned(NamedTuple):
+    """What a move's RETURNING clause adds, in this order (`id, tenant, kind, epoch, attempts, traceparent`),
+    so that its event is built without another statement (`of_row`)."""
+
+    id: str
+    tenant: str
+    kind: str
+    epoch: int
+    attempts: int
+    traceparent: str | None
 
 
 def of_job(event: str, job: Job, **more: Any) -> JobEvent:
@@ -40,7 +48,7 @@ def of_claim(event: str, claim: Claim, **more: Any) -> JobEvent:
 
 
 def of_row(event: str, row: Any, **more: Any) -> JobEvent:
-    """The event `event` of the job whose RETURNING `row` holds `COLUMNS`."""
+    """The event `event` of the job whose RETURNING `row` holds what `Returned` names."""
     return job_event(
         event, str(row.id), tenant=row.tenant, kind=row.kind, epoch=row.epoch, attempt=row.attempts,
         trace_id=trace_id_of(row.traceparent), **more,

@@ -28,20 +28,9 @@ def _fenced(job_id: str, epoch: int, now: float, **more: Any) -> dict[str, Any]:
     return {"id": job_id, "epoch": epoch, "now": now, **more}
 
 
-class _Event(NamedTuple):
-    """What a statement returns of a job for its event (`events.COLUMNS`)."""
-
-    id: str
-    tenant: str
-    kind: str
-    epoch: int
-    attempts: int
-    traceparent: str | None
-
-
 class _Moved(NamedTuple):
     """What a statement that moves a job returns (`complete_many`, `release_job`): its new state, then what
-    its event needs (`events.COLUMNS`)."""
+    its event needs (`events.Returned`)."""
 
     state: str
     id: str
@@ -73,7 +62,7 @@ def save_checkpoint(conn: Connection, job_id: str, epoch: int, data: dict[str, A
     rows = db.execute(conn, "save_checkpoint", _fenced(job_id, epoch, now, checkpoint=dumps(data)))
     if not rows:
         raise Fenced(job_id, epoch)
-    events.note(conn, [events.of_row("checkpointed", _Event(*rows[0]))])
+    events.note(conn, [events.of_row("checkpointed", events.Returned(*rows[0]))])
 
 
 def complete(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 from enum import StrEnum
-from typing import Any, NamedTuple
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -36,17 +36,6 @@ class Action(StrEnum):
     RESOLVE_FAILED = "resolve_failed"
 
 
-class Moved(NamedTuple):
-    """What a move returns for its event (`events.COLUMNS`, read by `events.of_row`)."""
-
-    id: str
-    tenant: str
-    kind: str
-    epoch: int
-    attempts: int
-    traceparent: str | None
-
-
 _CANCEL_ACTIONS = {CancelOutcome.CANCELLED: Action.CANCEL, CancelOutcome.REQUESTED: Action.REQUEST_CANCEL}
 _RESOLVE_ACTIONS = {State.SUCCEEDED: Action.RESOLVE_SUCCEEDED, State.FAILED: Action.RESOLVE_FAILED}
 
@@ -58,7 +47,7 @@ def request_cancel(conn: Connection, job_id: str, now: float, *, tenant: str | N
     queued = db.execute(conn, "job_cancel_queued", params)
     if queued:
         outbox.drop_pending(conn, job_id)
-        events.note(conn, [events.of_row("cancelled", Moved(*queued[0]))])
+        events.note(conn, [events.of_row("cancelled", events.Returned(*queued[0]))])
         return CancelOutcome.CANCELLED
     # A held job only gets the flag (no state change): its worker sees it and the job ends at its next write.
     if db.execute(conn, "job_request_cancel_running", params):
@@ -143,7 +132,7 @@ def requeue_matching(
     # A requeue's filter names finished states (`requeueable`): its jobs are read by id or from their index.
     statement = "jobs_requeue_ids" if guarded.shape == "ids" else "jobs_requeue_finished"
     moved = db.execute(conn, statement, guarded.params(conn) | {"now": now})
-    rows = sorted((Moved(*row) for row in moved), key=lambda row: str(row.id))
+    rows = sorted((events.Returned(*row) for row in moved), key=lambda row: str(row.id))
     ids = [str(row.id) for row in rows]
     events.note(conn, (events.of_row("requeued", row, reason="operator", actor=actor) for row in rows))
     if ids:

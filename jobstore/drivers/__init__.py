@@ -307,7 +307,7 @@ class Driver:
         self, conn: Connection, completions: Sequence[Completion], now: float
     ) -> list[tuple[Any, ...]]:
         """Commit each completion under its own fence (`complete_many`): the job and the attempt that
-        ended. A row per job completed: its new state, then `events.COLUMNS`."""
+        ended. A row per job completed: its new state, then what `events.Returned` names."""
         raise NotImplementedError
 
     def mark_published(self, conn: Connection, params: Mapping[str, Any], ids: Sequence[int]) -> list[Any]:
