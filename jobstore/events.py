@@ -79,12 +79,6 @@ def note_outbox_row(conn: Connection, available_at: float) -> None:
     info[_DUE_KEY] = min(available_at, info.get(_DUE_KEY, math.inf))
 
 
-def outbox_due_so_far(conn: Connection) -> float | None:
-    """The earliest due time the transaction running on `conn` has added so far, or None."""
-    due: float | None = conn.info.get(_DUE_KEY)
-    return due
-
-
 def outbox_due(conn: Connection) -> float | None:
     """The earliest due time the transaction just committed on `conn` added, or None; clears it."""
     due: float | None = conn.info.pop(_DUE_KEY, None)

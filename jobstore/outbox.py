@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from outbox_bridge.jobstore import db, drivers, events, tenantcap
+from outbox_bridge.jobstore import db, events, tenantcap
 from outbox_bridge.telemetry.logs import job_event
 from outbox_bridge.telemetry.tracing import trace_id_of
 
@@ -37,12 +37,6 @@ def add_many(conn: Connection, deliveries: Sequence[tuple[str, float, float]]) -
 def drop_pending(conn: Connection, job_id: str) -> None:
     """Forget unpublished deliveries of a job that no longer needs one (claimed directly, or cancelled)."""
     db.execute(conn, "outbox_drop_pending", {"job_id": job_id})
-
-
-def drop_pending_many(conn: Connection, job_ids: Sequence[str]) -> None:
-    """`drop_pending` for each of `job_ids`, in one statement."""
-    if job_ids:
-        db.execute(conn, "outbox_drop_pending_many", {"job_ids": drivers.of(conn).array(job_ids)})
 
 
 @dataclass(frozen=True)

@@ -402,10 +402,6 @@ def state_in(states: Collection[State], of: FromClause = jobs) -> ColumnElement[
     return and_(named, of.c.finished_at.is_not(None)) if finished else named
 
 
-# What every finished job has, and only finished jobs have: the condition of the finished jobs' index.
-FINISHED = jobs.c.finished_at.is_not(None)
-
-
 def state_is(state: State, of: FromClause = jobs) -> ColumnElement[bool]:
     """The job is in `state`, a literal in the statement's text (`state_in`)."""
     return state_in((state,), of)

@@ -44,7 +44,6 @@ NAMED_PLANS = {
     "queued_tenants_of": "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",
     "lose_running_attempts": "SEARCH attempts USING INDEX sqlite_autoindex_attempts_2 (job_id=?)",
     "jobs_present": "SEARCH jobs USING COVERING INDEX sqlite_autoindex_jobs_1 (id=?)",
-    "outbox_drop_pending_many": "SEARCH outbox USING INDEX ix_outbox_job_id (job_id=?)",
     "outbox_rows_chosen": "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)",
     "outbox_mark_published": "SEARCH outbox USING INTEGER PRIMARY KEY (rowid=?)",
     "outbox_event_facts": "SEARCH jobs USING INDEX sqlite_autoindex_jobs_1 (id=?)",

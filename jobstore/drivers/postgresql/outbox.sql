@@ -15,11 +15,6 @@ VALUES (
 DELETE FROM outbox
 WHERE job_id = %(job_id)s AND published_at IS NULL;
 
--- name: outbox_drop_pending_many
--- The unpublished rows of each of the jobs given.
-DELETE FROM outbox
-WHERE job_id = ANY(%(job_ids)s::text[]) AND published_at IS NULL;
-
 -- name: outbox_read_due
 -- :prepared
 -- The relay's read in one statement (`leader.due_at_once`), committed by itself: the walk of

@@ -20,11 +20,6 @@ VALUES (
 DELETE FROM outbox INDEXED BY ix_outbox_job_id
 WHERE job_id = :job_id AND published_at IS NULL;
 
--- name: outbox_drop_pending_many
--- The unpublished rows of each of the jobs given.
-DELETE FROM outbox INDEXED BY ix_outbox_job_id
-WHERE job_id IN (SELECT value FROM json_each(:job_ids)) AND published_at IS NULL;
-
 -- name: outbox_read_due
 -- The relay's read in one statement (`leader.due_at_once`): the walk of `outbox_due_in_order`, leaving
 -- out the rows given (published, not yet written back), each row's trace context and the next due time.
