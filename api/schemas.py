@@ -102,10 +102,10 @@ class JobCreate(BaseModel):
         "time in the past, up to 30 days, means at once). Mutually exclusive with `delay_seconds`: a request "
         "with both is 400.",
     )
-    priority: Literal["high", "normal", "low"] = Field(
-        default="normal",
+    priority: Literal["high", "normal", "low"] | None = Field(
+        default=None,
         description="A `high` job starts before the `normal` and `low` jobs waiting with it, a `low` one "
-        "after them.",
+        "after them. Unset: the kind's default priority, `normal` unless the kind names one.",
     )
 
     concurrency_key: ConcurrencyKey | None = Field(
@@ -114,8 +114,9 @@ class JobCreate(BaseModel):
         "one key; the others wait `queued`, spending no attempt. 1 to 128 printable characters.",
     )
 
-    def priority_rank(self) -> Priority:
-        return Priority.named(self.priority)
+    def priority_rank(self, default: str | None = None) -> Priority:
+        """The priority asked for; unset, `default` (the kind's), else `normal`."""
+        return Priority.named(self.priority or default or "normal")
 
     def schedule(self) -> Schedule | None:
         """The start as asked; None when the request names none. ValueError when it names two."""
@@ -147,6 +148,7 @@ class JobView(BaseModel):
     deadline_at: Timestamp | None
     run_at: Timestamp | None = Field(description="The start the request asked for; null: at once.")
     priority: Literal["high", "normal", "low"]
+    queue: str = Field(description="The named queue the job's kind runs on (`default` unless it names one).")
     schedule: str | None = Field(
         description="The schedule (of the job's tenant) that made the job for one of its slots; null for a "
         "job submitted otherwise."
@@ -205,6 +207,7 @@ def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = N
         "deadline_at": isoformat(job.deadline_at),
         "run_at": isoformat(job.run_at),
         "priority": job.priority.label,
+        "queue": job.queue,
         "schedule": job.schedule_name,
         "concurrency_key": job.concurrency_key,
         "held_by": job.held_by if job.state is State.QUEUED else None,

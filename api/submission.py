@@ -21,15 +21,18 @@ def accept_fields(
     job: JobCreate, settings: Settings, now: float, *, tenant: str, owner: str, key: str
 ) -> dict[str, Any]:
     """The keyword arguments of `intake.accept` (and of the api's group commit) for `job`: its kind, the
-    payload as the kind reads it, its start, deadline, priority and concurrency key, the deployment's
-    attempt budget. `ProblemError` (400) for a kind not accepted, a payload that does not fit, or a start
-    that cannot be kept."""
+    payload as the kind reads it, its start, deadline, priority (the kind's default where the request names
+    none) and concurrency key, the attempt budget (the kind's `max_attempts` where it sets one, else the
+    deployment's), its queue and uniqueness window. `ProblemError` (400) for a kind not accepted, a payload
+    that does not fit, or a start that cannot be kept."""
     kind = _accepted_kind(job.kind, settings)
+    policy = kind.policy
     return {
         "tenant": tenant, "owner": owner, "kind": kind.name, "payload": _validated_payload(kind, job.payload),
-        "operation_key": key, "now": now, "max_attempts": settings.max_attempts,
+        "operation_key": key, "now": now, "max_attempts": policy.max_attempts or settings.max_attempts,
         "deadline_seconds": job.deadline_seconds, "schedule": _schedule(job, now),
-        "priority": job.priority_rank(), "concurrency_key": job.concurrency_key,
+        "priority": job.priority_rank(policy.priority), "concurrency_key": job.concurrency_key,
+        "queue": policy.queue, "unique_for_seconds": policy.unique_for_seconds,
     }  # fmt: skip
 
 

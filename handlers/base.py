@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
@@ -114,6 +114,57 @@ class Progress:
 Output = dict[str, Any] | None
 
 
+QUEUE_RULE = "1 to 64 characters of a-z, 0-9, '_' and '-'"
+_QUEUE = re.compile(r"[a-z0-9_-]{1,64}")
+DEFAULT_QUEUE = "default"
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What a kind sets for its own jobs (`@kind(queue=..., max_attempts=..., ...)`); what it leaves None
+    falls back to the deployment's settings. `max_attempts`: the attempt budget fixed at accept. `backoff`:
+    (base, cap) seconds of the wait before a retry. `timeout_seconds`: an attempt running longer ends as a
+    failed attempt with code `timeout`. `priority`: the default of a request that names none.
+    `unique_for_seconds`: for that long after a job is accepted, a request of the same tenant, kind and
+    payload answers with that job."""
+
+    queue: str = DEFAULT_QUEUE
+    max_attempts: int | None = None
+    backoff: tuple[float, float] | None = None
+    timeout_seconds: float | None = None
+    priority: str | None = None
+    unique_for_seconds: float | None = None
+
+    def refusal(self) -> str | None:
+        """What is wrong with the policy, in a few words; None when nothing is."""
+        if not (isinstance(self.queue, str) and _QUEUE.fullmatch(self.queue)):
+            return f"queue {self.queue!r} must be {QUEUE_RULE}"
+        if self.max_attempts is not None and not (
+            isinstance(self.max_attempts, int) and 1 <= self.max_attempts <= 1000
+        ):
+            return "max_attempts must be an integer from 1 to 1000"
+        if self.backoff is not None:
+            pair = self.backoff
+            if not (
+                isinstance(pair, tuple)
+                and len(pair) == 2
+                and all(_seconds(x) for x in pair)
+                and pair[0] <= pair[1]
+            ):
+                return "backoff must be (base_seconds, cap_seconds), 0 < base <= cap"
+        for name in ("timeout_seconds", "unique_for_seconds"):
+            value = getattr(self, name)
+            if value is not None and not _seconds(value):
+                return f"{name} must be a positive number of seconds"
+        if self.priority not in (None, "high", "normal", "low"):
+            return "priority must be 'high', 'normal' or 'low'"
+        return None
+
+
+def _seconds(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 10**9
+
+
 @dataclass(frozen=True)
 class Kind:
     """A job kind. `discard(results_dir, output)`, when given, removes what `run` left behind for an output
@@ -130,6 +181,7 @@ class Kind:
     progress: Callable[[dict[str, Any]], Progress | None] | None = None
     # A new attempt continues from the checkpoint an earlier attempt saved (else it starts over).
     resumes: bool = False
+    policy: Policy = field(default_factory=lambda: Policy())
 
     def parse(self, payload: Any) -> BaseModel:
         """Validate a payload against the kind's schema, strictly (every kind's schema is strict: `"5"` is
@@ -183,6 +235,9 @@ def register(new: Kind, defined_in: str) -> Kind:
         raise KindError(f"kind name {new.name!r} (in {defined_in}) must be {NAME_RULE}")
     if not (isinstance(new.schema, type) and issubclass(new.schema, BaseModel)):
         raise KindError(f"kind {new.name!r} (in {defined_in}): payload must be a pydantic model class")
+    refusal = new.policy.refusal()
+    if refusal is not None:
+        raise KindError(f"kind {new.name!r} (in {defined_in}): {refusal}")
     if new.name in KINDS:
         raise KindError(f"kind {new.name!r} is defined twice: in {_DEFINED_IN[new.name]} and in {defined_in}")
     KINDS[new.name] = new
@@ -197,6 +252,12 @@ def kind(
     resumes: bool = False,
     progress: Callable[[dict[str, Any]], Progress | None] | None = None,
     discard: Callable[[Path, dict[str, Any]], None] | None = None,
+    queue: str = DEFAULT_QUEUE,
+    max_attempts: int | None = None,
+    backoff: tuple[float, float] | None = None,
+    timeout_seconds: float | None = None,
+    priority: str | None = None,
+    unique_for_seconds: float | None = None,
 ) -> Callable[[Callable[Params, Out]], Callable[Params, Out]]:
     """Make `run(ctx: JobContext, payload: <payload>) -> dict | None` the kind `name`:
 
@@ -213,7 +274,8 @@ def kind(
     they do). `resumes`: a new attempt
     continues from the checkpoint an earlier one saved (`ctx.checkpoint`) instead of starting over;
     `progress` reads a checkpoint as a `Progress` for the job's view; `discard` removes what an attempt
-    left on disk for an output that did not become the result.
+    left on disk for an output that did not become the result. `queue`, `max_attempts`, `backoff`,
+    `timeout_seconds`, `priority` and `unique_for_seconds` are the kind's `Policy`.
 
     The function is returned as it was. `outbox_bridge.kind` (`outbox_bridge.kind_functions`) is this
     decorator with an `enqueue` added to the function; the built-in kinds, internal names, are made with
@@ -222,7 +284,12 @@ def kind(
     def define(run: Callable[Params, Out]) -> Callable[Params, Out]:
         # The worker calls it as (ctx, payload), whatever its parameters are named.
         runs = cast("Callable[[JobContext, Any], dict[str, Any]]", run)
-        register(Kind(name, payload, runs, discard, progress=progress, resumes=resumes), run.__module__)
+        pair = tuple(backoff) if isinstance(backoff, list) else backoff  # a list reads as the pair it holds
+        policy = Policy(queue, max_attempts, pair, timeout_seconds, priority, unique_for_seconds)
+        register(
+            Kind(name, payload, runs, discard, progress=progress, resumes=resumes, policy=policy),
+            run.__module__,
+        )
         return run
 
     return define

@@ -111,6 +111,8 @@ def accept(
     priority: Priority = Priority.NORMAL,
     schedule_name: str | None = None,
     concurrency_key: str | None = None,
+    queue: str = "default",
+    unique_for_seconds: float | None = None,
 ) -> Accepted:
     """Write the job row and its outbox row together, both due at the `schedule`'s start (at once without
     one). The same tenant + key with the same request (kind, payload, deadline, start as named, priority:
@@ -122,7 +124,7 @@ def accept(
         tenant=tenant, owner=owner, kind=kind, payload=payload, operation_key=operation_key, now=now,
         max_attempts=max_attempts, deadline_seconds=deadline_seconds, schedule=schedule,
         traceparent=traceparent, priority=priority, schedule_name=schedule_name,
-        concurrency_key=concurrency_key,
+        concurrency_key=concurrency_key, queue=queue, unique_for_seconds=unique_for_seconds,
     )  # fmt: skip
     (outcome,) = accept_prepared(conn, [request])
     if isinstance(outcome, IdempotencyConflict):
@@ -223,8 +225,11 @@ def _job_row(
     priority: Priority = Priority.NORMAL,
     schedule_name: str | None = None,
     concurrency_key: str | None = None,
+    queue: str = "default",
+    unique_for_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """The row of a newly accepted job."""
+    """The row of a newly accepted job. `unique_for_seconds` is not stored on the job: a kind's uniqueness
+    window is taken at accept (`job_uniques`)."""
     start = schedule.start(now) if schedule is not None else None
     payload_text = dumps(payload)
     return {
@@ -239,7 +244,7 @@ def _job_row(
         "result_attempt_id": None, "error_code": None, "error_message": None, "created_at": now,
         "updated_at": now, "started_at": None, "finished_at": None, "traceparent": traceparent,
         "priority": int(priority), "schedule_name": schedule_name, "concurrency_key": concurrency_key,
-        "held_by": None, "running_since": None,
+        "held_by": None, "running_since": None, "queue": queue, "snoozes": 0,
     }  # fmt: skip
 
 

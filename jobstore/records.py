@@ -46,6 +46,8 @@ class Job:
     concurrency_key: str | None = None  # at most CONCURRENCY_KEY_MAX_RUNNING of its tenant's run at once
     held_by: str | None = None  # while queued, the flow limit that holds it back (`limits.HoldReason`)
     running_since: float | None = None  # running: when its thread began; None while it waits for one
+    queue: str = "default"  # the named queue its kind runs on
+    snoozes: int = 0  # how often its kind snoozed it (`outbox_bridge.Snooze`)
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> Job:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     and_,
+    false,
     literal_column,
     text,
 )
@@ -96,6 +97,11 @@ jobs = Table(
     # claim, or for a job that waited, once its thread has run it a moment (`claiming.mark_running`); not
     # read in any other state.
     Column("running_since", Float),
+    # The named queue its kind runs on (`@kind(queue=...)`): the broker queue the relay publishes it to,
+    # and the queues a consumer or worker started with `--queues` claim from.
+    Column("queue", String(64), nullable=False, default="default", server_default="default"),
+    # How often its kind snoozed it (`outbox_bridge.Snooze`): a snooze spends no attempt, up to MAX_SNOOZES.
+    Column("snoozes", Integer, nullable=False, default=0, server_default="0"),
     UniqueConstraint("tenant", "operation_key", name="uq_jobs_tenant_operation_key"),
     Index("ix_jobs_tenant_created_at", "tenant", "created_at", "id"),
     # The indexes below hold the jobs of one state only (migration 0018 says why): a state change writes
@@ -339,6 +345,20 @@ schedules = Table(
     Column("paused_by", String(255)),
     Column("created_at", Float, nullable=False),
     Column("created_by", String(255), nullable=False),
+    # Declared in code (`outbox_bridge.schedule`) and kept in line with the declaration by the leader.
+    Column("declared", Boolean, nullable=False, default=False, server_default=false()),
+)
+
+# The job that holds a kind's uniqueness window (`@kind(unique_for_seconds=...)`): one row per tenant and
+# unique key (a digest of the kind and its validated payload), taken over by a new job once `expires_at`
+# has passed.
+job_uniques = Table(
+    "job_uniques",
+    metadata,
+    Column("tenant", String(255), primary_key=True),
+    Column("unique_key", String(64), primary_key=True),
+    Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("expires_at", Float, nullable=False),
 )
 
 # Kinds an operator paused (`jobstore.pausing`): no claim starts a queued job of one of them.

@@ -66,7 +66,7 @@ class JobSpec:
     deadline_seconds: int | None = None
     delay_seconds: float | None = None
     run_at: datetime | str | None = None
-    priority: str = "normal"
+    priority: str | None = None
     concurrency_key: str | None = None
 
 
@@ -81,7 +81,7 @@ def enqueue(
     deadline_seconds: int | None = None,
     delay_seconds: float | None = None,
     run_at: datetime | str | None = None,
-    priority: str = "normal",
+    priority: str | None = None,
     concurrency_key: str | None = None,
 ) -> Job:
     """Write a job of `kind` in the transaction `conn` (a SQLAlchemy `Connection` or ORM `Session` on the

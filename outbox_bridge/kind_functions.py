@@ -49,7 +49,7 @@ class KindFunction(Protocol[_ModelIn, Params, _OutCo]):
         deadline_seconds: int | None = None,
         delay_seconds: float | None = None,
         run_at: datetime | str | None = None,
-        priority: str = "normal",
+        priority: str | None = None,
         concurrency_key: str | None = None,
     ) -> Job:
         """`outbox_bridge.enqueue(conn, <this kind>, payload, ...)`: the payload is the kind's model or a
@@ -64,11 +64,21 @@ def kind(
     resumes: bool = False,
     progress: Callable[[dict[str, Any]], Progress | None] | None = None,
     discard: Callable[[Path, dict[str, Any]], None] | None = None,
+    queue: str = "default",
+    max_attempts: int | None = None,
+    backoff: tuple[float, float] | None = None,
+    timeout_seconds: float | None = None,
+    priority: str | None = None,
+    unique_for_seconds: float | None = None,
 ) -> Callable[[Callable[Params, Out]], KindFunction[Model, Params, Out]]:
     """`handlers.base.kind` (what a kind is, what it returns, how it runs), with `enqueue` on the function:
     `resize.enqueue(conn, ResizeImage(width=640), key=..., tenant=..., owner=...)` is
     `outbox_bridge.enqueue(conn, "resize_image", ...)`, its payload typed as the kind's model."""
-    register = base.kind(name, payload=payload, resumes=resumes, progress=progress, discard=discard)
+    register = base.kind(
+        name, payload=payload, resumes=resumes, progress=progress, discard=discard, queue=queue,
+        max_attempts=max_attempts, backoff=backoff, timeout_seconds=timeout_seconds, priority=priority,
+        unique_for_seconds=unique_for_seconds,
+    )  # fmt: skip
 
     def define(run: Callable[Params, Out]) -> KindFunction[Model, Params, Out]:
         made = register(run)

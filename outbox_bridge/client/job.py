@@ -20,7 +20,7 @@ class Job:
     `concurrency_key` is the one the request named (None: none); `held_by` says which flow limit holds a
     queued job back (`kind`, `key` or `rate`; None when none does); `running_since` is when a worker's
     thread began running a `running` job (None while the worker that claimed it waits for a free thread,
-    and in every other state)."""
+    and in every other state); `queue` is the named queue its kind runs on."""
 
     id: str
     kind: str
@@ -40,6 +40,7 @@ class Job:
     concurrency_key: str | None = None
     held_by: str | None = None
     running_since: datetime | None = None
+    queue: str = "default"
 
     @property
     def finished(self) -> bool:
@@ -70,4 +71,5 @@ class Job:
             concurrency_key=view.get("concurrency_key"),
             held_by=view.get("held_by"),
             running_since=_instant(view.get("running_since")),
+            queue=view.get("queue", "default"),
         )

@@ -16,7 +16,7 @@ WITH inserted AS (
         lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
         external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
         created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-        held_by, running_since
+        held_by, running_since, queue, snoozes
     )
     SELECT * FROM unnest(
         %(id)s::text[], %(tenant)s::text[], %(owner)s::text[], %(operation_key)s::text[],
@@ -28,7 +28,8 @@ WITH inserted AS (
         %(result_attempt_id)s::text[], %(error_code)s::text[], %(error_message)s::text[],
         %(created_at)s::float8[], %(updated_at)s::float8[], %(started_at)s::float8[],
         %(finished_at)s::float8[], %(traceparent)s::text[], %(schedule_name)s::text[],
-        %(concurrency_key)s::text[], %(held_by)s::text[], %(running_since)s::float8[]
+        %(concurrency_key)s::text[], %(held_by)s::text[], %(running_since)s::float8[],
+        %(queue)s::text[], %(snoozes)s::int[]
     )
     ON CONFLICT (tenant, operation_key) DO NOTHING
     RETURNING id, created_at, available_at, tenant, priority
@@ -46,6 +47,6 @@ SELECT
     lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
     external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
     created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-    held_by, running_since
+    held_by, running_since, queue, snoozes
 FROM jobs
 WHERE tenant = %(tenant)s AND operation_key = %(operation_key)s;

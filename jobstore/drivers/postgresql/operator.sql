@@ -37,7 +37,7 @@ RETURNING id, tenant, owner, operation_key, fingerprint, kind, payload, state, e
           lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
           external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
           created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-          held_by, running_since;
+          held_by, running_since, queue, snoozes;
 
 -- name: jobs_requeue_finished
 -- `job_requeue` of every job a filter names (`filters.JobFilter`, as the listing reads it: a field the
@@ -80,7 +80,7 @@ RETURNING id, tenant, owner, operation_key, fingerprint, kind, payload, state, e
           lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
           external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
           created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-          held_by, running_since;
+          held_by, running_since, queue, snoozes;
 
 -- name: operator_action_add
 -- Who did what to a job, when and why: written in the transaction of the move it records.

@@ -8,7 +8,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE id = %(id)s
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
@@ -79,7 +79,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'running'
   AND lease_owner = ANY(%(owners)s::text[])
@@ -104,7 +104,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE id = ANY(%(ids)s::text[])
   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
@@ -124,7 +124,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = ANY(%(states)s::text[]) AND finished_at IS NOT NULL
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
@@ -143,7 +143,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'queued'
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
@@ -162,7 +162,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'running'
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
@@ -181,7 +181,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE tenant = %(tenant)s
   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
@@ -200,7 +200,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)

@@ -10,14 +10,14 @@ INSERT INTO jobs (
     lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
     external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
     created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-    held_by, running_since
+    held_by, running_since, queue, snoozes
 )
 VALUES (
     :id, :tenant, :owner, :operation_key, :fingerprint, :kind, :payload, :state, :epoch, :attempts,
     :max_attempts, :lease_owner, :lease_expires_at, :available_at, :run_at, :priority, :deadline_at,
     :cancel_requested, :external_epoch, :checkpoint, :checkpoint_epoch, :result_attempt_id, :error_code,
     :error_message, :created_at, :updated_at, :started_at, :finished_at, :traceparent, :schedule_name,
-    :concurrency_key, :held_by, :running_since
+    :concurrency_key, :held_by, :running_since, :queue, :snoozes
 )
 ON CONFLICT (tenant, operation_key) DO NOTHING;
 
@@ -38,6 +38,6 @@ SELECT
     lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
     external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
     created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-    held_by, running_since
+    held_by, running_since, queue, snoozes
 FROM jobs
 WHERE tenant = :tenant AND operation_key = :operation_key;

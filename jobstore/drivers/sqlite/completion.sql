@@ -83,7 +83,8 @@ RETURNING id, tenant, kind, epoch, attempts, traceparent;
 SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoch, attempts, max_attempts,
     lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
     external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message, created_at,
-    updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key, held_by, running_since
+    updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key, held_by, running_since,
+    queue, snoozes
 FROM jobs
 WHERE id = :id
   AND epoch = :epoch

@@ -8,7 +8,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE id = :id
   AND (:tenant IS NULL OR tenant = :tenant);
@@ -79,7 +79,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'running'
   AND lease_owner IN (SELECT value FROM json_each(:owners))
@@ -104,7 +104,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs INDEXED BY sqlite_autoindex_jobs_1
 WHERE id IN (SELECT value FROM json_each(:ids))
   AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
@@ -124,7 +124,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at IS NOT NULL
   AND (:tenant IS NULL OR tenant = :tenant)
@@ -143,7 +143,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'queued'
   AND (:tenant IS NULL OR tenant = :tenant)
@@ -162,7 +162,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'running'
   AND (:tenant IS NULL OR tenant = :tenant)
@@ -181,7 +181,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE tenant = :tenant
   AND (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
@@ -200,7 +200,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since
+       held_by, running_since, queue, snoozes
 FROM jobs
 WHERE (:states IS NULL OR state IN (SELECT value FROM json_each(:states)))
   AND (:kind IS NULL OR kind = :kind)

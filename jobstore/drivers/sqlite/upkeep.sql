@@ -89,7 +89,7 @@ SELECT * FROM (
          lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
          external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
          created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-         held_by, running_since
+         held_by, running_since, queue, snoozes
   FROM jobs
   WHERE state = 'running' AND (lease_expires_at <= :now OR deadline_at <= :now)
   ORDER BY lease_expires_at
@@ -101,7 +101,7 @@ SELECT * FROM (
          lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
          external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
          created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-         held_by, running_since
+         held_by, running_since, queue, snoozes
   FROM jobs
   WHERE state = 'queued' AND deadline_at <= :now
   ORDER BY available_at
@@ -145,7 +145,7 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
          lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
          external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
          created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-         held_by, running_since
+         held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'running'
   AND lease_owner IN (SELECT value FROM json_each(:owners))
