@@ -62,7 +62,7 @@ def read_new_schedule(
     cron: str | None,
     timezone: str | None,
     every: str | None,
-    priority: str,
+    priority: str | None,
     catch_up: str,
     now: float,
     owner: str,
@@ -70,8 +70,8 @@ def read_new_schedule(
     concurrency_key: str | None = None,
 ) -> NewSchedule:
     """The schedule the fields name, or `ScheduleRefused` for the first thing wrong with them (checked in
-    the order of the arguments: names, slots, catch-up, then the slots' job). Writes nothing; whether the
-    name is taken is the store's to say (`ScheduleExists`)."""
+    the order of the arguments: names, slots, catch-up, then the slots' job; a `priority` of None is the
+    kind's default). Writes nothing; whether the name is taken is the store's to say (`ScheduleExists`)."""
     _check_name(label("tenant"), tenant)
     _check_name(label("name"), name)
     recurrence = _recurrence(cron, timezone, every, now, label)
@@ -115,7 +115,7 @@ def _job_fields(
     name: str,
     kind: str,
     payload: str,
-    priority: str,
+    priority: str | None,
     concurrency_key: str | None,
     now: float,
     owner: str,

@@ -44,6 +44,7 @@ from outbox_bridge.broker.connection import (
 )
 from outbox_bridge.broker.message import NORMAL_RANK, JobMessage, UndecodableMessage, order_of, traceparent_of
 from outbox_bridge.core.backoff import Backoff, Streak
+from outbox_bridge.core.queue_names import DEFAULT_QUEUE
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.telemetry.instruments import BROKER_RECONNECTS, DEAD_LETTERED, DELIVERIES
 
@@ -132,7 +133,8 @@ def heartbeat_seconds(lease_seconds: float) -> int:
 
 
 class DeliveryLink:
-    """Consumes `settings.queue` with `prefetch` unacked deliveries at most, reconnecting with bounded
+    """Consumes the broker queue of each of the named `queues` (by default `default`'s, `settings.queue`) on
+    one channel, with `prefetch` unacked deliveries at most from each, reconnecting with bounded
     backoff until closed: to the first node of RABBITMQ_URL that answers, and after a lost connection to
     the node after the lost one first (`BrokerNodes`). `on_delivery` is called on the link's thread for each
     decodable message; an undecodable one is rejected without requeue (dead-lettered) and logged.
@@ -151,8 +153,11 @@ class DeliveryLink:
         prefetch: int,
         on_delivery: Callable[[Delivery], None],
         on_held_past: Callable[[int, int], None] | None = None,
+        queues: Sequence[str] = (DEFAULT_QUEUE,),
     ) -> None:
         self._settings = settings
+        self._queues = tuple(queues)
+        self._names = ", ".join(topology.queue_name(settings, queue) for queue in self._queues)
         addresses = broker_addresses(settings.rabbitmq_url, name="consumer")
         for params in addresses:
             if params.heartbeat is None:  # its URL names none
@@ -169,7 +174,7 @@ class DeliveryLink:
         self._consuming = True
         self._closing = threading.Event()
         self._cancelled_by_broker = False
-        self._consumer_tag: str | None = None
+        self._consumer_tags: list[str] = []
         self._unsettled: set[int] = set()  # tags handed to `on_delivery` on this channel, not acked or nacked
         self._on_held_past = on_held_past
         self._ages = DeliveryAges(settings.consumer_delivery_hold_seconds)
@@ -264,7 +269,8 @@ class DeliveryLink:
         connection, node = connect_first(self._nodes.in_order())
         try:
             channel = connection.channel()
-            topology.declare(channel, self._settings)
+            topology.declare(channel, self._settings, self._queues)
+            # Per consumer (quorum queues have no channel-wide prefetch): each queue's at most.
             channel.basic_qos(prefetch_count=self._prefetch)
             channel.add_on_cancel_callback(self._on_cancelled_by_broker)
         except BaseException:
@@ -284,18 +290,18 @@ class DeliveryLink:
         if self._consuming:
             on_message = partial(self._on_message, self._generation)
             try:
-                self._consumer_tag = channel.basic_consume(
-                    self._settings.queue, on_message_callback=on_message
-                )
+                self._consumer_tags = [
+                    channel.basic_consume(
+                        topology.queue_name(self._settings, queue), on_message_callback=on_message
+                    )
+                    for queue in self._queues
+                ]
             except BaseException:
                 self._nodes.lost(node)  # as above; `_loop` closes what is left of the connection
                 raise
         self._down_since = None
         log.info(
-            "broker connection %d open to %s, consuming %s",
-            self._generation,
-            node_of(node),
-            self._settings.queue,
+            "broker connection %d open to %s, consuming %s", self._generation, node_of(node), self._names
         )
 
     def _serve(self) -> None:
@@ -303,10 +309,10 @@ class DeliveryLink:
         while not self._closing.is_set():
             self._connection.process_data_events(time_limit=LOOP_SLICE)
             if self._cancelled_by_broker and self._consuming:
-                raise ConsumerCancelledByBroker(self._settings.queue)
+                raise ConsumerCancelledByBroker(self._names)
             if self._channel is not None and self._channel.is_closed:
                 # pika's blocking channel says so only here: its deliveries and acks stopped with it.
-                raise ChannelClosedByBroker(self._settings.queue)
+                raise ChannelClosedByBroker(self._names)
             if self._unsettled and self._on_held_past is not None:
                 self._look_at_held()
 
@@ -359,10 +365,11 @@ class DeliveryLink:
 
     def _cancel_consumer(self) -> None:
         channel = self._channel
-        if channel is not None and channel.is_open and self._consumer_tag is not None:
-            channel.basic_cancel(self._consumer_tag)
-            self._consumer_tag = None
-            log.info("stopped consuming %s", self._settings.queue)
+        if channel is not None and channel.is_open and self._consumer_tags:
+            for tag in self._consumer_tags:
+                channel.basic_cancel(tag)
+            self._consumer_tags = []
+            log.info("stopped consuming %s", self._names)
 
     def _send(self, generation: int, deliveries: Sequence[Delivery], requeue: bool | None) -> None:
         channel = self._channel

@@ -2,8 +2,9 @@
 
 A kind is a payload schema plus a `run(ctx, payload)` function (`def` or `async def`), made one with
 `@kind(name, payload=Model)` (as `outbox_bridge.kind`). It returns its output (a JSON object, or None for
-the result `null`), or raises `PermanentError` (bad input: no retry), `TransientError` (try again later) or
-`Cancelled`. Everything it needs from the store goes through `JobContext`, so kinds never see SQL or AMQP."""
+the result `null`), or raises `PermanentError` (bad input: no retry), `TransientError` (try again later),
+`Snooze` (not yet: due again later, spending no attempt) or `Cancelled`. Everything it needs from the
+store goes through `JobContext`, so kinds never see SQL or AMQP."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from pathlib import Path
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from pydantic import BaseModel
+
+from outbox_bridge.core.queue_names import DEFAULT_QUEUE, QUEUE_RULE, is_queue_name
 
 
 class JobError(Exception):
@@ -33,6 +36,26 @@ class PermanentError(JobError):
 
 class TransientError(JobError):
     """This attempt failed but another may not: retried after a backoff, `dead` once the budget is spent."""
+
+
+# The longest a kind may snooze its job at once.
+MAX_SNOOZE_SECONDS = 30 * 86400
+
+
+class Snooze(Exception):
+    """Raised by a kind: its job goes back to `queued`, due `seconds` from now, and this attempt is given
+    back to the job's budget (its `attempts` count only real tries). A job snoozes at most MAX_SNOOZES times;
+    a snooze past that is a failed attempt with code `snoozed_too_often`. `ValueError` for `seconds` not
+    more than 0 or over MAX_SNOOZE_SECONDS (30 days)."""
+
+    def __init__(self, seconds: float) -> None:
+        if not _seconds(seconds) or seconds > MAX_SNOOZE_SECONDS:
+            raise ValueError(
+                f"Snooze(seconds) takes a number of seconds more than 0 and at most {MAX_SNOOZE_SECONDS}"
+                f" (30 days), not {seconds!r}"
+            )
+        super().__init__(f"snoozed for {seconds:g} seconds")
+        self.seconds = float(seconds)
 
 
 # Where an output names the file that is the job's result: a key no kind returns of its own accord (a kind
@@ -81,7 +104,8 @@ class JobContext(Protocol):
         """Where kinds write their per-attempt files."""
 
     def remaining_seconds(self) -> float | None:
-        """Seconds left before the job's deadline, or None when it has none."""
+        """Seconds left before the job's deadline or the attempt's timeout (the kind's `timeout_seconds`),
+        whichever comes first; None when it has neither."""
 
     def check_cancel(self) -> None:
         """Raise `Cancelled` if a cancel was requested, `LeaseLost` if the lease is gone. Cheap: reads the
@@ -114,11 +138,6 @@ class Progress:
 Output = dict[str, Any] | None
 
 
-QUEUE_RULE = "1 to 64 characters of a-z, 0-9, '_' and '-'"
-_QUEUE = re.compile(r"[a-z0-9_-]{1,64}")
-DEFAULT_QUEUE = "default"
-
-
 @dataclass(frozen=True)
 class Policy:
     """What a kind sets for its own jobs (`@kind(queue=..., max_attempts=..., ...)`); what it leaves None
@@ -137,7 +156,7 @@ class Policy:
 
     def refusal(self) -> str | None:
         """What is wrong with the policy, in a few words; None when nothing is."""
-        if not (isinstance(self.queue, str) and _QUEUE.fullmatch(self.queue)):
+        if not is_queue_name(self.queue):
             return f"queue {self.queue!r} must be {QUEUE_RULE}"
         if self.max_attempts is not None and not (
             isinstance(self.max_attempts, int) and 1 <= self.max_attempts <= 1000

@@ -4,7 +4,7 @@ is told why it cannot. One guarded UPDATE decides; a job is never taken twice.""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -19,6 +19,10 @@ from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.states import TERMINAL, State
 
+# A queued job delivered by another named queue's way is announced again no sooner than this: a relay that
+# still publishes it the old way (during an upgrade) cannot make it go round and round at once.
+REROUTE_SECONDS = 1.0
+
 
 class Refusal(StrEnum):
     """Why a claim took nothing."""
@@ -31,6 +35,7 @@ class Refusal(StrEnum):
     TENANT_BUSY = "tenant_busy"  # its tenant runs TENANT_MAX_RUNNING jobs: delivered again a little later
     KIND_PAUSED = "kind_paused"  # queued, of a paused kind: announced again when the kind is resumed
     HELD = "held"  # queued, held back by a flow limit: announced again when it has room (`limits`)
+    OTHER_QUEUE = "other_queue"  # of a named queue the claimer does not run: announced again, for its own
 
 
 @dataclass(frozen=True)
@@ -65,11 +70,14 @@ def claim_many(
     tenant_cap: int = 0,
     limits: Limits = NO_LIMITS,
     ahead: bool = False,
+    queues: Collection[str] | None = None,
 ) -> list[ClaimResult]:
     """`claim` for each of `job_ids`, with the same guard, as if one after another in this order, but in a
     few statements whatever their number. A job named twice is taken once and refused as leased after.
     With `ahead`, the claiming worker has no thread free for them yet: they read as claimed, waiting for a
-    thread (`mark_running`), else as started.
+    thread (`mark_running`), else as started. With `queues`, only jobs of these named queues are taken: one
+    of another is refused as `OTHER_QUEUE` (a queued one gets its outbox row again, to be published to its
+    own queue).
 
     With a `tenant_cap` (`TENANT_MAX_RUNNING`), a queued job whose tenant runs that many is refused as
     `TENANT_BUSY` and its outbox row written again, due `tenantcap.RETRY_SECONDS` from `now`. A queued job
@@ -77,7 +85,9 @@ def claim_many(
     distinct = list(dict.fromkeys(job_ids))
     busy = set(_over_cap(conn, distinct, tenant_cap, now)) if tenant_cap else set()
     free = [job_id for job_id in distinct if job_id not in busy]
-    taken, held = _take_within(conn, free, worker, now, lease_seconds, limits, hold=True, ahead=ahead)
+    taken, held = _take_within(
+        conn, free, worker, now, lease_seconds, limits, hold=True, ahead=ahead, queues=queues
+    )
     results = []
     for job_id in job_ids:
         if job_id in busy:
@@ -85,7 +95,7 @@ def claim_many(
         elif job_id in held:
             results.append(ClaimResult(refusal=Refusal.HELD, state=State.QUEUED))
         elif job_id not in taken:
-            results.append(_refusal(conn, job_id, now))
+            results.append(_refusal(conn, job_id, now, queues))
         elif (claimed := taken[job_id]) is not None:
             results.append(ClaimResult(claim=claimed, state=State.RUNNING))
             taken[job_id] = None  # a second delivery of it finds it leased, by this very claim
@@ -105,13 +115,15 @@ def _take_within(
     hold: bool,
     drop_pending: bool = False,
     ahead: bool = False,
+    queues: Collection[str] | None = None,
 ) -> tuple[dict[str, Claim | None], set[str]]:
     """Take what no flow limit concerns of `job_ids` (the claim's guard), then, of the queued jobs the
     guard left, those the limits admit (`limits.admit`); with `hold`, the others are held. Returns the
     claims by job id, and the ids of the jobs held back."""
     taken = _take_many(
-        conn, job_ids, worker, now, lease_seconds, guard=limits.kinds, drop_pending=drop_pending, ahead=ahead
-    )
+        conn, job_ids, worker, now, lease_seconds, guard=limits.kinds, drop_pending=drop_pending, ahead=ahead,
+        queues=queues,
+    )  # fmt: skip
     left = [job_id for job_id in job_ids if job_id not in taken]
     found = flow.candidates(conn, left, now) if left else []
     if not found:
@@ -119,8 +131,9 @@ def _take_within(
     admission = flow.admit(conn, limits, found, now)
     admitted = [c.job_id for c in admission.admitted]
     more = _take_many(
-        conn, admitted, worker, now, lease_seconds, guard=None, drop_pending=drop_pending, ahead=ahead
-    )
+        conn, admitted, worker, now, lease_seconds, guard=None, drop_pending=drop_pending, ahead=ahead,
+        queues=queues,
+    )  # fmt: skip
     flow.started(conn, limits, {claim.kind for claim in more.values() if claim is not None}, now)
     if hold:
         flow.hold(conn, admission, found, now)
@@ -137,11 +150,13 @@ def _take_many(
     guard: tuple[str, ...] | None,
     drop_pending: bool = False,
     ahead: bool = False,
+    queues: Collection[str] | None = None,
 ) -> dict[str, Claim | None]:
     """The claims of those of `job_ids` that were claimable (and, but for a `guard` of None, that no flow
-    limit concerns: no concurrency key, and a kind not of `guard`), by job id; with `drop_pending`, the
-    pending outbox rows of the jobs taken are dropped. With `ahead`, the jobs are claimed ahead of a free
-    thread: they read as waiting for one (`running_since` null) until `mark_running`."""
+    limit concerns: no concurrency key, and a kind not of `guard`; with `queues`, of these named queues), by
+    job id; with `drop_pending`, the pending outbox rows of the jobs taken are dropped. With `ahead`, the
+    jobs are claimed ahead of a free thread: they read as waiting for one (`running_since` null) until
+    `mark_running`."""
     if not job_ids:
         return {}
     params = {
@@ -152,7 +167,7 @@ def _take_many(
     }
     attempt_ids = {job_id: new_attempt_id() for job_id in job_ids}
     rows, written = drivers.of(conn).claim(
-        conn, params, attempt_ids, limited=guard, drop_pending=drop_pending
+        conn, params, attempt_ids, limited=guard, drop_pending=drop_pending, queues=queues
     )
     taken = [_claim_of(row, attempt_ids[row[0]], worker) for row in rows]
     _lose_previous(conn, taken, now)
@@ -195,7 +210,10 @@ def _claim_of(row: Sequence[Any], attempt_id: str, worker: str) -> Claim:
     )
 
 
-def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
+def _refusal(conn: Connection, job_id: str, now: float, queues: Collection[str] | None) -> ClaimResult:
+    """Why a claim did not take `job_id`. A queued job of a named queue not among `queues` (its delivery
+    came by another queue's way) gets an outbox row again, due when it is and `REROUTE_SECONDS` from now
+    at the soonest: the relay publishes it to its own queue."""
     job = queries.get_job(conn, job_id)
     if job is None:
         return ClaimResult(refusal=Refusal.NOT_FOUND)
@@ -203,6 +221,10 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
         return ClaimResult(refusal=Refusal.TERMINAL, state=job.state)
     if job.state is State.RUNNING and (job.lease_expires_at or 0) > now:
         return ClaimResult(refusal=Refusal.LEASED, state=job.state)
+    if queues is not None and job.queue not in queues:
+        if job.state is State.QUEUED:
+            outbox.add(conn, job_id, available_at=max(job.available_at, now + REROUTE_SECONDS), now=now)
+        return ClaimResult(refusal=Refusal.OTHER_QUEUE, state=job.state)
     if job.state is State.QUEUED and job.available_at > now:
         return ClaimResult(refusal=Refusal.NOT_AVAILABLE, state=job.state)
     if job.state is State.QUEUED and pausing.is_paused(conn, job.kind):
@@ -214,19 +236,26 @@ def _refusal(conn: Connection, job_id: str, now: float) -> ClaimResult:
 # with an OR: each walks its own index in order and stops at the limit, where the OR would gather and sort
 # every due row (the whole backlog, in a burst) to take a few.
 def _due_ids(
-    conn: Connection, now: float, limit: int, passed_over: dict[str, Any] | None = None
+    conn: Connection,
+    now: float,
+    limit: int,
+    passed_over: dict[str, Any] | None = None,
+    queues: Collection[str] | None = None,
 ) -> list[str]:
-    """The jobs a claim of `limit` takes, in order: expired leases first (oldest lease first), then queued
-    jobs (but for those `passed_over`: `_passed_over`): all of them when no more are due than fit; else by
-    priority, a turn per tenant, then age. Rows another claimer has locked are skipped (where the database
-    locks rows); a job ranked here that another claimer takes meanwhile is refused by the claim's guard."""
+    """The jobs a claim of `limit` takes (of the named `queues`, or of every queue), in order: expired
+    leases first (oldest lease first), then queued jobs (but for those `passed_over`: `_passed_over`): all
+    of them when no more are due than fit; else by priority, a turn per tenant, then age. Rows another
+    claimer has locked are skipped (where the database locks rows); a job ranked here that another claimer
+    takes meanwhile is refused by the claim's guard."""
     locking = drivers.of(conn).locking
-    expired = db.execute(conn, locking("expired_leases_due"), {"now": now, "limit": limit})
+    of_queues = drivers.of(conn).queues(queues)
+    expired = db.execute(conn, locking("expired_leases_due"), {"now": now, "limit": limit, **of_queues})
     job_ids = [str(row[0]) for row in expired]
     room = limit - len(job_ids)
     if room <= 0:
         return job_ids
-    params = {"now": now, "limit": room + 1, **(passed_over or _passed_over_params(conn, [], [], 1))}
+    passed_over = passed_over or _passed_over_params(conn, [], [], 1)
+    params = {"now": now, "limit": room + 1, **passed_over, **of_queues}
     queued = [str(row[0]) for row in db.execute(conn, locking("queued_due"), params)]
     if len(queued) > room and _several_tenants(conn):
         ranked = [str(row[0]) for row in db.execute(conn, "queued_due_fair", {**params, "limit": 2 * room})]
@@ -268,10 +297,12 @@ def claim_due(
     share: tenantcap.Share | None = None,
     limits: Limits = NO_LIMITS,
     ahead: bool = False,
+    queues: Collection[str] | None = None,
 ) -> list[Claim]:
     """The table's path (the baseline, and a consumer while the broker is down): claim up to `limit` of
-    the claimable jobs, in a few statements whatever their number: expired leases first, then queued jobs by
-    priority, then fairly across tenants, then oldest first; none when none is due.
+    the claimable jobs (of the named `queues` only, when given), in a few statements whatever their number:
+    expired leases first, then queued jobs by priority, then fairly across tenants, then oldest first; none
+    when none is due.
 
     With a `tenant_cap` (`TENANT_MAX_RUNNING`), the queued jobs of tenants that run that many are passed
     over (they stay queued for a later claim); with a `share` (`TENANT_SHARE`), so are those of tenants the
@@ -280,12 +311,13 @@ def claim_due(
 
     Pending outbox rows of the claimed jobs are dropped: the jobs are already in a worker's hands. With
     `ahead`, they read as waiting for a thread (`claim_many`)."""
-    job_ids = _due_ids(conn, now, limit, _passed_over(conn, now, tenant_cap, share, limits))
+    job_ids = _due_ids(conn, now, limit, _passed_over(conn, now, tenant_cap, share, limits), queues)
     if tenant_cap or share:
         job_ids = _within_cap(conn, job_ids, tenant_cap, share)
     taken, _ = _take_within(
-        conn, job_ids, worker, now, lease_seconds, limits, hold=False, drop_pending=True, ahead=ahead
-    )
+        conn, job_ids, worker, now, lease_seconds, limits, hold=False, drop_pending=True, ahead=ahead,
+        queues=queues,
+    )  # fmt: skip
     return [claim for job_id in job_ids if (claim := taken.get(job_id)) is not None]
 
 
@@ -296,14 +328,16 @@ def any_due(
     tenant_cap: int = 0,
     share: tenantcap.Share | None = None,
     limits: Limits = NO_LIMITS,
+    queues: Collection[str] | None = None,
 ) -> bool:
-    """Whether `claim_due` might take a job now: False only when it would take none (neither of its walks
-    finds a row). It only reads, so an idle poller asks it in a read transaction before it takes the write
-    lock for a claim."""
-    if db.execute(conn, "expired_leases_due", {"now": now, "limit": 1}):
+    """Whether `claim_due` (of the same `queues`) might take a job now: False only when it would take none
+    (neither of its walks finds a row). It only reads, so an idle poller asks it in a read transaction
+    before it takes the write lock for a claim."""
+    of_queues = drivers.of(conn).queues(queues)
+    if db.execute(conn, "expired_leases_due", {"now": now, "limit": 1, **of_queues}):
         return True
     passed_over = _passed_over(conn, now, tenant_cap, share, limits)
-    return bool(db.execute(conn, "queued_due", {"now": now, "limit": 1, **passed_over}))
+    return bool(db.execute(conn, "queued_due", {"now": now, "limit": 1, **passed_over, **of_queues}))
 
 
 def _passed_over(

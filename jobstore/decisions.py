@@ -17,6 +17,8 @@ STORAGE_FAULT = "storage_unavailable"
 STORAGE_RETRY_BUDGET = 10
 STORAGE_RETRY_FIRST_SECONDS = 5.0
 STORAGE_RETRY_MAX_SECONDS = 300.0
+# A kind's snooze (`outbox_bridge.Snooze`) past the job's MAX_SNOOZES: a failed attempt with this code.
+SNOOZED_TOO_OFTEN = "snoozed_too_often"
 
 
 @dataclass(frozen=True)

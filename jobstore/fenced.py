@@ -1,5 +1,5 @@
 """The fenced writes: everything the worker holding a job writes while it holds it (renew the lease, mark an
-external effect, save a checkpoint, complete, fail, release), and the bookkeeping of its attempt.
+external effect, save a checkpoint, complete, fail, snooze, release), and the bookkeeping of its attempt.
 
 Every write is one guarded UPDATE under the fence (this epoch, still held, lease alive, deadline not
 passed), written out in each statement of the drivers' `completion.sql`; zero rows changed means the writer
@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.jobstore import db, drivers, events, outbox
-from outbox_bridge.jobstore.decisions import STORAGE_FAULT, Decision, decide_failure
+from outbox_bridge.jobstore.decisions import SNOOZED_TOO_OFTEN, STORAGE_FAULT, Decision, decide_failure
 from outbox_bridge.jobstore.drivers import attempt_ended
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Job, dumps
@@ -102,6 +102,15 @@ def complete_many(conn: Connection, completions: Sequence[Completion], now: floa
     return [states.get(c.job_id) for c in completions]
 
 
+class _Failure(NamedTuple):
+    """An attempt's failure as `fail` records it (`detail`: for the attempt's record only)."""
+
+    code: str
+    message: str
+    permanent: bool = False
+    detail: str | None = None
+
+
 def fail(
     conn: Connection,
     job_id: str,
@@ -120,28 +129,76 @@ def fail(
     lease is lost. A `STORAGE_FAULT` (the worker's storage failed, not the job) is refunded to the job's
     budget and counted against its own (`decide_failure`). The job keeps `message`, which its tenant sees;
     the attempt's record keeps `detail` when given, for the operator."""
+    job = _held_job(conn, job_id, epoch, now)
+    failure = _Failure(code, message, permanent, detail)
+    return _fail_held(conn, job, attempt_id, failure, now, backoff)
+
+
+def _held_job(conn: Connection, job_id: str, epoch: int, now: float) -> Job:
+    """The job row under the fence of (`job_id`, `epoch`) at `now`, locked until the transaction ends;
+    `Fenced` if the lease is lost."""
     rows = db.execute(conn, "fenced_job", _fenced(job_id, epoch, now))
     if not rows:
         raise Fenced(job_id, epoch)
-    job = Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True)))
-    storage_faults = _storage_faults(conn, job_id) + 1 if code == STORAGE_FAULT else 0
+    return Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True)))
+
+
+def _fail_held(
+    conn: Connection, job: Job, attempt_id: str, failure: _Failure, now: float, backoff: Backoff
+) -> Decision:
+    """`fail` of the job `_held_job` read in this transaction."""
+    storage_faults = _storage_faults(conn, job.id) + 1 if failure.code == STORAGE_FAULT else 0
     decision = decide_failure(
-        permanent=permanent,
+        permanent=failure.permanent,
         attempts=job.attempts,
         max_attempts=job.max_attempts,
         cancel_requested=job.cancel_requested,
         deadline_passed=False,
         backoff=backoff.seconds(job.attempts),
-        code=code,
-        message=message,
+        code=failure.code,
+        message=failure.message,
         storage_faults=storage_faults,
     )
-    if not db.execute(conn, "fail_job", _fenced(job_id, epoch, now, **decided(decision, now))):
-        raise Fenced(job_id, epoch)
+    if not db.execute(conn, "fail_job", _fenced(job.id, job.epoch, now, **decided(decision, now))):
+        raise Fenced(job.id, job.epoch)
     after_decision(conn, job, decision, now)
     outcome = "retry" if decision.state is State.QUEUED else decision.state.value
-    _end_attempt(conn, attempt_id, outcome, now, code=code, message=detail or message)
+    _end_attempt(conn, attempt_id, outcome, now, code=failure.code, message=failure.detail or failure.message)
     return decision
+
+
+def snooze(
+    conn: Connection,
+    job_id: str,
+    epoch: int,
+    attempt_id: str,
+    *,
+    seconds: float,
+    now: float,
+    max_snoozes: int,
+    backoff: Backoff,
+) -> Decision:
+    """The kind snoozed the job (`outbox_bridge.Snooze`): `queued`, due in `seconds`, with a new outbox row
+    due then, its attempt given back to the budget (`attempts` - 1: it counts real tries) and `snoozes` + 1;
+    the attempt ends `snoozed`. A job that snoozed `max_snoozes` times already fails the attempt instead
+    (`fail`, code `SNOOZED_TOO_OFTEN`: retried after `backoff` within the budget), and one with a cancel
+    request waiting ends `cancelled`. `Fenced` if the lease is lost."""
+    job = _held_job(conn, job_id, epoch, now)
+    if job.cancel_requested or job.snoozes >= max_snoozes:
+        failure = (
+            _Failure("cancelled", "cancelled while running")
+            if job.cancel_requested
+            else _Failure(SNOOZED_TOO_OFTEN, f"The job snoozed {job.snoozes} times, the most it may.")
+        )
+        return _fail_held(conn, job, attempt_id, failure, now, backoff)
+    due = now + seconds
+    rows = db.execute(conn, "snooze_job", _fenced(job_id, epoch, now, available_at=due))
+    if not rows:
+        raise Fenced(job_id, epoch)
+    outbox.add(conn, job_id, available_at=due, now=now)
+    _end_attempt(conn, attempt_id, "snoozed", now)
+    events.note(conn, [events.of_row("snoozed", events.Returned(*rows[0]), seconds=seconds)])
+    return Decision(State.QUEUED, retry_in=seconds, refund=True)
 
 
 def _storage_faults(conn: Connection, job_id: str) -> int:

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, Engine
 
 from outbox_bridge.core.entropy import random_bytes
 from outbox_bridge.jobstore import db, drivers, events
+from outbox_bridge.jobstore.drivers import Window
 from outbox_bridge.jobstore.errors import IdempotencyConflict
 from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Job, dumps
@@ -61,6 +62,13 @@ def _fingerprint(
     fields.sort()
     text = ",".join(f'"{name}":{value}' for name, value in fields)  # the names need no escaping
     return hashlib.sha256(f"{{{text}}}".encode()).hexdigest()
+
+
+def unique_key(kind: str, payload_text: str) -> str:
+    """The key of a kind's uniqueness window for a payload already encoded (`dumps`): the fingerprint of
+    the kind and the payload alone, so requests that differ in anything else (key, start, deadline,
+    priority) share the window."""
+    return _fingerprint(kind, payload_text, None, None, Priority.NORMAL)
 
 
 def new_id() -> str:
@@ -119,7 +127,10 @@ def accept(
     `fingerprint`) returns the existing job (`created=False`); with a different one, `IdempotencyConflict`.
     The `traceparent` is stored with a new job and is no part of the request's identity: a retry under
     another trace is the same request, and the job keeps its first trace. `schedule_name` names the
-    schedule that makes the job for one of its slots (`jobstore.schedules`), under the slot's own key."""
+    schedule that makes the job for one of its slots (`jobstore.schedules`), under the slot's own key.
+    With `unique_for_seconds`, a request under a new key returns (`created=False`) the tenant's job of the
+    same kind and payload accepted less than that long before, whatever became of it since; a new job
+    takes that window (`job_uniques`)."""
     request = prepare(
         tenant=tenant, owner=owner, kind=kind, payload=payload, operation_key=operation_key, now=now,
         max_attempts=max_attempts, deadline_seconds=deadline_seconds, schedule=schedule,
@@ -135,26 +146,32 @@ def accept(
 @dataclass(frozen=True)
 class Prepared:
     """An accept's rows and outcomes, built before its transaction (`prepare`), so the head of the writer
-    queue holds only the statements: the job row, its new job as accepted and its `accepted` event."""
+    queue holds only the statements: the job row, its new job as accepted, its `accepted` event, and the
+    uniqueness window it takes (None for a kind without one)."""
 
     row: dict[str, Any]
     accepted: Accepted
     event: JobEvent
+    window: Window | None
 
 
-def prepare(*, payload: dict[str, Any], **fields: Any) -> Prepared:
+def prepare(*, payload: dict[str, Any], unique_for_seconds: float | None = None, **fields: Any) -> Prepared:
     """What `accept` of these keyword arguments writes and answers when the key is new."""
     row = _job_row(payload=payload, **fields)
     job = Job.made(row | {"payload": payload, "priority": Priority(row["priority"]), "state": State.QUEUED})
-    return Prepared(row, Accepted(job, created=True), _accepted(row))
+    window = None
+    if unique_for_seconds is not None:
+        window = Window(unique_key(row["kind"], row["payload"]), row["created_at"] + unique_for_seconds)
+    return Prepared(row, Accepted(job, created=True), _accepted(row), window)
 
 
 def accept_prepared(conn: Connection, prepared: Sequence[Prepared]) -> list[Accepted | IdempotencyConflict]:
     """`accept` of each `prepare`d request, in order, in the caller's transaction. A conflicting key is that
-    request's outcome alone (nothing is written for it); a key twice in one batch is accepted once, as two
-    accepts one after the other would be. The new jobs and their outbox rows are written with one multi-row
-    insert each, or one statement for both (`Driver.insert_jobs`)."""
-    return _outcomes(conn, prepared, take_keys(conn, prepared))
+    request's outcome alone (nothing is written for it); a key twice in one batch is accepted once, and a
+    window twice is taken once, as accepts one after the other would be. The new jobs and their outbox rows
+    are written with one multi-row insert each, or one statement for both (`Driver.insert_jobs`)."""
+    outcomes = _outcomes(conn, prepared, take_keys(conn, prepared))
+    return _answered(outcomes, prepared, lambda again: accept_prepared(conn, again))
 
 
 def accept_committed(
@@ -176,32 +193,52 @@ def accept_committed(
     created = db.transact_one(engine, take)
     if len(created) == len(taken):
         return [p.accepted for p in taken]
-    return db.read(engine, _outcomes, taken, created)
+    outcomes = db.read(engine, _outcomes, taken, created)
+    return _answered(outcomes, taken, lambda again: accept_committed(engine, lambda: again))
 
 
 def take_keys(conn: Connection, prepared: Sequence[Prepared]) -> set[str]:
-    """Write the job and outbox rows of each request whose key is new (`Driver.insert_jobs`), and note their
-    `accepted` events, in the caller's transaction; the ids of the jobs written."""
-    created = drivers.of(conn).insert_jobs(conn, [p.row for p in prepared])
+    """Write the job and outbox rows of each request whose key is new and whose window, if it has one, is
+    free (`Driver.insert_jobs`), and note their `accepted` events, in the caller's transaction; the ids of
+    the jobs written."""
+    windows = {p.row["id"]: p.window for p in prepared if p.window is not None}
+    created = drivers.of(conn).insert_jobs(conn, [p.row for p in prepared], windows)
     events.note(conn, (p.event for p in prepared if p.row["id"] in created))
     return created
 
 
 def _outcomes(
     conn: Connection, prepared: Sequence[Prepared], created: set[str]
-) -> list[Accepted | IdempotencyConflict]:
+) -> list[Accepted | IdempotencyConflict | None]:
     """Each request's outcome once `take_keys` wrote `created`: a new job as accepted, else the job that
-    holds its key (the original, for the same request) or the conflict."""
-    outcomes: list[Accepted | IdempotencyConflict] = []
+    holds its key (the original, for the same request) or the conflict, else the job that holds its window.
+    None for a request that nothing answers (`_answered`)."""
+    outcomes: list[Accepted | IdempotencyConflict | None] = []
     for p in prepared:
         if p.row["id"] in created:
             outcomes.append(p.accepted)
             continue
         try:
-            outcomes.append(_existing(conn, p.row["tenant"], p.row["operation_key"], p.row["fingerprint"]))
+            outcomes.append(_existing(conn, p))
         except IdempotencyConflict as conflict:
             outcomes.append(conflict)
     return outcomes
+
+
+def _answered(
+    outcomes: list[Accepted | IdempotencyConflict | None],
+    prepared: Sequence[Prepared],
+    accept_again: Callable[[list[Prepared]], list[Accepted | IdempotencyConflict]],
+) -> list[Accepted | IdempotencyConflict]:
+    """`outcomes`, with those of the requests nothing answered accepted again, in order. A request is left
+    unanswered when an earlier one of its batch had its key but took no job (that one's window was held),
+    or when the job that held its key or window was deleted before it was read. The first request of a
+    batch is answered unless such a job was deleted, which frees its key or window for the next round."""
+    unanswered = [p for p, outcome in zip(prepared, outcomes, strict=True) if outcome is None]
+    if not unanswered:
+        return [outcome for outcome in outcomes if outcome is not None]
+    again = iter(accept_again(unanswered))
+    return [next(again) if outcome is None else outcome for outcome in outcomes]
 
 
 def _accepted(row: dict[str, Any]) -> JobEvent:
@@ -226,10 +263,8 @@ def _job_row(
     schedule_name: str | None = None,
     concurrency_key: str | None = None,
     queue: str = "default",
-    unique_for_seconds: float | None = None,
 ) -> dict[str, Any]:
-    """The row of a newly accepted job. `unique_for_seconds` is not stored on the job: a kind's uniqueness
-    window is taken at accept (`job_uniques`)."""
+    """The row of a newly accepted job."""
     start = schedule.start(now) if schedule is not None else None
     payload_text = dumps(payload)
     return {
@@ -248,16 +283,22 @@ def _job_row(
     }  # fmt: skip
 
 
-def _existing(conn: Connection, tenant: str, operation_key: str, print_: str) -> Accepted:
-    existing = _find_by_key(conn, tenant, operation_key)
-    assert existing is not None, "the key was found taken in this transaction"
-    if existing.fingerprint != print_:
+def _existing(conn: Connection, p: Prepared) -> Accepted | None:
+    """The job that holds the request's key (`IdempotencyConflict` for another request), else the job that
+    holds its window at its accept; None when neither is held."""
+    tenant = p.row["tenant"]
+    existing = _find_by_key(conn, tenant, p.row["operation_key"])
+    if existing is None and p.window is not None:
+        params = {"tenant": tenant, "unique_key": p.window.key, "now": p.row["created_at"]}
+        existing = _job(db.execute(conn, "jobs_by_window", params))
+    elif existing is not None and existing.fingerprint != p.row["fingerprint"]:
         raise IdempotencyConflict(existing.id)
-    return Accepted(existing, created=False)
+    return None if existing is None else Accepted(existing, created=False)
 
 
 def _find_by_key(conn: Connection, tenant: str, operation_key: str) -> Job | None:
-    rows = db.execute(conn, "jobs_by_key", {"tenant": tenant, "operation_key": operation_key})
-    if not rows:
-        return None
-    return Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True)))
+    return _job(db.execute(conn, "jobs_by_key", {"tenant": tenant, "operation_key": operation_key}))
+
+
+def _job(rows: list[tuple[Any, ...]]) -> Job | None:
+    return Job.from_row(dict(zip(JOB_COLUMNS, rows[0], strict=True))) if rows else None

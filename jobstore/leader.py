@@ -192,13 +192,7 @@ def due(
     chosen = db.execute(conn, "outbox_rows_chosen", {"ids": drivers.of(conn).array(ids)}) if ids else []
     found = {int(r[0]): r for r in chosen}
     rows = [found[i] for i in ids if i in found]
-    lease = Lease(
-        token,
-        tuple((int(r[0]), str(r[1])) for r in rows),
-        {str(r[1]): str(r[4]) for r in rows if r[4] is not None},
-        {int(r[0]): (int(r[2]), str(r[3])) for r in rows},
-    )
-    return lease, next_due(conn, now) if len(rows) < limit else None
+    return _lease(token, rows), next_due(conn, now) if len(rows) < limit else None
 
 
 def due_at_once(
@@ -215,18 +209,24 @@ def due_at_once(
 def _lease_of(token: str, returned: Sequence[Sequence[Any]], limit: int) -> tuple[Lease, float | None] | None:
     """The rows the read at once returned as a `Lease` under `token`, with `next_due` when it found fewer than
     `limit`; None when the walk's order did not serve. Each row returned: serves, next_due, then a row's
-    id, job id, priority, tenant and trace context (all null when it found none)."""
+    id, job id, priority, tenant, trace context and queue (all null when it found none)."""
     serves, due = returned[0][:2]
     if not serves:
         return None
     rows = [r[2:] for r in returned if r[2] is not None]
-    lease = Lease(
+    return _lease(token, rows), float(due) if due is not None and len(rows) < limit else None
+
+
+def _lease(token: str, rows: Sequence[Sequence[Any]]) -> Lease:
+    """The rows read as a `Lease` under `token`; each row: id, job id, priority, tenant, trace context,
+    queue."""
+    return Lease(
         token,
         tuple((int(row_id), str(job_id)) for row_id, job_id, *_ in rows),
-        {str(job_id): str(tp) for _, job_id, _, _, tp in rows if tp is not None},
-        {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _ in rows},
+        {str(job_id): str(tp) for _, job_id, _, _, tp, _ in rows if tp is not None},
+        {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _, _ in rows},
+        {str(job_id): str(queue) for _, job_id, _, _, _, queue in rows},
     )
-    return lease, float(due) if due is not None and len(rows) < limit else None
 
 
 def read(

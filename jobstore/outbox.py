@@ -47,6 +47,8 @@ class Lease:
     traceparents: Mapping[str, str] = field(default_factory=dict)
     # (priority, tenant) by outbox id: what a consumer orders the deliveries it holds by.
     orders: Mapping[int, tuple[int, str]] = field(default_factory=dict)
+    # The named queue of each leased job (`jobs.queue`), by job id: where the relay publishes it.
+    queues: Mapping[str, str] = field(default_factory=dict)
 
 
 # Two orders. While no more rows are due than a read takes, the oldest walk of the (published_at, priority,

@@ -16,7 +16,7 @@ from outbox_bridge.jobstore.pausing import PausedKind
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.schedules import PeriodicSchedule
 from outbox_bridge.jobstore.states import State
-from outbox_bridge.telemetry.exposition import ScheduleFigures, StoreFigures
+from outbox_bridge.telemetry.exposition import QueueFigures, ScheduleFigures, StoreFigures
 
 # The overview lists at most this many running jobs whose worker is lost (their count is exact).
 WORKER_LOST_LISTED = 100
@@ -38,6 +38,7 @@ class Overview:
     paused_kinds: list[PausedKind] = field(default_factory=list)
     schedules: list[PeriodicSchedule] = field(default_factory=list)
     held: list[HeldCount] = field(default_factory=list)  # queued jobs a flow limit holds back
+    queues: list[QueueFigures] = field(default_factory=list)  # by name, `default` always among them
 
     @property
     def processes(self) -> list[Process]:
@@ -114,13 +115,15 @@ def overview(
         paused_kinds=pausing.paused(conn),
         schedules=schedules.list_all(conn),
         held=limits.held_counts(conn),
+        queues=queries.queue_figures(conn, now),
     )
 
 
 def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFigures:
     """What a metrics scrape reports about the store: jobs by state, the oldest due queued job, the outbox
     backlog, the live processes by role (seen within `alive_within` seconds and not found gone on this
-    host, as `conditions` judges them), the schedules that are not paused and the paused kinds."""
+    host, as `conditions` judges them), the schedules that are not paused, the paused kinds, the jobs flow
+    limits hold back, and each queue's waiting, running and oldest waiting job."""
     backlog = outbox.backlog(conn, now)
     found = conditions.statuses(conn, now, Liveness(alive_within, queued_age_limit=0.0).heartbeat)
     return StoreFigures(
@@ -136,4 +139,5 @@ def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFig
         ],
         paused_kinds=pausing.paused_since(conn),
         held={(h.kind, h.held_by): h.queued for h in limits.held_counts(conn)},
+        queues=queries.queue_figures(conn, now),
     )

@@ -18,6 +18,7 @@ from outbox_bridge.jobstore.filters import JobFilter
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
 from outbox_bridge.jobstore.schema import JOB_COLUMNS, attempts, operator_actions
 from outbox_bridge.jobstore.states import State
+from outbox_bridge.telemetry.exposition import QueueFigures
 
 
 class BadCursor(ValueError):
@@ -179,6 +180,24 @@ def due_queue(conn: Connection, now: float) -> DueQueue:
     [(count, oldest)] = db.execute(conn, "jobs_due_queue", {"now": now})
     age = 0.0 if oldest is None else max(0.0, now - float(oldest))
     return DueQueue(int(count), age)
+
+
+# The queue of every kind that names none (the jobs table's default): always listed by `queue_figures`.
+DEFAULT_QUEUE = "default"
+
+
+def queue_figures(conn: Connection, now: float) -> list[QueueFigures]:
+    """Each named queue with a due queued job or a running one, and `default` always, by name: its due jobs
+    as `due_queue` counts them, its running jobs, and how long its oldest due job has waited. One read of
+    the queued jobs' due range and of the running jobs, each on its state's own index."""
+    found = {
+        str(queue): QueueFigures(
+            str(queue), int(waiting), int(running), 0.0 if oldest is None else max(0.0, now - float(oldest))
+        )
+        for queue, waiting, oldest, running in db.execute(conn, "jobs_by_queue", {"now": now})
+    }
+    found.setdefault(DEFAULT_QUEUE, QueueFigures(DEFAULT_QUEUE, 0, 0, 0.0))
+    return sorted(found.values(), key=lambda queue: queue.name)
 
 
 @dataclass(frozen=True)

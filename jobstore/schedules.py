@@ -9,12 +9,15 @@ find the key taken and make no second job. The relay that holds the relay role f
 (`relay.schedules`).
 
 A schedule is kept with its kind and payload as the kind read them when it was added, so every slot asks
-for the same job. Who added, paused, resumed or removed it is recorded (`schedule_actions`)."""
+for the same job. Who added, paused, resumed or removed it is recorded (`schedule_actions`).
+
+A schedule may be declared in code (`outbox_bridge.schedule`): the leader brings it in line with its
+declaration (`declare`) and marks it `declared`; its pause stays the operator's."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +43,8 @@ class ScheduleNotFound(StoreError):
 @dataclass(frozen=True)
 class PeriodicSchedule:
     """A schedule as the store keeps it. `next_slot_at` is its first slot not fired yet; `last_slot_at`
-    the last one fired, with the job it made (`last_job_id`)."""
+    the last one fired, with the job it made (`last_job_id`). `declared`: declared in code, and kept in line
+    with the declaration by the leader."""
 
     tenant: str
     name: str
@@ -57,6 +61,7 @@ class PeriodicSchedule:
     paused_by: str | None
     created_at: float
     created_by: str
+    declared: bool = False
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> PeriodicSchedule:
@@ -64,7 +69,7 @@ class PeriodicSchedule:
         as JSON text)."""
         (
             tenant, name, kind, payload, priority, cron, timezone, every_seconds, catch_up, concurrency_key,
-            next_slot_at, last_slot_at, last_job_id, paused_at, paused_by, created_at, created_by,
+            next_slot_at, last_slot_at, last_job_id, paused_at, paused_by, created_at, created_by, declared,
         ) = row  # fmt: skip
         return cls(
             tenant=tenant,
@@ -82,11 +87,20 @@ class PeriodicSchedule:
             paused_by=paused_by,
             created_at=created_at,
             created_by=created_by,
+            declared=bool(declared),
         )
 
     @property
     def paused(self) -> bool:
         return self.paused_at is not None
+
+    def differences(self, wanted: Mapping[str, Any]) -> list[str]:
+        """The fields of `wanted` (named as `add` names them: `kind`, `payload`, `recurrence`, ...) the
+        schedule has otherwise; a payload compared as stored."""
+        stored = {field: getattr(self, field) for field in wanted}
+        if "payload" in wanted:
+            wanted = {**wanted, "payload": json.loads(dumps(wanted["payload"]))}
+        return [field for field, value in wanted.items() if stored[field] != value]
 
     def due_age(self, now: float) -> float | None:
         """How long its next slot has been due without being fired, or None when it is not due (or the
@@ -109,11 +123,13 @@ def add(
     now: float,
     actor: str,
     concurrency_key: str | None = None,
+    declared: bool = False,
 ) -> PeriodicSchedule:
     """Add a schedule, recorded; its first slot is the first after `now`. `ScheduleExists` when the
     tenant has one of that name. The caller has checked the kind and read the payload as the kind does.
     Every job the schedule makes carries `concurrency_key` (`POST /jobs`'s): with the default
-    CONCURRENCY_KEY_MAX_RUNNING of 1, a slot's job waits for the one before it to end."""
+    CONCURRENCY_KEY_MAX_RUNNING of 1, a slot's job waits for the one before it to end. `declared`: added
+    for a declaration in code."""
     if _row(conn, tenant, name) is not None:
         raise ScheduleExists(tenant, name)
     values = {
@@ -130,6 +146,7 @@ def add(
         "next_slot_at": recurrence.first_after(now),
         "now": now,
         "actor": actor,
+        "declared": declared,
     }
     (added,) = db.execute(conn, "schedule_add", values)
     _record(conn, tenant, name, "add", actor=actor, now=now)
@@ -172,6 +189,58 @@ def remove(conn: Connection, tenant: str, name: str, now: float, *, actor: str) 
     if not db.execute(conn, "schedule_remove", {"tenant": tenant, "name": name}):
         raise ScheduleNotFound(tenant, name)
     _record(conn, tenant, name, "remove", actor=actor, now=now)
+
+
+# What a declaration in code decides of a schedule; its catch-up and concurrency key stay as they are.
+DECLARED_FIELDS = ("kind", "payload", "priority", "recurrence")
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What bringing a schedule in line with its declaration did: the action recorded (`add`, `update`,
+    `declare` for a schedule only marked declared; None when it was as declared already) and the fields
+    it changed."""
+
+    action: str | None
+    changed: tuple[str, ...] = ()
+
+
+def declare(conn: Connection, *, now: float, actor: str, **fields: Any) -> Declared:
+    """Bring the schedule `fields` name (the keyword arguments of `add`) in line with them and mark it
+    declared, recorded, in the caller's transaction: added when missing; else its `DECLARED_FIELDS`
+    updated where they differ, its next slot kept when its slots did not change and else the first after
+    `now` (so no slot fired already comes again). A paused schedule stays paused. On PostgreSQL the row is
+    locked first (`schedule_to_fire`), so a firing of it waits and then finds it as declared."""
+    tenant, name = fields["tenant"], fields["name"]
+    rows = db.execute(conn, "schedule_to_fire", {"tenant": tenant, "name": name})
+    if not rows:
+        add(conn, **fields, now=now, actor=actor, declared=True)
+        return Declared("add", DECLARED_FIELDS)
+    stored = PeriodicSchedule.from_row(rows[0])
+    changed = tuple(stored.differences({field: fields[field] for field in DECLARED_FIELDS}))
+    if not changed and stored.declared:
+        return Declared(None)
+    recurrence: Recurrence = fields["recurrence"]
+    kept = "recurrence" not in changed
+    values = {
+        "tenant": tenant, "name": name, "kind": fields["kind"], "payload": dumps(fields["payload"]),
+        "priority": int(fields["priority"]), "cron": recurrence.cron, "timezone": recurrence.timezone,
+        "every_seconds": recurrence.every_seconds,
+        "next_slot_at": stored.next_slot_at if kept else recurrence.next_after(now),
+    }  # fmt: skip
+    db.execute(conn, "schedule_declare", values)
+    action = "update" if changed else "declare"
+    _record(conn, tenant, name, action, actor=actor, now=now)
+    return Declared(action, changed)
+
+
+def undeclare(conn: Connection, tenant: str, name: str, now: float, *, actor: str) -> bool:
+    """Unmark a schedule no longer declared in code, recorded: it runs on as an operator's schedule, for an
+    operator to pause or remove. False when it was not marked."""
+    if not db.execute(conn, "schedule_undeclare", {"tenant": tenant, "name": name}):
+        return False
+    _record(conn, tenant, name, "undeclare", actor=actor, now=now)
+    return True
 
 
 @dataclass(frozen=True)

@@ -359,6 +359,8 @@ job_uniques = Table(
     Column("unique_key", String(64), primary_key=True),
     Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
     Column("expires_at", Float, nullable=False),
+    # A job deleted (retention) takes its window with it: the cascade finds the row by its job.
+    Index("ix_job_uniques_job_id", "job_id"),
 )
 
 # Kinds an operator paused (`jobstore.pausing`): no claim starts a queued job of one of them.
@@ -388,7 +390,8 @@ schedule_actions = Table(
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("tenant", String(255), nullable=False),
     Column("name", String(128), nullable=False),
-    Column("action", String(16), nullable=False),  # add | pause | resume | remove
+    # add | pause | resume | remove; for a schedule declared in code: update | declare | undeclare
+    Column("action", String(16), nullable=False),
     Column("actor", String(255), nullable=False),
     Column("at", Float, nullable=False),
     sqlite_autoincrement=True,

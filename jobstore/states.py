@@ -53,6 +53,8 @@ CLAIM = _move({State.QUEUED}, {State.RUNNING})
 COMPLETE = _move({State.RUNNING}, {State.SUCCEEDED, State.CANCELLED})
 FAIL = _move({State.RUNNING}, {State.QUEUED, State.FAILED, State.DEAD, State.CANCELLED})
 RELEASE = _move({State.RUNNING}, {State.QUEUED, State.CANCELLED})
+# A kind snoozed its job (`outbox_bridge.Snooze`): queued again, due later, its attempt given back.
+SNOOZE = _move({State.RUNNING}, {State.QUEUED})
 # The sweeper's moves.
 EXPIRE_LEASE = _move({State.RUNNING}, {State.QUEUED, State.DEAD, State.CANCELLED, State.UNKNOWN})
 EXPIRE_QUEUED = _move({State.QUEUED}, {State.DEAD})
@@ -63,10 +65,10 @@ REQUEUE = _move(OPERATOR_REQUEUEABLE, {State.QUEUED})
 RESOLVE = _move({State.UNKNOWN}, RESOLVABLE_TO)
 
 MOVES: tuple[Move, ...] = (
-    CLAIM, COMPLETE, FAIL, RELEASE, EXPIRE_LEASE, EXPIRE_QUEUED, CANCEL_QUEUED, REQUEUE, RESOLVE,
+    CLAIM, COMPLETE, FAIL, RELEASE, SNOOZE, EXPIRE_LEASE, EXPIRE_QUEUED, CANCEL_QUEUED, REQUEUE, RESOLVE,
 )  # fmt: skip
 # A job running for a worker is in the state the worker's moves start from: what a fence checks.
-HELD: frozenset[State] = COMPLETE.sources | FAIL.sources | RELEASE.sources
+HELD: frozenset[State] = COMPLETE.sources | FAIL.sources | RELEASE.sources | SNOOZE.sources
 
 TRANSITIONS: dict[State, frozenset[State]] = {
     src: frozenset(dst for move in MOVES if src in move.sources for dst in move.targets) for src in State

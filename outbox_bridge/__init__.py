@@ -3,10 +3,13 @@
 The public Python API (what is not named here is internal):
 
 - `kind(name, payload=Model)`: make a function a job kind; it runs with a `JobContext` and raises
-  `PermanentError` (no retry) or `TransientError` (retried after a backoff) to fail.
+  `PermanentError` (no retry) or `TransientError` (retried after a backoff) to fail, or `Snooze(seconds)`
+  to run again later without spending an attempt.
 - `enqueue(conn, kind, payload, key=..., tenant=..., owner=...)`: write a job in your own transaction (or
   `<kind function>.enqueue(conn, payload, ...)`); `enqueue_many(conn, [JobSpec(...), ...], ...)`: up to 1,000.
 - `Client(base_url, token=...)` and `AsyncClient`: the HTTP api (submit, get, list, cancel, wait, result).
+- `schedule(name, kind=..., tenant=..., payload=..., cron=... | every=...)`: declare a schedule in a kinds
+  module; the relay that leads adds it to the store, or brings the stored one in line with it.
 - `__version__`: the installed version.
 - `Job`: a job as its view shows it. `InvalidJob`, `Conflict`, `StoreMismatch` and the client's errors
   (`ClientError` and a subclass per status).
@@ -30,20 +33,23 @@ from outbox_bridge.client.errors import (
 )
 from outbox_bridge.client.job import Job
 from outbox_bridge.core.version import installed as _installed_version
-from outbox_bridge.handlers.base import JobContext, KindError, PermanentError, TransientError
+from outbox_bridge.handlers.base import JobContext, KindError, PermanentError, Snooze, TransientError
 from outbox_bridge.kind_functions import kind
 
 if TYPE_CHECKING:
     from outbox_bridge.client.http import AsyncClient, Client
+    from outbox_bridge.declared_schedules import schedule
     from outbox_bridge.enqueuing import JobSpec, enqueue, enqueue_many
 
-# Imported on first use: they bring the api's modules (FastAPI) and httpx, which a worker process never needs.
+# Imported on first use: they bring the api's modules (FastAPI) and httpx, which a worker process never needs
+# (and `schedule`, the cron reading, which only a kinds module that declares a schedule needs).
 _LAZY = {
     "enqueue": "outbox_bridge.enqueuing",
     "enqueue_many": "outbox_bridge.enqueuing",
     "JobSpec": "outbox_bridge.enqueuing",
     "Client": "outbox_bridge.client.http",
     "AsyncClient": "outbox_bridge.client.http",
+    "schedule": "outbox_bridge.declared_schedules",
 }
 
 
@@ -74,6 +80,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "PermanentError",
+    "Snooze",
     "StoreMismatch",
     "TransientError",
     "Unauthorized",
@@ -81,4 +88,5 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "kind",
+    "schedule",
 ]

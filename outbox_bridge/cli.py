@@ -11,6 +11,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 
 from outbox_bridge import console, views
+from outbox_bridge.broker import topology
 from outbox_bridge.broker.connection import queue_probe
 from outbox_bridge.console import out
 from outbox_bridge.core import clock, version
@@ -23,6 +24,7 @@ from outbox_bridge.kinds import kinds_app
 from outbox_bridge.schedules import schedules_app
 from outbox_bridge.status_text import print_status
 from outbox_bridge.webhooks import webhooks_app
+from outbox_bridge.worker import queues
 from outbox_bridge.worker.readiness import first_line
 
 app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ consumers, SQLite baseline.")
@@ -88,41 +90,79 @@ def _with_metrics_port(settings: Settings, port: int | None) -> Settings:
 
 @app.command()
 def relay(metrics_port: MetricsPortOption = None) -> None:
-    """Publish outbox rows to RabbitMQ under publisher confirms; sweep expired leases; prune the outbox."""
+    """Publish outbox rows to RabbitMQ under publisher confirms; sweep expired leases; prune the outbox; fire
+    the schedules, those the kinds modules declare brought in first."""
     from outbox_bridge.relay.main import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
+    console.load_kinds(settings)  # which declare the schedules in code
     console.require_current_store(settings)
     console.setup_logging("relay")
     raise typer.Exit(run(settings))
 
 
+QueuesOption = Annotated[
+    str | None,
+    typer.Option(
+        "--queues",
+        metavar="QUEUES",
+        help="Run only these named queues' jobs, comma-separated (fast,slow=2): a queue given =N gets N "
+        "threads of its own, the others share --concurrency's. Default: every queue of the loaded kinds, on "
+        "--concurrency threads.",
+    ),
+]
+# What a command exits with when its options are wrong (as the option parser's own errors do).
+USAGE = 2
+
+
+def _pools(spec: str | None, concurrency: int, settings: Settings | None = None) -> list[queues.Pool]:
+    """The pools of threads `--queues` asks for (after the kinds are loaded: by default their queues), or
+    exit `USAGE` with one line saying what is wrong; with the broker's `settings`, also for a queue whose
+    broker queue would be the dead-letter queue."""
+    try:
+        pools = queues.pools(spec, concurrency)
+    except queues.QueuesError as exc:
+        console.say(str(exc))
+        raise typer.Exit(USAGE) from None
+    clashes = [topology.clash(settings, q) for pool in pools for q in pool.queues] if settings else []
+    for clash in filter(None, clashes):
+        console.say(f"--queues: {clash}")
+        raise typer.Exit(USAGE)
+    return pools
+
+
 @app.command()
 def consumer(
-    concurrency: Annotated[int, typer.Option(min=1)] = 4, metrics_port: MetricsPortOption = None
+    concurrency: Annotated[int, typer.Option(min=1)] = 4,
+    queue_spec: QueuesOption = None,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """Consume deliveries from RabbitMQ: claim, run, commit, then ack."""
     from outbox_bridge.consumer.main import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
     console.load_kinds(settings)
+    pools = _pools(queue_spec, concurrency, settings)
     console.require_current_store(settings)
     console.setup_logging("consumer")
-    raise typer.Exit(run(settings, concurrency=concurrency))
+    raise typer.Exit(run(settings, pools))
 
 
 @app.command()
 def worker(
-    concurrency: Annotated[int, typer.Option(min=1)] = 1, metrics_port: MetricsPortOption = None
+    concurrency: Annotated[int, typer.Option(min=1)] = 1,
+    queue_spec: QueuesOption = None,
+    metrics_port: MetricsPortOption = None,
 ) -> None:
     """The SQLite-only baseline: poll the jobs table with BEGIN IMMEDIATE and run what it claims."""
     from outbox_bridge.baseline.worker import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
     console.load_kinds(settings)
+    pools = _pools(queue_spec, concurrency)
     console.require_current_store(settings)
     console.setup_logging("worker")
-    raise typer.Exit(run(settings, concurrency=concurrency))
+    raise typer.Exit(run(settings, pools))
 
 
 class Role(StrEnum):

@@ -127,6 +127,7 @@ def _print_schedule_and_progress(view: JobView) -> None:
         "-" if progress is None else f"{progress.done} of {'?' if progress.total is None else progress.total}"
     )
     out.print(f"{'priority':>17}: {view.priority}")
+    out.print(f"{'queue':>17}: {view.queue}")
     out.print(f"{'concurrency key':>17}: {escape(view.concurrency_key or '-')}")  # the client's own text
     out.print(f"{'run at':>17}: {view.run_at or '-'}")
     out.print(f"{'progress':>17}: {done}")

@@ -1,12 +1,14 @@
 """`outbox-bridge schedules`: add, list, pause, resume and remove schedules, each change recorded with the OS
-user who made it. A refused `add` says why in one line, exits 1 and writes nothing."""
+user who made it. A refused `add` says why in one line, exits 1 and writes nothing; with `--if-missing` a
+schedule that exists as asked is no refusal, so a deployment script may add it at every run."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from sqlalchemy import Engine
 from sqlalchemy.exc import IntegrityError
 
 from outbox_bridge import views
@@ -29,6 +31,9 @@ from outbox_bridge.core.recurrence import CatchUp, slot_text
 from outbox_bridge.jobstore import db
 from outbox_bridge.jobstore import schedules as store
 from outbox_bridge.jobstore.schedules import ScheduleExists, ScheduleNotFound
+
+if TYPE_CHECKING:
+    from outbox_bridge.api.schedule_request import NewSchedule
 
 schedules_app = typer.Typer(
     help="Jobs on a schedule: one job per slot of a cron expression or of an interval, made by the relay."
@@ -76,6 +81,14 @@ def schedules_add(
             "job waits for the last one's.",
         ),
     ] = None,
+    if_missing: Annotated[
+        bool,
+        typer.Option(
+            "--if-missing",
+            help="Exit 0 when the tenant has this schedule already, as asked; still exit 1 when it has "
+            "one of this name defined otherwise.",
+        ),
+    ] = False,
 ) -> None:
     """Add a schedule: TENANT gets a job of KIND with PAYLOAD for every slot of --cron (in --timezone) or of
     --every, under the idempotency key schedule:NAME:SLOT, so that no slot ever makes two jobs."""
@@ -96,13 +109,34 @@ def schedules_add(
     try:
         added = db.transact(engine, store.add, **schedule.fields(), now=clock.now(), actor=os_user())
     except (ScheduleExists, IntegrityError):
-        refuse(f"tenant {tenant} already has a schedule named {name} (`outbox-bridge schedules list`)")
+        taken = f"tenant {tenant} already has a schedule named {name}"
+        if if_missing:
+            _exists_as_asked(engine, schedule, taken)
+        refuse(f"{taken} (`outbox-bridge schedules list`)")
     out.print(
         f"added schedule {tenant}/{name}: a job of kind {added.kind} {schedule.recurrence.describe()}, the "
         f"first at {slot_text(added.next_slot_at)}",
         markup=False,
         highlight=False,
     )
+
+
+def _exists_as_asked(engine: Engine, schedule: NewSchedule, taken: str) -> None:
+    """Exit 0 when the schedule stored under the name of `schedule` is `schedule` (its slots, job,
+    catch-up and concurrency key; paused or not); else exit 1 saying what differs."""
+    try:
+        stored = db.read(engine, store.get, schedule.tenant, schedule.name)
+    except ScheduleNotFound:  # removed a moment ago
+        refuse(f"schedule {schedule.tenant}/{schedule.name} was removed as this ran: run the command again")
+    wanted = schedule.fields()
+    differs = stored.differences(
+        {field: wanted[field] for field in wanted if field not in ("tenant", "name")}
+    )
+    if differs:
+        named = ", ".join("--cron/--every/--timezone" if f == "recurrence" else _option(f) for f in differs)
+        refuse(f"{taken}, defined otherwise ({named}) (`outbox-bridge schedules list`)")
+    out.print(f"exists: schedule {schedule.tenant}/{schedule.name}, as asked", markup=False, highlight=False)
+    raise typer.Exit(0)
 
 
 def _option(field: str) -> str:
@@ -112,8 +146,9 @@ def _option(field: str) -> str:
 
 @schedules_app.command("list")
 def schedules_list(as_json: JsonOption = False) -> None:
-    """Every schedule: its slots, its next slot (and how long it has been due, when a relay has not fired it
-    yet), the last slot it fired and that slot's job, and whether it is paused."""
+    """Every schedule: whether it is declared in code (`outbox_bridge.schedule`), its slots, its next slot
+    (and how long it has been due, when a relay has not fired it yet), the last slot it fired and that
+    slot's job, and whether it is paused."""
     _, engine = open_store()
     found = db.read(engine, store.list_all)
     now = clock.now()
@@ -124,6 +159,7 @@ def schedules_list(as_json: JsonOption = False) -> None:
     columns = (
         "tenant",
         "name",
+        "in code",
         "kind",
         "slots",
         "catch-up",
@@ -141,6 +177,7 @@ def schedules_list(as_json: JsonOption = False) -> None:
         shown.add_row(
             s.tenant,
             s.name,
+            "yes" if s.declared else "",
             s.kind,
             s.recurrence.describe(),
             s.catch_up.value,

@@ -36,6 +36,7 @@ def print_status(
         table.add_row(state, str(count))
     out.print(table)
     out.print(f"queued and due: {view.due.jobs}, oldest waiting {view.due.oldest_age_seconds:.1f}s")
+    print_queues(out, make_table, view)
     out.print(
         f"outbox: {view.backlog.pending} pending, oldest waiting {view.backlog.oldest_age_seconds:.1f}s"
     )
@@ -44,6 +45,17 @@ def print_status(
     queue, depth = dead_letters
     out.print(f"dead-letter queue {queue}: {depth}", style="red" if depth.messages else None)
     print_paused_and_schedules(out, make_table, view, now)
+
+
+def print_queues(out: Console, make_table: TableMaker, view: Overview) -> None:
+    """Each named queue's due jobs, running jobs and how long its oldest due job has waited."""
+    table = make_table(title="queues")
+    table.add_column("queue")
+    for column in ("waiting", "running", "oldest waiting"):
+        table.add_column(column, justify="right")
+    for queue in view.queues:
+        table.add_row(queue.name, str(queue.waiting), str(queue.running), f"{queue.oldest_seconds:.1f}s")
+    out.print(table)
 
 
 def print_paused_and_schedules(out: Console, make_table: TableMaker, view: Overview, now: float) -> None:

@@ -1,7 +1,8 @@
 """Run a kind's jobs inline in a team's own tests: a temporary store, no broker, no processes, and the same
 rules the workers apply (the claim and its fence, checkpoints, cancellation, the external-effect mark,
-permanent and transient errors, the retry budget). An `async def` kind runs as a worker runs it, on an event
-loop made for the attempt (from an async test too), and a kind that returns None has the result None.
+permanent and transient errors, the retry budget and the kind's backoff, a `Snooze`, a kind's
+`timeout_seconds`). An `async def` kind runs as a worker runs it, on an event loop made for the attempt
+(from an async test too), and a kind that returns None has the result None.
 
     # conftest.py
     pytest_plugins = ["outbox_bridge.testing"]
@@ -15,8 +16,9 @@ loop made for the attempt (from an async test too), and a kind that returns None
         assert done.state == "succeeded"
         assert inline_jobs.result(job.id) == {"area": 20}
 
-Time is the store's own clock, which `InlineJobs` moves: a retry's backoff passes at once, and a lost
-worker's lease runs out when `run(..., crash_after_external_start=True)` says so, without sleeping.
+Time is the store's own clock, which `InlineJobs` moves: a retry's backoff and a snooze pass at once, and a
+lost worker's lease runs out when `run(..., crash_after_external_start=True)` says so, without sleeping. A
+kind's `timeout_seconds` is measured on the real clock, as a worker measures it.
 """
 
 from __future__ import annotations
@@ -139,7 +141,12 @@ class InlineJobs:
                 keeper.drop(job_id)
                 return self._lost(job_id)
             states = db.transact(
-                self.engine, commit_outcomes, [(taken.claim, outcome)], clock.now(), self._backoff
+                self.engine,
+                commit_outcomes,
+                [(taken.claim, outcome)],
+                clock.now(),
+                self._backoff,
+                max_snoozes=self.settings.max_snoozes,
             )
             discard_uncommitted(self.settings, taken.claim, outcome, states[0])
         finally:
@@ -147,7 +154,8 @@ class InlineJobs:
         return Attempt(self.job(job_id))
 
     def run_to_end(self, job_id: str, *, max_runs: int = 100) -> Job:
-        """Run attempts, moving the clock over each retry's backoff, until the job is finished."""
+        """Run attempts, moving the clock over each retry's backoff and each snooze, until the job is
+        finished."""
         for _ in range(max_runs):
             stored = self._stored(job_id)
             if stored.state in TERMINAL:

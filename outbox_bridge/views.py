@@ -112,15 +112,17 @@ def worker_lost_document(job: Job, now: float) -> dict[str, Any]:
 
 
 def schedule_document(schedule: PeriodicSchedule, now: float) -> dict[str, Any]:
-    """A schedule as `schedules list --json` and `status --json` list it: its slots (`cron` and `timezone`,
-    or `every_seconds`), its job (with the `concurrency_key` its jobs carry, or null), its `next_slot` (null
-    while paused), `due_seconds` (how long that slot has been due without its job: null when it is not due),
-    the last slot fired and its job, and who paused it and when (null while it runs). Slots are RFC 3339 UTC
-    to the second, as the slots' keys name them."""
+    """A schedule as `schedules list --json` and `status --json` list it: whether it is `declared` in code
+    (`outbox_bridge.schedule`), its slots (`cron` and `timezone`, or `every_seconds`), its job (with the
+    `concurrency_key` its jobs carry, or null), its `next_slot` (null while paused), `due_seconds` (how long
+    that slot has been due without its job: null when it is not due), the last slot fired and its job, and
+    who paused it and when (null while it runs). Slots are RFC 3339 UTC to the second, as the slots' keys
+    name them."""
     s, age = schedule, schedule.due_age(now)
     return {
         "tenant": s.tenant,
         "name": s.name,
+        "declared": s.declared,
         "kind": s.kind,
         "payload": s.payload,
         "priority": s.priority.label,
@@ -162,7 +164,8 @@ def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueD
     (`no-consumer`, `no-relay`, `worker-lost`, `queued-too-long`), empty when all is well. `paused_kinds`
     and `schedules` are as `paused_kind_document` and `schedule_document` say; `queued_due` leaves out the
     jobs of paused kinds. `held` counts the queued jobs each flow limit holds back, by kind (`limit`: `kind`,
-    `key` or `rate`)."""
+    `key` or `rate`). `queues` lists each named queue with a due or a running job, and `default` always, by
+    name: `waiting` (due, as `queued_due` counts them), `running`, `oldest_seconds` (0 when none waits)."""
     return {
         "warnings": [{"code": a.code, "message": a.message} for a in view.alerts],
         "alive": view.alive,
@@ -183,6 +186,10 @@ def status_document(view: Overview, dead_letter_queue: str, dead_letters: QueueD
         "paused_kinds": [paused_kind_document(p) for p in view.paused_kinds],
         "schedules": [schedule_document(s, view.at) for s in view.schedules],
         "held": [{"kind": h.kind, "limit": h.held_by, "queued": h.queued} for h in view.held],
+        "queues": [
+            {"name": q.name, "waiting": q.waiting, "running": q.running, "oldest_seconds": q.oldest_seconds}
+            for q in view.queues
+        ],
     }
 
 

@@ -17,7 +17,8 @@ The promises:
 - while it is reachable, messages dead-lettered into `jobs.dead` are settled from the store every
   `DEAD_LETTER_CHECK_SECONDS` (`relay.deadletters`): a job still queued is announced again;
 - the leader also sends completion webhooks (`relay.webhook_sender`) and fires the schedules' due slots,
-  each a job under its slot's key (`relay.schedules`);
+  each a job under its slot's key, after bringing in the schedules its kinds modules declare each time it
+  takes the role (`relay.schedules`);
 - `request_stop` stops reading, waits (bounded) for outstanding confirms, writes what was confirmed,
   hands the role back and closes the connection.
 """
@@ -30,6 +31,7 @@ from sqlalchemy import Engine
 
 from outbox_bridge.broker.connection import describe
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.handlers.schedules import DECLARED
 from outbox_bridge.relay.counts import Progress, RelayCounts
 from outbox_bridge.relay.deadletters import DeadLetterReconciler
 from outbox_bridge.relay.housekeeping import Rescuer
@@ -66,13 +68,17 @@ class Relay:
             settings, engine, self.loop, self.leadership, self.counts, finish=self._maybe_finish
         )
         self._progress = Progress(self.counts)
+        # What the kinds modules loaded before this relay was made declare (`outbox_bridge.schedule`).
+        self.scheduler = Scheduler(
+            settings, engine, self.loop, self.leadership.is_leader, declared=DECLARED.values()
+        )
         # Started in this order, stopped in the reverse one.
         self._services: list[Service] = [
             self.publisher,
             Rescuer(settings, engine, self.loop),
             Pruner(settings, engine, self.loop),
             DeadLetterReconciler(settings, engine, self.loop, connected=self._connected),
-            Scheduler(settings, engine, self.loop, self.leadership.is_leader),
+            self.scheduler,
             # Completion webhooks: sent by the leader only, on threads of their own.
             WebhookSender(settings, engine, self.leadership.is_leader),
         ]
@@ -153,6 +159,7 @@ class Relay:
 
     def _on_elected(self) -> None:
         self.publisher.lease_again()
+        self.scheduler.elected()
 
     # -- shutdown and reporting ----------------------------------------------------------------------------
 

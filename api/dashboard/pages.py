@@ -56,9 +56,9 @@ FILTER_FIELDS = ("state", "kind", "tenant", "worker", "id", "since")
 @router.get("")
 @router.get("/")
 def dashboard(request: Request, visitor: VisitorDep, settings: SettingsDep, engine: EngineDep) -> Response:
-    """The overview: counts by state, the processes (lost ones marked, with the jobs each holds), outbox
-    backlog, throughput, recent jobs, and the dead and unknown lists with their actions. Refreshes itself
-    every few seconds (`?refresh=0` pauses it)."""
+    """The overview: counts by state, each queue's waiting and running jobs, the processes (lost ones
+    marked, with the jobs each holds), outbox backlog, throughput, recent jobs, and the dead and unknown
+    lists with their actions. Refreshes itself every few seconds (`?refresh=0` pauses it)."""
     who = operator_of(request, visitor)
     if isinstance(who, Response):
         return who

@@ -109,7 +109,8 @@ router.add_api_route(
     summary="Submit a job",
     responses={
         202: {
-            "description": "Accepted: the job and its outbox row are committed (or this key's job, again).",
+            "description": "Accepted: the job and its outbox row are committed (or this key's job, again; "
+            "or, for a kind with `unique_for_seconds`, the job of that payload accepted in its window).",
             "headers": {"Location": {"description": "The job's status URL.", "schema": {"type": "string"}}},
         },
         **problems(400, 401, 409, 503),

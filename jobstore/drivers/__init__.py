@@ -18,8 +18,9 @@ modules run a statement by its name (`db.execute`), and each driver holds its ow
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -52,6 +53,15 @@ class Completion(Protocol):
 
     @property
     def output(self) -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class Window:
+    """The uniqueness window a new job of a kind with `unique_for_seconds` takes at accept (`job_uniques`):
+    its key (a digest of the kind and the validated payload, `intake.unique_key`) and when it ends."""
+
+    key: str
+    until: float
 
 
 class ListenerLost(Exception):
@@ -176,6 +186,11 @@ class Driver:
         """`values` as one parameter of a statement (a list that `ANY` or `json_each` reads)."""
         raise NotImplementedError
 
+    def queues(self, queues: Collection[str] | None) -> dict[str, Any]:
+        """The parameters of a claim's filter on the named queues: `every_queue` (None: no filter), and the
+        `queues` it takes jobs of."""
+        return {"every_queue": queues is None, "queues": self.array(sorted(queues or ()))}
+
     def locking(self, name: str) -> str:
         """The statement a claim sends for the read `name`: where the database locks rows, its variant that
         locks the rows it returns and skips those another claimer holds (`<name>_locking`); else `name`
@@ -282,9 +297,17 @@ class Driver:
 
     # --- the path every job takes --------------------------------------------------------------------
 
-    def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    def insert_jobs(
+        self,
+        conn: Connection,
+        rows: Sequence[Mapping[str, Any]],
+        windows: Mapping[str, Window] | None = None,
+    ) -> set[str]:
         """Insert the job rows whose tenant + idempotency key is free, and an outbox row for each; the ids
-        of the jobs inserted. A key a concurrent transaction took first is `db.Retry`."""
+        of the jobs inserted. With `windows` (by job id), only the first row of each tenant + key is
+        written, and a job with a window only if no other job holds the window (its `until` not passed at
+        the batch's latest `created_at`); it then holds it, and of the batch's jobs of one tenant and window
+        the first that can take it does. A key a concurrent transaction took first is `db.Retry`."""
         raise NotImplementedError
 
     def claim(
@@ -295,10 +318,12 @@ class Driver:
         *,
         limited: Sequence[str] | None,
         drop_pending: bool,
+        queues: Collection[str] | None = None,
     ) -> tuple[list[tuple[Any, ...]], set[str]]:
         """Claim the jobs `attempt_ids` names (`claim_by_ids`, with `params`: `now`, `worker`, `lease_until`,
         `running_since`); with `limited` (the kinds a flow limit concerns), only those no limit concerns;
-        with `drop_pending`, the jobs' pending outbox rows are dropped too. The rows it returned (what a
+        with `queues`, only those of these named queues (`queues`); with `drop_pending`, the jobs' pending
+        outbox rows are dropped too. The rows it returned (what a
         claim returns), and the ids of the jobs whose first attempt row (under its id in `attempt_ids`) it
         also wrote."""
         raise NotImplementedError

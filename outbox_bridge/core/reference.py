@@ -61,6 +61,7 @@ SECTIONS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
             "lease_seconds",
             "backoff_base_seconds",
             "backoff_max_seconds",
+            "max_snoozes",
         ),
     ),
     (

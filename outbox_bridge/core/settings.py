@@ -28,6 +28,8 @@ EXAMPLE_KINDS = ("document", "export", "notify")
 DEV_AUTH_SECRET = "change-me-outbox-bridge-dev-secret-32b"
 # A process is alive while its last heartbeat is at most this many HEARTBEAT_SECONDS old.
 ALIVE_BEATS = 3
+# How often a job may snooze (`outbox_bridge.Snooze`) unless MAX_SNOOZES says otherwise.
+MAX_SNOOZES = 100
 
 
 # The settings that hold a secret: each may be given as `<NAME>_FILE`, the path of a file that holds it (a
@@ -223,7 +225,11 @@ class Settings(BaseSettings):
     each further one up to `BACKOFF_MAX_SECONDS`, jittered between half and all of it. It also applies to a
     job retried after its lease expired. 0: retry at once."""
     backoff_max_seconds: float = Field(default=60.0, ge=0)
-    """The longest pause before a retry (see `BACKOFF_BASE_SECONDS`)."""
+    """The longest pause before a retry (see `BACKOFF_BASE_SECONDS`). A kind's own `backoff=(base, cap)`
+    replaces both for its jobs' retries."""
+    max_snoozes: int = Field(default=MAX_SNOOZES, ge=0)
+    """How often a job may snooze (`raise outbox_bridge.Snooze(seconds)`: due again later, no attempt
+    spent); a snooze past that is a failed attempt with code `snoozed_too_often`. 0: every snooze is."""
 
     # Broker names (tests give each run its own).
     exchange: str = "jobs"

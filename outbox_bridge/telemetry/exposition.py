@@ -29,9 +29,21 @@ class ScheduleFigures:
 
 
 @dataclass(frozen=True)
+class QueueFigures:
+    """One named queue: its due queued jobs (`waiting`, but for those of a paused kind, which wait on
+    purpose), its running jobs, and how long the oldest waiting one has been due (0 when none waits)."""
+
+    name: str
+    waiting: int
+    running: int
+    oldest_seconds: float
+
+
+@dataclass(frozen=True)
 class StoreFigures:
     """The store as a scrape sees it: jobs by state, the oldest due queued job, the outbox, who is alive,
-    the schedules that are not paused, and the paused kinds (each with when it was paused)."""
+    the schedules that are not paused, the paused kinds (each with when it was paused), the jobs flow
+    limits hold back, and the named queues."""
 
     jobs_by_state: Mapping[str, int]
     queued_oldest_age_seconds: float
@@ -41,6 +53,7 @@ class StoreFigures:
     schedules: Sequence[ScheduleFigures] = ()
     paused_kinds: Mapping[str, float] = field(default_factory=dict)
     held: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (kind, limit) -> queued jobs held
+    queues: Sequence[QueueFigures] = ()
 
 
 class StoreCollector(Collector):
@@ -105,7 +118,30 @@ def store_families(figures: StoreFigures) -> Iterator[GaugeMetricFamily]:
     for role, n in figures.alive.items():
         alive.add_metric([role], n)
     yield alive
+    yield from _queue_families(figures.queues)
     yield from _schedule_families(figures)
+
+
+def _queue_families(queues: Sequence[QueueFigures]) -> Iterator[GaugeMetricFamily]:
+    """Labelled by queue: its name comes from a kind's code, not from a request."""
+    waiting = GaugeMetricFamily(
+        "outbox_bridge_queue_waiting",
+        "Queued jobs due to start, by queue (a paused kind's left out); `default` is always listed.",
+        labels=["queue"],
+    )
+    running = GaugeMetricFamily("outbox_bridge_queue_running", "Running jobs, by queue.", labels=["queue"])
+    oldest = GaugeMetricFamily(
+        "outbox_bridge_queue_oldest_seconds",
+        "How long the oldest due, queued job of each queue has waited to start (0 when none waits).",
+        labels=["queue"],
+    )
+    for queue in queues:
+        waiting.add_metric([queue.name], queue.waiting)
+        running.add_metric([queue.name], queue.running)
+        oldest.add_metric([queue.name], queue.oldest_seconds)
+    yield waiting
+    yield running
+    yield oldest
 
 
 def _schedule_families(figures: StoreFigures) -> Iterator[GaugeMetricFamily]:

@@ -24,10 +24,11 @@ NEEDS_SWEEP = "needs_sweep"
 TENANT_BUSY = "tenant_busy"  # its tenant ran TENANT_MAX_RUNNING jobs: delivered again later
 KIND_PAUSED = "kind_paused"  # its kind is paused: announced again when it is resumed
 HELD = "held"  # a flow limit held it back: announced again when it has room
+OTHER_QUEUE = "other_queue"  # of a named queue the consumer does not run: announced again for its own
 DEAD_LETTERED = "dead_lettered"
 DELIVERY_OUTCOMES = (
     RAN, LEASED_ELSEWHERE, ALREADY_FINISHED, NOT_FOUND, NOT_DUE, NEEDS_SWEEP, TENANT_BUSY, KIND_PAUSED, HELD,
-    DEAD_LETTERED,
+    OTHER_QUEUE, DEAD_LETTERED,
 )  # fmt: skip
 
 ACCEPT_TO_START = Histogram(

@@ -145,8 +145,9 @@ def configure(
 class JobEvent:
     """One committed state transition of one job. `event` names the move (`accepted`, `published`,
     `claimed`, `checkpointed`, `succeeded`, `failed`, `dead`, `unknown`, `cancelled`, `requeued`,
-    `resolved`); `attempt` is the job's attempt count after it; `more` holds what only some moves say
-    (an `error_code`, the `worker` that claimed, the `reason` of a requeue, the `state` a resolve chose).
+    `snoozed`, `resolved`); `attempt` is the job's attempt count after it; `more` holds what only some
+    moves say (an `error_code`, the `worker` that claimed, the `reason` of a requeue, the `state` a resolve
+    chose, the `seconds` of a snooze).
     Build it from values the store already has: never the payload, never the result."""
 
     event: str

@@ -35,6 +35,7 @@ from outbox_bridge.handlers.base import (
     LeaseLost,
     Output,
     PermanentError,
+    Snooze,
     file_output,
 )
 from outbox_bridge.handlers.registry import KINDS, is_accepted
@@ -46,6 +47,7 @@ from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry import tracing
 from outbox_bridge.telemetry.instruments import ACCEPT_TO_START, RUN_SECONDS
 from outbox_bridge.worker.lease import LeasedJob
+from outbox_bridge.worker.timeouts import TIMEOUT, AttemptTimedOut, TimeLimit, shielded
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +61,7 @@ class StoreContext:
     claim: Claim
     held: LeasedJob
     checkpoint: dict[str, Any] | None = field(init=False)
+    limit: TimeLimit | None = field(default=None, init=False)  # the kind's timeout_seconds, once it runs
 
     def __post_init__(self) -> None:
         self.checkpoint = self.claim.checkpoint
@@ -81,9 +84,10 @@ class StoreContext:
         return file_output(relative.as_posix(), media_type, **fields)
 
     def remaining_seconds(self) -> float | None:
-        if self.claim.deadline_at is None:
-            return None
-        return self.claim.deadline_at - clock.now()
+        left = [] if self.limit is None else [self.limit.remaining()]
+        if self.claim.deadline_at is not None:
+            left.append(self.claim.deadline_at - clock.now())
+        return min(left, default=None)
 
     def check_cancel(self) -> None:
         if self.held.lost:
@@ -99,11 +103,14 @@ class StoreContext:
         self._fenced(fenced.mark_external_started, self.job_id, self.epoch, self.attempt_id, clock.now())
 
     def record_execution(self, event: str, **fields: Any) -> None:
-        record_execution(self.settings, self.claim, event, **fields)
+        with shielded(self.limit):
+            record_execution(self.settings, self.claim, event, **fields)
 
     def _fenced(self, fn: Any, *args: Any) -> None:
+        """`fn` in a store transaction, never cut short by the kind's timeout (`worker.timeouts`)."""
         try:
-            db.transact(self.engine, fn, *args)
+            with shielded(self.limit):
+                db.transact(self.engine, fn, *args)
         except Fenced as exc:
             self.held.lost = True
             raise LeaseLost(self.job_id) from exc
@@ -143,6 +150,7 @@ class AttemptOutcome:
     permanent: bool = False
     cancelled: bool = False
     lease_lost: bool = False
+    snooze: float | None = None  # the kind snoozed the job for this many seconds (`Snooze`)
 
     @property
     def name(self) -> str:
@@ -151,15 +159,17 @@ class AttemptOutcome:
             return "cancelled"
         if self.lease_lost:
             return "lease_lost"
+        if self.snooze is not None:
+            return "snoozed"
         if self.error is not None:
             return "failed_permanently" if self.permanent else "failed"
         return "succeeded"
 
     @property
     def succeeded(self) -> bool:
-        """An output to publish (None included): no error, neither cancelled nor fenced out after the kind
-        returned it."""
-        return self.error is None and not self.cancelled and not self.lease_lost
+        """An output to publish (None included): no error, no snooze, neither cancelled nor fenced out
+        after the kind returned it."""
+        return self.error is None and self.snooze is None and not self.cancelled and not self.lease_lost
 
 
 def run_attempt(ctx: StoreContext, parent: str | None = None) -> AttemptOutcome:
@@ -202,11 +212,9 @@ def _run_kind(ctx: StoreContext, kind: Kind, payload: Any) -> AttemptOutcome:
     claim = ctx.claim
     output = None
     try:
-        returned = kind.run(ctx, payload)
-        if not isinstance(returned, dict):
-            returned = _awaited(returned) if asyncio.iscoroutine(returned) else returned
-            if returned is not None and not isinstance(returned, dict):
-                return _not_a_result(returned)
+        returned = _called(ctx, kind, payload)
+        if returned is not None and not isinstance(returned, dict):
+            return _not_a_result(returned)
         output = returned
         if output is not None and FILE_KEY in output and not isinstance(output, FileOutput):
             message = (
@@ -214,6 +222,10 @@ def _run_kind(ctx: StoreContext, kind: Kind, payload: Any) -> AttemptOutcome:
             )
             return AttemptOutcome(error=PermanentError("reserved_key", message), permanent=True)
         ctx.check_cancel()
+    except AttemptTimedOut:
+        return _timed_out(claim, kind)
+    except Snooze as exc:
+        return AttemptOutcome(snooze=exc.seconds)
     except Cancelled:
         return AttemptOutcome(output=output, cancelled=True)
     except LeaseLost:
@@ -231,6 +243,26 @@ def _run_kind(ctx: StoreContext, kind: Kind, payload: Any) -> AttemptOutcome:
     except (Exception, asyncio.CancelledError) as exc:  # a coroutine's own CancelledError too
         return _raised(claim, exc)
     return AttemptOutcome(output=output)
+
+
+def _called(ctx: StoreContext, kind: Kind, payload: Any) -> object:
+    """What the kind's run returns (what its coroutine returns, for an `async def` kind), within the kind's
+    `timeout_seconds` when it has one (`worker.timeouts`: `AttemptTimedOut` past it)."""
+    seconds = kind.policy.timeout_seconds
+    if seconds is None:
+        returned = kind.run(ctx, payload)
+        return _awaited(returned) if asyncio.iscoroutine(returned) else returned
+    limit = ctx.limit = TimeLimit(seconds)
+    returned = limit.call(lambda: kind.run(ctx, payload))
+    return _awaited(limit.bounded(returned)) if asyncio.iscoroutine(returned) else returned
+
+
+def _timed_out(claim: Claim, kind: Kind) -> AttemptOutcome:
+    """An attempt that ran past its kind's `timeout_seconds`: a failure, retried within the budget."""
+    seconds = kind.policy.timeout_seconds
+    log.warning("job %s: the attempt ran past its kind's timeout of %gs", claim.job_id, seconds)
+    message = f"The attempt ran past its kind's timeout of {seconds:g} seconds."
+    return AttemptOutcome(error=JobError(TIMEOUT, message))
 
 
 def _awaited(coroutine: Any) -> Output:

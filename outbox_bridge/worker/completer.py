@@ -152,7 +152,9 @@ class Completer:
             round_.topped_up = True
             round_.finished += self._absorb(take_waiting(self._inbox))
             self._producer.top_up(conn, round_.claims)
-        states = commit_all(conn, round_.finished, self._backoff, self._limits)
+        states = commit_all(
+            conn, round_.finished, self._backoff, self._limits, max_snoozes=self._settings.max_snoozes
+        )
         return states, self._producer.claim(conn, round_.claims)
 
     def _write_round(self, round_: Round) -> None:

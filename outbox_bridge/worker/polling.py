@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from sqlalchemy import Connection
 
 from outbox_bridge.core import clock
@@ -28,6 +30,14 @@ def claim_due(
     )
 
 
-def any_due(conn: Connection, tenant_cap: int = 0, share: Share | None = None, limits: Limits = NONE) -> bool:
+def any_due(
+    conn: Connection,
+    tenant_cap: int = 0,
+    share: Share | None = None,
+    limits: Limits = NONE,
+    queues: Collection[str] | None = None,
+) -> bool:
     """`claiming.any_due` at the time the transaction runs."""
-    return claiming.any_due(conn, clock.now(), tenant_cap=tenant_cap, share=share, limits=limits)
+    return claiming.any_due(
+        conn, clock.now(), tenant_cap=tenant_cap, share=share, limits=limits, queues=queues
+    )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import collections
 import logging
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from sqlalchemy import Connection, Engine
 
@@ -60,12 +60,14 @@ REFUSED_AS = {
     Refusal.TENANT_BUSY: instruments.TENANT_BUSY,
     Refusal.KIND_PAUSED: instruments.KIND_PAUSED,
     Refusal.HELD: instruments.HELD,
+    Refusal.OTHER_QUEUE: instruments.OTHER_QUEUE,
 }
 
 
 class Producer:
-    """The claiming side of one worker process (module docstring). Fault point `<role>.after_claim`
-    (`core.faults`) lets the end-to-end tests kill the process after a claim's commit."""
+    """The claiming side of one worker process (module docstring), or of one of its pools of threads: of
+    its named `queues` only, when given. Fault point `<role>.after_claim` (`core.faults`) lets the
+    end-to-end tests kill the process after a claim's commit."""
 
     def __init__(
         self,
@@ -81,8 +83,10 @@ class Producer:
         acker: Acker,
         table: TableSource | None,
         concurrency: int,
+        queues: Collection[str] | None = None,
     ) -> None:
         self._engine = engine
+        self._queues = queues
         self._settings = settings
         self._runners = runners
         self._store = store
@@ -162,13 +166,13 @@ class Producer:
         marks of the jobs claimed ahead that a thread now runs."""
         job_ids = [d.job_id for d in claims.deliveries]
         lease, cap, free = self._settings.lease_seconds, self._settings.tenant_max_running, claims.free
-        results = claim_all(conn, job_ids, self._worker, lease, cap, self._limits, free)
+        results = claim_all(conn, job_ids, self._worker, lease, cap, self._limits, free, self._queues)
         table: list[Claim] = []
         if claims.table_room > 0:
             claims.table_ahead = free is not None and claims.table_room > free - len(job_ids)
             table = claiming.claim_due(
                 conn, self._worker, clock.now(), lease, claims.table_room, tenant_cap=cap,
-                share=claims.share, limits=self._limits, ahead=claims.table_ahead,
+                share=claims.share, limits=self._limits, ahead=claims.table_ahead, queues=self._queues,
             )  # fmt: skip
         claiming.mark_running(
             conn, [(r.claim.job_id, r.claim.epoch, r.began_at or 0.0) for r in claims.marks]
@@ -257,7 +261,7 @@ class Producer:
     def _any_due_in(self, conn: Connection) -> bool:
         held, waiting = Counter(self._runners.tenants()), self._waiting_tenants()
         share = self._share.bound(conn, held, waiting, self._room(), table=True)
-        return any_due(conn, self._settings.tenant_max_running, share, self._limits)
+        return any_due(conn, self._settings.tenant_max_running, share, self._limits, self._queues)
 
     def _room(self) -> int:
         """How many more jobs this process may claim now, starting or stopping claiming ahead as the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import collections
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
+from outbox_bridge.core.settings import MAX_SNOOZES
 from outbox_bridge.jobstore import claiming
 from outbox_bridge.jobstore.limits import NONE, Limits
 from outbox_bridge.jobstore.records import Claim
@@ -83,25 +84,32 @@ def claim_all(
     tenant_cap: int = 0,
     limits: Limits = NONE,
     free: int | None = None,
+    queues: Collection[str] | None = None,
 ) -> list[claiming.ClaimResult]:
-    """Claim each job in the caller's transaction; a second delivery of one job sees it leased. They are
-    recorded as started when `free` threads (None: as many as there are jobs) take them all, else all as
-    claimed ahead of a thread (one claim either way: those a free thread takes at once read as started
-    once it has run them a moment, `claiming.mark_running`)."""
+    """Claim each job in the caller's transaction (of the named `queues` only, when given); a second
+    delivery of one job sees it leased. They are recorded as started when `free` threads (None: as many as
+    there are jobs) take them all, else all as claimed ahead of a thread (one claim either way: those a
+    free thread takes at once read as started once it has run them a moment, `claiming.mark_running`)."""
     now = clock.now()
     ahead = free is not None and free < len(job_ids)
     return claiming.claim_many(
-        conn, job_ids, worker, now, lease_seconds, tenant_cap=tenant_cap, limits=limits, ahead=ahead
-    )
+        conn, job_ids, worker, now, lease_seconds, tenant_cap=tenant_cap, limits=limits, ahead=ahead,
+        queues=queues,
+    )  # fmt: skip
 
 
 def commit_all(
-    conn: Connection, finished: Sequence[Finished], backoff: Backoff, limits: Limits = NONE
+    conn: Connection,
+    finished: Sequence[Finished],
+    backoff: Backoff,
+    limits: Limits = NONE,
+    *,
+    max_snoozes: int = MAX_SNOOZES,
 ) -> list[State | None]:
     """Commit every finished outcome (`worker.commit.commit_outcomes`), in the caller's transaction: a
     fenced one writes nothing (None) and does not disturb the others."""
     outcomes = [(f.running.claim, f.outcome) for f in finished]
-    return commit_outcomes(conn, outcomes, clock.now(), backoff, limits)
+    return commit_outcomes(conn, outcomes, clock.now(), backoff, limits, max_snoozes=max_snoozes)
 
 
 def take_in_order(

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import queue
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sqlalchemy import Engine
@@ -43,8 +43,9 @@ from outbox_bridge.worker.runners import Runners, Running
 
 
 class StoreWriter:
-    """The producer, the executor and the completer of one worker process (module docstring), and what
-    the process asks of them.
+    """The producer, the executor and the completer of one worker process (module docstring), or of one
+    of its pools of threads: with `queues`, it claims only the jobs of these named queues
+    (`worker.queues`). And what the process asks of them.
 
     Promises: a delivery is acked only after its job's outcome is committed or its claim was refused, or
     once the store has the job under a lease that runs out (an outcome the store would not take, or a
@@ -68,6 +69,7 @@ class StoreWriter:
         acker: Acker | None = None,
         table: TableSource | None = None,
         budget: ClaimBudget | None = None,
+        queues: Collection[str] | None = None,
     ) -> None:
         self._engine = engine
         self._acker: Acker = acker or NoDeliveries()
@@ -80,7 +82,7 @@ class StoreWriter:
         self._runners = Runners(engine, settings, keeper, budget, self._inbox.put, concurrency=concurrency)
         self._producer = Producer(
             engine, settings, self._runners, store, self.counts, limits=limits, worker=worker, role=role,
-            acker=self._acker, table=table, concurrency=concurrency,
+            acker=self._acker, table=table, concurrency=concurrency, queues=queues,
         )  # fmt: skip
         self._completer = Completer(
             settings, self._inbox, self._runners, self._producer, store, self.counts,

@@ -32,6 +32,7 @@ VIEW_KEYS = {
     "updated_at",
     "deadline_at",
     "run_at",
+    "queue",
     "priority",
     "schedule",
     "concurrency_key",
@@ -96,6 +97,7 @@ def test_a_new_job_is_committed_with_its_outbox_row_and_answered_202_with_its_lo
     assert view["kind"] == "sleep"
     assert view["state"] == "queued"
     assert view["attempts"] == 0
+    assert view["queue"] == "default"
     assert view["cancel_requested"] is False
     assert view["result_url"] is None and view["error"] is None
     assert view["created_at"] == "2023-11-14T22:13:20.000Z"

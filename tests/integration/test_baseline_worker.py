@@ -278,12 +278,12 @@ def test_workers_outlast_a_store_locked_past_its_timeout(
         locker.execute("ROLLBACK")
         locker.close()
         wait_for(lambda: job_row(engine, job_id).state is State.SUCCEEDED, 10, what="the job to succeed")
-        assert process.writer.threads_alive() == 3  # the store writer and both runners
+        assert process.writers[0].threads_alive() == 3  # the store writer and both runners
         assert process.shutdown() == 0
     engine.dispose()
     assert "store unavailable, pausing claims" in caplog.text
     assert "database is locked" not in caplog.text
-    assert process.writer.counts.outcomes() == {"succeeded": 1}
+    assert process.writers[0].counts.outcomes() == {"succeeded": 1}
 
 
 def test_a_handed_back_job_is_queued_again_with_its_attempt_uncounted(
@@ -341,7 +341,7 @@ def test_stopping_waits_for_an_external_call_in_flight_to_finish(tmp_path: Path)
     engine.dispose()
     assert stopped == [0]
     assert job_row(engine, job_id).state is State.SUCCEEDED
-    assert process.writer.counts.outcomes() == {"succeeded": 1}
+    assert process.writers[0].counts.outcomes() == {"succeeded": 1}
 
 
 def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
@@ -357,7 +357,7 @@ def test_a_job_that_cannot_finish_in_time_is_left_and_reported(
     with provider_held(settings), running(engine, settings, concurrency=1) as process:
         wait_for(lambda: job_row(engine, job_id).external_epoch == 1, 10, what="the external effect to start")
         assert process.shutdown() == 1
-    wait_for(lambda: process.writer.threads_alive() == 0, 10, what="the threads to end")
+    wait_for(lambda: process.writers[0].threads_alive() == 0, 10, what="the threads to end")
     engine.dispose()
     assert f"job {job_id} epoch 1: must_finish" in caplog.text
     assert f"job {job_id} epoch 1 left running" in caplog.text
@@ -377,7 +377,7 @@ def test_the_worker_sweeps_a_lease_that_no_claim_may_take(
         )
         assert process.shutdown() == 0
     assert [a.outcome for a in db.read(engine, queries.attempts_of, job_id)] == ["lost"]
-    assert process.writer.counts.outcomes() == {}
+    assert process.writers[0].counts.outcomes() == {}
 
 
 def test_jobs_claimed_ahead_of_a_long_kind_go_back_to_the_table_and_still_run_once(

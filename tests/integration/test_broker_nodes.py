@@ -72,7 +72,7 @@ def test_the_relay_and_a_consumer_connect_through_the_first_address_that_answers
         ):
             ids = seed_jobs(engine, 3)
             wait_for(lambda: succeeded(engine) == 3, 15, what="the jobs ran")
-            assert consumer.link.node == relay.node == f"{node.hostname}:{node.port}"
+            assert consumer.pools[0].link.node == relay.node == f"{node.hostname}:{node.port}"
             assert relay_detail(relay)["broker"] == relay.node
             wait_for(lambda: consumer_beat(engine).get("broker") == relay.node, 5, what="the beat's node")
     check_invariants(listed, accepted=ids, engine=engine)
@@ -91,13 +91,17 @@ def test_a_lost_connection_moves_the_relay_and_a_consumer_to_the_next_node(
             running_consumer(listed, engine, concurrency=2) as consumer,
             running_relay(listed, engine) as relay,
         ):
-            wait_for(lambda: consumer.link.node is not None and relay.connected, 10, what="both connected")
-            assert consumer.link.node == relay.node == f"127.0.0.1:{first.port}"
+            wait_for(
+                lambda: consumer.pools[0].link.node is not None and relay.connected, 10, what="both connected"
+            )
+            assert consumer.pools[0].link.node == relay.node == f"127.0.0.1:{first.port}"
             assert second.links == 0
             # The first node drops every connection but still answers: they move to the second all the same.
             assert first.cut() >= 2
             to_second = f"127.0.0.1:{second.port}"
-            wait_for(lambda: consumer.link.node == relay.node == to_second, 10, what="both on the second")
+            wait_for(
+                lambda: consumer.pools[0].link.node == relay.node == to_second, 10, what="both on the second"
+            )
             ids = seed_jobs(engine, 3)
             wait_for(lambda: succeeded(engine) == 3, 15, what="the jobs ran")
             wait_for(lambda: consumer_beat(engine).get("broker") == to_second, 5, what="the beat's node")

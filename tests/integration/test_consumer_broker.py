@@ -99,7 +99,7 @@ def test_published_jobs_run_once_and_every_delivery_is_acked(broker: Broker) -> 
             broker.publish(job_id)
         wait_succeeded(engine, 60)
     assert broker.depth() == 0, "every delivery was acked, none went back to the queue at close"
-    assert consumer.writer.counts["committed"] == 60
+    assert consumer.pools[0].writer.counts["committed"] == 60
     check_invariants(broker.settings, accepted=ids, engine=engine)
 
 
@@ -112,7 +112,7 @@ def test_outcomes_finishing_together_are_committed_in_shared_transactions(
         for job_id in ids:
             broker.publish(job_id)
         wait_succeeded(engine, 40)
-    counts = consumer.writer.counts
+    counts = consumer.pools[0].writer.counts
     assert counts["committed"] == 40
     assert counts["commit_rounds"] <= 20, f"40 outcomes took {counts['commit_rounds']} commits"
     check_invariants(broker.settings, accepted=ids, engine=engine)
@@ -125,7 +125,7 @@ def test_duplicate_delivery_after_commit_is_acked_without_rerun(broker: Broker) 
         broker.publish(job_id)
         wait_succeeded(engine, 1)
         broker.publish(job_id)
-        wait_for(lambda: consumer.writer.counts["refused"] == 1, 10, what="the duplicate refused")
+        wait_for(lambda: consumer.pools[0].writer.counts["refused"] == 1, 10, what="the duplicate refused")
     assert broker.depth() == 0
     assert read_starts(broker.settings)[job_id] == [1]
     check_invariants(broker.settings, accepted=[job_id], engine=engine)
@@ -159,7 +159,7 @@ def test_heartbeats_keep_flowing_while_a_job_outlasts_several_heartbeat_timeouts
     with running_consumer(settings, engine, concurrency=4) as consumer:
         broker.publish(job_id)
         wait_succeeded(engine, 1, timeout=15)
-        assert consumer.link.generation == 1, "the connection survived the job"
+        assert consumer.pools[0].link.generation == 1, "the connection survived the job"
     assert broker.depth() == 0
     check_invariants(settings, accepted=[job_id], engine=engine)
 
@@ -173,15 +173,17 @@ def test_ack_for_a_delivery_from_a_lost_connection_is_never_sent_on_the_new_one(
         engine = broker.engine
         [job_id] = new_jobs(engine, kind="sleep", payload={"seconds": 1.5})
         with running_consumer(settings, engine, concurrency=4) as consumer:
-            wait_for(consumer.link.connected, 10, what="the consumer connected")
+            wait_for(consumer.pools[0].link.connected, 10, what="the consumer connected")
             broker.publish(job_id)
             wait_for(lambda: job_id in read_starts(settings), 10, what="the job started")
             assert proxy.cut() >= 1
             wait_succeeded(engine, 1)
             # The broker redelivers the message on connection 2; the claim refuses it as finished.
-            wait_for(lambda: consumer.writer.counts["refused"] == 1, 15, what="the redelivery refused")
+            wait_for(
+                lambda: consumer.pools[0].writer.counts["refused"] == 1, 15, what="the redelivery refused"
+            )
             time.sleep(0.5)  # an ack of a dead channel's tag on the new one would close it: give it time
-            assert consumer.link.generation == 2, "no channel error forced a third connection"
+            assert consumer.pools[0].link.generation == 2, "no channel error forced a third connection"
     assert broker.depth() == 0
     assert read_starts(settings)[job_id] == [1]
     check_invariants(settings, accepted=[job_id], engine=engine)
@@ -200,15 +202,17 @@ def test_degraded_mode_runs_accepted_jobs_while_the_broker_is_unreachable_then_r
         offline = new_jobs(engine, 5, kind="noop", payload={})
         with running_consumer(settings, engine, concurrency=4) as consumer:
             wait_succeeded(engine, 5)
-            assert consumer.degraded.claimed == 5
-            assert consumer.writer.counts["claimed"] == 0
+            assert consumer.pools[0].degraded.claimed == 5
+            assert consumer.pools[0].writer.counts["claimed"] == 0
             proxy.listen()
-            wait_for(lambda: not consumer.degraded.active, 15, what="degraded mode left")
+            wait_for(lambda: not consumer.pools[0].degraded.active, 15, what="degraded mode left")
             online = new_jobs(engine, 1, kind="noop", payload={})
             broker.publish(online[0])
             wait_succeeded(engine, 6)
-            assert consumer.writer.counts["claimed"] == 1
-            assert consumer.degraded.claimed == 5, "nothing was claimed from the table once reconnected"
+            assert consumer.pools[0].writer.counts["claimed"] == 1
+            assert consumer.pools[0].degraded.claimed == 5, (
+                "nothing was claimed from the table once reconnected"
+            )
     check_invariants(settings, accepted=offline + online, engine=engine)
 
 
@@ -216,7 +220,7 @@ def test_connected_consumer_never_reads_the_jobs_table(broker: Broker) -> None:
     engine = broker.engine
     new_jobs(engine, 3, kind="noop", payload={})  # claimable work in the table, never published
     with running_consumer(via(broker, degraded_after_seconds=1.0), engine, concurrency=4) as consumer:
-        wait_for(consumer.link.connected, 10, what="the consumer connected")
+        wait_for(consumer.pools[0].link.connected, 10, what="the consumer connected")
         before = db.stats.snapshot()
         time.sleep(1.5)  # longer than degraded mode's threshold
         after = db.stats.snapshot()
@@ -291,13 +295,13 @@ def test_a_live_consumer_never_gives_a_delivery_back_under_a_mix_of_short_and_lo
     requeued: list[str] = []
     try:
         with running_consumer(strict.settings, engine, concurrency=3) as consumer:
-            requeue = consumer.link.requeue
+            requeue = consumer.pools[0].link.requeue
 
             def recording(deliveries: Any) -> int:
                 requeued.extend(d.job_id for d in deliveries)
                 return requeue(deliveries)
 
-            consumer.link.requeue = recording  # type: ignore[method-assign]
+            consumer.pools[0].link.requeue = recording  # type: ignore[method-assign]
             for wave in (order[:60], order[60:140], order[140:]):  # bursts of short jobs, then a mix
                 for job_id in wave:
                     strict.publish(job_id)
@@ -329,7 +333,7 @@ def claim_ahead_then_slow_jobs(broker: Broker, tenants: tuple[str, ...]) -> tupl
         for n, job_id in enumerate(slow):
             broker.publish(job_id, headers=order_headers(NORMAL_RANK, tenants[n % len(tenants)]))
         wait_succeeded(engine, len(short) + len(slow), timeout=30)
-        return consumer.writer.counts["shed"], short, slow
+        return consumer.pools[0].writer.counts["shed"], short, slow
 
 
 def test_jobs_claimed_ahead_of_a_long_kind_are_given_back_and_still_run_once(broker: Broker) -> None:

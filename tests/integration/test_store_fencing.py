@@ -50,6 +50,9 @@ WRITES: dict[str, WorkerWrite] = {
     "fail_transient": _fail(permanent=False),
     "fail_permanent": _fail(permanent=True),
     "release": lambda conn, c, now: fenced.release(conn, c.job_id, c.epoch, c.attempt_id, now),
+    "snooze": lambda conn, c, now: fenced.snooze(
+        conn, c.job_id, c.epoch, c.attempt_id, seconds=60.0, now=now, max_snoozes=100, backoff=BACKOFF
+    ),
 }
 
 

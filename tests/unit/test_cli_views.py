@@ -151,6 +151,7 @@ def test_status_names_its_figures_and_a_silent_broker_as_null() -> None:
         "paused_kinds",
         "schedules",
         "held",
+        "queues",
     }
     assert (document["paused_kinds"], document["schedules"], document["held"]) == ([], [], [])
     assert document["finished_per_minute"] == [{"minute": "2023-11-14T22:13:20.000Z", "jobs": 4}]

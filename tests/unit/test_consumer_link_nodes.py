@@ -41,7 +41,7 @@ def test_a_connection_lost_while_being_set_up_moves_the_next_attempt_to_the_next
     monkeypatch.setattr(link_module, "connect_first", connect_first)
     if stage == "consume":  # the channel and the topology were set up; the consumer's registration fails
         monkeypatch.setattr(Dropping, "channel", lambda self: Channel())
-        monkeypatch.setattr(link_module.topology, "declare", lambda channel, settings: None)
+        monkeypatch.setattr(link_module.topology, "declare", lambda channel, settings, queues=(): None)
     for _ in range(2):
         with pytest.raises(pika.exceptions.StreamLostError):
             link._connect()

@@ -26,6 +26,7 @@ STORE_MOVES: list[tuple[str, State, State]] = [
     ("complete after a cancel request", State.RUNNING, State.CANCELLED),
     ("release", State.RUNNING, State.QUEUED),
     ("release after a cancel request", State.RUNNING, State.CANCELLED),
+    ("snooze", State.RUNNING, State.QUEUED),
     ("request_cancel on a queued job", State.QUEUED, State.CANCELLED),
     ("sweep_expired of a queued job past its deadline", State.QUEUED, State.DEAD),
     *[("requeue", src, State.QUEUED) for src in sorted(OPERATOR_REQUEUEABLE)],

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -25,7 +25,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, DisconnectionError, IntegrityError
 
 from outbox_bridge.jobstore import events
-from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications, Notifier
+from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications, Notifier, Window
 from outbox_bridge.jobstore.drivers.postgresql.listener import Listener
 from outbox_bridge.jobstore.errors import Retry
 from outbox_bridge.jobstore.records import dumps
@@ -45,11 +45,13 @@ _IDLE_SINCE = "idle_since"
 class PostgreSQLDriver(Driver):
     name: ClassVar[str] = "postgresql"
     folder: ClassVar[Path] = Path(__file__).parent
-    # Advisory locks, the claim's reads that lock their rows (`locking`), and the upkeep of the tables
+    # The accept of a batch with uniqueness windows (SQLite writes it one job at a time), advisory locks,
+    # the claim's reads that lock their rows (`locking`), and the upkeep of the tables
     # (SQLite's planner keeps no statistics the store relies on, and it leaves no dead row versions behind).
     own_statements: ClassVar[frozenset[str]] = frozenset(
         {
             "advisory_lock",
+            "jobs_insert_unique",
             "upkeep_due",
             "upkeep_lock_timeout",
             "vacuum_attempts",
@@ -128,15 +130,29 @@ class PostgreSQLDriver(Driver):
             params = {"spaces": [space for space, _ in pairs], "keys": [key for _, key in pairs]}
             self.run(conn, "advisory_lock", params)
 
-    def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
-        """The jobs and their outbox rows in one statement, one array per column. An accept of a key another
-        uncommitted transaction is inserting waits for it, then skips the key if it committed (the caller
-        reads the winner's row) or inserts it if it rolled back."""
+    def insert_jobs(
+        self,
+        conn: Connection,
+        rows: Sequence[Mapping[str, Any]],
+        windows: Mapping[str, Window] | None = None,
+    ) -> set[str]:
+        """The jobs and their outbox rows in one statement, one array per column; a batch with windows
+        takes them in the same statement (`jobs_insert_unique`), so it commits by itself all the same. An
+        accept of a key another uncommitted transaction is inserting waits for it, then skips the key if it
+        committed (the caller reads the winner's row) or inserts it if it rolled back; so does one of a
+        window another is taking."""
         if not rows:
             return set()
-        params = {name: [row[name] for row in rows] for name in JOB_COLUMNS}
+        params: dict[str, Any] = {name: [row[name] for row in rows] for name in JOB_COLUMNS}
+        statement = "jobs_insert"
+        if windows:
+            statement = "jobs_insert_unique"
+            taken = [windows.get(row["id"]) for row in rows]
+            params["unique_key"] = [None if w is None else w.key for w in taken]
+            params["unique_until"] = [None if w is None else w.until for w in taken]
+            params["now"] = max(row["created_at"] for row in rows)
         try:
-            created = {str(row[0]) for row in self.run(conn, "jobs_insert", params)}
+            created = {str(row[0]) for row in self.run(conn, statement, params)}
         except IntegrityError as exc:  # read the winner's row on the rerun
             raise Retry("idempotency key raced") from exc
         if created:
@@ -152,6 +168,7 @@ class PostgreSQLDriver(Driver):
         *,
         limited: Sequence[str] | None,
         drop_pending: bool,
+        queues: Collection[str] | None = None,
     ) -> tuple[list[tuple[Any, ...]], set[str]]:
         """The jobs, their first attempt rows and (with `drop_pending`) the dropping of their pending
         outbox rows, in one statement."""
@@ -162,6 +179,7 @@ class PostgreSQLDriver(Driver):
             "limited": limited is not None,
             "limited_kinds": list(limited or ()),
             "drop_pending": drop_pending,
+            **self.queues(queues),
         }
         rows = self.run(conn, "claim_by_ids", values)
         return rows, {str(row[0]) for row in rows if row[1] == 1}

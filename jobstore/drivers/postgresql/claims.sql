@@ -10,7 +10,8 @@
 -- The claim of the jobs `ids` names, with the first attempt row (id from `attempt_ids`, parallel to `ids`)
 -- of each job it takes at epoch 1, in one statement; a job taken again gets its attempt row after its
 -- previous one ends as lost (insert_attempt). With `limited`, a queued job a flow limit concerns (a
--- concurrency key, or a kind of `limited_kinds`) is left to the limits. With `drop_pending`, the pending
+-- concurrency key, or a kind of `limited_kinds`) is left to the limits. Unless `every_queue`, only jobs of
+-- the named queues `queues` are taken. With `drop_pending`, the pending
 -- outbox rows of the jobs taken are dropped too (the table's path: the jobs are in a worker's hands).
 -- Prepared: its generic plan looks each id up by the primary key.
 WITH taken AS (
@@ -28,6 +29,7 @@ WITH taken AS (
       AND (NOT %(limited)s::boolean
            OR state = 'running'
            OR (concurrency_key IS NULL AND kind <> ALL(%(limited_kinds)s::text[])))
+      AND (%(every_queue)s::boolean OR queue = ANY(%(queues)s::text[]))
       AND (
           (state = 'queued'
            AND available_at <= %(now)s::float8
@@ -65,11 +67,13 @@ VALUES (%(id)s, %(job_id)s, %(epoch)s, %(worker)s, %(started_at)s, 'running');
 
 -- name: expired_leases_due
 -- Whether a claim of the table would take over an expired lease (the running jobs whose lease ran out with
--- no external effect started, within budget and deadline), oldest lease first; locks nothing.
+-- no external effect started, within budget and deadline, of the named `queues` unless `every_queue`),
+-- oldest lease first; locks nothing.
 SELECT id
 FROM jobs
 WHERE state = 'running'
   AND lease_expires_at <= %(now)s
+  AND (%(every_queue)s::boolean OR queue = ANY(%(queues)s::text[]))
   AND (external_epoch IS NULL OR external_epoch <> epoch)
   AND attempts < max_attempts
   AND cancel_requested = false
@@ -83,6 +87,7 @@ SELECT id
 FROM jobs
 WHERE state = 'running'
   AND lease_expires_at <= %(now)s
+  AND (%(every_queue)s::boolean OR queue = ANY(%(queues)s::text[]))
   AND (external_epoch IS NULL OR external_epoch <> epoch)
   AND attempts < max_attempts
   AND cancel_requested = false
@@ -96,11 +101,13 @@ FOR UPDATE SKIP LOCKED;
 -- available_at) index in order (the due time is compared as `available_at + 0`, so that the walk is not of
 -- the (state, available_at) index's range and a sort of what it finds). Passed over: the tenants at their
 -- cap or share (`capped`), the kinds at their cap or not due to start again (`full_kinds`), and the jobs
--- whose concurrency key runs `key_max` jobs of its tenant. Locks nothing.
+-- whose concurrency key runs `key_max` jobs of its tenant. Unless `every_queue`, only jobs of the named
+-- `queues` (a filter on the walk: a process runs a few queues). Locks nothing.
 SELECT id
 FROM jobs
 WHERE state = 'queued'
   AND available_at + 0 <= %(now)s
+  AND (%(every_queue)s::boolean OR queue = ANY(%(queues)s::text[]))
   AND kind NOT IN (SELECT kind FROM paused_kinds)
   AND tenant <> ALL(%(capped)s::text[])
   AND kind <> ALL(%(full_kinds)s::text[])
@@ -122,6 +129,7 @@ SELECT id
 FROM jobs
 WHERE state = 'queued'
   AND available_at + 0 <= %(now)s
+  AND (%(every_queue)s::boolean OR queue = ANY(%(queues)s::text[]))
   AND kind NOT IN (SELECT kind FROM paused_kinds)
   AND tenant <> ALL(%(capped)s::text[])
   AND kind <> ALL(%(full_kinds)s::text[])
@@ -160,6 +168,7 @@ FROM (
     ) AS running ON running.tenant = jobs.tenant
     WHERE jobs.state = 'queued'
       AND jobs.available_at <= %(now)s
+      AND (%(every_queue)s::boolean OR jobs.queue = ANY(%(queues)s::text[]))
       AND jobs.kind NOT IN (SELECT kind FROM paused_kinds)
       AND jobs.attempts < jobs.max_attempts
       AND jobs.cancel_requested = false

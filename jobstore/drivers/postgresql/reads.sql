@@ -66,6 +66,27 @@ WHERE state = 'queued'
   AND available_at <= %(now)s
   AND kind NOT IN (SELECT kind FROM paused_kinds);
 
+-- name: jobs_by_queue
+-- Each queue's due queued jobs but for those of a paused kind (how many, the earliest due time) and its
+-- running jobs: one walk of the queued jobs' due range and one of the running jobs, each on its state's own
+-- index, never a finished job.
+SELECT queue, sum(waiting), min(due_at), sum(running)
+FROM (
+  SELECT queue, count(*) AS waiting, min(available_at) AS due_at, 0 AS running
+  FROM jobs
+  WHERE state = 'queued'
+    AND available_at <= %(now)s
+    AND kind NOT IN (SELECT kind FROM paused_kinds)
+  GROUP BY queue
+  UNION ALL
+  SELECT queue, 0, NULL, count(*)
+  FROM jobs
+  WHERE state = 'running'
+  GROUP BY queue
+) AS by_state
+GROUP BY queue
+ORDER BY queue;
+
 -- name: leases_by_owner
 -- The running jobs' leases by owner: how many, and the soonest expiry.
 SELECT lease_owner, count(*), min(lease_expires_at)

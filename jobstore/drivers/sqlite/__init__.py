@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -32,7 +32,14 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from outbox_bridge.jobstore import events
-from outbox_bridge.jobstore.drivers import Completion, Driver, Notifications, WriterTurns, attempt_ended
+from outbox_bridge.jobstore.drivers import (
+    Completion,
+    Driver,
+    Notifications,
+    Window,
+    WriterTurns,
+    attempt_ended,
+)
 from outbox_bridge.jobstore.drivers.sending import sending
 from outbox_bridge.jobstore.drivers.sqlite import storefile
 from outbox_bridge.jobstore.drivers.sqlite.notify_sockets import Notifier, NotifySocket, directory_for
@@ -48,7 +55,14 @@ class SQLiteDriver(Driver):
     folder: ClassVar[Path] = Path(__file__).parent
     # An accept, a claim and a mark take a few statements here where PostgreSQL takes one.
     own_statements: ClassVar[frozenset[str]] = frozenset(
-        {"jobs_present", "outbox_add_accepted", "claim_drop_pending", "outbox_event_facts"}
+        {
+            "jobs_present",
+            "outbox_add_accepted",
+            "job_uniques_take",
+            "job_withdraw",
+            "claim_drop_pending",
+            "outbox_event_facts",
+        }
     )
     # A read takes no write lock: its BEGIN is deferred.
     read_options: ClassVar[Mapping[str, Any]] = {"sqlite_begin": "DEFERRED"}
@@ -132,26 +146,57 @@ class SQLiteDriver(Driver):
     def lock_keys(self, conn: Connection, keys: Iterable[tuple[int, int]]) -> None:
         return None  # write transactions run one at a time
 
-    def insert_jobs(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    def insert_jobs(
+        self,
+        conn: Connection,
+        rows: Sequence[Mapping[str, Any]],
+        windows: Mapping[str, Window] | None = None,
+    ) -> set[str]:
         """The job rows in one call into sqlite3 (`run_many`). When it counts every row inserted (the
         common case), that is all of them; otherwise one indexed lookup of our ids says which (a key taken
-        before, or twice in this batch, skipped its row). Then the outbox rows of the new jobs, in one call
-        too, each read from its job's row. When a concurrent accept of the same key wins, ours fails on the
-        unique key."""
+        before, or twice in this batch, skipped its row). A batch with windows is written one job at a
+        time instead (`_insert_in_turn`). Then the outbox rows of the new jobs, in one call too, each read
+        from its job's row. When a concurrent accept of the same key wins, ours fails on the unique key."""
         if not rows:
             return set()
         try:
-            inserted = self.run_many(conn, "jobs_insert", rows)
+            created = self._insert_in_turn(conn, rows, windows) if windows else self._insert_all(conn, rows)
         except IntegrityError as exc:  # read the winner's row on the rerun
             raise Retry("idempotency key raced") from exc
-        ids = [row["id"] for row in rows]
-        created = set(ids) if inserted == len(rows) else {
-            str(r[0]) for r in self.run(conn, "jobs_present", {"ids": self.array(ids)})
-        }  # fmt: skip
         new = rows if len(created) == len(rows) else [r for r in rows if r["id"] in created]
         if new:
             self.run_many(conn, "outbox_add_accepted", new)
             events.note_outbox_row(conn, min(row["available_at"] for row in new))
+        return created
+
+    def _insert_all(self, conn: Connection, rows: Sequence[Mapping[str, Any]]) -> set[str]:
+        inserted = self.run_many(conn, "jobs_insert", rows)
+        ids = [row["id"] for row in rows]
+        if inserted == len(rows):
+            return set(ids)
+        return {str(r[0]) for r in self.run(conn, "jobs_present", {"ids": self.array(ids)})}
+
+    def _insert_in_turn(
+        self, conn: Connection, rows: Sequence[Mapping[str, Any]], windows: Mapping[str, Window]
+    ) -> set[str]:
+        """Each job in the batch's order, the first of each tenant + key only, as `jobs_insert_unique`
+        writes them on PostgreSQL. A job with a window is inserted first (the foreign key wants it there,
+        and the write takes the database's lock whatever began the transaction), then takes its window
+        unless another job holds it, and is withdrawn if it does not."""
+        now = max(row["created_at"] for row in rows)
+        created: set[str] = set()
+        keys: set[tuple[str, str]] = set()
+        for row in rows:
+            key = (row["tenant"], row["operation_key"])
+            named_before = key in keys
+            keys.add(key)
+            if named_before or not self.run_many(conn, "jobs_insert", [row]):
+                continue  # its key is named earlier in the batch, or taken
+            window = windows.get(row["id"])
+            if window is not None and not self.run(conn, "job_uniques_take", _taking(row, window, now)):
+                self.run(conn, "job_withdraw", {"id": row["id"]})
+                continue
+            created.add(row["id"])
         return created
 
     def claim(
@@ -162,6 +207,7 @@ class SQLiteDriver(Driver):
         *,
         limited: Sequence[str] | None,
         drop_pending: bool,
+        queues: Collection[str] | None = None,
     ) -> tuple[list[tuple[Any, ...]], set[str]]:
         """The jobs in one statement, the pending outbox rows of those taken in another (with
         `drop_pending`), then the first attempt rows in one call into the driver."""
@@ -170,6 +216,7 @@ class SQLiteDriver(Driver):
             "ids": self.array(list(attempt_ids)),
             "limited": limited is not None,
             "limited_kinds": self.array(limited or ()),
+            **self.queues(queues),
         }
         rows = self.run(conn, "claim_by_ids", values)
         if drop_pending and rows:
@@ -236,6 +283,12 @@ class SQLiteDriver(Driver):
 # rows (neither for an in-memory database).
 _writer_queues: weakref.WeakKeyDictionary[Engine, WriterQueue] = weakref.WeakKeyDictionary()
 _notifiers: weakref.WeakKeyDictionary[Engine, Notifier] = weakref.WeakKeyDictionary()
+
+
+def _taking(row: Mapping[str, Any], window: Window, now: float) -> dict[str, Any]:
+    """The parameters of `job_uniques_take` for the job `row` just inserted."""
+    return {"tenant": row["tenant"], "unique_key": window.key, "job_id": row["id"],
+            "expires_at": window.until, "now": now}  # fmt: skip
 
 
 def writer_queue_path(database: Path) -> Path:

@@ -9,8 +9,9 @@
 -- name: claim_by_ids
 -- The claim of the jobs `ids` names (a JSON array), each looked up by the primary key's index (without
 -- statistics SQLite walked every queued job through a state index). With `limited`, a queued job a flow
--- limit concerns (a concurrency key, or a kind of `limited_kinds`) is left to the limits. A statement
--- writes one table: the attempt rows follow (insert_attempt), and on the table's path the jobs' pending
+-- limit concerns (a concurrency key, or a kind of `limited_kinds`) is left to the limits. Unless
+-- `every_queue`, only jobs of the named queues `queues` (a JSON array) are taken. A statement writes one
+-- table: the attempt rows follow (insert_attempt), and on the table's path the jobs' pending
 -- outbox rows are dropped (claim_drop_pending).
 UPDATE jobs INDEXED BY sqlite_autoindex_jobs_1
 SET state = 'running',
@@ -26,6 +27,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND (NOT :limited
        OR state = 'running'
        OR (concurrency_key IS NULL AND kind NOT IN (SELECT value FROM json_each(:limited_kinds))))
+  AND (:every_queue OR queue IN (SELECT value FROM json_each(:queues)))
   AND (
       (state = 'queued'
        AND available_at <= :now
@@ -53,11 +55,12 @@ VALUES (:id, :job_id, :epoch, :worker, :started_at, 'running');
 
 -- name: expired_leases_due
 -- The running jobs whose lease ran out with no external effect started, within budget and deadline, oldest
--- lease first: those a claim of the table takes over first.
+-- lease first: those a claim of the table takes over first (of the named `queues`, unless `every_queue`).
 SELECT id
 FROM jobs
 WHERE state = 'running'
   AND lease_expires_at <= :now
+  AND (:every_queue OR queue IN (SELECT value FROM json_each(:queues)))
   AND (external_epoch IS NULL OR external_epoch <> epoch)
   AND attempts < max_attempts
   AND cancel_requested = 0
@@ -70,11 +73,13 @@ LIMIT :limit;
 -- available_at) index in order (the due time is compared as `available_at + 0`, so that the planner does
 -- not take the (state, available_at) index's range and sort what it finds). Passed over: the tenants at
 -- their cap or share (`capped`), the kinds at their cap or not due to start again (`full_kinds`), and the
--- jobs whose concurrency key runs `key_max` jobs of its tenant.
+-- jobs whose concurrency key runs `key_max` jobs of its tenant. Unless `every_queue`, only jobs of the
+-- named `queues` (a filter on the walk: a process runs a few queues).
 SELECT id
 FROM jobs
 WHERE state = 'queued'
   AND available_at + 0 <= :now
+  AND (:every_queue OR queue IN (SELECT value FROM json_each(:queues)))
   AND kind NOT IN (SELECT kind FROM paused_kinds)
   AND tenant NOT IN (SELECT value FROM json_each(:capped))
   AND kind NOT IN (SELECT value FROM json_each(:full_kinds))
@@ -111,6 +116,7 @@ FROM (
     ) AS running ON running.tenant = jobs.tenant
     WHERE jobs.state = 'queued'
       AND jobs.available_at <= :now
+      AND (:every_queue OR jobs.queue IN (SELECT value FROM json_each(:queues)))
       AND jobs.kind NOT IN (SELECT kind FROM paused_kinds)
       AND jobs.attempts < jobs.max_attempts
       AND jobs.cancel_requested = 0

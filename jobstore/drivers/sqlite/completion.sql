@@ -120,6 +120,25 @@ WHERE id = :id
   AND (deadline_at IS NULL OR deadline_at > :now)
 RETURNING id;
 
+-- name: snooze_job
+-- The kind snoozed its job (`outbox_bridge.Snooze`), under the fence: `queued`, due at `available_at`, the
+-- attempt given back to the budget and the snooze counted. (A snooze past MAX_SNOOZES, or one with a cancel
+-- request waiting, is a failed attempt instead: `fail_job`.) Returns the facts of the job's event.
+UPDATE jobs
+SET state = 'queued',
+    available_at = :available_at,
+    attempts = attempts - 1,
+    snoozes = snoozes + 1,
+    lease_owner = NULL,
+    lease_expires_at = NULL,
+    updated_at = :now
+WHERE id = :id
+  AND epoch = :epoch
+  AND state = 'running'
+  AND lease_expires_at > :now
+  AND (deadline_at IS NULL OR deadline_at > :now)
+RETURNING id, tenant, kind, epoch, attempts, traceparent;
+
 -- name: release_job
 -- A job given back unfinished on a clean shutdown: `queued`, due now, its attempt not counted; `cancelled`
 -- instead when a cancel request was committed. Refused once an external effect of this epoch started.

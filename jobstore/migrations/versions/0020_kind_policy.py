@@ -35,6 +35,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("tenant", "unique_key", name="pk_job_uniques"),
     )
+    op.create_index("ix_job_uniques_job_id", "job_uniques", ["job_id"])
 
 
 def downgrade() -> None:
