@@ -19,7 +19,9 @@ class Receipt(BaseModel):
     total_cents: int = Field(ge=0)
 
 
-@outbox_bridge.kind("shop.send_receipt", payload=Receipt)
+# Receipts run on a queue of their own (a consumer can be given threads for it alone: `--queues mail=2`),
+# with a budget and a backoff of their own: the mail provider may be down for a few minutes.
+@outbox_bridge.kind("shop.send_receipt", payload=Receipt, queue="mail", max_attempts=5, backoff=(1, 60))
 def send_receipt(ctx: outbox_bridge.JobContext, payload: Receipt) -> dict[str, object]:
     """E-mail the receipt of one order. The mail provider stands in as a file of sent messages
     (SHOP_MAILBOX); a real one would take `ctx.operation_key` as its own idempotency key."""
