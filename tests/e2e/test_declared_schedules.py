@@ -80,6 +80,7 @@ def test_a_relay_adds_the_schedule_a_kinds_module_declares_and_fires_it(stack: S
 
 
 @pytest.mark.slow
+@pytest.mark.databases("sqlite")  # the store's side of an update and an undeclare: on both, in integration
 def test_a_relay_started_again_updates_a_changed_declaration_and_leaves_a_removed_one_running(
     stack: Stack, tmp_path: Path
 ) -> None:

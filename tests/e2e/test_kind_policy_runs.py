@@ -26,7 +26,9 @@ from tests.conftest import make_settings
 from tests.support import procs
 from tests.support.store import job_row
 
-pytestmark = pytest.mark.slow
+# The store's side of each (the snooze's write, a retry's backoff, a timed-out attempt's failure) is tested on
+# both stores (tests/integration/test_store_snooze.py, test_store_fencing.py); here the processes, on SQLite.
+pytestmark = [pytest.mark.slow, pytest.mark.databases("sqlite")]
 
 TEAM_KINDS = '''
 """The team's kinds: they snooze, time out and back off as their policy says."""
@@ -159,21 +161,15 @@ class Deployment:
 @pytest.fixture(params=[pytest.param("consumer", marks=pytest.mark.broker), "worker"])
 def deployment(request: pytest.FixtureRequest, tmp_path: Path, team: Path) -> Iterator[Deployment]:
     """A deployment running the team's kinds on one thread: through the broker (a consumer), or a
-    baseline worker (SQLite only, as the baseline is)."""
+    baseline worker."""
     mode = request.param
     if mode == "consumer":
         made = Deployment(tmp_path, team, rabbitmq_url=request.getfixturevalue("rabbitmq_url"))
     else:
-        if not made_for_sqlite(request):
-            pytest.skip("the baseline worker runs on SQLite")
         made = Deployment(tmp_path, team)
     made.run(mode)
     yield made
     made.close()
-
-
-def made_for_sqlite(request: pytest.FixtureRequest) -> bool:
-    return str(request.getfixturevalue("database_url")).startswith("sqlite")
 
 
 def test_a_snooze_spends_no_attempt_and_too_many_snoozes_fail(deployment: Deployment) -> None:

@@ -160,6 +160,7 @@ def submit(stack: QueueStack, client: httpx.Client, kind: str) -> str:
 
 
 @pytest.mark.broker
+@pytest.mark.databases("sqlite")  # the claims' queue filter: on both stores in test_store_queues.py
 def test_a_consumer_runs_only_its_queues_jobs_and_another_runs_the_rest(stack: QueueStack) -> None:
     stack.api()
     stack.relay()
@@ -216,6 +217,7 @@ def check_a_burst_on_slow_leaves_fast_its_thread(stack: QueueStack, start: Calla
 
 
 @pytest.mark.broker
+@pytest.mark.databases("sqlite")  # the claims' queue filter: on both stores in test_store_queues.py
 def test_a_consumer_queue_with_its_own_thread_runs_beside_a_burst_on_another(stack: QueueStack) -> None:
     stack.relay()
     check_a_burst_on_slow_leaves_fast_its_thread(
