@@ -78,7 +78,7 @@ class BaselineProcess:
         polling = Polling(lambda: self.listening.listening)
         return StoreWriter(
             engine, self.settings, self.keeper, concurrency=pool.threads, worker=name, role="worker",
-            table=polling, queues=pool.queues,
+            table=polling, queues=pool.claimed,
         )  # fmt: skip
 
     def _nudge(self) -> None:

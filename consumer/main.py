@@ -65,7 +65,7 @@ class ConsumerPool:
         self.degraded = DegradedMode(settings, self.link.down_for)
         self.writer = StoreWriter(
             engine, settings, keeper, concurrency=pool.threads, worker=worker, role="consumer",
-            acker=self.link, table=self.degraded, budget=budget, queues=pool.queues,
+            acker=self.link, table=self.degraded, budget=budget, queues=pool.claimed,
         )  # fmt: skip
 
     def _offer(self, delivery: Delivery) -> None:

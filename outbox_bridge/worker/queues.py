@@ -2,8 +2,8 @@
 
 A queue given `=N` gets a pool of N threads of its own; the queues named without a number share one pool of
 `--concurrency` threads. Without `--queues`, one pool of `--concurrency` threads runs every queue of the
-kinds the process loaded (`default` among them). A pool's threads run only its queues' jobs, so a burst on
-one queue cannot take the threads of another."""
+kinds the process loaded (`default` among them), and its claims in the store take a job of any queue. A
+pool's threads run only its queues' jobs, so a burst on one queue cannot take the threads of another."""
 
 from __future__ import annotations
 
@@ -25,6 +25,14 @@ class Pool:
 
     queues: tuple[str, ...]
     threads: int
+    # Started without `--queues`: its claims in the store take a job of any queue, with no filter to pay for
+    # on every row a claim walks (and a job left on a queue its kind no longer names still runs).
+    every: bool = False
+
+    @property
+    def claimed(self) -> tuple[str, ...] | None:
+        """The queues its claims in the store filter on; None: every queue."""
+        return None if self.every else self.queues
 
     def __str__(self) -> str:
         return f"{','.join(self.queues)}={self.threads}"
@@ -40,7 +48,7 @@ def pools(spec: str | None, concurrency: int) -> list[Pool]:
     none): the queues named without a number on one pool of `concurrency` threads, then each queue with a
     number on a pool of its own. `QueuesError` says what is wrong with `spec`."""
     if spec is None:
-        return [Pool(tuple(loaded()), concurrency)]
+        return [Pool(tuple(loaded()), concurrency, every=True)]
     shared: list[str] = []
     own: list[Pool] = []
     for item in spec.split(","):

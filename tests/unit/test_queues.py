@@ -14,7 +14,9 @@ from tests.conftest import make_settings
 
 def test_without_queues_one_pool_of_the_concurrency_runs_every_loaded_queue() -> None:
     assert "default" in loaded()
-    assert pools(None, 4) == [Pool(tuple(loaded()), 4)]
+    assert pools(None, 4) == [Pool(tuple(loaded()), 4, every=True)]
+    assert pools(None, 4)[0].claimed is None  # no filter on the store's claims
+    assert pools("fast", 4)[0].claimed == ("fast",)
 
 
 def test_queues_with_a_number_get_pools_of_their_own_and_the_others_share_the_concurrency() -> None:
