@@ -13,6 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 
 from outbox_bridge.core.entropy import random_bytes
+from outbox_bridge.core.queue_names import DEFAULT_QUEUE
 from outbox_bridge.jobstore import db, drivers, events
 from outbox_bridge.jobstore.drivers import Window
 from outbox_bridge.jobstore.errors import IdempotencyConflict
@@ -119,7 +120,7 @@ def accept(
     priority: Priority = Priority.NORMAL,
     schedule_name: str | None = None,
     concurrency_key: str | None = None,
-    queue: str = "default",
+    queue: str = DEFAULT_QUEUE,
     unique_for_seconds: float | None = None,
 ) -> Accepted:
     """Write the job row and its outbox row together, both due at the `schedule`'s start (at once without
@@ -262,7 +263,7 @@ def _job_row(
     priority: Priority = Priority.NORMAL,
     schedule_name: str | None = None,
     concurrency_key: str | None = None,
-    queue: str = "default",
+    queue: str = DEFAULT_QUEUE,
 ) -> dict[str, Any]:
     """The row of a newly accepted job."""
     start = schedule.start(now) if schedule is not None else None

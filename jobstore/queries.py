@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from outbox_bridge.core.queue_names import DEFAULT_QUEUE
 from outbox_bridge.jobstore import db, drivers
 from outbox_bridge.jobstore.filters import JobFilter
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
@@ -180,10 +181,6 @@ def due_queue(conn: Connection, now: float) -> DueQueue:
     [(count, oldest)] = db.execute(conn, "jobs_due_queue", {"now": now})
     age = 0.0 if oldest is None else max(0.0, now - float(oldest))
     return DueQueue(int(count), age)
-
-
-# The queue of every kind that names none (the jobs table's default): always listed by `queue_figures`.
-DEFAULT_QUEUE = "default"
 
 
 def queue_figures(conn: Connection, now: float) -> list[QueueFigures]:

@@ -27,8 +27,7 @@ from outbox_bridge.core.durations import parse_duration
 from outbox_bridge.core.recurrence import Recurrence
 from outbox_bridge.handlers.base import KindError
 from outbox_bridge.handlers.schedules import DeclaredSchedule, register
-
-PRIORITIES = ("high", "normal", "low")
+from outbox_bridge.jobstore.priorities import LABELS
 
 
 def schedule(
@@ -51,7 +50,7 @@ def schedule(
     for field, value in (("tenant", tenant), ("name", name)):
         if not is_valid_name(value):
             raise KindError(f"{said}: the {field} must be {NAME_RULE}")
-    if priority not in (None, *PRIORITIES):
+    if priority not in (None, *LABELS):
         raise KindError(f"{said}: priority must be 'high', 'normal' or 'low'")
     new = DeclaredSchedule(
         tenant=tenant,

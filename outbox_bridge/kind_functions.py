@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
 from pydantic import BaseModel
 
 from outbox_bridge.client.job import Job
+from outbox_bridge.core.queue_names import DEFAULT_QUEUE
 from outbox_bridge.handlers import base
 from outbox_bridge.handlers.base import Out, Progress
 
@@ -64,7 +65,7 @@ def kind(
     resumes: bool = False,
     progress: Callable[[dict[str, Any]], Progress | None] | None = None,
     discard: Callable[[Path, dict[str, Any]], None] | None = None,
-    queue: str = "default",
+    queue: str = DEFAULT_QUEUE,
     max_attempts: int | None = None,
     backoff: tuple[float, float] | None = None,
     timeout_seconds: float | None = None,
