@@ -16,7 +16,7 @@ from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, intake
 from tests.conftest import make_settings
 from tests.support.procs import wait_for
-from tests.support.relay_harness import Broker, outbox_rows, running_relay, unpublished
+from tests.support.relay_harness import Broker, Row, outbox_rows, running_relay, unpublished
 
 pytestmark = pytest.mark.broker
 
@@ -42,6 +42,11 @@ def on_queue(engine: Engine, queue: str) -> str:
     return accepted.job.id
 
 
+def held_row(engine: Engine) -> Row:
+    [row] = [row for row in outbox_rows(engine) if row.published_at is None]
+    return row
+
+
 def test_a_queue_the_broker_will_not_declare_holds_back_its_own_rows_only(
     settings: Settings, engine: Engine, broker: Broker
 ) -> None:
@@ -52,10 +57,11 @@ def test_a_queue_the_broker_will_not_declare_holds_back_its_own_rows_only(
 
     with running_relay(settings, engine) as relay:
         wait_for(lambda: unpublished(engine) == 1, 15, what="the fast job's row published")
+        # the count moves when a refusal reaches the relay, the row's attempts when the store has it
         wait_for(lambda: relay.counts.refused >= 2, 15, what="the declaration refused, and again")
+        wait_for(lambda: held_row(engine).publish_attempts >= 2, 15, what="the refusals in the store")
         assert relay.connected
-        [row] = [row for row in outbox_rows(engine) if row.published_at is None]
-        assert row.job_id == held and row.publish_attempts >= 2
+        assert held_row(engine).job_id == held
         assert broker.count(topology.queue_name(settings, "fast")) == 1
 
         broker.channel.queue_delete(taken)
