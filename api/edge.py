@@ -12,8 +12,8 @@
   (status and headers, `Content-Length` included), and no body goes out. A path without GET refuses HEAD as
   it refuses any method it does not take.
 - **The count of every answer** (`api.metrics.Metrics.request_done`) by method, route template (never the
-  raw path, so the label set stays bounded) and status; an error no handler took counts as the 503 the
-  outermost error handler answers.
+  raw path, so the label set stays bounded: `route_template`) and status; an error no handler took counts
+  as the 503 the outermost error handler answers.
 
 One layer rather than three, because each layer costs every request a call and a wrapped `send`, and the
 api's cheapest answers are mostly that cost.
@@ -48,13 +48,14 @@ class Edge:
             await self.app(scope, receive, send)
             return
         exchange = _Exchange(self, scope, receive, send)
+        root_path = scope.get("root_path", "")
         try:
             await exchange.run()
         except Exception:
             exchange.status = exchange.status or UNHANDLED_STATUS
             raise
         finally:
-            template = getattr(exchange.scope.get("route"), "path", None) or UNMATCHED
+            template = route_template(exchange.scope, root_path)
             method = scope["method"]
             self.metrics.request_done(
                 method if method in KNOWN_METHODS else "other", template, exchange.status
@@ -62,6 +63,22 @@ class Edge:
 
     def too_large(self) -> Refusal:
         return PAYLOAD_TOO_LARGE, f"The request body is over the limit of {self.max_bytes} bytes."
+
+
+def route_template(scope: Scope, root_path: str = "") -> str:
+    """The template of the route a request matched, once the app has routed it: an API route's path
+    (`/jobs/{job_id}`); for a file under a mount, the mount's path and `/{path}` (`/static/redoc/{path}`);
+    for the app's other routes, which have no parameters (`/openapi.json`), the path itself; `UNMATCHED`
+    when no route matched. `root_path` is the scope's before routing (a mount extends it)."""
+    route = scope.get("route")
+    if route is not None:
+        return str(route.path)
+    if "endpoint" not in scope:  # what the router sets for any route it hands the request to
+        return UNMATCHED
+    mounted = scope.get("root_path", "")
+    if mounted != root_path:
+        return f"{mounted[len(root_path) :]}/{{path}}"
+    return str(scope["path"])
 
 
 class _Exchange:

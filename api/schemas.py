@@ -57,10 +57,11 @@ ConcurrencyKey = Annotated[
     AfterValidator(_printable),
 ]
 
-# Which flow limit holds a queued job back (`jobstore.limits.HoldReason`), and what each is, as the command
-# line and the dashboard name it.
-HeldBy = Literal["kind", "key", "rate"]
+# What holds a queued job back: its kind's pause (`jobstore.pausing`), else a flow limit
+# (`jobstore.limits.HoldReason`); and what each is, as the command line and the dashboard name it.
+HeldBy = Literal["paused", "kind", "key", "rate"]
 HELD_BY_MEANING: dict[str, str] = {
+    "paused": "its kind's pause (outbox-bridge kinds resume KIND)",
     "kind": "its kind's running cap (KIND_MAX_RUNNING)",
     "key": "its concurrency key's running cap (CONCURRENCY_KEY_MAX_RUNNING)",
     "rate": "its kind's start rate (KIND_RATE_LIMITS)",
@@ -155,8 +156,9 @@ class JobView(BaseModel):
     )
     concurrency_key: str | None = Field(description="The request's concurrency key; null: none.")
     held_by: HeldBy | None = Field(
-        description="A queued job a flow limit holds back: `kind` (its kind's running cap), `key` (its "
-        "concurrency key's), `rate` (its kind's start rate). Null when none does, and in every other state."
+        description="What holds a queued job back: `paused` (its kind is paused), or a flow limit: `kind` "
+        "(its kind's running cap), `key` (its concurrency key's), `rate` (its kind's start rate). Null when "
+        "nothing does, and in every other state."
     )
     cancel_requested: bool
     progress: ProgressView | None = Field(

@@ -17,6 +17,7 @@ from outbox_bridge.baseline.pacing import jittered
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import db, statistics, sweeper
+from outbox_bridge.telemetry import instruments
 from outbox_bridge.worker.commit import backoff_of
 from outbox_bridge.worker.retention import OutputSweep, retain
 
@@ -65,6 +66,7 @@ class SweepLoop:
         except db.StoreUnavailable as exc:
             log.warning("lease sweep postponed: %s", exc)
             return
+        instruments.jobs_moved(settled.moves)
         if settled:
             log.info(
                 "swept expired jobs: %s", ", ".join(f"{n} {state}" for state, n in sorted(settled.items()))

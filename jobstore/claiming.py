@@ -189,7 +189,7 @@ def _lose_previous(conn: Connection, taken: Sequence[Claim], now: float) -> None
 def _claim_of(row: Sequence[Any], attempt_id: str, worker: str) -> Claim:
     """The `Claim` of a job a claim returned (a row of `claim_by_ids`, its columns in this order)."""
     (job_id, epoch, attempts, kind, payload, tenant, owner, operation_key, deadline_at, lease_expires_at,
-     checkpoint, created_at, traceparent, concurrency_key) = row  # fmt: skip
+     checkpoint, created_at, traceparent, concurrency_key, queue) = row  # fmt: skip
     return Claim(
         job_id=job_id,
         attempt_id=attempt_id,
@@ -207,6 +207,7 @@ def _claim_of(row: Sequence[Any], attempt_id: str, worker: str) -> Claim:
         created_at=created_at,
         traceparent=traceparent,
         concurrency_key=concurrency_key,
+        queue=queue,
     )
 
 

@@ -209,7 +209,7 @@ def due_at_once(
 def _lease_of(token: str, returned: Sequence[Sequence[Any]], limit: int) -> tuple[Lease, float | None] | None:
     """The rows the read at once returned as a `Lease` under `token`, with `next_due` when it found fewer than
     `limit`; None when the walk's order did not serve. Each row returned: serves, next_due, then a row's
-    id, job id, priority, tenant, trace context and queue (all null when it found none)."""
+    id, job id, priority, tenant, trace context, queue and kind (all null when it found none)."""
     serves, due = returned[0][:2]
     if not serves:
         return None
@@ -219,13 +219,14 @@ def _lease_of(token: str, returned: Sequence[Sequence[Any]], limit: int) -> tupl
 
 def _lease(token: str, rows: Sequence[Sequence[Any]]) -> Lease:
     """The rows read as a `Lease` under `token`; each row: id, job id, priority, tenant, trace context,
-    queue."""
+    queue, kind."""
     return Lease(
         token,
         tuple((int(row_id), str(job_id)) for row_id, job_id, *_ in rows),
-        {str(job_id): str(tp) for _, job_id, _, _, tp, _ in rows if tp is not None},
-        {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _, _ in rows},
-        {str(job_id): str(queue) for _, job_id, _, _, _, queue in rows},
+        {str(job_id): str(tp) for _, job_id, _, _, tp, _, _ in rows if tp is not None},
+        {int(row_id): (int(priority), str(tenant)) for row_id, _, priority, tenant, _, _, _ in rows},
+        {str(job_id): str(queue) for _, job_id, _, _, _, queue, _ in rows},
+        {str(job_id): str(kind) for _, job_id, _, _, _, _, kind in rows},
     )
 
 

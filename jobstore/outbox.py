@@ -49,6 +49,8 @@ class Lease:
     orders: Mapping[int, tuple[int, str]] = field(default_factory=dict)
     # The named queue of each leased job (`jobs.queue`), by job id: where the relay publishes it.
     queues: Mapping[str, str] = field(default_factory=dict)
+    # The kind of each leased job (`jobs.kind`), by job id: named by the relay's `publish` span.
+    kinds: Mapping[str, str] = field(default_factory=dict)
 
 
 # Two orders. While no more rows are due than a read takes, the oldest walk of the (published_at, priority,

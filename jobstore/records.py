@@ -44,7 +44,9 @@ class Job:
     priority: Priority = Priority.NORMAL
     schedule_name: str | None = None  # the schedule that made it for one of its slots (`jobstore.schedules`)
     concurrency_key: str | None = None  # at most CONCURRENCY_KEY_MAX_RUNNING of its tenant's run at once
-    held_by: str | None = None  # while queued, the flow limit that holds it back (`limits.HoldReason`)
+    # While queued, the flow limit that holds it back (`limits.HoldReason`); `paused` as the reads of a job's
+    # view give it, when its kind is paused (`pausing`).
+    held_by: str | None = None
     running_since: float | None = None  # running: when its thread began; None while it waits for one
     queue: str = "default"  # the named queue its kind runs on
     snoozes: int = 0  # how often its kind snoozed it (`outbox_bridge.Snooze`)
@@ -126,6 +128,7 @@ class Claim:
     created_at: float
     traceparent: str | None = None  # the job's stored trace context: a run span's parent without a delivery
     concurrency_key: str | None = None  # at most CONCURRENCY_KEY_MAX_RUNNING of its tenant's run at once
+    queue: str = "default"  # the named queue the job was accepted on (`jobs.queue`)
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)

@@ -32,32 +32,50 @@ from outbox_bridge.jobstore.states import State
 RESCUE_QUIET_SECONDS = 5.0
 
 
+class Settled(Counter[str]):
+    """How many jobs a sweep moved to each state (by the state's name); `moves` counts the same by kind,
+    queue and state, for the metrics of the jobs it ended or queued again (counted once the sweep's
+    transaction committed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.moves: Counter[tuple[str, str, str]] = Counter()
+
+    def note(self, job: Job, state: State) -> None:
+        self[state.value] += 1
+        self.moves[(job.kind, job.queue, state.value)] += 1
+
+    def add(self, other: Settled) -> None:
+        self.update(other)
+        self.moves.update(other.moves)
+
+
 def sweep_expired(
     conn: Connection, now: float, *, backoff: Backoff, limit: int = 500, heartbeat: float | None = None
-) -> Counter[str]:
+) -> Settled:
     """Settle up to `limit` overdue jobs, and (given the processes' `heartbeat` interval) the running jobs
     of gone workers; returns how many went to each state."""
-    settled: Counter[str] = Counter()
+    settled = Settled()
     # The running jobs, then the queued ones, each read from its state's index in that index's order.
     rows = db.execute(conn, "jobs_overdue", {"now": now, "limit": limit})[:limit]
     for job in [queries.job_of(row) for row in rows]:
         decision = _decide(job, now, backoff)
         settle = "job_settle_overdue_running" if job.state is State.RUNNING else "job_settle_overdue_queued"
         if _settle(conn, settle, job, decision, now, {}):
-            settled[decision.state.value] += 1
+            settled.note(job, decision.state)
     if heartbeat is not None and len(rows) < limit:
-        settled.update(rescue_gone(conn, now, backoff=backoff, heartbeat=heartbeat, limit=limit - len(rows)))
+        settled.add(rescue_gone(conn, now, backoff=backoff, heartbeat=heartbeat, limit=limit - len(rows)))
     return settled
 
 
 def rescue_gone(
     conn: Connection, now: float, *, backoff: Backoff, heartbeat: float, limit: int = 500
-) -> Counter[str]:
+) -> Settled:
     """Settle, as an expired lease would, up to `limit` running jobs whose lease owner is gone
     (`conditions.gone_owners`, judged with the processes' `heartbeat` interval) and that have gone
     unrenewed for `RESCUE_QUIET_SECONDS`; returns how many went to each state. A job renewed, or claimed
     again, in between is left alone."""
-    settled: Counter[str] = Counter()
+    settled = Settled()
     gone = conditions.gone_owners(conn, now, heartbeat)
     if not gone:
         return settled
@@ -66,7 +84,7 @@ def rescue_gone(
     for job in [queries.job_of(row) for row in rows]:
         decision = _decide(job, now, backoff, lease_ran_out=True)
         if _settle(conn, "job_settle_abandoned", job, decision, now, guard):
-            settled[decision.state.value] += 1
+            settled.note(job, decision.state)
     return settled
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console, Group
 from rich.live import Live
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import make_url
@@ -332,19 +332,21 @@ class Demo:
         return {job.id: {"state": job.state} for job in self.client.list()}
 
 
-def _live() -> Any:
-    from contextlib import contextmanager
-
-    @contextmanager
-    def manager() -> Any:
-        progress = Progress(
-            TextColumn("[bold]jobs finished"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
-        )
-        task = progress.add_task("jobs", total=1)
+@contextmanager
+def _live() -> Iterator[tuple[Live, Progress, TaskID]]:
+    """The progress bar and the table of states, redrawn in place on a terminal. Elsewhere (a pipe, a file)
+    they are written once, at the end, and a newline ends them, which rich leaves out there: without it the
+    next line would run on from the table's last one."""
+    progress = Progress(
+        TextColumn("[bold]jobs finished"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+    )
+    task = progress.add_task("jobs", total=1)
+    try:
         with Live(progress, console=console, refresh_per_second=8) as live:
             yield live, progress, task
-
-    return manager()
+    finally:
+        if not console.is_terminal:
+            console.line()
 
 
 def _state_table(views: dict[str, dict[str, Any]]) -> Table:

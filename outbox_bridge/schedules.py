@@ -114,7 +114,7 @@ def schedules_add(
             _exists_as_asked(engine, schedule, taken)
         refuse(f"{taken} (`outbox-bridge schedules list`)")
     out.print(
-        f"added schedule {tenant}/{name}: a job of kind {added.kind} {schedule.recurrence.describe()}, the "
+        f"added: schedule {tenant}/{name}; a job of kind {added.kind} {schedule.recurrence.describe()}, the "
         f"first at {slot_text(added.next_slot_at)}",
         markup=False,
         highlight=False,

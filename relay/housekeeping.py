@@ -18,6 +18,7 @@ from outbox_bridge.jobstore import db, limits, outbox, statistics, sweeper
 from outbox_bridge.jobstore.limits import Limits
 from outbox_bridge.relay.loop import RelayLoop
 from outbox_bridge.relay.services import PeriodicService
+from outbox_bridge.telemetry import instruments
 from outbox_bridge.worker.commit import backoff_of
 
 log = logging.getLogger("relay")
@@ -51,6 +52,7 @@ def sweep_and_prune(engine: Engine, settings: Settings) -> Housekept:
     swept = db.transact(
         engine, sweeper.sweep_expired, now, backoff=backoff_of(settings), heartbeat=settings.heartbeat_seconds
     )
+    instruments.jobs_moved(swept.moves)
     pruned = db.transact(engine, outbox.prune_published, older_than=now - settings.outbox_retention_seconds)
     reannounced = db.transact(
         engine, sweeper.reannounce_stale, now, older_than=now - settings.reannounce_after_seconds

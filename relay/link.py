@@ -78,6 +78,7 @@ class Row:
     token: str
     traceparent: str | None
     order: tuple[int, str] | None
+    kind: str | None  # the job's kind, for its `publish` span
 
     def sent(self) -> Sent:
         return Sent(self.outbox_id, self.token)
@@ -88,7 +89,14 @@ def rows_of(lease: Lease) -> list[tuple[str, Row]]:
     return [
         (
             lease.queues.get(job_id, DEFAULT_QUEUE),
-            Row(outbox_id, job_id, lease.token, lease.traceparents.get(job_id), lease.orders.get(outbox_id)),
+            Row(
+                outbox_id,
+                job_id,
+                lease.token,
+                lease.traceparents.get(job_id),
+                lease.orders.get(outbox_id),
+                lease.kinds.get(job_id),
+            ),
         )
         for outbox_id, job_id in lease.rows
     ]
@@ -149,6 +157,8 @@ class BrokerLink:
     def _publish(self, channel: Channel, queue: str, row: Row) -> None:
         """One message, under a `publish` span in the job's trace whose context it carries."""
         attributes = {"job.id": row.job_id, "messaging.message.id": str(row.outbox_id)}
+        if row.kind is not None:
+            attributes["job.kind"] = row.kind
         with tracing.span("publish", row.traceparent, "producer", attributes) as span:
             channel.basic_publish(
                 self._settings.exchange,

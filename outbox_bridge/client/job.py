@@ -17,10 +17,11 @@ class Job:
     times are aware UTC datetimes; `error` is `{"code", "message"}` or None; `progress` is `{"done",
     "total"}` or None; `result_url` opens the committed result without a token until `result_expires_at`;
     `schedule` names the schedule that made the job for one of its slots (None for a job submitted);
-    `concurrency_key` is the one the request named (None: none); `held_by` says which flow limit holds a
-    queued job back (`kind`, `key` or `rate`; None when none does); `running_since` is when a worker's
-    thread began running a `running` job (None while the worker that claimed it waits for a free thread,
-    and in every other state); `queue` is the named queue its kind runs on."""
+    `concurrency_key` is the one the request named (None: none); `held_by` says what holds a queued job
+    back (`paused`: its kind is paused; or a flow limit: `kind`, `key` or `rate`; None when nothing does);
+    `running_since` is when a worker's thread began running a `running` job (None while the worker that
+    claimed it waits for a free thread, and in every other state); `queue` is the named queue its kind runs
+    on."""
 
     id: str
     kind: str

@@ -89,6 +89,25 @@ def check_broker_addresses(value: str) -> str:
     return value
 
 
+# The stores' URL schemes: SQLite, and PostgreSQL through psycopg (its driver whether named or not).
+DATABASE_SCHEMES = ("sqlite", "postgresql", "postgresql+psycopg")
+DATABASE_URL_FORMS = (
+    "sqlite:///path/to/jobs.db, postgresql://user:password@host:5432/db or postgresql+psycopg://..."
+)
+
+
+def check_database_url(value: str) -> str:
+    """A URL of a store this code runs on (`DATABASE_SCHEMES`); `postgres://`, the scheme many providers hand
+    out, is taken as `postgresql://`. Anything else is refused naming its scheme only (never the password)."""
+    scheme, separator, rest = value.partition("://")
+    if scheme == "postgres" or scheme.startswith("postgres+"):
+        scheme = "postgresql" + scheme.removeprefix("postgres")
+    if not separator or scheme not in DATABASE_SCHEMES:
+        named = f"{scheme}://" if separator else "a URL without a scheme"
+        raise ValueError(f"{named} is not a store this runs on: use {DATABASE_URL_FORMS}")
+    return f"{scheme}://{rest}"
+
+
 def split_pairs(value: object) -> object:
     """A comma-separated list of `kind=value`; each rate is checked (`limits.parse_rate`)."""
     if not isinstance(value, str):
@@ -141,10 +160,11 @@ class Settings(BaseSettings):
 
     database_url: str = "sqlite:///./data/jobs.db"
     """The store. `sqlite:///./data/jobs.db` is a SQLite file (every process on one host, on a local disk);
-    `postgresql+psycopg://user:password@host:5432/db` is a PostgreSQL server (add `?sslmode=verify-full` for
-    TLS). Every process of a deployment names the same store. On PostgreSQL a process's connections are named
-    `outbox-bridge:<role>:<process id>` (`pg_stat_activity.application_name`); add `application_name=` to the
-    URL to name them yourself."""
+    `postgresql+psycopg://user:password@host:5432/db` (or `postgresql://`, or `postgres://` as many providers
+    write it) is a PostgreSQL server (add `?sslmode=verify-full` for TLS); any other scheme stops the process
+    with one line that names the accepted ones. Every process of a deployment names the same store. On
+    PostgreSQL a process's connections are named `outbox-bridge:<role>:<process id>`
+    (`pg_stat_activity.application_name`); add `application_name=` to the URL to name them yourself."""
     rabbitmq_url: str = "amqp://guest:guest@localhost:5672/%2F"
     """The broker: `amqp://user:password@host:5672/vhost` (`%2F` is the vhost `/`), or `amqps://...:5671/...`
     for TLS. Options such as `heartbeat=` go in the query string. For a cluster, list every node's URL,
@@ -387,6 +407,7 @@ class Settings(BaseSettings):
     _empty_is_unset = field_validator("auth_issuer", "auth_audience", mode="before")(empty_is_unset)
     _split_kinds = field_validator("allowed_kinds", "outbox_bridge_kinds", mode="before")(split_kinds)
     _broker_addresses = field_validator("rabbitmq_url")(check_broker_addresses)
+    _database_url = field_validator("database_url")(check_database_url)
     _split_pairs = field_validator("kind_max_running", "kind_rate_limits", mode="before")(split_pairs)
     _positive_caps = field_validator("kind_max_running")(check_kind_caps)
     _rates = field_validator("kind_rate_limits")(check_kind_rates)

@@ -1,9 +1,12 @@
 """The process-wide instruments, one of each, created unregistered: a process registers them into the
 registry it serves (`register`), so the api's per-app registry and a worker's `METRICS_PORT` registry
-report the same objects. Label sets are bounded: a job's kind (allowlisted), a delivery's outcome (the
-names below), never a job id or a tenant."""
+report the same objects. Label sets are bounded: a job's kind (allowlisted) and queue (named in a kind's
+code), a delivery's or a job's outcome (the names below), never a job id or a tenant."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 
@@ -74,6 +77,25 @@ BROKER_RECONNECTS = Counter(
     "Times this process's broker connection was lost or could not be opened, and tried again.",
     registry=None,
 )
+# The states an attempt's end (or its expired lease) can leave a job in that `JOBS_FINISHED` counts: the
+# terminal states (`jobstore.states.TERMINAL`). A job queued again for another attempt is a retry
+# (`JOB_RETRIES`).
+FINISHED_OUTCOMES = ("succeeded", "failed", "dead", "cancelled", "unknown")
+RETRIED = "queued"
+JOBS_FINISHED = Counter(
+    "outbox_bridge_jobs_finished",
+    "Jobs an attempt's commit (or the sweep of an expired lease or a passed deadline) moved to a terminal "
+    "state, by kind, queue and that state.",
+    ["kind", "queue", "outcome"],
+    registry=None,
+)
+JOB_RETRIES = Counter(
+    "outbox_bridge_job_retries",
+    "Attempts that ended with their job queued again for another attempt after a backoff (a failure within "
+    "its attempt budget, or an expired lease), by kind and queue.",
+    ["kind", "queue"],
+    registry=None,
+)
 IN_FLIGHT = Gauge(
     "outbox_bridge_jobs_in_flight",
     "Jobs this process holds claimed now (running, or waiting for a thread or their commit).",
@@ -101,10 +123,11 @@ WEBHOOK_SECONDS = Histogram(
 # What each kind of process reports: an instrument a process never records into is left out of its
 # registry, not shown as a zero.
 _STORE = (STORE_WRITE_SECONDS,)
-_RUNNER = (ACCEPT_TO_START, RUN_SECONDS, FENCED_WRITES, IN_FLIGHT)
+_ENDINGS = (JOBS_FINISHED, JOB_RETRIES)  # the relay's sweeper ends jobs too
+_RUNNER = (ACCEPT_TO_START, RUN_SECONDS, FENCED_WRITES, IN_FLIGHT, *_ENDINGS)
 BY_ROLE = {
     "api": _STORE,
-    "relay": (*_STORE, PUBLISH_TO_CONFIRM, BROKER_RECONNECTS, WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS),
+    "relay": (*_STORE, *_ENDINGS, PUBLISH_TO_CONFIRM, BROKER_RECONNECTS, WEBHOOK_ATTEMPTS, WEBHOOK_SECONDS),
     "consumer": (*_STORE, *_RUNNER, DELIVERIES, BROKER_RECONNECTS),
     "worker": (*_STORE, *_RUNNER),
 }
@@ -113,6 +136,36 @@ for _outcome in DELIVERY_OUTCOMES:  # every outcome is reported, 0 until it happ
     DELIVERIES.labels(_outcome)
 for _outcome in WEBHOOK_OUTCOMES:
     WEBHOOK_ATTEMPTS.labels(_outcome)
+
+
+# Each label set's child, looked up once: `labels()` takes a lock and builds a key every time. A race
+# between two threads makes the same child twice, which `labels()` returns as one object.
+_finished: dict[tuple[str, str, str], Any] = {}
+_retries: dict[tuple[str, str], Any] = {}
+
+
+def job_moved(kind: str, queue: str, state: str, count: int = 1) -> None:
+    """Count `count` jobs of `kind` on `queue` that an attempt's end moved to `state`: a terminal state
+    (`FINISHED_OUTCOMES`) in `JOBS_FINISHED`, `queued` (`RETRIED`: another attempt, after a backoff) in
+    `JOB_RETRIES`. Any other state is not counted. Called once the move is committed."""
+    if state in FINISHED_OUTCOMES:
+        key = (kind, queue, state)
+        child = _finished.get(key)
+        if child is None:
+            child = _finished[key] = JOBS_FINISHED.labels(kind, queue, state)
+    elif state == RETRIED:
+        child = _retries.get((kind, queue))
+        if child is None:
+            child = _retries[(kind, queue)] = JOB_RETRIES.labels(kind, queue)
+    else:
+        return
+    child.inc(count)
+
+
+def jobs_moved(moves: Mapping[tuple[str, str, str], int]) -> None:
+    """`job_moved` of each (kind, queue, state) in `moves`, by its count (what a committed sweep moved)."""
+    for (kind, queue, state), count in moves.items():
+        job_moved(kind, queue, state, count)
 
 
 def register(registry: CollectorRegistry, role: str) -> CollectorRegistry:

@@ -31,7 +31,8 @@ from outbox_bridge.core import faults
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore.limits import Limits
-from outbox_bridge.jobstore.states import State
+from outbox_bridge.jobstore.states import TERMINAL, State
+from outbox_bridge.telemetry import instruments
 from outbox_bridge.telemetry.instruments import FENCED_WRITES
 from outbox_bridge.worker.attempt import discard_uncommitted
 from outbox_bridge.worker.counts import WriterCounts
@@ -179,8 +180,18 @@ class Completer:
         held = self._end(finished)
         for f, state, ours in zip(finished, states, held, strict=True):
             discard_uncommitted(self._settings, f.running.claim, f.outcome, state)
+            _count_ending(f, state)
             if ours:  # (a released job was counted as it was released)
                 self._counts.ended(_outcome_name(f.running.held, state))
+
+
+def _count_ending(finished: Finished, state: State | None) -> None:
+    """The metrics of a committed outcome: the job's terminal state, or its retry (a snooze, which spends
+    no attempt, is neither)."""
+    if state is None or (state not in TERMINAL and finished.outcome.snooze is not None):
+        return
+    claim = finished.running.claim
+    instruments.job_moved(claim.kind, claim.queue, state.value)
 
 
 def _outcome_name(held: LeasedJob, state: State | None) -> str:

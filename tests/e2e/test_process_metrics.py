@@ -81,6 +81,8 @@ def test_relay_and_consumer_metrics_move_when_a_job_is_published_and_run(
     assert moved(consumer_before, consumer_after, waits, kind="noop") == 3
     assert moved(consumer_before, consumer_after, "outbox_bridge_store_write_seconds_count") > 0
     assert moved(consumer_before, consumer_after, "outbox_bridge_jobs", state="succeeded") == 3
+    finished = {"kind": "noop", "queue": "default", "outcome": "succeeded"}
+    assert moved(consumer_before, consumer_after, "outbox_bridge_jobs_finished_total", **finished) == 3
     for samples in (relay_after, consumer_after):
         assert value(samples, "outbox_bridge_processes_alive", role="relay") == 1
         assert value(samples, "outbox_bridge_processes_alive", role="consumer") == 1

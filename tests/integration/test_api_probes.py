@@ -76,6 +76,25 @@ def test_metrics_count_requests_by_route_template_and_read_the_store_at_scrape_t
     assert sample(text, "outbox_bridge_outbox_oldest_age_seconds") == 7.5
 
 
+def test_the_document_pages_and_their_files_are_counted_under_their_routes_not_as_unmatched(
+    client: TestClient, settings: Settings
+) -> None:
+    for path in ("/openapi.json", "/openapi.json", "/docs", "/redoc", "/static/redoc/redoc.standalone.js"):
+        assert client.get(path).status_code == 200, path
+    assert client.get("/static/redoc/no-such-file.js").status_code == 404
+    assert client.get("/no-such-route").status_code == 404
+    text = client.get("/metrics", headers=operator(settings)).text
+
+    def count(route: str, status: str = "200") -> float:
+        return sample(text, "outbox_bridge_http_requests_total", method="GET", route=route, status=status)
+
+    assert count("/openapi.json") == 2
+    assert count("/docs") == count("/redoc") == 1
+    assert count("/static/redoc/{path}") == count("/static/redoc/{path}", "404") == 1
+    assert count("unmatched", "404") == 1
+    assert "no-such" not in text and "redoc.standalone.js" not in text
+
+
 def test_metrics_count_live_processes_by_role_from_their_heartbeats(
     client: TestClient, settings: Settings, engine: Engine, clock: FakeClock
 ) -> None:

@@ -41,7 +41,7 @@ def test_if_missing_adds_a_missing_schedule_and_exits_0_when_it_exists_as_asked(
     db.transact(engine, schedules.pause, "acme", "nightly", 0.0, actor="olga")  # paused or not, it exists
     again = done(invoke(cli, *ASKED[:-1], "--priority", "normal", "--if-missing"))
 
-    assert added.startswith("added schedule acme/nightly")
+    assert added.startswith("added: schedule acme/nightly;")
     assert again.strip() == "exists: schedule acme/nightly, as asked"
     (stored,) = rows(engine, schedule_rows)
     assert (stored["every_seconds"], stored["paused_by"]) == (3600, "olga")

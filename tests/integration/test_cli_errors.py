@@ -79,3 +79,29 @@ def test_a_setting_that_does_not_parse_is_named_in_one_line(tmp_path: Path) -> N
     result = procs.run(["status"], settings, LEASE_SECONDS="soon")
 
     assert_one_line(result, "LEASE_SECONDS is not valid")
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["mysql://outbox:s3cret@127.0.0.1/outbox", "postgresql+psycopg2://outbox:s3cret@db/outbox", "jobs.db"],
+    ids=["another-database", "another-driver", "no-scheme"],
+)
+def test_a_database_url_of_no_store_it_runs_on_names_the_schemes_it_takes_in_one_line(
+    tmp_path: Path, url: str
+) -> None:
+    result = procs.run(["status"], make_settings(tmp_path), DATABASE_URL=url)
+
+    said = assert_one_line(
+        result, "DATABASE_URL is not valid", "sqlite:///", "postgresql://", "postgresql+psycopg://"
+    )
+    assert "s3cret" not in said, "the password is not printed"
+
+
+def test_a_postgres_url_as_providers_write_it_is_taken_as_postgresql(tmp_path: Path) -> None:
+    closed_port = procs.free_port()
+    url = f"postgres://postgres:s3cret@127.0.0.1:{closed_port}/outbox"
+
+    result = procs.run(["status"], make_settings(tmp_path), DATABASE_URL=url)
+
+    said = assert_one_line(result, "cannot reach the store at postgresql://postgres:***@127.0.0.1")
+    assert "s3cret" not in said

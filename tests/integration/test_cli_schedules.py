@@ -46,7 +46,7 @@ def test_add_keeps_the_payload_as_the_kind_reads_it_and_list_shows_the_next_slot
     listed = json.loads(done(run(cli, "schedules", "list", "--json")))["schedules"]
     text = done(run(cli, "schedules", "list"))
 
-    assert said.startswith("added schedule acme/nightly: a job of kind export every 1h, the first at ")
+    assert said.startswith("added: schedule acme/nightly; a job of kind export every 1h, the first at ")
     (stored,) = rows(engine, schedules)
     assert (stored["every_seconds"], stored["cron"], stored["catch_up"], stored["created_by"]) == (
         3600,

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Engine, select
 
 from outbox_bridge.core.clock import FakeClock
-from outbox_bridge.jobstore import db, outbox
+from outbox_bridge.jobstore import db, leader, outbox
 from outbox_bridge.jobstore.schema import outbox as outbox_table
 from tests.support.store import due_rows, new_job, publish, publish_due
 
@@ -97,3 +97,11 @@ def test_a_read_carries_each_jobs_stored_trace_context(engine: Engine, clock: Fa
     found = due_rows(engine)
     assert {job for _, job in found.rows} == {*traced, untraced}
     assert found.traceparents == {job: f"00-{key * 32}-{key * 16}-01" for job, key in traced.items()}
+
+
+def test_both_reads_carry_each_jobs_kind_for_its_publish_span(engine: Engine, clock: FakeClock) -> None:
+    kinds = {new_job(engine, "a"): "noop", new_job(engine, "b", kind="flaky", payload={}): "flaky"}
+    in_steps = due_rows(engine)
+    at_once = db.read_one(engine, leader.due_at_once, "token", now=clock.now(), limit=100)
+    assert at_once is not None
+    assert in_steps.kinds == at_once[0].kinds == kinds

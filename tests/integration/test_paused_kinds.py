@@ -9,16 +9,17 @@ from __future__ import annotations
 import re
 
 from fastapi.testclient import TestClient
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, update
 
 from outbox_bridge.api.app import create_app
 from outbox_bridge.api.auth import issue_token
+from outbox_bridge.api.schemas import HELD_BY_MEANING, JobView
 from outbox_bridge.core.clock import FakeClock
 from outbox_bridge.core.recurrence import CatchUp, Recurrence
 from outbox_bridge.core.settings import Settings
 from outbox_bridge.jobstore import claiming, db, fenced, overview, pausing, queries, schedules, sweeper
 from outbox_bridge.jobstore.priorities import Priority
-from outbox_bridge.jobstore.schema import kind_actions, outbox
+from outbox_bridge.jobstore.schema import jobs, kind_actions, outbox
 from outbox_bridge.jobstore.states import State
 from outbox_bridge.telemetry import instruments
 from outbox_bridge.worker.producer import REFUSED_AS
@@ -176,3 +177,30 @@ def test_the_dashboard_shows_the_paused_kinds_since_when_and_the_schedules_due(
     assert text.startswith("Paused kinds: export since 3m ago by olga (1 queued)"), text
     row = re.search(r'<tr data-schedule="acme/tick">(.*?)</tr>', page.text, re.S)
     assert row is not None and "every 1m" in row.group(1) and "2m" in row.group(1), page.text
+
+
+def test_a_queued_job_of_a_paused_kind_is_held_by_the_pause_in_every_view_of_it(
+    engine: Engine, clock: FakeClock, settings: Settings
+) -> None:
+    queued, limited, running = (new_job(engine, key, kind="export", payload=EXPORT) for key in "qlr")
+    other = new_job(engine, "o", kind="noop")
+    claimed(engine, running)
+    db.transact(
+        engine, lambda conn: conn.execute(update(jobs).where(jobs.c.id == limited).values(held_by="kind"))
+    )
+    auth = {"Authorization": f"Bearer {issue_token(settings.auth_secret, tenant='acme', user='alice')}"}
+
+    def held_by(client: TestClient) -> dict[str, str | None]:
+        """Each job's `held_by` in the tenant's list, checked against its own view and its CLI view."""
+        listed = {job["id"]: job["held_by"] for job in client.get("/jobs", headers=auth).json()["items"]}
+        for job_id, held in listed.items():
+            assert client.get(f"/jobs/{job_id}", headers=auth).json()["held_by"] == held
+            assert JobView.of(job_row(engine, job_id)).held_by == held
+        return listed
+
+    with TestClient(create_app(settings)) as client:
+        pause(engine, clock)
+        assert held_by(client) == {queued: "paused", limited: "paused", running: None, other: None}
+        resume(engine, clock)
+        assert held_by(client) == {queued: None, limited: "kind", running: None, other: None}
+    assert "kinds resume" in HELD_BY_MEANING["paused"]

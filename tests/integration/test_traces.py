@@ -111,6 +111,7 @@ def test_one_job_is_one_trace_from_the_api_through_the_relay_to_each_attempt(
     assert hex_ids(publish_1)[2] == hex_ids(publish_2)[2] == hex_ids(accept)[1], "each publish: the job's"
     assert hex_ids(run_1)[2] == hex_ids(publish_1)[1] and hex_ids(run_2)[2] == hex_ids(publish_2)[1]
     assert [(s.attributes or {}).get("job.attempt") for s in (run_1, run_2)] == [1, 2]
+    assert [(s.attributes or {}).get("job.kind") for s in (accept, publish_1, publish_2)] == ["flaky"] * 3
     assert [(s.attributes or {}).get("job.outcome") for s in (run_1, run_2)] == ["failed", "succeeded"]
     assert dict(run_2.attributes or {}) == {
         "job.id": retried["id"], "job.kind": "flaky", "job.epoch": 2, "job.attempt": 2,

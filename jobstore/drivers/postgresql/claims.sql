@@ -42,7 +42,7 @@ WITH taken AS (
       AND cancel_requested = false
       AND (deadline_at IS NULL OR deadline_at > %(now)s::float8)
     RETURNING id, epoch, attempts, kind, payload, tenant, owner, operation_key, deadline_at, lease_expires_at,
-        checkpoint, created_at, traceparent, concurrency_key
+        checkpoint, created_at, traceparent, concurrency_key, queue
 ), first_attempts AS (
     INSERT INTO attempts (id, job_id, epoch, worker, started_at, outcome)
     SELECT fresh.attempt_id, taken.id, taken.epoch, %(worker)s::text, %(now)s::float8, 'running'
@@ -57,7 +57,7 @@ WITH taken AS (
       AND published_at IS NULL
 )
 SELECT id, epoch, attempts, kind, payload, tenant, owner, operation_key, deadline_at, lease_expires_at,
-    checkpoint, created_at, traceparent, concurrency_key
+    checkpoint, created_at, traceparent, concurrency_key, queue
 FROM taken;
 
 -- name: insert_attempt

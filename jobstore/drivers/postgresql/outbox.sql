@@ -19,11 +19,14 @@ WHERE job_id = %(job_id)s AND published_at IS NULL;
 -- :prepared
 -- The relay's read in one statement (`leader.due_at_once`), committed by itself: the walk of
 -- `outbox_due_in_order` (locking nothing, leaving out the rows the leader has published and not yet
--- written back), the rows' trace context and queue, and the next due time. It reads nothing (`serves`
--- false) when more rows are due than the read takes and they belong to several tenants: that read needs the
--- ranking of `outbox_due_by_turns` (`leader.due`). The rows left out are a hashed `NOT IN`: `id <> ALL(...)`
--- compared each row walked with every one of them (a relay's window holds up to 1,000), a cost that grew
--- with the backlog and more once the prepared statement's generic plan took over.
+-- written back), the rows' trace context, queue and kind, and the next due time. It reads nothing
+-- (`serves` false) when more rows are due than the read takes and they belong to several tenants: that read
+-- needs the ranking of `outbox_due_by_turns` (`leader.due`). The rows left out are a hashed `NOT IN`:
+-- `id <> ALL(...)` compared each row walked with every one of them (a relay's window holds up to 1,000), a
+-- cost that grew with the backlog and more once the prepared statement's generic plan took over. Each
+-- row's job is looked up once, by its primary key, for all three of its columns rather than by a subquery
+-- per column (`LIMIT 1` keeps that lookup an index probe per row: a plain join may be planned as a hash
+-- join that reads the whole jobs table).
 WITH due AS (
     SELECT id, job_id, tenant, priority FROM outbox
     WHERE published_at IS NULL AND available_at <= %(now)s
@@ -42,9 +45,11 @@ WITH due AS (
 SELECT walk.serves,
     (SELECT min(available_at) FROM outbox WHERE published_at IS NULL AND available_at > %(now)s) AS next_due,
     chosen.id, chosen.job_id, chosen.priority, chosen.tenant,
-    (SELECT traceparent FROM jobs WHERE jobs.id = chosen.job_id) AS traceparent,
-    (SELECT queue FROM jobs WHERE jobs.id = chosen.job_id) AS queue
+    job.traceparent, job.queue, job.kind
 FROM walk LEFT JOIN chosen ON true
+LEFT JOIN LATERAL (
+    SELECT traceparent, queue, kind FROM jobs WHERE jobs.id = chosen.job_id LIMIT 1
+) AS job ON true
 ORDER BY chosen.priority, chosen.id;
 
 -- name: outbox_due_in_order
@@ -83,8 +88,8 @@ SELECT
     (SELECT max(tenant) FROM outbox WHERE published_at IS NULL);
 
 -- name: outbox_rows_chosen
--- The rows a read in steps chose, by id, with their job's trace context and queue.
-SELECT outbox.id, outbox.job_id, outbox.priority, outbox.tenant, jobs.traceparent, jobs.queue
+-- The rows a read in steps chose, by id, with their job's trace context, queue and kind.
+SELECT outbox.id, outbox.job_id, outbox.priority, outbox.tenant, jobs.traceparent, jobs.queue, jobs.kind
 FROM outbox
 JOIN jobs ON jobs.id = outbox.job_id
 WHERE outbox.id = ANY(%(ids)s::int[]);

@@ -1,6 +1,9 @@
 -- The postgresql driver's statements: reads (named blocks, as jobstore/drivers/sqlfile.py reads them).
 --
 -- A job is read with every column of the jobs table, in the table's order (`schema.JOB_COLUMNS`).
+-- The reads a job's view is made from (`job_get`, `jobs_find_*`) say `paused` for `held_by` of a queued job
+-- of a paused kind (`pausing`): what holds it back, whatever flow limit held it before; `paused_kinds` is
+-- looked up only for a queued job.
 
 -- name: job_get
 -- A job by id; of one tenant only when a tenant is given.
@@ -8,7 +11,8 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since, queue, snoozes
+       CASE WHEN state = 'queued' AND kind IN (SELECT kind FROM paused_kinds) THEN 'paused' ELSE held_by END
+           AS held_by, running_since, queue, snoozes
 FROM jobs
 WHERE id = %(id)s
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s);
@@ -125,7 +129,8 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since, queue, snoozes
+       CASE WHEN state = 'queued' AND kind IN (SELECT kind FROM paused_kinds) THEN 'paused' ELSE held_by END
+           AS held_by, running_since, queue, snoozes
 FROM jobs
 WHERE id = ANY(%(ids)s::text[])
   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
@@ -145,7 +150,8 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since, queue, snoozes
+       CASE WHEN state = 'queued' AND kind IN (SELECT kind FROM paused_kinds) THEN 'paused' ELSE held_by END
+           AS held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = ANY(%(states)s::text[]) AND finished_at IS NOT NULL
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
@@ -164,7 +170,8 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since, queue, snoozes
+       CASE WHEN state = 'queued' AND kind IN (SELECT kind FROM paused_kinds) THEN 'paused' ELSE held_by END
+           AS held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'queued'
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
@@ -183,7 +190,8 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since, queue, snoozes
+       CASE WHEN state = 'queued' AND kind IN (SELECT kind FROM paused_kinds) THEN 'paused' ELSE held_by END
+           AS held_by, running_since, queue, snoozes
 FROM jobs
 WHERE state = 'running'
   AND (%(tenant)s::text IS NULL OR tenant = %(tenant)s)
@@ -202,7 +210,8 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since, queue, snoozes
+       CASE WHEN state = 'queued' AND kind IN (SELECT kind FROM paused_kinds) THEN 'paused' ELSE held_by END
+           AS held_by, running_since, queue, snoozes
 FROM jobs
 WHERE tenant = %(tenant)s
   AND (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
@@ -221,7 +230,8 @@ SELECT id, tenant, owner, operation_key, fingerprint, kind, payload, state, epoc
        lease_owner, lease_expires_at, available_at, run_at, priority, deadline_at, cancel_requested,
        external_epoch, checkpoint, checkpoint_epoch, result_attempt_id, error_code, error_message,
        created_at, updated_at, started_at, finished_at, traceparent, schedule_name, concurrency_key,
-       held_by, running_since, queue, snoozes
+       CASE WHEN state = 'queued' AND kind IN (SELECT kind FROM paused_kinds) THEN 'paused' ELSE held_by END
+           AS held_by, running_since, queue, snoozes
 FROM jobs
 WHERE (%(states)s::text[] IS NULL OR state = ANY(%(states)s::text[]))
   AND (%(kind)s::text IS NULL OR kind = %(kind)s)

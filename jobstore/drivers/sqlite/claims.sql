@@ -40,7 +40,7 @@ WHERE id IN (SELECT value FROM json_each(:ids))
   AND cancel_requested = 0
   AND (deadline_at IS NULL OR deadline_at > :now)
 RETURNING id, epoch, attempts, kind, payload, tenant, owner, operation_key, deadline_at, lease_expires_at,
-    checkpoint, created_at, traceparent, concurrency_key;
+    checkpoint, created_at, traceparent, concurrency_key, queue;
 
 -- name: claim_drop_pending
 -- The pending outbox rows of the jobs `jobs` (a JSON array) a claim took, looked up by the job id index.

@@ -22,10 +22,10 @@ WHERE job_id = :job_id AND published_at IS NULL;
 
 -- name: outbox_read_due
 -- The relay's read in one statement (`leader.due_at_once`): the walk of `outbox_due_in_order`, leaving
--- out the rows given (published, not yet written back), each row's trace context and queue, and the next
--- due time. It reads nothing (`serves` false) when more rows are due than the read takes and they belong to
--- several tenants: that read needs the ranking of `outbox_due_by_turns`. (The relay reads in steps on
--- SQLite, in a read transaction that takes no write lock: `Driver.reads_due_in_one_statement`.)
+-- out the rows given (published, not yet written back), each row's trace context, queue and kind, and the
+-- next due time. It reads nothing (`serves` false) when more rows are due than the read takes and they
+-- belong to several tenants: that read needs the ranking of `outbox_due_by_turns`. (The relay reads in steps
+-- on SQLite, in a read transaction that takes no write lock: `Driver.reads_due_in_one_statement`.)
 WITH due AS (
     SELECT id, job_id, tenant, priority
     FROM outbox INDEXED BY ix_outbox_due_priority_id
@@ -47,7 +47,8 @@ SELECT walk.serves,
     (SELECT min(available_at) FROM outbox WHERE published_at IS NULL AND available_at > :now) AS next_due,
     chosen.id, chosen.job_id, chosen.priority, chosen.tenant,
     (SELECT traceparent FROM jobs WHERE jobs.id = chosen.job_id) AS traceparent,
-    (SELECT queue FROM jobs WHERE jobs.id = chosen.job_id) AS queue
+    (SELECT queue FROM jobs WHERE jobs.id = chosen.job_id) AS queue,
+    (SELECT kind FROM jobs WHERE jobs.id = chosen.job_id) AS kind
 FROM walk LEFT JOIN chosen ON true
 ORDER BY chosen.priority, chosen.id;
 
@@ -87,8 +88,8 @@ SELECT
     (SELECT max(tenant) FROM outbox INDEXED BY ix_outbox_due_tenant WHERE published_at IS NULL);
 
 -- name: outbox_rows_chosen
--- The rows a read in steps chose, by id, with their job's trace context and queue.
-SELECT outbox.id, outbox.job_id, outbox.priority, outbox.tenant, jobs.traceparent, jobs.queue
+-- The rows a read in steps chose, by id, with their job's trace context, queue and kind.
+SELECT outbox.id, outbox.job_id, outbox.priority, outbox.tenant, jobs.traceparent, jobs.queue, jobs.kind
 FROM outbox
 JOIN jobs ON jobs.id = outbox.job_id
 WHERE outbox.id IN (SELECT value FROM json_each(:ids));
