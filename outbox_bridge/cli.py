@@ -154,7 +154,7 @@ def worker(
     queue_spec: QueuesOption = None,
     metrics_port: MetricsPortOption = None,
 ) -> None:
-    """The SQLite-only baseline: poll the jobs table with BEGIN IMMEDIATE and run what it claims."""
+    """Run jobs without a broker: poll the store's jobs table and run what it claims."""
     from outbox_bridge.baseline.worker import run
 
     settings = _with_metrics_port(console.load_settings(), metrics_port)
@@ -193,7 +193,7 @@ def demo(
     add_help_option=False,
 )
 def bench(ctx: typer.Context) -> None:
-    """Benchmark the broker path against the SQLite-only baseline (see `outbox-bridge bench --help`)."""
+    """Benchmark the broker path against the broker-less workers (see `outbox-bridge bench --help`)."""
     # The benchmark is imported here only: no other command, and no runtime module, loads `bench` or the
     # numpy and matplotlib of its optional extra.
     from outbox_bridge.bench import INSTALL_HINT, missing_extras
