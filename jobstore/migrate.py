@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 # The newest migration's revision: what `db upgrade` migrates to (`tests/unit/test_migration_head.py`).
-HEAD = "0020"
+HEAD = "0021"
 
 
 class SchemaNotCurrent(RuntimeError):

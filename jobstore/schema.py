@@ -428,3 +428,75 @@ def state_in(states: Collection[State], of: FromClause = jobs) -> ColumnElement[
 def state_is(state: State, of: FromClause = jobs) -> ColumnElement[bool]:
     """The job is in `state`, a literal in the statement's text (`state_in`)."""
     return state_in((state,), of)
+
+
+# Workflows (migration 0021 says how a job's ending moves them, in a trigger on `jobs`). A job that waits for
+# others has one edge to each (`job_dependencies`, resolved once the one it waits for has ended) and a count
+# of the edges not yet resolved (`job_waits`); while it waits its `available_at` is `WAITING_AT`.
+WAITING_AT = 1e15
+
+job_dependencies = Table(
+    "job_dependencies",
+    metadata,
+    Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("depends_on", String(36), primary_key=True),
+    Column("resolved", Boolean, nullable=False, default=False, server_default=false()),
+    Index("ix_job_dependencies_depends_on", "depends_on"),
+)
+
+job_waits = Table(
+    "job_waits",
+    metadata,
+    Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("waiting", Integer, nullable=False),
+    Column("on_failure", String(16), nullable=False),  # `cancel` or `run`
+    Column("released", Boolean, nullable=False, default=False, server_default=false()),
+)
+
+# A batch: its members (`batch_members`, in the request's order), the count of those not yet ended, and
+# the callback job its request named (`batch_callbacks`, inserted as a job when the count reaches zero).
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", String(36), primary_key=True),
+    Column("tenant", String(255), nullable=False),
+    Column("owner", String(255), nullable=False),
+    Column("operation_key", String(255), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("state", String(16), nullable=False),  # `running` or `done`
+    Column("total", Integer, nullable=False),
+    Column("remaining", Integer, nullable=False),
+    Column("callback_job_id", String(36)),
+    Column("created_at", Float, nullable=False),
+    Column("done_at", Float),
+    UniqueConstraint("tenant", "operation_key", name="uq_batches_tenant_operation_key"),
+    Index("ix_batches_tenant_created_at", "tenant", "created_at", "id"),
+    Index("ix_batches_created_at", "created_at", "id"),
+    Index("ix_batches_callback_job_id", "callback_job_id"),
+)
+
+batch_members = Table(
+    "batch_members",
+    metadata,
+    Column("job_id", String(36), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("batch_id", String(36), ForeignKey("batches.id", ondelete="CASCADE"), nullable=False),
+    Column("position", Integer, nullable=False),
+    Index("ix_batch_members_batch_id", "batch_id", "position"),
+)
+
+batch_callbacks = Table(
+    "batch_callbacks",
+    metadata,
+    Column("batch_id", String(36), ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True),
+    Column("id", String(36), nullable=False),
+    Column("owner", String(255), nullable=False),
+    Column("operation_key", String(255), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("payload", Text, nullable=False),
+    Column("max_attempts", Integer, nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("deadline_seconds", Float),
+    Column("traceparent", String(55)),
+    Column("queue", String(64), nullable=False),
+)

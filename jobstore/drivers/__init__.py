@@ -140,6 +140,7 @@ class Driver:
         "operator.sql",
         "reads.sql",
         "upkeep.sql",
+        "workflows.sql",
     )
     # The statements only this driver sends, from its own methods (the other database does that work
     # differently); every other name is in both drivers' files, for the store's modules to run by name.

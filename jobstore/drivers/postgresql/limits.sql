@@ -200,7 +200,7 @@ FROM paused_kinds;
 
 -- name: kind_announce_queued
 -- A new outbox row for each queued job of the kind with none waiting to be published, due when the job is,
--- written in the order jobs start in.
+-- written in the order jobs start in; a job that waits for others gets its row when it becomes due.
 INSERT INTO outbox (job_id, created_at, available_at, publish_attempts, tenant, priority)
 SELECT
   jobs.id,
@@ -213,6 +213,7 @@ FROM jobs
 WHERE jobs.state = 'queued'
   AND jobs.kind = %(kind)s
   AND NOT EXISTS (SELECT 1 FROM outbox WHERE outbox.job_id = jobs.id AND outbox.published_at IS NULL)
+  AND jobs.available_at < 1e15  -- not one that waits for other jobs (`schema.WAITING_AT`)
 ORDER BY jobs.priority, jobs.available_at, jobs.id
 RETURNING id;
 

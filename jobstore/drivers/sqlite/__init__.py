@@ -307,6 +307,9 @@ def _install_hooks(driver: SQLiteDriver, engine: Engine, synchronous: str) -> No
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA synchronous={synchronous}")
         cursor.execute("PRAGMA foreign_keys=ON")
+        # A job's ending cancels the dependents that asked so, and that UPDATE fires the trigger that ended
+        # it again for their own dependents (migration 0021): SQLite runs a trigger from its own body only so.
+        cursor.execute("PRAGMA recursive_triggers=ON")
         cursor.execute("PRAGMA busy_timeout=0")
         cursor.close()
 

@@ -1,0 +1,99 @@
+-- The sqlite driver's statements: workflows, jobs after jobs and batches (named blocks, as
+-- jobstore/drivers/sqlfile.py reads them). What a job's ending moves is in the trigger of migration 0021.
+
+-- name: dependencies_read
+-- The jobs of one tenant among the ids a new job names in `after`, with their states.
+SELECT id, state FROM jobs WHERE tenant = :tenant AND id IN (SELECT value FROM json_each(:ids));
+
+-- name: dependencies_add
+-- One edge of a new job to a job it waits for; resolved when that one has already ended.
+INSERT INTO job_dependencies (job_id, depends_on, resolved) VALUES (:job_id, :depends_on, :resolved);
+
+-- name: waits_add
+-- How many jobs a new job still waits for, and what it does when one of them does not succeed.
+INSERT INTO job_waits (job_id, waiting, on_failure, released)
+VALUES (:job_id, :waiting, :on_failure, :released);
+
+-- name: waiting_for
+-- The jobs each of the jobs given still waits for (edges not yet resolved).
+SELECT job_id, depends_on FROM job_dependencies
+WHERE job_id IN (SELECT value FROM json_each(:ids)) AND resolved = 0
+ORDER BY job_id, depends_on;
+
+-- name: dependencies_of
+-- Every job each of the jobs given waits or waited for.
+SELECT job_id, depends_on FROM job_dependencies
+WHERE job_id IN (SELECT value FROM json_each(:ids))
+ORDER BY job_id, depends_on;
+
+-- name: dependents_of
+-- The jobs that wait or waited for the job given.
+SELECT job_id FROM job_dependencies WHERE depends_on = :id ORDER BY job_id;
+
+-- name: callbacks_of
+-- The batch each of the jobs given is the callback of.
+SELECT callback_job_id, id FROM batches WHERE callback_job_id IN (SELECT value FROM json_each(:ids));
+
+-- name: batch_insert
+-- A new batch, unless its tenant + key is taken; its id if inserted.
+INSERT INTO batches (id, tenant, owner, operation_key, fingerprint, state, total, remaining, callback_job_id,
+    created_at, done_at)
+VALUES (:id, :tenant, :owner, :operation_key, :fingerprint, 'running', :total, :total, NULL, :created_at,
+    NULL)
+ON CONFLICT (tenant, operation_key) DO NOTHING
+RETURNING id;
+
+-- name: batch_members_add
+-- A member of a batch, at its place in the request.
+INSERT INTO batch_members (job_id, batch_id, position) VALUES (:job_id, :batch_id, :position);
+
+-- name: batch_callback_add
+-- The callback job a batch's request named, inserted as a job once every member has ended.
+INSERT INTO batch_callbacks (batch_id, id, owner, operation_key, fingerprint, kind, payload, max_attempts,
+    priority, deadline_seconds, traceparent, queue)
+VALUES (:batch_id, :id, :owner, :operation_key, :fingerprint, :kind, :payload, :max_attempts, :priority,
+    :deadline_seconds, :traceparent, :queue);
+
+-- name: batch_count_ended
+-- A new batch whose members ended at its accept (a dependency had failed): counted as ended.
+UPDATE batches SET remaining = remaining - :ended WHERE id = :id;
+
+-- name: batch_mark_done
+-- A batch whose every member had ended at its accept: done at once, with its callback accepted beside it.
+UPDATE batches SET state = 'done', done_at = :now, callback_job_id = :callback_job_id
+WHERE id = :id AND state = 'running';
+
+-- name: batch_get
+-- A batch by id; of one tenant only when a tenant is given.
+SELECT id, tenant, owner, operation_key, fingerprint, state, total, remaining, callback_job_id, created_at,
+    done_at
+FROM batches WHERE id = :id AND (:tenant IS NULL OR tenant = :tenant);
+
+-- name: batch_by_key
+-- The batch that holds a tenant + idempotency key.
+SELECT id, tenant, owner, operation_key, fingerprint, state, total, remaining, callback_job_id, created_at,
+    done_at
+FROM batches WHERE tenant = :tenant AND operation_key = :operation_key;
+
+-- name: batch_member_states
+-- A batch's members in the request's order, with their states.
+SELECT m.job_id, j.state FROM batch_members AS m JOIN jobs AS j ON j.id = m.job_id
+WHERE m.batch_id = :id ORDER BY m.position;
+
+-- name: batches_list
+-- Batches newest first, of one tenant or all, in one state or any, after a cursor (created_at, id).
+SELECT id, tenant, owner, operation_key, fingerprint, state, total, remaining, callback_job_id, created_at,
+    done_at
+FROM batches
+WHERE (:tenant IS NULL OR tenant = :tenant) AND (:state IS NULL OR state = :state)
+  AND (:before_at IS NULL OR created_at < :before_at OR (created_at = :before_at AND id < :before_id))
+ORDER BY created_at DESC, id DESC
+LIMIT :limit;
+
+-- name: batches_by_state
+-- How many batches are in each state.
+SELECT state, count(*) FROM batches GROUP BY state;
+
+-- name: batch_of_member
+-- The batch a job is a member of.
+SELECT batch_id FROM batch_members WHERE job_id = :id;
