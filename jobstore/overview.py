@@ -7,7 +7,16 @@ from dataclasses import dataclass, field
 from sqlalchemy import Connection
 
 from outbox_bridge.core.settings import ALIVE_BEATS, Settings
-from outbox_bridge.jobstore import conditions, heartbeats, limits, outbox, pausing, queries, schedules
+from outbox_bridge.jobstore import (
+    conditions,
+    heartbeats,
+    limits,
+    outbox,
+    pausing,
+    queries,
+    schedules,
+    workflows,
+)
 from outbox_bridge.jobstore.alerts import Alert, alerts
 from outbox_bridge.jobstore.conditions import LeaseOwners, ProcessStatus
 from outbox_bridge.jobstore.heartbeats import Process
@@ -123,7 +132,7 @@ def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFig
     """What a metrics scrape reports about the store: jobs by state, the oldest due queued job, the outbox
     backlog, the live processes by role (seen within `alive_within` seconds and not found gone on this
     host, as `conditions` judges them), the schedules that are not paused, the paused kinds, the jobs flow
-    limits hold back, and each queue's waiting, running and oldest waiting job."""
+    limits hold back, each queue's waiting, running and oldest waiting job, and the batches by state."""
     backlog = outbox.backlog(conn, now)
     found = conditions.statuses(conn, now, Liveness(alive_within, queued_age_limit=0.0).heartbeat)
     return StoreFigures(
@@ -140,4 +149,5 @@ def store_figures(conn: Connection, now: float, alive_within: float) -> StoreFig
         paused_kinds=pausing.paused_since(conn),
         held={(h.kind, h.held_by): h.queued for h in limits.held_counts(conn)},
         queues=queries.queue_figures(conn, now),
+        batches=workflows.batches_by_state(conn),
     )

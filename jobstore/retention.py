@@ -49,8 +49,11 @@ def delete_expired(conn: Connection, job_ids: Collection[str], cutoff: float) ->
 
 
 def prune(conn: Connection, cutoff: float, *, limit: int = BATCH) -> list[str]:
-    """Delete up to `limit` of the jobs the retention deletes at `cutoff`; returns their ids."""
-    return delete_expired(conn, [job_id for _, job_id in expired(conn, cutoff, limit=limit)], cutoff)
+    """Delete up to `limit` of the jobs the retention deletes at `cutoff`; returns their ids. The batches done
+    before `cutoff` go too (a finished member of a batch still running stays until the batch is done)."""
+    deleted = delete_expired(conn, [job_id for _, job_id in expired(conn, cutoff, limit=limit)], cutoff)
+    db.execute(conn, "batches_delete_expired", {"cutoff": cutoff})
+    return deleted
 
 
 @dataclass(frozen=True)

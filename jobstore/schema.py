@@ -473,6 +473,8 @@ batches = Table(
     Index("ix_batches_tenant_created_at", "tenant", "created_at", "id"),
     Index("ix_batches_created_at", "created_at", "id"),
     Index("ix_batches_callback_job_id", "callback_job_id"),
+    # The counts by state (`/metrics`) and the retention's deletes of batches done long ago.
+    Index("ix_batches_state_done_at", "state", "done_at"),
 )
 
 batch_members = Table(

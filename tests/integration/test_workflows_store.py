@@ -202,3 +202,22 @@ def test_the_last_two_members_ended_at_once_in_two_transactions_make_one_callbac
         ).all(),
     )
     assert [row[0] for row in callbacks] == [done.callback_job_id]
+
+
+def test_the_retention_keeps_the_members_of_a_running_batch_and_deletes_a_batch_done_long_ago(
+    engine: Engine, clock: FakeClock
+) -> None:
+    from outbox_bridge.jobstore import retention
+
+    batch = accept_batch(engine, clock, "kept", 2).batch
+    first, second = list(batch.jobs)
+    succeed(engine, clock, first)
+    clock.advance(100)
+    assert db.transact(engine, retention.prune, clock.now()) == []  # its batch still runs
+    succeed(engine, clock, second)
+    clock.advance(100)
+    done = db.read(engine, workflows.get_batch, batch.id)
+    assert done.state == "done"
+    pruned = db.transact(engine, retention.prune, clock.now())
+    assert set(pruned) == {first, second}
+    assert db.read(engine, workflows.get_batch, batch.id) is None

@@ -38,6 +38,10 @@ WHERE state IN ('cancelled', 'dead', 'failed', 'succeeded') AND finished_at IS N
     SELECT 1 FROM webhook_deliveries
     WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = 'pending'
   )
+  AND NOT EXISTS (
+    SELECT 1 FROM batch_members JOIN batches ON batches.id = batch_members.batch_id
+    WHERE batch_members.job_id = jobs.id AND batches.state = 'running'
+  )
 ORDER BY finished_at, id
 LIMIT %(limit)s;
 
@@ -50,6 +54,10 @@ WHERE state IN ('cancelled', 'dead', 'failed', 'succeeded') AND finished_at IS N
   AND NOT EXISTS (
     SELECT 1 FROM webhook_deliveries
     WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = 'pending'
+  )
+  AND NOT EXISTS (
+    SELECT 1 FROM batch_members JOIN batches ON batches.id = batch_members.batch_id
+    WHERE batch_members.job_id = jobs.id AND batches.state = 'running'
   )
   AND (finished_at, id) > (%(after_finished_at)s, %(after_id)s)
 ORDER BY finished_at, id
@@ -65,6 +73,10 @@ WHERE id = ANY(%(ids)s::text[])
   AND NOT EXISTS (
     SELECT 1 FROM webhook_deliveries
     WHERE webhook_deliveries.job_id = jobs.id AND webhook_deliveries.state = 'pending'
+  )
+  AND NOT EXISTS (
+    SELECT 1 FROM batch_members JOIN batches ON batches.id = batch_members.batch_id
+    WHERE batch_members.job_id = jobs.id AND batches.state = 'running'
   )
 RETURNING id;
 

@@ -105,3 +105,8 @@ SELECT state, count(*) FROM batches GROUP BY state;
 -- name: batch_of_member
 -- The batch a job is a member of.
 SELECT batch_id FROM batch_members WHERE job_id = %(id)s::text;
+
+-- name: batches_delete_expired
+-- The batches done before the retention's cutoff (their member rows with them; the member jobs go by their
+-- own finish times). A member of a running batch is kept by the retention until the batch is done.
+DELETE FROM batches WHERE state = 'done' AND done_at < %(cutoff)s::float8;

@@ -239,6 +239,7 @@ def upgrade() -> None:
     op.create_index("ix_batches_tenant_created_at", "batches", ["tenant", "created_at", "id"])
     op.create_index("ix_batches_created_at", "batches", ["created_at", "id"])
     op.create_index("ix_batches_callback_job_id", "batches", ["callback_job_id"])
+    op.create_index("ix_batches_state_done_at", "batches", ["state", "done_at"])
     op.create_table(
         "batch_members",
         sa.Column("job_id", sa.String(36), nullable=False),
