@@ -18,7 +18,7 @@ from outbox_bridge.api.committer import GroupCommitter
 from outbox_bridge.api.edge import Edge
 from outbox_bridge.api.links import LinkSigner
 from outbox_bridge.api.metrics import Metrics, store_reader
-from outbox_bridge.api.routes import jobs, probes
+from outbox_bridge.api.routes import batches, jobs, probes
 from outbox_bridge.core import version
 from outbox_bridge.core.settings import Settings, load
 from outbox_bridge.handlers.registry import accepted
@@ -82,6 +82,7 @@ def create_app(settings: Settings, *, beat: bool = False) -> FastAPI:
     # responses), and FastAPI 0.165 matches an included router's routes through a layer of its own on every
     # request (py-spy put the routing at about a tenth of a submission's event-loop time that way).
     app.router.routes.extend(jobs.router.routes)
+    app.router.routes.extend(batches.router.routes)
     app.router.routes.extend(probes.router.routes)
     _include_dashboard(app)
     openapi.install(app, accepted_kinds=accepted(settings))

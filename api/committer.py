@@ -104,7 +104,7 @@ class GroupCommitter:
         try:
             request = intake.prepare(**fields)
         except Exception as exc:  # as a batch that failed on this request alone would answer it
-            failure = _own_failure(exc)
+            failure = own_failure(exc)
             if failure is exc:
                 raise
             raise failure from exc
@@ -180,7 +180,7 @@ class GroupCommitter:
         """After `batch` failed with `failure`: each request's outcome in a transaction of its own. Once
         the store is unavailable, the requests not yet tried get that too."""
         if len(batch) == 1:
-            return [_own_failure(failure)]
+            return [own_failure(failure)]
         log.warning("a batch of %d submissions failed (%r): committing them one by one", len(batch), failure)
         outcomes: list[Outcome] = []
         for pending in batch:
@@ -192,7 +192,7 @@ class GroupCommitter:
             except db.StoreUnavailable as exc:
                 outcomes.append(exc)
             except Exception as exc:
-                outcomes.append(_own_failure(exc))
+                outcomes.append(own_failure(exc))
         return outcomes
 
     def _topped_up(self, batch: list[_Pending], stop: list[bool]) -> list[intake.Prepared]:
@@ -205,7 +205,7 @@ class GroupCommitter:
         return [p.request for p in batch]
 
 
-def _own_failure(exc: Exception) -> Exception:
+def own_failure(exc: Exception) -> Exception:
     """What one request that failed in a transaction of its own is answered: `Unstorable` when the database
     refused one of its values; otherwise the error itself, logged (a bug, not the request's fault)."""
     if isinstance(exc, DataError | UnicodeEncodeError):

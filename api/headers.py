@@ -1,8 +1,8 @@
 """Headers on every answer (`api.edge.Edge` sets them). `X-Content-Type-Options: nosniff` everywhere, so a
-browser never reads a body as another type than the one sent. `Cache-Control: no-store` on the job routes
-and the dashboard, whose answers are one tenant's or one operator's and change: no shared cache or browser
-history keeps them. The dashboard may not be framed by another page (its buttons act), by either the old or
-the CSP header."""
+browser never reads a body as another type than the one sent. `Cache-Control: no-store` on the job and batch
+routes and the dashboard, whose answers are one tenant's or one operator's and change: no shared cache or
+browser history keeps them. The dashboard may not be framed by another page (its buttons act), by either the
+old or the CSP header."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 EVERYWHERE = {"X-Content-Type-Options": "nosniff"}
 PRIVATE = {"Cache-Control": "no-store"}
 NOT_FRAMEABLE = {"X-Frame-Options": "DENY", "Content-Security-Policy": "frame-ancestors 'none'"}
-PRIVATE_PREFIXES = ("/jobs", "/ui")
+PRIVATE_PREFIXES = ("/jobs", "/batches", "/ui")
 
 
 def headers_for(path: str) -> dict[str, str]:

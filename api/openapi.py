@@ -22,7 +22,8 @@ DESCRIPTIONS = {
     403: "A signed result link that has expired (`result-link-expired`: read the job again for a fresh one) "
     "or that was not signed for this result (`result-link-invalid`).",
     404: "Not found. An unknown id and another tenant's id get the same answer.",
-    409: "The Idempotency-Key was already used for a different request; `job_url` names that job.",
+    409: "The Idempotency-Key was already used for a different request; `job_url` names that job "
+    "(`batch_url` that batch, for `POST /batches`).",
     413: "The request body is over MAX_BODY_BYTES.",
     503: "The store is unavailable; nothing was written. Retry after `Retry-After` seconds.",
 }

@@ -67,6 +67,7 @@ RESOLVED_WITHOUT_RESULT = ProblemType(
     "resolved-without-result", "An operator resolved the job as succeeded; it has no result", 404
 )
 RESULT_GONE = ProblemType("result-gone", "The committed result can no longer be read", 404)
+BATCH_NOT_FOUND = ProblemType("batch-not-found", "Batch not found", 404)
 ROUTE_NOT_FOUND = ProblemType("route-not-found", "No such route", 404)
 IDEMPOTENCY_CONFLICT = ProblemType(
     "idempotency-conflict", "The Idempotency-Key was already used for a different request", 409
@@ -90,6 +91,7 @@ ALL_TYPES: tuple[ProblemType, ...] = (
     RESULT_NOT_READY,
     RESOLVED_WITHOUT_RESULT,
     RESULT_GONE,
+    BATCH_NOT_FOUND,
     ROUTE_NOT_FOUND,
     IDEMPOTENCY_CONFLICT,
     PAYLOAD_TOO_LARGE,
@@ -99,6 +101,7 @@ ALL_TYPES: tuple[ProblemType, ...] = (
 
 # Unknown ids and other tenants' ids must be indistinguishable: one fixed detail, never the id.
 JOB_NOT_FOUND_DETAIL = "No job with this id is visible to you."
+BATCH_NOT_FOUND_DETAIL = "No batch with this id is visible to you."
 BEARER_CHALLENGE = {"WWW-Authenticate": "Bearer"}
 INVALID_TOKEN_CHALLENGE = {"WWW-Authenticate": 'Bearer error="invalid_token"'}
 
@@ -144,6 +147,20 @@ def problem_response(
 
 def job_not_found() -> ProblemResponse:
     return problem_response(JOB_NOT_FOUND, JOB_NOT_FOUND_DETAIL)
+
+
+def batch_not_found() -> ProblemError:
+    return BATCH_NOT_FOUND.error(BATCH_NOT_FOUND_DETAIL)
+
+
+def batch_conflict(batch_id: str) -> ProblemError:
+    """The 409 for a batch's Idempotency-Key that names another batch request."""
+    url = f"/batches/{batch_id}"
+    return IDEMPOTENCY_CONFLICT.error(
+        f"This Idempotency-Key was used for a different batch request (its jobs or its callback); that batch "
+        f"is at {url}.",
+        batch_url=url,
+    )
 
 
 def issues(exc: ValidationError | RequestValidationError, *, prefix: tuple[str, ...] = ()) -> list[dict]:

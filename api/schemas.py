@@ -1,8 +1,11 @@
-"""The API's bodies: what a client sends (`JobCreate`) and gets back (`JobView`, `JobPage`, `Problem`)."""
+"""The API's bodies: what a client sends (`JobCreate`, `BatchCreate`) and gets back (`JobView`, `JobPage`,
+`BatchView`, `BatchPage`, `Problem`)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -18,6 +21,7 @@ from outbox_bridge.jobstore.priorities import Priority
 from outbox_bridge.jobstore.records import Job
 from outbox_bridge.jobstore.schedule import MAX_DELAY_SECONDS, Schedule
 from outbox_bridge.jobstore.states import State
+from outbox_bridge.jobstore.workflows import MAX_AFTER, MAX_MEMBERS, After, Batch
 
 MAX_DEADLINE_SECONDS = 30 * 24 * 3600
 
@@ -55,6 +59,21 @@ ConcurrencyKey = Annotated[
     str,
     Field(strict=True, min_length=1, max_length=MAX_CONCURRENCY_KEY_CHARACTERS),
     AfterValidator(_printable),
+]
+
+MAX_ID_CHARACTERS = 64  # a job id is a UUID (36): anything much longer names no job
+
+
+def _distinct(ids: list[str]) -> list[str]:
+    if len(set(ids)) != len(ids):
+        raise ValueError("names a job more than once")
+    return ids
+
+
+JobIds = Annotated[
+    list[Annotated[str, Field(strict=True, min_length=1, max_length=MAX_ID_CHARACTERS)]],
+    Field(min_length=1, max_length=MAX_AFTER, json_schema_extra={"uniqueItems": True}),
+    AfterValidator(_distinct),
 ]
 
 # What holds a queued job back: its kind's pause (`jobstore.pausing`), else a flow limit
@@ -115,6 +134,19 @@ class JobCreate(BaseModel):
         "one key; the others wait `queued`, spending no attempt. 1 to 128 printable characters.",
     )
 
+    after: JobIds | None = Field(
+        default=None,
+        description=f"Run only after these jobs of your tenant (1 to {MAX_AFTER} ids, each once, of jobs "
+        "accepted before this one) have succeeded: until then the job waits `queued`, its view listing "
+        "them in `waiting_for`. An id your tenant does not have is 400, and nothing is written.",
+    )
+    on_dependency_failure: Literal["cancel", "run"] = Field(
+        default="cancel",
+        description="With `after`: when one of those jobs ends `failed`, `dead`, `cancelled` or "
+        "`unknown`, `cancel` ends this job `cancelled` (error code `dependency_failed`); `run` runs it once "
+        "they have all ended. Without `after` it changes nothing.",
+    )
+
     def priority_rank(self, default: str | None = None) -> Priority:
         """The priority asked for; unset, `default` (the kind's), else `normal`."""
         return Priority.named(self.priority or default or "normal")
@@ -126,6 +158,41 @@ class JobCreate(BaseModel):
         run_at = None if self.run_at is None else epoch_of_rfc3339(self.run_at)
         return Schedule(delay_seconds=self.delay_seconds, run_at=run_at)
 
+    def waits_for(self) -> After | None:
+        """What the job waits for, as the store takes it; None when it names no `after`."""
+        if self.after is None:
+            return None
+        return After(tuple(self.after), self.on_dependency_failure)
+
+
+class BatchCreate(BaseModel):
+    """Jobs accepted together, and the job that runs once every one of them has ended."""
+
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "jobs": [{"kind": "noop", "payload": {}}, {"kind": "noop", "payload": {}}],
+                    "callback": {"kind": "noop", "payload": {}},
+                }
+            ]
+        },
+    )
+
+    jobs: list[JobCreate] = Field(
+        min_length=1,
+        max_length=MAX_MEMBERS,
+        description=f"The members, 1 to {MAX_MEMBERS:,}, each as `POST /jobs` takes a job (its `after` "
+        "naming jobs accepted before the batch). The batch's Idempotency-Key covers them all.",
+    )
+    callback: JobCreate | None = Field(
+        default=None,
+        description="The job accepted, once, when the last member has ended (however it ended); its kind "
+        "reads the members' outcomes. Without `after`, `delay_seconds`, `run_at` or `concurrency_key`; its "
+        "`deadline_seconds` counts from when it is accepted.",
+    )
+
 
 class ErrorView(BaseModel):
     code: str
@@ -135,6 +202,18 @@ class ErrorView(BaseModel):
 class ProgressView(BaseModel):
     done: int = Field(ge=0)
     total: int | None = Field(ge=0, description="What `done` counts up to; null when not known.")
+
+
+@dataclass(frozen=True)
+class Workflow:
+    """What a job's view says of the workflows it takes part in: the jobs it still waits for, and the batch
+    whose callback it is."""
+
+    waiting_for: Sequence[str] = ()
+    callback_of: str | None = None
+
+
+NO_WORKFLOW = Workflow()
 
 
 class JobView(BaseModel):
@@ -154,11 +233,18 @@ class JobView(BaseModel):
         description="The schedule (of the job's tenant) that made the job for one of its slots; null for a "
         "job submitted otherwise."
     )
+    callback_of: str | None = Field(
+        description="The batch whose callback this job is; null for any other job."
+    )
     concurrency_key: str | None = Field(description="The request's concurrency key; null: none.")
     held_by: HeldBy | None = Field(
         description="What holds a queued job back: `paused` (its kind is paused), or a flow limit: `kind` "
         "(its kind's running cap), `key` (its concurrency key's), `rate` (its kind's start rate). Null when "
         "nothing does, and in every other state."
+    )
+    waiting_for: list[str] = Field(
+        description="A queued job accepted with `after`: the jobs it still waits for (not yet ended). "
+        "Empty once it is due, for a job without `after`, and in every other state.",
     )
     cancel_requested: bool
     progress: ProgressView | None = Field(
@@ -182,10 +268,18 @@ class JobView(BaseModel):
     error: ErrorView | None
 
     @classmethod
-    def of(cls, job: Job, now: float | None = None, links: LinkSigner | None = None) -> JobView:
+    def of(
+        cls,
+        job: Job,
+        now: float | None = None,
+        links: LinkSigner | None = None,
+        *,
+        workflow: Workflow = NO_WORKFLOW,
+    ) -> JobView:
         """The view of `job` at `now` (the clock's, unless given), its result link signed by `links` (without
-        one, as on the command line: the path that takes a bearer token, and no expiry)."""
-        fields = view_fields(job, now, links)
+        one, as on the command line: the path that takes a bearer token, and no expiry), with what its
+        `workflow` says (without one: waiting for nothing, no batch's callback)."""
+        fields = view_fields(job, now, links, workflow=workflow)
         progress, error = fields["progress"], fields["error"]
         return cls.model_construct(
             **fields | {
@@ -195,7 +289,9 @@ class JobView(BaseModel):
         )  # fmt: skip
 
 
-def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = None) -> dict[str, Any]:
+def view_fields(
+    job: Job, now: float | None = None, links: LinkSigner | None = None, *, workflow: Workflow = NO_WORKFLOW
+) -> dict[str, Any]:
     """`JobView.of`'s fields, in its order, as plain values (the nested views as dicts)."""
     now = clock.now() if now is None else now
     link = _result_link(job, now, links)
@@ -211,8 +307,10 @@ def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = N
         "priority": job.priority.label,
         "queue": job.queue,
         "schedule": job.schedule_name,
+        "callback_of": workflow.callback_of,
         "concurrency_key": job.concurrency_key,
         "held_by": job.held_by if job.state is State.QUEUED else None,
+        "waiting_for": list(workflow.waiting_for) if job.state is State.QUEUED else [],
         "cancel_requested": job.cancel_requested,
         "progress": _progress(job),
         "waited_seconds": _waited(job, now),
@@ -223,10 +321,13 @@ def view_fields(job: Job, now: float | None = None, links: LinkSigner | None = N
     }
 
 
-def view_json(job: Job, now: float | None = None, links: LinkSigner | None = None) -> bytes:
-    """`JobView.of(job, now, links).model_dump_json()`, encoded without building the model (what every
-    answer of `POST /jobs` and `GET /jobs/{id}` sends)."""
-    return to_json(view_fields(job, now, links))  # as pydantic writes a JobView: compact, text as UTF-8
+def view_json(
+    job: Job, now: float | None = None, links: LinkSigner | None = None, *, workflow: Workflow = NO_WORKFLOW
+) -> bytes:
+    """`JobView.of(job, now, links, workflow=workflow).model_dump_json()`, encoded without building the
+    model (what every answer of `POST /jobs` and `GET /jobs/{id}` sends)."""
+    # as pydantic writes a JobView: compact, text as UTF-8
+    return to_json(view_fields(job, now, links, workflow=workflow))
 
 
 def _result_link(job: Job, now: float, links: LinkSigner | None) -> ResultLink | None:
@@ -259,6 +360,41 @@ class JobPage(BaseModel):
     next_cursor: str | None = Field(description="Pass as `cursor` to get the next page; null on the last.")
 
 
+class BatchView(BaseModel):
+    """A batch as its owner sees it."""
+
+    id: str
+    state: Literal["running", "done"] = Field(
+        description="`running` until its last member has ended; then `done`, for good."
+    )
+    jobs: list[str] = Field(description="The members' ids, in the request's order.")
+    counts: dict[str, int] = Field(
+        description="How many members are in each state (states with none left out)."
+    )
+    callback_job_id: str | None = Field(
+        description="Once `done`: the callback job the request named (null when it named none); null before."
+    )
+    created_at: Timestamp
+    done_at: Timestamp | None = Field(description="When its last member ended; null while it runs.")
+
+    @classmethod
+    def of(cls, batch: Batch) -> BatchView:
+        return cls.model_construct(
+            id=batch.id, state=batch.state, jobs=list(batch.jobs), counts=batch.counts,
+            callback_job_id=batch.callback_job_id, created_at=isoformat(batch.created_at),
+            done_at=isoformat(batch.done_at),
+        )  # fmt: skip
+
+
+class BatchPage(BaseModel):
+    items: list[BatchView]
+    next_cursor: str | None = Field(description="Pass as `cursor` to get the next page; null on the last.")
+
+
+def batch_url(batch_id: str) -> str:
+    return f"/batches/{batch_id}"
+
+
 class Issue(BaseModel):
     loc: list[str | int]
     msg: str
@@ -279,6 +415,9 @@ class Problem(BaseModel):
         default=None,
         description="On a 409: the job the key already names. On `result-link-expired`: the job to read "
         "again for a fresh link.",
+    )
+    batch_url: str | None = Field(
+        default=None, description="On a 409 from `POST /batches`: the batch the key already names."
     )
     resolved_at: Timestamp | None = Field(
         default=None, description="On `resolved-without-result`: when an operator resolved the job."

@@ -105,7 +105,11 @@ def accept_after(conn: Connection, p: Prepared, after: After) -> Accepted:
     """Accept the `prepare`d job that waits for the jobs `after` names, in the caller's transaction: its row,
     its edges and its count of jobs it still waits for, and its outbox row only when it is due at once.
     The same key again returns the job it accepted (`created=False`); `IdempotencyConflict` for another
-    request; `UnknownDependencies` when `after` names a job its tenant does not have."""
+    request; `UnknownDependencies` when `after` names a job its tenant does not have. A kind's uniqueness
+    window does not apply to a job that waits (nor to a batch's member): each is a request of its own."""
+    p = replace(
+        p, window=None
+    )  # a job that waits is its own request: no kind's uniqueness window makes it another
     plan = _plan(conn, p, after)
     job = replace(
         p.accepted.job, fingerprint=plan.row["fingerprint"], state=State(plan.row["state"]),
@@ -220,7 +224,8 @@ def accept_batch(
     accepted: list[Accepted] = []
     for position, member in enumerate(members):
         p = member.prepared
-        keyed = replace(p, row=dict(p.row, operation_key=f"batch:{batch_id}:{position}"))
+        # A member is a job of its own, whatever its kind's uniqueness window holds.
+        keyed = replace(p, row=dict(p.row, operation_key=f"batch:{batch_id}:{position}"), window=None)
         if member.after is None:
             (outcome,) = accept_prepared(conn, [keyed])
             if isinstance(outcome, IdempotencyConflict):  # a fresh key: not expected

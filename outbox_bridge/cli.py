@@ -11,6 +11,7 @@ import typer
 from sqlalchemy.exc import SQLAlchemyError
 
 from outbox_bridge import console, views
+from outbox_bridge.batches import batches_app
 from outbox_bridge.broker import topology
 from outbox_bridge.broker.connection import queue_probe
 from outbox_bridge.console import out
@@ -31,6 +32,7 @@ app = typer.Typer(help="A durable job system: HTTP API, outbox relay, RabbitMQ c
 db_app = typer.Typer(help="Create and migrate the store.")
 app.add_typer(db_app, name="db")
 app.add_typer(jobs_app, name="jobs")
+app.add_typer(batches_app, name="batches")
 app.add_typer(kinds_app, name="kinds")
 app.add_typer(schedules_app, name="schedules")
 app.add_typer(webhooks_app, name="webhooks")

@@ -11,11 +11,12 @@ signed-in browser post the action forms. Every action is recorded with the token
 
 `access` holds who may look and the sign-in, flash and form plumbing; `pages` the pages; `actions` the
 forms that change jobs; `webhooks` the completion webhooks' endpoints (added, rotated, removed), their
-deliveries and replays; `schedules` the schedules and the kinds, added, paused, resumed and removed.
+deliveries and replays; `schedules` the schedules and the kinds, added, paused, resumed and removed;
+`batches` the batches, each batch's members, and what a job's page shows of its dependencies.
 Importing them registers their routes on the one `router`.
 """
 
-from outbox_bridge.api.dashboard import actions, pages, schedules, webhooks
+from outbox_bridge.api.dashboard import actions, batches, pages, schedules, webhooks
 from outbox_bridge.api.dashboard.access import router
 
-__all__ = ["actions", "pages", "router", "schedules", "webhooks"]
+__all__ = ["actions", "batches", "pages", "router", "schedules", "webhooks"]

@@ -24,6 +24,7 @@ from outbox_bridge.api.dashboard.access import (
     unavailable,
     with_flash,
 )
+from outbox_bridge.api.dashboard.batches import Workflow, workflow_of
 from outbox_bridge.api.dashboard.charts import (
     DEFAULT_REFRESH_SECONDS,
     JobRow,
@@ -240,6 +241,7 @@ class JobDetail:
     attempts: list[Attempt]
     actions: list[OperatorAction]
     row: JobRow  # its worker, run time and lease, as the job list shows them
+    workflow: Workflow  # the jobs it waits for, those that wait for it, its batch
 
     def view(self, now: float) -> JobView:
         """The job as its owner sees it at `now` (its progress and wait read as the api reads them)."""
@@ -257,7 +259,7 @@ def _detail(conn: Connection, job_id: str, now: float, heartbeat: float) -> JobD
     tried = queries.attempts_of(conn, job_id)
     worker = next((a.worker for a in tried if a.epoch == job.epoch), None)
     row = job_row(job, worker, conditions.lease_owners(conn, now, heartbeat), now)
-    return JobDetail(job, tried, queries.actions_of(conn, job_id), row)
+    return JobDetail(job, tried, queries.actions_of(conn, job_id), row, workflow_of(conn, job_id))
 
 
 @router.get("/jobs/{job_id}")
@@ -265,9 +267,10 @@ def job_page(
     request: Request, job_id: str, visitor: VisitorDep, settings: SettingsDep, engine: EngineDep
 ) -> Response:
     """One job: its input (payload, operation key), when it may start and its progress (as the job view has
-    them), its worker and lease (flagged when the worker is lost), every attempt (epoch, worker, outcome,
-    external effect, error), what operators did to it, the link to its result, and the actions its state
-    allows."""
+    them), its worker and lease (flagged when the worker is lost), its workflow (the jobs it waits for and
+    those that wait for it, with their states; the batch it belongs to or is the callback of), every attempt
+    (epoch, worker, outcome, external effect, error), what operators did to it, the link to its result, and
+    the actions its state allows."""
     who = operator_of(request, visitor)
     if isinstance(who, Response):
         return who

@@ -4,12 +4,15 @@ link (`api.links`), which opens one job's result without a bearer token, whateve
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DataError
 
 from outbox_bridge.api import results, submission
+from outbox_bridge.api.committer import own_failure
 from outbox_bridge.api.deps import (
     BearerDep,
     CommitterDep,
@@ -31,10 +34,11 @@ from outbox_bridge.api.problems import (
     RESULT_NOT_READY,
 )
 from outbox_bridge.api.routes.submit_route import SubmitRoute
-from outbox_bridge.api.schemas import JobCreate, JobPage, JobView, job_url, view_json
+from outbox_bridge.api.schemas import NO_WORKFLOW, JobCreate, JobPage, JobView, Workflow, job_url, view_json
+from outbox_bridge.api.workflow_fields import needs_reading, workflow_of, workflows_of
 from outbox_bridge.core import clock, faults
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.jobstore import db, operator, queries
+from outbox_bridge.jobstore import db, intake, operator, queries, workflows
 from outbox_bridge.jobstore.errors import JobNotFound
 from outbox_bridge.jobstore.records import Attempt, Job, OperatorAction
 from outbox_bridge.jobstore.states import State
@@ -62,10 +66,16 @@ def _json(view: JobView | JobPage, status: int = 200, headers: dict[str, str] | 
 
 
 def _job_json(
-    job: Job, links: LinkSigner, status: int = 200, headers: dict[str, str] | None = None
+    job: Job,
+    links: LinkSigner,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+    workflow: Workflow = NO_WORKFLOW,
 ) -> Response:
-    """The job's view as `_json(JobView.of(job, links=links))` answers it, encoded without the model."""
-    return Response(view_json(job, links=links), status_code=status, media_type=JSON, headers=headers)
+    """The job's view as `_json(JobView.of(job, links=links, workflow=workflow))` answers it, encoded
+    without the model."""
+    body = view_json(job, links=links, workflow=workflow)
+    return Response(body, status_code=status, media_type=JSON, headers=headers)
 
 
 async def submit_job(
@@ -74,29 +84,62 @@ async def submit_job(
     identity: IdentityDep,
     settings: SettingsDep,
     committer: CommitterDep,
+    engine: EngineDep,
     metrics: MetricsDep,
     links: LinksDep,
     traceparent: Traceparent = None,
 ) -> Response:
     """Accept a job. The answer comes only after the job and its outbox row are committed together; the
     same Idempotency-Key with the same request (kind, payload as validated, deadline, the start as named
-    (the same `delay_seconds` or the same `run_at` instant), priority and concurrency key) returns the
-    original job again (202, same id). A delayed job waits `queued` until its `run_at`; a job whose
-    `concurrency_key` already has CONCURRENCY_KEY_MAX_RUNNING running jobs of the tenant waits `queued` until
-    one of them ends."""
+    (the same `delay_seconds` or the same `run_at` instant), priority, concurrency key, and the jobs it waits
+    for with `on_dependency_failure`) returns the original job again (202, same id). A delayed job waits
+    `queued` until its `run_at`; a job whose `concurrency_key` already has CONCURRENCY_KEY_MAX_RUNNING running
+    jobs of the tenant waits `queued` until one of them ends; a job with `after` waits `queued` until the jobs
+    it names have succeeded (or, with `"on_dependency_failure": "run"`, ended), its view's `waiting_for`
+    naming those it still waits for."""
     fields = submission.accept_fields(
         job, settings, clock.now(), tenant=identity.tenant, owner=identity.user, key=key
     )
-    kind = fields["kind"]
-    # Validation above is CPU only and runs on the event loop; the write waits for the group commit.
+    kind, after = fields["kind"], job.waits_for()
+    # Validation above is CPU only and runs on the event loop; the write waits for the group commit, or,
+    # for a job that waits for others, for a transaction of its own in the threadpool.
     with tracing.span("accept", traceparent, "server", {"job.kind": kind}) as span:
-        accepted = await committer.accept(**fields, traceparent=span.traceparent)
+        if after is None:
+            accepted = await committer.accept(**fields, traceparent=span.traceparent)
+            workflow = NO_WORKFLOW
+            if not accepted.created and needs_reading([accepted.job]):  # this key's job, perhaps a callback
+                workflow = await run_in_threadpool(db.read, engine, workflow_of, accepted.job)
+        else:
+            fields["traceparent"] = span.traceparent
+            accepted, workflow = await run_in_threadpool(_accept_after, engine, fields, after)
         span.set_attribute("job.id", accepted.job.id)
         span.set_attribute("job.created", accepted.created)
     faults.hit("api.after_commit")
     if accepted.created:
         metrics.job_accepted(kind)
-    return _job_json(accepted.job, links, 202, {"Location": job_url(accepted.job.id)})
+    return _job_json(accepted.job, links, 202, {"Location": job_url(accepted.job.id)}, workflow)
+
+
+def _accept_after(
+    engine: Engine, fields: dict[str, Any], after: workflows.After
+) -> tuple[intake.Accepted, Workflow]:
+    """Accept a job that waits for others in a transaction of its own, and read what its view says of
+    them. Answered as the group commit answers a request that failed alone: `Unstorable` for a value the
+    database refuses."""
+    try:
+        return db.transact(engine, _accepted_after, intake.prepare(**fields), after)
+    except (DataError, UnicodeEncodeError) as exc:
+        raise own_failure(exc) from exc
+
+
+def _accepted_after(
+    conn: Connection, prepared: intake.Prepared, after: workflows.After
+) -> tuple[intake.Accepted, Workflow]:
+    try:
+        accepted = workflows.accept_after(conn, prepared, after)
+    except workflows.UnknownDependencies as unknown:
+        raise submission.unknown_dependencies(unknown, after, ("body", "after")) from None
+    return accepted, workflow_of(conn, accepted.job)
 
 
 router.add_api_route(
@@ -137,20 +180,33 @@ def list_jobs(
     ] = None,
 ) -> Response:
     """Your tenant's jobs, newest first, `limit` at a time."""
-    page = db.read(engine, queries.list_jobs, tenant=identity.tenant, state=state, limit=limit, cursor=cursor)
+    page, found = db.read(engine, _page, identity.tenant, state, limit, cursor)
     now = clock.now()  # one instant for the whole page
-    items = [JobView.of(j, now, links) for j in page.items]
+    items = [JobView.of(j, now, links, workflow=found.get(j.id, NO_WORKFLOW)) for j in page.items]
     return _json(JobPage(items=items, next_cursor=page.next_cursor))
+
+
+def _page(
+    conn: Connection, tenant: str, state: State | None, limit: int, cursor: str | None
+) -> tuple[queries.Page, dict[str, Workflow]]:
+    """A page of the tenant's jobs, and what their views say of workflows (one query for the page)."""
+    page = queries.list_jobs(conn, tenant=tenant, state=state, limit=limit, cursor=cursor)
+    return page, workflows_of(conn, page.items)
 
 
 @router.get("/{job_id}", response_model=JobView, summary="Read a job", responses=problems(401, 404, 503))
 def read_job(job_id: str, identity: IdentityDep, engine: EngineDep, links: LinksDep) -> Response:
     """The job view; 404 for an unknown id and for another tenant's job alike. A succeeded job's view
     carries a fresh signed `result_url` each time it is read; reading it changes nothing."""
-    job = db.read(engine, queries.get_job, job_id, tenant=identity.tenant)
+    job, workflow = db.read(engine, _job_of, job_id, identity.tenant)
     if job is None:
         raise JobNotFound(job_id)
-    return _job_json(job, links)
+    return _job_json(job, links, workflow=workflow)
+
+
+def _job_of(conn: Connection, job_id: str, tenant: str) -> tuple[Job | None, Workflow]:
+    job = queries.get_job(conn, job_id, tenant=tenant)
+    return job, NO_WORKFLOW if job is None else workflow_of(conn, job)
 
 
 @router.post(
@@ -169,16 +225,18 @@ def read_job(job_id: str, identity: IdentityDep, engine: EngineDep, links: Links
 def cancel_job(job_id: str, identity: IdentityDep, engine: EngineDep, links: LinksDep) -> Response:
     """Queued: `cancelled` at once (200). Running: cancel requested (202). Finished: unchanged (200), so a
     committed result stands."""
-    outcome, job = db.transact(engine, _cancel, job_id, clock.now(), identity.tenant)
+    outcome, job, workflow = db.transact(engine, _cancel, job_id, clock.now(), identity.tenant)
     status = 202 if outcome is operator.CancelOutcome.REQUESTED else 200
-    return _job_json(job, links, status)
+    return _job_json(job, links, status, workflow=workflow)
 
 
-def _cancel(conn: Connection, job_id: str, now: float, tenant: str) -> tuple[operator.CancelOutcome, Job]:
+def _cancel(
+    conn: Connection, job_id: str, now: float, tenant: str
+) -> tuple[operator.CancelOutcome, Job, Workflow]:
     outcome = operator.request_cancel(conn, job_id, now, tenant=tenant)
     job = queries.get_job(conn, job_id, tenant=tenant)
     assert job is not None  # request_cancel raised JobNotFound otherwise
-    return outcome, job
+    return outcome, job, workflow_of(conn, job)
 
 
 @router.get(

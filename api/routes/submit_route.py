@@ -2,15 +2,15 @@
 submission sent as documented needs.
 
 FastAPI documents and validates the route as its endpoint declares it (the body as `JobCreate`, the
-Idempotency-Key and traceparent headers, the bearer token, the app's settings and group committer), and
-every request reaches it through the app's whole middleware stack, as any route's does. What FastAPI does
-to call the endpoint (solving ten dependencies, parsing the content type with the `email` package,
-validating the body through its own field layer) cost more than the submission's own work. So for a request
-sent as the route takes it (a JSON body that is a valid `JobCreate`, one bearer token the deployment
-accepts, one Idempotency-Key of 1 to 255 characters, each header sent once), `SubmitRoute`'s handler reads
-those itself and calls the same endpoint with them. Any other request (a bad token, a missing key, a body
-that does not validate) goes to FastAPI's own handler for the route, which reads the same body again and
-answers with the problem it has always given, word for word.
+Idempotency-Key and traceparent headers, the bearer token, the app's settings, group committer and engine),
+and every request reaches it through the app's whole middleware stack, as any route's does. What FastAPI does
+to call the endpoint (solving ten dependencies, parsing the content type with the `email` package, validating
+the body through its own field layer) cost more than the submission's own work. So for a request sent as the
+route takes it (a JSON body that is a valid `JobCreate`, one bearer token the deployment accepts, one
+Idempotency-Key of 1 to 255 characters, each header sent once), `SubmitRoute`'s handler reads those itself and
+calls the same endpoint with them. Any other request (a bad token, a missing key, a body that does not
+validate) goes to FastAPI's own handler for the route, which reads the same body again and answers with the
+problem it has always given, word for word.
 
 The bearer token is checked before any of the body is read: a request without a token the deployment
 accepts is answered 401 at once, however much body it declares, so a client without a token cannot hold a
@@ -34,7 +34,7 @@ from outbox_bridge.api.schemas import JobCreate
 class SubmitRoute(APIRoute):
     """An `APIRoute` that calls its endpoint with the arguments it reads from a request sent as documented,
     and hands any other request to FastAPI's handling of the route, the body replayed (see the module). The
-    endpoint takes `job`, `key`, `identity`, `settings`, `committer`, `metrics`, `links` and
+    endpoint takes `job`, `key`, `identity`, `settings`, `committer`, `engine`, `metrics`, `links` and
     `traceparent`; what it raises goes to the app's exception handlers, as from any route."""
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -56,6 +56,7 @@ class SubmitRoute(APIRoute):
             **arguments,
             settings=state.settings,
             committer=state.committer,
+            engine=state.engine,
             metrics=state.metrics,
             links=state.links,
         )

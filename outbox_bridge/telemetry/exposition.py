@@ -43,7 +43,7 @@ class QueueFigures:
 class StoreFigures:
     """The store as a scrape sees it: jobs by state, the oldest due queued job, the outbox, who is alive,
     the schedules that are not paused, the paused kinds (each with when it was paused), the jobs flow
-    limits hold back, and the named queues."""
+    limits hold back, the named queues, and the batches by state (`running`, `done`)."""
 
     jobs_by_state: Mapping[str, int]
     queued_oldest_age_seconds: float
@@ -54,6 +54,7 @@ class StoreFigures:
     paused_kinds: Mapping[str, float] = field(default_factory=dict)
     held: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (kind, limit) -> queued jobs held
     queues: Sequence[QueueFigures] = ()
+    batches: Mapping[str, int] = field(default_factory=dict)  # state -> batches
 
 
 class StoreCollector(Collector):
@@ -120,6 +121,14 @@ def store_families(figures: StoreFigures) -> Iterator[GaugeMetricFamily]:
     yield alive
     yield from _queue_families(figures.queues)
     yield from _schedule_families(figures)
+    batches = GaugeMetricFamily(
+        "outbox_bridge_batches",
+        "Batches in the store, by state: running (a member has not ended yet) or done (every member has).",
+        labels=["state"],
+    )
+    for state, n in sorted(figures.batches.items()):
+        batches.add_metric([state], n)
+    yield batches
 
 
 def _queue_families(queues: Sequence[QueueFigures]) -> Iterator[GaugeMetricFamily]:

@@ -221,3 +221,18 @@ def test_the_retention_keeps_the_members_of_a_running_batch_and_deletes_a_batch_
     pruned = db.transact(engine, retention.prune, clock.now())
     assert set(pruned) == {first, second}
     assert db.read(engine, workflows.get_batch, batch.id) is None
+
+
+def test_a_member_or_a_waiting_job_of_a_kind_with_a_uniqueness_window_is_a_job_of_its_own(
+    engine: Engine, clock: FakeClock
+) -> None:
+    unique = [Member(prepared(clock, f"u{i}", unique_for_seconds=3600)) for i in range(2)]
+    accepted = db.transact(
+        engine, workflows.accept_batch, tenant="acme", owner="alice", operation_key="unique-batch",
+        members=unique, callback=None, now=clock.now(),
+    )  # fmt: skip
+    assert len(set(accepted.batch.jobs)) == 2
+    first = new_job(engine, "first")
+    p = prepared(clock, "waits", unique_for_seconds=3600)
+    waits = db.transact(engine, workflows.accept_after, p, After((first,)))
+    assert waits.created and waiting(engine, waits.job.id) == [first]
