@@ -22,6 +22,7 @@ from outbox_bridge.api.problems import (
     UNAUTHORIZED,
 )
 from outbox_bridge.core.settings import Settings
+from outbox_bridge.jobstore import workflows
 
 bearer = HTTPBearer(
     auto_error=False,
@@ -122,10 +123,12 @@ MAX_KEY_CHARACTERS = 255
 
 def decoded_key(raw: str) -> str | None:
     """The Idempotency-Key as sent: the header's bytes (which HTTP hands over as Latin-1) read as UTF-8, of 1
-    to MAX_KEY_CHARACTERS characters; None for any other."""
+    to MAX_KEY_CHARACTERS characters, not beginning with `batch:`; None for any other."""
     try:
         key = raw.encode("latin-1").decode("utf-8")
     except (UnicodeEncodeError, UnicodeDecodeError):
+        return None
+    if key.startswith(workflows.RESERVED_KEY_PREFIX):  # a batch's members and callback are keyed so
         return None
     return key if 0 < len(key) <= MAX_KEY_CHARACTERS else None
 
@@ -138,13 +141,16 @@ def _idempotency_key(
             min_length=1,
             max_length=4 * MAX_KEY_CHARACTERS,
             description="Names this request within your tenant: a retry with the same key returns the same "
-            f"job. 1 to {MAX_KEY_CHARACTERS} characters of UTF-8.",
+            f"job. 1 to {MAX_KEY_CHARACTERS} characters of UTF-8, not beginning with `batch:`.",
         ),
     ],
 ) -> str:
     key = decoded_key(raw)
     if key is None:
-        rule = f"Idempotency-Key must be 1 to {MAX_KEY_CHARACTERS} characters of UTF-8."
+        rule = (
+            f"Idempotency-Key must be 1 to {MAX_KEY_CHARACTERS} characters of UTF-8, "
+            "not beginning with `batch:`."
+        )
         where = {"loc": ["header", "Idempotency-Key"], "msg": rule, "type": "value_error"}
         raise INVALID_REQUEST.error(rule, errors=[where])
     return key

@@ -103,6 +103,12 @@ class JobContext(Protocol):
     def results_dir(self) -> Path:
         """Where kinds write their per-attempt files."""
 
+    @property
+    def batch(self) -> dict[str, Any] | None:
+        """For a batch's callback job, how the batch's jobs ended: `{"id": batch id, "counts": {state: n},
+        "jobs": {job id: state}}` (the jobs in the batch's order), read from the store when first asked for;
+        None for a job that is no batch's callback."""
+
     def remaining_seconds(self) -> float | None:
         """Seconds left before the job's deadline or the attempt's timeout (the kind's `timeout_seconds`),
         whichever comes first; None when it has neither."""

@@ -28,6 +28,10 @@ OnFailure = Literal["cancel", "run"]
 MAX_AFTER = 100  # jobs one job may wait for
 MAX_MEMBERS = 1000  # jobs in one batch
 DEPENDENCY_FAILED = "dependency_failed"
+# The keys of a batch's members (`batch:<id>:<position>`) and callback (`batch:<id>:callback`): a request's
+# own key may not begin so, or it could take the key the ending of a batch's last member inserts its callback
+# under.
+RESERVED_KEY_PREFIX = "batch:"
 
 
 class UnknownDependencies(ValueError):

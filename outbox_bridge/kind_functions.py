@@ -12,7 +12,7 @@ worker process running kinds never imports; they are loaded on the first `enqueu
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast
@@ -52,6 +52,8 @@ class KindFunction(Protocol[_ModelIn, Params, _OutCo]):
         run_at: datetime | str | None = None,
         priority: str | None = None,
         concurrency_key: str | None = None,
+        after: Sequence[str] | None = None,
+        on_dependency_failure: str = "cancel",
     ) -> Job:
         """`outbox_bridge.enqueue(conn, <this kind>, payload, ...)`: the payload is the kind's model or a
         dict."""

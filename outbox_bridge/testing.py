@@ -16,6 +16,17 @@ permanent and transient errors, the retry budget and the kind's backoff, a `Snoo
         assert done.state == "succeeded"
         assert inline_jobs.result(job.id) == {"area": 20}
 
+A batch runs the same way, one job at a time: its callback exists once the last of its jobs has ended, and
+runs with `ctx.batch` filled (a job submitted with `after=[ids]` waits until those have succeeded):
+
+    def test_order_ready(inline_jobs):
+        images = [{"kind": "resize_image", "payload": {"width": w, "height": 5}} for w in (4, 8)]
+        batch = inline_jobs.submit_batch(images, callback={"kind": "order_ready", "payload": {"order": 7}})
+        for job_id in batch.jobs:
+            inline_jobs.run_to_end(job_id)
+        callback_id = inline_jobs.batch(batch.id).callback_job_id
+        assert inline_jobs.run_to_end(callback_id).state == "succeeded"
+
 Time is the store's own clock, which `InlineJobs` moves: a retry's backoff and a snooze pass at once, and a
 lost worker's lease runs out when `run(..., crash_after_external_start=True)` says so, without sleeping. A
 kind's `timeout_seconds` is measured on the real clock, as a worker measures it.
@@ -25,23 +36,26 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from outbox_bridge.api.schemas import view_fields
+from outbox_bridge.api.schemas import BatchView, view_fields
+from outbox_bridge.api.workflow_fields import workflow_of
+from outbox_bridge.client.batch import Batch
 from outbox_bridge.client.job import Job
 from outbox_bridge.core import clock
 from outbox_bridge.core.backoff import Backoff
 from outbox_bridge.core.settings import Settings
-from outbox_bridge.enqueuing import enqueue
+from outbox_bridge.enqueuing import JobSpec, enqueue, enqueue_batch
 from outbox_bridge.handlers.base import Cancelled, file_of
-from outbox_bridge.jobstore import claiming, db, migrate, operator, queries, sweeper
+from outbox_bridge.jobstore import claiming, db, migrate, operator, queries, sweeper, workflows
 from outbox_bridge.jobstore.records import Claim
 from outbox_bridge.jobstore.records import Job as StoredJob
+from outbox_bridge.jobstore.schema import WAITING_AT
 from outbox_bridge.jobstore.states import TERMINAL, State
 from outbox_bridge.worker.attempt import StoreContext, discard_uncommitted, run_attempt
 from outbox_bridge.worker.commit import backoff_of, commit_outcomes
@@ -118,6 +132,33 @@ class InlineJobs:
                 conn, kind, payload, key=key or f"inline-{self._keys}", tenant=tenant, owner="test", **options
             )
 
+    def submit_batch(
+        self,
+        jobs: Iterable[dict[str, Any] | JobSpec],
+        *,
+        callback: dict[str, Any] | JobSpec | None = None,
+        key: str | None = None,
+        tenant: str = "test",
+    ) -> Batch:
+        """Accept a batch as `enqueue_batch` does, committed: its `jobs` and its `callback`, each a
+        `JobSpec` or a dict of its fields (`{"kind": ..., "payload": ..., "after": [...]}`). Once
+        `run_to_end` has ended each of its jobs, `batch(id).callback_job_id` names the callback job, which
+        `run_to_end` runs with `ctx.batch` filled."""
+        self._keys += 1
+        members = [_spec(job) for job in jobs]
+        with self.engine.begin() as conn:
+            return enqueue_batch(
+                conn, members, callback=None if callback is None else _spec(callback),
+                key=key or f"inline-batch-{self._keys}", tenant=tenant, owner="test",
+            )  # fmt: skip
+
+    def batch(self, batch_id: str) -> Batch:
+        """The batch as `GET /batches/{id}` shows it; `KeyError` for an unknown id."""
+        found = db.read(self.engine, workflows.get_batch, batch_id)
+        if found is None:
+            raise KeyError(batch_id)
+        return Batch.from_view(BatchView.of(found).model_dump())
+
     def run(
         self, job_id: str, *, cancel_at_check: int | None = None, crash_after_external_start: bool = False
     ) -> Attempt:
@@ -160,6 +201,11 @@ class InlineJobs:
             stored = self._stored(job_id)
             if stored.state in TERMINAL:
                 return self.job(job_id)
+            if stored.available_at >= WAITING_AT:
+                waits = self.job(job_id).waiting_for
+                raise AssertionError(
+                    f"job {job_id} waits for {', '.join(waits)}: run those to their end first"
+                )
             self._clock.set(max(self._clock.now(), stored.available_at))  # its start or its backoff passed
             self.run(job_id)
         raise AssertionError(f"job {job_id} is not finished after {max_runs} attempts")
@@ -172,7 +218,9 @@ class InlineJobs:
 
     def job(self, job_id: str) -> Job:
         """The job as `GET /jobs/{id}` shows it; `KeyError` for an unknown id."""
-        return Job.from_view(view_fields(self._stored(job_id), clock.now()))
+        stored = self._stored(job_id)
+        workflow = db.read(self.engine, workflow_of, stored)
+        return Job.from_view(view_fields(stored, clock.now(), workflow=workflow))
 
     def result(self, job_id: str) -> Any:
         """The committed result: the JSON object the kind returned, None for a kind that returned None (a
@@ -199,6 +247,11 @@ class InlineJobs:
         self._clock.advance(self.settings.lease_seconds + 1)
         db.transact(self.engine, sweeper.sweep_expired, clock.now(), backoff=self._backoff)
         return Attempt(self.job(job_id))
+
+
+def _spec(job: dict[str, Any] | JobSpec) -> JobSpec:
+    """A job of a batch as `enqueue_batch` takes it: a `JobSpec`, or one made of a dict of its fields."""
+    return job if isinstance(job, JobSpec) else JobSpec(**job)
 
 
 class _Context(StoreContext):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -59,19 +59,57 @@ def submission(
     run_at: datetime | str | None,
     priority: str | None,
     concurrency_key: str | None,
+    after: Sequence[str] | None = None,
+    on_dependency_failure: str | None = None,
 ) -> Call:
     """The `POST /jobs` of a submit; without `key` one made for this call (kept on its retries)."""
-    body: dict[str, Any] = {"kind": kind, "payload": payload}
-    for name, value in (
-        ("deadline_seconds", deadline_seconds),
-        ("delay_seconds", delay_seconds),
-        ("run_at", None if run_at is None else rfc3339(run_at)),
-        ("priority", priority),
-        ("concurrency_key", concurrency_key),
-    ):
-        if value is not None:
-            body[name] = value
-    return Call("POST", "/jobs", json=body, headers={"Idempotency-Key": key or f"client-{uuid.uuid4()}"})
+    body = job_body(
+        {
+            "kind": kind, "payload": payload, "deadline_seconds": deadline_seconds,
+            "delay_seconds": delay_seconds, "run_at": run_at, "priority": priority,
+            "concurrency_key": concurrency_key, "after": after,
+            "on_dependency_failure": on_dependency_failure,
+        }
+    )  # fmt: skip
+    return Call("POST", "/jobs", json=body, headers={"Idempotency-Key": key or made_key()})
+
+
+def batch_submission(
+    jobs: Iterable[Mapping[str, Any]], callback: Mapping[str, Any] | None, key: str | None
+) -> Call:
+    """The `POST /batches` of a submit_batch: each job (and the callback) a `POST /jobs` body, with no key
+    of its own (`ValueError`: the batch's key names them all); without `key` one made for this call (kept on
+    its retries)."""
+    body: dict[str, Any] = {"jobs": [_batch_job(job, f"jobs[{i}]") for i, job in enumerate(jobs)]}
+    if callback is not None:
+        body["callback"] = _batch_job(callback, "callback")
+    return Call("POST", "/batches", json=body, headers={"Idempotency-Key": key or made_key()})
+
+
+def job_body(job: Mapping[str, Any], name: str = "job") -> dict[str, Any]:
+    """`job` as a `POST /jobs` body: its fields that are not None, `run_at` in RFC 3339 and `after` a list.
+    `TypeError` for a job that is not a mapping."""
+    if not isinstance(job, Mapping):
+        raise TypeError(f"{name} is a dict of a POST /jobs body ({{'kind': ..., 'payload': ...}}): {job!r}")
+    body = {field: value for field, value in job.items() if value is not None}
+    if "run_at" in body:
+        body["run_at"] = rfc3339(body["run_at"])
+    if "after" in body:
+        if isinstance(body["after"], str):
+            raise TypeError(f"{name}: after is a list of job ids, not the text {body['after']!r}")
+        body["after"] = list(body["after"])
+    return body
+
+
+def _batch_job(job: Mapping[str, Any], name: str) -> dict[str, Any]:
+    body = job_body(job, name)
+    if "key" in body:
+        raise ValueError(f"{name}: a job of a batch takes no key of its own: the batch's key names it")
+    return body
+
+
+def made_key() -> str:
+    return f"client-{uuid.uuid4()}"
 
 
 def rfc3339(run_at: datetime | str) -> str:

@@ -16,6 +16,15 @@ class InvalidJob(ValueError):
         self.errors = errors or []
 
 
+class UnknownDependencies(InvalidJob):
+    """`after` names jobs the tenant does not have (no such job, or another tenant's): `ids` lists them.
+    Nothing was written."""
+
+    def __init__(self, message: str, ids: list[str], errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message, errors)
+        self.ids = ids
+
+
 class StoreMismatch(RuntimeError):
     """The connection `enqueue` was given is not on a store it can write to as the deployment does: a
     SQLite database not in WAL mode, or a schema that is not at the code's revision. Nothing was written."""

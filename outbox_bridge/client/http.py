@@ -5,29 +5,32 @@
         done = jobs.wait(job.id, timeout=60)
         csv = jobs.result(job.id)
 
-`submit` without a `key` makes one and reuses it on its own retries of that call, so a retry after a lost
-answer is the same job, never a second one. Connection errors and `503` are retried with a backoff, and a
-connection error that outlasts the retries raises `Unavailable` as a `503` does; every other answer that is
-not a success raises the `ClientError` subclass of its status, carrying the problem document the api sent.
-`token` is the bearer token, or a callable that returns one: it is called for the first request and again
-whenever the api answers `401` (an expired token), and that request is then sent once more with the new one.
+`submit` (and `submit_batch`) without a `key` makes one and reuses it on its own retries of that call, so a
+retry after a lost answer is the same job (the same batch), never a second one. Connection errors and `503`
+are retried with a backoff, and a connection error that outlasts the retries raises `Unavailable` as a
+`503` does; every other answer that is not a success raises the `ClientError` subclass of its status,
+carrying the problem document the api sent. `token` is the bearer token, or a callable that returns one: it
+is called for the first request and again whenever the api answers `401` (an expired token), and that
+request is then sent once more with the new one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import httpx
 
+from outbox_bridge.client.batch import Batch
 from outbox_bridge.client.calls import (
     AsyncTokenSource,
     Bearer,
     Call,
     TokenSource,
+    batch_submission,
     raise_for,
     result_value,
     submission,
@@ -98,13 +101,34 @@ class Client:
         run_at: datetime | str | None = None,
         priority: str | None = None,
         concurrency_key: str | None = None,
+        after: Sequence[str] | None = None,
+        on_dependency_failure: str | None = None,
     ) -> Job:
         """Submit a job (`POST /jobs`) and return it as accepted. Without `key` one is made for this call.
-        `run_at` is an aware `datetime` or an RFC 3339 string."""
+        `run_at` is an aware `datetime` or an RFC 3339 string. With `after` (ids of earlier jobs of the
+        tenant) it waits `queued` until they have all succeeded; when one of them ends otherwise it ends
+        `cancelled`, unless `on_dependency_failure` is `"run"`."""
         call = submission(
-            kind, payload, key, deadline_seconds, delay_seconds, run_at, priority, concurrency_key
-        )
+            kind, payload, key, deadline_seconds, delay_seconds, run_at, priority, concurrency_key, after,
+            on_dependency_failure,
+        )  # fmt: skip
         return Job.from_view(self._send(call).json())
+
+    def submit_batch(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        callback: Mapping[str, Any] | None = None,
+        key: str | None = None,
+    ) -> Batch:
+        """Submit a batch (`POST /batches`): `jobs` (1 to 1,000) and the `callback` that runs once every
+        one of them has ended, each a dict of a `POST /jobs` body (`{"kind": ..., "payload": ...}`, and
+        any of `submit`'s options but `key`). Returns the batch as accepted; without `key` one is made for
+        this call."""
+        return Batch.from_view(self._send(batch_submission(jobs, callback, key)).json())
+
+    def get_batch(self, batch_id: str) -> Batch:
+        return Batch.from_view(self._send(Call("GET", f"/batches/{batch_id}")).json())
 
     def get(self, job_id: str) -> Job:
         return Job.from_view(self._send(Call("GET", f"/jobs/{job_id}")).json())
@@ -205,11 +229,26 @@ class AsyncClient:
         run_at: datetime | str | None = None,
         priority: str | None = None,
         concurrency_key: str | None = None,
+        after: Sequence[str] | None = None,
+        on_dependency_failure: str | None = None,
     ) -> Job:
         call = submission(
-            kind, payload, key, deadline_seconds, delay_seconds, run_at, priority, concurrency_key
-        )
+            kind, payload, key, deadline_seconds, delay_seconds, run_at, priority, concurrency_key, after,
+            on_dependency_failure,
+        )  # fmt: skip
         return Job.from_view((await self._send(call)).json())
+
+    async def submit_batch(
+        self,
+        jobs: Iterable[Mapping[str, Any]],
+        *,
+        callback: Mapping[str, Any] | None = None,
+        key: str | None = None,
+    ) -> Batch:
+        return Batch.from_view((await self._send(batch_submission(jobs, callback, key))).json())
+
+    async def get_batch(self, batch_id: str) -> Batch:
+        return Batch.from_view((await self._send(Call("GET", f"/batches/{batch_id}"))).json())
 
     async def get(self, job_id: str) -> Job:
         return Job.from_view((await self._send(Call("GET", f"/jobs/{job_id}"))).json())

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 
-def _instant(value: str | None) -> datetime | None:
+def instant(value: str | None) -> datetime | None:
+    """An RFC 3339 time of a view as an aware datetime; None for None."""
     return None if value is None else datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
@@ -21,7 +22,8 @@ class Job:
     back (`paused`: its kind is paused; or a flow limit: `kind`, `key` or `rate`; None when nothing does);
     `running_since` is when a worker's thread began running a `running` job (None while the worker that
     claimed it waits for a free thread, and in every other state); `queue` is the named queue its kind runs
-    on."""
+    on; `waiting_for` lists the jobs named in its `after` that it still waits for (empty when it waits for
+    none); `callback_of` names the batch whose callback it is (None for any other job)."""
 
     id: str
     kind: str
@@ -42,6 +44,8 @@ class Job:
     held_by: str | None = None
     running_since: datetime | None = None
     queue: str = "default"
+    waiting_for: list[str] = field(default_factory=list)
+    callback_of: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -51,7 +55,7 @@ class Job:
     @classmethod
     def from_view(cls, view: dict[str, Any]) -> Job:
         """The job a view document (JSON as the api sends it) describes; unknown fields are ignored."""
-        created, updated = _instant(view["created_at"]), _instant(view["updated_at"])
+        created, updated = instant(view["created_at"]), instant(view["updated_at"])
         assert created is not None and updated is not None
         return cls(
             id=view["id"],
@@ -60,17 +64,19 @@ class Job:
             attempts=view["attempts"],
             created_at=created,
             updated_at=updated,
-            deadline_at=_instant(view.get("deadline_at")),
-            run_at=_instant(view.get("run_at")),
+            deadline_at=instant(view.get("deadline_at")),
+            run_at=instant(view.get("run_at")),
             priority=view.get("priority", "normal"),
             cancel_requested=bool(view.get("cancel_requested", False)),
             progress=view.get("progress"),
             result_url=view.get("result_url"),
-            result_expires_at=_instant(view.get("result_expires_at")),
+            result_expires_at=instant(view.get("result_expires_at")),
             error=view.get("error"),
             schedule=view.get("schedule"),
             concurrency_key=view.get("concurrency_key"),
             held_by=view.get("held_by"),
-            running_since=_instant(view.get("running_since")),
+            running_since=instant(view.get("running_since")),
             queue=view.get("queue", "default"),
+            waiting_for=[str(job_id) for job_id in view.get("waiting_for") or ()],
+            callback_of=view.get("callback_of"),
         )

@@ -18,11 +18,12 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from outbox_bridge.core import clock
 from outbox_bridge.core.settings import Settings
@@ -39,7 +40,7 @@ from outbox_bridge.handlers.base import (
     file_output,
 )
 from outbox_bridge.handlers.registry import KINDS, is_accepted
-from outbox_bridge.jobstore import db, fenced
+from outbox_bridge.jobstore import db, fenced, workflows
 from outbox_bridge.jobstore.decisions import STORAGE_FAULT
 from outbox_bridge.jobstore.errors import Fenced
 from outbox_bridge.jobstore.records import Claim
@@ -78,6 +79,15 @@ class StoreContext:
     def results_dir(self) -> Path:
         return self.settings.results_dir
 
+    @cached_property
+    def batch(self) -> dict[str, Any] | None:
+        """Read once, when the kind first asks: a job whose key is not a callback's reads nothing."""
+        key = self.operation_key
+        if not (key.startswith("batch:") and key.endswith(":callback")):
+            return None
+        with shielded(self.limit):
+            return db.read(self.engine, _batch_outcomes, self.job_id, self.tenant)
+
     def result_file(self, path: Path, *, media_type: str, **fields: Any) -> dict[str, Any]:
         root = self.results_dir.resolve()
         relative = path.resolve().relative_to(root)  # ValueError for a file outside RESULTS_DIR
@@ -114,6 +124,13 @@ class StoreContext:
         except Fenced as exc:
             self.held.lost = True
             raise LeaseLost(self.job_id) from exc
+
+
+def _batch_outcomes(conn: Connection, job_id: str, tenant: str) -> dict[str, Any] | None:
+    """`ctx.batch`: the outcomes of the batch whose callback the job is; None when it is none's."""
+    batch_id = workflows.callbacks_of(conn, [job_id]).get(job_id)
+    batch = None if batch_id is None else workflows.get_batch(conn, batch_id, tenant)
+    return None if batch is None else dict(workflows.outcomes(batch))
 
 
 def record_execution(settings: Settings, claim: Claim, event: str, **fields: Any) -> None:
