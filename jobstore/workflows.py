@@ -20,7 +20,7 @@ from sqlalchemy import Connection
 
 from outbox_bridge.jobstore import db, drivers
 from outbox_bridge.jobstore.errors import IdempotencyConflict
-from outbox_bridge.jobstore.intake import Accepted, Prepared, accept_prepared, new_id, prepare
+from outbox_bridge.jobstore.intake import Accepted, Prepared, accept_prepared, new_id
 from outbox_bridge.jobstore.schema import WAITING_AT
 from outbox_bridge.jobstore.states import TERMINAL, State
 
@@ -264,26 +264,40 @@ def _done_at_accept(conn: Connection, batch_id: str, callback: Prepared | None, 
     db.execute(conn, "batch_mark_done", {"id": batch_id, "now": now, "callback_job_id": callback_id})
 
 
-def prepare_callback(**fields: Any) -> Prepared:
-    """The callback job of a batch, `prepare`d as any job (its key is set when the batch is accepted)."""
-    return prepare(**fields)
-
-
 _BATCH_COLUMNS = ("id", "tenant", "owner", "operation_key", "fingerprint", "state", "total", "remaining",
                   "callback_job_id", "created_at", "done_at")  # fmt: skip
 
 
 def _batch(conn: Connection, rows: list[tuple[Any, ...]]) -> Batch | None:
+    found = _batches(conn, rows[:1])
+    return found[0] if found else None
+
+
+def _batches(conn: Connection, rows: list[tuple[Any, ...]]) -> list[Batch]:
+    """The batches of `rows` (`_BATCH_COLUMNS`), their members read in one statement for all of them."""
     if not rows:
-        return None
-    values = dict(zip(_BATCH_COLUMNS, rows[0], strict=True))
-    members = db.execute(conn, "batch_member_states", {"id": values["id"]})
-    return Batch(
-        id=str(values["id"]), tenant=values["tenant"], owner=values["owner"], state=values["state"],
-        jobs={str(job_id): State(state) for job_id, state in members},
-        callback_job_id=values["callback_job_id"], created_at=values["created_at"],
-        done_at=values["done_at"], fingerprint=values["fingerprint"],
-    )  # fmt: skip
+        return []
+    batches = [dict(zip(_BATCH_COLUMNS, row, strict=True)) for row in rows]
+    ids = [str(values["id"]) for values in batches]
+    members: dict[str, dict[str, State]] = {batch_id: {} for batch_id in ids}
+    for batch_id, job_id, state in db.execute(
+        conn, "batch_member_states", {"ids": drivers.of(conn).array(ids)}
+    ):
+        members[str(batch_id)][str(job_id)] = State(state)
+    return [
+        Batch(
+            id=str(values["id"]),
+            tenant=values["tenant"],
+            owner=values["owner"],
+            state=values["state"],
+            jobs=members[str(values["id"])],
+            callback_job_id=values["callback_job_id"],
+            created_at=values["created_at"],
+            done_at=values["done_at"],
+            fingerprint=values["fingerprint"],
+        )
+        for values in batches
+    ]
 
 
 def _batch_by_key(conn: Connection, tenant: str, operation_key: str) -> Batch | None:
@@ -308,8 +322,7 @@ def list_batches(
     params = {"tenant": tenant, "state": state, "limit": limit,
               "before_at": None if before is None else before[0],
               "before_id": None if before is None else before[1]}  # fmt: skip
-    rows = db.execute(conn, "batches_list", params)
-    return [batch for row in rows if (batch := _batch(conn, [row])) is not None]
+    return _batches(conn, db.execute(conn, "batches_list", params))
 
 
 def unfinished_members(batch: Batch) -> list[str]:

@@ -82,9 +82,9 @@ SELECT id, tenant, owner, operation_key, fingerprint, state, total, remaining, c
 FROM batches WHERE tenant = %(tenant)s::text AND operation_key = %(operation_key)s::text;
 
 -- name: batch_member_states
--- A batch's members in the request's order, with their states.
-SELECT m.job_id, j.state FROM batch_members AS m JOIN jobs AS j ON j.id = m.job_id
-WHERE m.batch_id = %(id)s::text ORDER BY m.position;
+-- The members of the batches given, each batch's in the request's order, with their states.
+SELECT m.batch_id, m.job_id, j.state FROM batch_members AS m JOIN jobs AS j ON j.id = m.job_id
+WHERE m.batch_id = ANY(%(ids)s::text[]) ORDER BY m.batch_id, m.position;
 
 -- name: batches_list
 -- Batches newest first, of one tenant or all, in one state or any, after a cursor (created_at, id).

@@ -76,9 +76,9 @@ SELECT id, tenant, owner, operation_key, fingerprint, state, total, remaining, c
 FROM batches WHERE tenant = :tenant AND operation_key = :operation_key;
 
 -- name: batch_member_states
--- A batch's members in the request's order, with their states.
-SELECT m.job_id, j.state FROM batch_members AS m JOIN jobs AS j ON j.id = m.job_id
-WHERE m.batch_id = :id ORDER BY m.position;
+-- The members of the batches given, each batch's in the request's order, with their states.
+SELECT m.batch_id, m.job_id, j.state FROM batch_members AS m JOIN jobs AS j ON j.id = m.job_id
+WHERE m.batch_id IN (SELECT value FROM json_each(:ids)) ORDER BY m.batch_id, m.position;
 
 -- name: batches_list
 -- Batches newest first, of one tenant or all, in one state or any, after a cursor (created_at, id).
